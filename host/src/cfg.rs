@@ -1,0 +1,218 @@
+//! Configuration: a TOML file, overridden by flags and environment variables.
+//!
+//! Precedence, lowest first: built-in defaults, the `--config` file, then
+//! flags / `SWITCHYARD_*` variables. Unknown keys in the file are errors, so a
+//! typo never silently falls back to a default.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context;
+use serde::Deserialize;
+
+/// The whole configuration of one host process.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Address to listen on. Port 0 picks a free port.
+    pub listen: SocketAddr,
+    /// Directory holding the sled store and other state.
+    pub data_dir: PathBuf,
+    /// Directory watched for operator-supplied plugins.
+    pub plugins_dir: PathBuf,
+    /// HTTP limits and time-outs.
+    pub limits: Limits,
+    /// Sizes of the work queues.
+    pub queues: Queues,
+    /// The system check.
+    pub health: Health,
+}
+
+/// HTTP limits and time-outs.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Limits {
+    /// Largest request body accepted, in bytes.
+    pub max_body_bytes: usize,
+    /// How long a client may take to send its request headers.
+    pub header_read_timeout_ms: u64,
+    /// How long a client may take to send its request body.
+    pub body_read_timeout_ms: u64,
+    /// How long in-flight requests get to finish at shutdown.
+    pub shutdown_grace_ms: u64,
+}
+
+/// The two bounded work queues the system check probes.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Queues {
+    /// Plugin work (renders, filters): reported as `cpu_queue`.
+    pub plugin: QueueConfig,
+    /// Model inference: reported as `gpu_queue`.
+    pub inference: QueueConfig,
+}
+
+/// One bounded queue.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueueConfig {
+    /// Jobs run at once. Zero accepts jobs but never runs them, which the
+    /// system check reports as a failure.
+    pub workers: usize,
+    /// Jobs that may wait; beyond this, submissions are refused at once.
+    pub capacity: usize,
+}
+
+/// The system check.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Health {
+    /// Each probe fails if it takes longer than this.
+    pub probe_timeout_ms: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: ([127, 0, 0, 1], 8080).into(),
+            data_dir: "./data".into(),
+            plugins_dir: "./plugins.d".into(),
+            limits: Limits::default(),
+            queues: Queues::default(),
+            health: Health::default(),
+        }
+    }
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_body_bytes: 1024 * 1024,
+            header_read_timeout_ms: 10_000,
+            body_read_timeout_ms: 30_000,
+            shutdown_grace_ms: 10_000,
+        }
+    }
+}
+
+impl Default for Queues {
+    fn default() -> Self {
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        Queues {
+            plugin: QueueConfig {
+                workers: cores * 2,
+                capacity: 4096,
+            },
+            inference: QueueConfig {
+                workers: 1,
+                capacity: 64,
+            },
+        }
+    }
+}
+
+impl Default for Health {
+    fn default() -> Self {
+        Health {
+            probe_timeout_ms: 2_000,
+        }
+    }
+}
+
+/// Values given on the command line or in the environment; they win over the file.
+#[derive(Debug, Default, Clone)]
+pub struct Overrides {
+    /// `--listen` / `SWITCHYARD_LISTEN`.
+    pub listen: Option<SocketAddr>,
+    /// `--data-dir` / `SWITCHYARD_DATA_DIR`.
+    pub data_dir: Option<PathBuf>,
+    /// `--plugins-dir` / `SWITCHYARD_PLUGINS_DIR`.
+    pub plugins_dir: Option<PathBuf>,
+}
+
+impl Config {
+    /// Loads the file at `path` (if any) and applies `overrides`.
+    pub fn load(path: Option<&Path>, overrides: Overrides) -> anyhow::Result<Config> {
+        let mut cfg = match path {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("cannot read config file {}", path.display()))?;
+                Config::parse(&text)
+                    .with_context(|| format!("invalid config file {}", path.display()))?
+            }
+            None => Config::default(),
+        };
+        if let Some(listen) = overrides.listen {
+            cfg.listen = listen;
+        }
+        if let Some(dir) = overrides.data_dir {
+            cfg.data_dir = dir;
+        }
+        if let Some(dir) = overrides.plugins_dir {
+            cfg.plugins_dir = dir;
+        }
+        Ok(cfg)
+    }
+
+    /// Parses TOML text; unknown keys are errors.
+    pub fn parse(text: &str) -> anyhow::Result<Config> {
+        Ok(toml::from_str(text)?)
+    }
+}
+
+impl Limits {
+    /// [`Limits::header_read_timeout_ms`] as a duration.
+    pub fn header_read_timeout(&self) -> Duration {
+        Duration::from_millis(self.header_read_timeout_ms)
+    }
+
+    /// [`Limits::body_read_timeout_ms`] as a duration.
+    pub fn body_read_timeout(&self) -> Duration {
+        Duration::from_millis(self.body_read_timeout_ms)
+    }
+
+    /// [`Limits::shutdown_grace_ms`] as a duration.
+    pub fn shutdown_grace(&self) -> Duration {
+        Duration::from_millis(self.shutdown_grace_ms)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_file_gives_defaults() {
+        let cfg = Config::parse("").unwrap();
+        assert_eq!(cfg.listen.to_string(), "127.0.0.1:8080");
+        assert_eq!(cfg.data_dir, PathBuf::from("./data"));
+    }
+
+    #[test]
+    fn unknown_keys_are_rejected_by_name() {
+        let err = Config::parse("[limits]\nmax_body_byte = 5\n").unwrap_err();
+        assert!(format!("{err:#}").contains("max_body_byte"), "{err:#}");
+    }
+
+    #[test]
+    fn overrides_win_over_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(
+            &path,
+            "listen = \"127.0.0.1:9000\"\n[queues.plugin]\nworkers = 0\ncapacity = 8\n",
+        )
+        .unwrap();
+        let cfg = Config::load(
+            Some(&path),
+            Overrides {
+                listen: Some("127.0.0.1:9001".parse().unwrap()),
+                ..Overrides::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(cfg.listen.port(), 9001);
+        assert_eq!(cfg.queues.plugin.workers, 0);
+    }
+}

@@ -1,0 +1,202 @@
+//! The one error type of the HTTP API.
+//!
+//! Every failure a client can see is an [`Error`]. Each variant maps to exactly
+//! one HTTP status and one OpenAI-shaped body:
+//! `{"error":{"message":…,"type":…,"param":…,"code":…}}`, where `code` is a
+//! string or null, never a number.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+/// A failure reported to an API client.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The request is well-formed HTTP but its content is wrong.
+    #[error("{message}")]
+    InvalidRequest {
+        /// What was wrong and how to fix it.
+        message: String,
+        /// The offending field, if one can be named.
+        param: Option<String>,
+    },
+    /// The body is not valid JSON, or not of the expected shape.
+    #[error("{message}")]
+    InvalidJson {
+        /// Where the body broke, and why.
+        message: String,
+        /// The JSON path of the offending field, if known.
+        param: Option<String>,
+    },
+    /// No or an unknown API key.
+    #[error("{0}")]
+    Unauthenticated(String),
+    /// The caller is known but lacks the role for this action.
+    #[error("{0}")]
+    PermissionDenied(String),
+    /// The object or route does not exist (or is not visible to the caller).
+    #[error("{0}")]
+    NotFound(String),
+    /// The route exists but not for this method.
+    #[error("method {method} is not allowed on {path}; allowed: {allowed}")]
+    MethodNotAllowed {
+        /// The method that was used.
+        method: String,
+        /// The request path.
+        path: String,
+        /// The methods the route accepts.
+        allowed: String,
+    },
+    /// An object with this name already exists.
+    #[error("{0}")]
+    Conflict(String),
+    /// The body exceeds the configured limit.
+    #[error("request body is larger than the limit of {limit} bytes; send a smaller body")]
+    PayloadTooLarge {
+        /// The limit in bytes.
+        limit: usize,
+    },
+    /// The body is not `application/json`.
+    #[error("{0}")]
+    UnsupportedMediaType(String),
+    /// The client sent its body too slowly.
+    #[error("{0}")]
+    RequestTimeout(String),
+    /// A queue or limit is full; retry later.
+    #[error("{0}")]
+    RateLimited(String),
+    /// The service cannot take the request right now.
+    #[error("{0}")]
+    Unavailable(String),
+    /// A bug or an unexpected failure inside the host. The message given to the
+    /// client is generic; the cause goes to the log.
+    #[error("internal error: {0:#}")]
+    Internal(#[from] anyhow::Error),
+}
+
+/// Shorthand for results whose error is an API [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// A 400 about one named field.
+    pub fn invalid(param: impl Into<String>, message: impl Into<String>) -> Self {
+        Error::InvalidRequest {
+            message: message.into(),
+            param: Some(param.into()),
+        }
+    }
+
+    /// The HTTP status this error is reported with.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Error::InvalidRequest { .. } | Error::InvalidJson { .. } => StatusCode::BAD_REQUEST,
+            Error::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
+            Error::PermissionDenied(_) => StatusCode::FORBIDDEN,
+            Error::NotFound(_) => StatusCode::NOT_FOUND,
+            Error::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
+            Error::Conflict(_) => StatusCode::CONFLICT,
+            Error::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Error::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Error::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
+            Error::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
+            Error::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The OpenAI `type` field.
+    fn kind(&self) -> &'static str {
+        match self {
+            Error::Unauthenticated(_) => "authentication_error",
+            Error::PermissionDenied(_) => "permission_error",
+            Error::RateLimited(_) => "rate_limit_error",
+            Error::Unavailable(_) | Error::Internal(_) => "server_error",
+            _ => "invalid_request_error",
+        }
+    }
+
+    /// The OpenAI `code` field: a stable, machine-readable string.
+    fn code(&self) -> &'static str {
+        match self {
+            Error::InvalidRequest { .. } => "invalid_request",
+            Error::InvalidJson { .. } => "invalid_json",
+            Error::Unauthenticated(_) => "invalid_api_key",
+            Error::PermissionDenied(_) => "permission_denied",
+            Error::NotFound(_) => "not_found",
+            Error::MethodNotAllowed { .. } => "method_not_allowed",
+            Error::Conflict(_) => "conflict",
+            Error::PayloadTooLarge { .. } => "payload_too_large",
+            Error::UnsupportedMediaType(_) => "unsupported_media_type",
+            Error::RequestTimeout(_) => "request_timeout",
+            Error::RateLimited(_) => "rate_limit_exceeded",
+            Error::Unavailable(_) => "unavailable",
+            Error::Internal(_) => "internal_error",
+        }
+    }
+
+    fn param(&self) -> Option<&str> {
+        match self {
+            Error::InvalidRequest { param, .. } | Error::InvalidJson { param, .. } => {
+                param.as_deref()
+            }
+            _ => None,
+        }
+    }
+
+    /// The JSON body clients receive.
+    pub fn body(&self) -> serde_json::Value {
+        let message = match self {
+            // The cause may hold details (paths, internals) that are not the
+            // client's business; it is logged instead.
+            Error::Internal(_) => "the server hit an unexpected error; it has been logged".into(),
+            other => other.to_string(),
+        };
+        json!({"error": {
+            "message": message,
+            "type": self.kind(),
+            "param": self.param(),
+            "code": self.code(),
+        }})
+    }
+}
+
+impl IntoResponse for Error {
+    fn into_response(self) -> Response {
+        if let Error::Internal(cause) = &self {
+            tracing::error!(error = format!("{cause:#}"), "internal error");
+        }
+        let status = self.status();
+        let mut response = (status, axum::Json(self.body())).into_response();
+        if status == StatusCode::UNAUTHORIZED {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn code_is_always_a_string() {
+        let errors = [
+            Error::invalid("name", "x"),
+            Error::NotFound("x".into()),
+            Error::Internal(anyhow::anyhow!("secret detail")),
+        ];
+        for e in errors {
+            let body = e.body();
+            assert!(body["error"]["code"].is_string(), "{body}");
+            assert!(body["error"]["type"].is_string(), "{body}");
+        }
+    }
+
+    #[test]
+    fn internal_details_stay_out_of_the_body() {
+        let body = Error::Internal(anyhow::anyhow!("/secret/path")).body();
+        assert!(!body.to_string().contains("/secret/path"));
+    }
+}

@@ -1,0 +1,101 @@
+//! The system check: is the API up, does the store work, do the queues run jobs?
+//!
+//! Every check reports `{success, duration_ms, errors}`: `duration_ms` is a
+//! float in milliseconds, `errors` a list of messages (empty on success).
+//! Each probe is bounded by `health.probe_timeout_ms`.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use crate::app::App;
+use crate::queue::WorkQueue;
+
+/// The outcome of one check.
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    /// Whether the check passed.
+    pub success: bool,
+    /// How long it took, in milliseconds.
+    pub duration_ms: f64,
+    /// What went wrong; empty on success.
+    pub errors: Vec<String>,
+}
+
+/// The body of `GET /v1/system-check`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// Always true: the API answered.
+    pub api: bool,
+    /// A write, read and delete in the store.
+    pub database: Check,
+    /// A probe job through the plugin work queue.
+    pub cpu_queue: Check,
+    /// A probe job through the inference queue.
+    pub gpu_queue: Check,
+}
+
+impl Report {
+    /// True when every check passed.
+    pub fn healthy(&self) -> bool {
+        self.database.success && self.cpu_queue.success && self.gpu_queue.success
+    }
+}
+
+/// Runs every check concurrently.
+pub async fn system_check(app: &App) -> Report {
+    let limit = Duration::from_millis(app.cfg.health.probe_timeout_ms);
+    let store = app.store.clone();
+    let database = check(limit, async move {
+        tokio::task::spawn_blocking(move || store.round_trip()).await?
+    });
+    let (database, cpu_queue, gpu_queue) = tokio::join!(
+        database,
+        check(limit, queue_probe(app.plugin_queue.clone())),
+        check(limit, queue_probe(app.inference_queue.clone())),
+    );
+    Report {
+        api: true,
+        database,
+        cpu_queue,
+        gpu_queue,
+    }
+}
+
+async fn check(limit: Duration, probe: impl Future<Output = anyhow::Result<()>>) -> Check {
+    let start = Instant::now();
+    let errors = match tokio::time::timeout(limit, probe).await {
+        Ok(Ok(())) => vec![],
+        Ok(Err(e)) => vec![format!("{e:#}")],
+        Err(_) => vec![format!(
+            "the probe did not finish within {} ms",
+            limit.as_millis()
+        )],
+    };
+    Check {
+        success: errors.is_empty(),
+        duration_ms: (start.elapsed().as_secs_f64() * 1e6).round() / 1e3,
+        errors,
+    }
+}
+
+/// Sends a known-answer job through `queue`: it proves a worker picked the job
+/// up and ran it to completion.
+/// SHA-256 of `switchyard`.
+const PROBE_DIGEST: &str = "3e865a8f1fca8d39afb548a7b2ff97019d9f12a3af0a846d4ef83b584b59fd0d";
+
+async fn queue_probe(queue: WorkQueue) -> anyhow::Result<()> {
+    let (workers, name) = (queue.workers(), queue.name());
+    let waiting = queue.waiting();
+    let digest = queue
+        .run(async { hex::encode(Sha256::digest(b"switchyard")) })
+        .await
+        .map_err(|e| anyhow::anyhow!("{e} (workers: {workers}, waiting: {waiting})"))?;
+    anyhow::ensure!(
+        digest == PROBE_DIGEST,
+        "the {name} queue's probe job returned a wrong answer"
+    );
+    Ok(())
+}

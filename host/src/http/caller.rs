@@ -1,0 +1,59 @@
+//! Who is calling: the `Authorization: Bearer <key>` extractor.
+
+use axum::extract::FromRequestParts;
+use axum::http::header;
+use axum::http::request::Parts;
+
+use crate::app::App;
+use crate::auth::{self, User};
+use crate::error::{Error, Result};
+
+/// The authenticated user behind a request. Taking a `Caller` makes a handler
+/// require a valid API key.
+pub struct Caller(pub User);
+
+impl FromRequestParts<App> for Caller {
+    type Rejection = Error;
+
+    async fn from_request_parts(parts: &mut Parts, app: &App) -> Result<Self> {
+        let value = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .ok_or_else(|| {
+                Error::Unauthenticated("no API key: send 'Authorization: Bearer <API_KEY>'".into())
+            })?
+            .to_str()
+            .map_err(|_| {
+                Error::Unauthenticated("the Authorization header is not valid text".into())
+            })?;
+        let key = bearer_token(value).ok_or_else(|| {
+            Error::Unauthenticated("the Authorization header must be 'Bearer <API_KEY>'".into())
+        })?;
+        let store = app.store.clone();
+        let key = key.to_string();
+        // sled reads are quick, but never block the runtime on disk.
+        let user = tokio::task::spawn_blocking(move || auth::authenticate(&store, &key))
+            .await
+            .map_err(|e| Error::Internal(e.into()))??;
+        Ok(Caller(user))
+    }
+}
+
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim().split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bearer_token;
+
+    #[test]
+    fn parses_bearer_tokens() {
+        assert_eq!(bearer_token("Bearer abc"), Some("abc"));
+        assert_eq!(bearer_token("bearer  abc "), Some("abc"));
+        assert_eq!(bearer_token("Basic abc"), None);
+        assert_eq!(bearer_token("Bearer "), None);
+    }
+}

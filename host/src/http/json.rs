@@ -1,0 +1,139 @@
+//! The JSON body extractor: the one place request bodies are read and parsed.
+
+use axum::extract::{FromRequest, Request};
+use axum::http::header;
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use serde::de::DeserializeOwned;
+
+use crate::app::App;
+use crate::error::{Error, Result};
+
+/// A request body parsed as JSON, with errors that say where it broke.
+pub struct Json<T>(pub T);
+
+impl<T: DeserializeOwned> FromRequest<App> for Json<T> {
+    type Rejection = Error;
+
+    async fn from_request(request: Request, app: &App) -> Result<Self> {
+        require_json_content_type(&request)?;
+        let limit = app.cfg.limits.max_body_bytes;
+        let read = Limited::new(request.into_body(), limit).collect();
+        let body = tokio::time::timeout(app.cfg.limits.body_read_timeout(), read)
+            .await
+            .map_err(|_| {
+                Error::RequestTimeout(format!(
+                    "the request body was not received within {} ms",
+                    app.cfg.limits.body_read_timeout_ms
+                ))
+            })?
+            .map_err(|e| {
+                if e.downcast_ref::<LengthLimitError>().is_some() {
+                    Error::PayloadTooLarge { limit }
+                } else {
+                    Error::InvalidRequest {
+                        message: format!("could not read the request body: {e}"),
+                        param: None,
+                    }
+                }
+            })?
+            .to_bytes();
+        parse(&body).map(Json)
+    }
+}
+
+fn require_json_content_type(request: &Request) -> Result<()> {
+    let content_type = request
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let essence = content_type.split(';').next().unwrap_or("").trim();
+    if essence.eq_ignore_ascii_case("application/json") {
+        return Ok(());
+    }
+    let got = if content_type.is_empty() {
+        "no Content-Type".to_string()
+    } else {
+        format!("Content-Type '{content_type}'")
+    };
+    Err(Error::UnsupportedMediaType(format!(
+        "the body must be JSON, but the request has {got}; send 'Content-Type: application/json'"
+    )))
+}
+
+/// Parses `bytes` as a `T`, naming the field and position of any failure.
+pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        if inner.is_data() && path != "." {
+            Error::InvalidJson {
+                message: format!("invalid value for field '{path}': {inner}"),
+                param: Some(path),
+            }
+        } else {
+            Error::InvalidJson {
+                message: format!("the request body is not valid JSON for this endpoint: {inner}"),
+                param: None,
+            }
+        }
+    })?;
+    de.end().map_err(|e| Error::InvalidJson {
+        message: format!("the request body has data after the JSON value: {e}"),
+        param: None,
+    })?;
+    Ok(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Body {
+        name: String,
+        inner: Option<Inner>,
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Inner {
+        size: u32,
+    }
+
+    fn message(bytes: &[u8]) -> (String, Option<String>) {
+        match parse::<Body>(bytes).unwrap_err() {
+            Error::InvalidJson { message, param } => (message, param),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn syntax_errors_give_the_position() {
+        let (msg, param) = message(b"{\"name\": \"a\",\n  oops}");
+        assert!(msg.contains("line 2 column 3"), "{msg}");
+        assert_eq!(param, None);
+    }
+
+    #[test]
+    fn type_errors_name_the_nested_field() {
+        let (msg, param) = message(br#"{"name":"a","inner":{"size":"big"}}"#);
+        assert_eq!(param.as_deref(), Some("inner.size"), "{msg}");
+    }
+
+    #[test]
+    fn unknown_fields_are_named() {
+        let (msg, _) = message(br#"{"name":"a","colour":1}"#);
+        assert!(msg.contains("colour"), "{msg}");
+    }
+
+    #[test]
+    fn trailing_data_is_rejected() {
+        let (msg, _) = message(br#"{"name":"a"} {}"#);
+        assert!(msg.contains("after the JSON value"), "{msg}");
+    }
+}

@@ -1,0 +1,46 @@
+//! `/v1/me`: the caller's own account and API keys.
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{Caller, Json};
+use crate::app::App;
+use crate::auth;
+use crate::error::Result;
+
+pub async fn show(Caller(user): Caller) -> axum::Json<auth::User> {
+    axum::Json(user)
+}
+
+pub async fn list_keys(State(app): State<App>, Caller(user): Caller) -> Result<axum::Json<Value>> {
+    let keys = auth::list_keys(&app.store, &user)?;
+    Ok(axum::Json(json!({"object": "list", "data": keys})))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateKey {
+    name: String,
+}
+
+pub async fn create_key(
+    State(app): State<App>,
+    Caller(user): Caller,
+    Json(body): Json<CreateKey>,
+) -> Result<(StatusCode, axum::Json<auth::NewKey>)> {
+    let key = auth::create_key(&app.store, &user, &body.name)?;
+    tracing::info!(user = %user.name, key_id = %key.record.id, "API key created");
+    Ok((StatusCode::CREATED, axum::Json(key)))
+}
+
+pub async fn revoke_key(
+    State(app): State<App>,
+    Caller(user): Caller,
+    Path(id): Path<String>,
+) -> Result<StatusCode> {
+    auth::revoke_key(&app.store, &user, &id)?;
+    tracing::info!(user = %user.name, key_id = %id, "API key revoked");
+    Ok(StatusCode::NO_CONTENT)
+}

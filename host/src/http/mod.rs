@@ -1,0 +1,83 @@
+//! The HTTP API: one router, one module per API area.
+//!
+//! Every response that is an error has the OpenAI error shape, including the
+//! 404 for unknown routes and the 405 for wrong methods, which [`shape_errors`]
+//! produces for the router.
+
+mod caller;
+mod health;
+mod json;
+mod me;
+
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get};
+
+pub use caller::Caller;
+pub use json::Json;
+
+use crate::app::App;
+use crate::error::Error;
+
+/// The router for the whole API.
+pub fn router(app: App) -> Router {
+    let routes = Router::new()
+        .route("/v1/system-check", get(health::system_check))
+        .route("/v1/me", get(me::show))
+        .route("/v1/me/api-keys", get(me::list_keys).post(me::create_key))
+        .route("/v1/me/api-keys/{id}", delete(me::revoke_key))
+        .fallback(unknown_route)
+        .with_state(app.clone());
+    // The error-shaping layer wraps the finished router, not each route:
+    // only from outside does a 405 already carry axum's `Allow` header.
+    Router::new()
+        .fallback_service(routes)
+        .layer(middleware::from_fn_with_state(app, shape_errors))
+}
+
+async fn unknown_route(request: Request) -> Error {
+    Error::NotFound(format!(
+        "no route {} {}; see the README for the API",
+        request.method(),
+        request.uri().path()
+    ))
+}
+
+/// Refuses declared-oversized bodies before any handler runs, and gives the
+/// router's own 405 the OpenAI error shape.
+async fn shape_errors(State(app): State<App>, request: Request, next: Next) -> Response {
+    let limit = app.cfg.limits.max_body_bytes;
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|len| len > limit as u64) {
+        return Error::PayloadTooLarge { limit }.into_response();
+    }
+    let method = request.method().to_string();
+    let path = request.uri().path().to_string();
+    let response = next.run(request).await;
+    if response.status() != StatusCode::METHOD_NOT_ALLOWED {
+        return response;
+    }
+    let allow = response.headers().get(header::ALLOW).cloned();
+    let allowed = allow
+        .as_ref()
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let mut shaped = Error::MethodNotAllowed {
+        method,
+        path,
+        allowed,
+    }
+    .into_response();
+    if let Some(allow) = allow {
+        shaped.headers_mut().insert(header::ALLOW, allow);
+    }
+    shaped
+}

@@ -1,0 +1,27 @@
+//! Identifiers, secrets and timestamps.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// `bytes` random bytes from the operating system, as lowercase hex.
+pub fn random_hex(bytes: usize) -> String {
+    let mut buf = vec![0u8; bytes];
+    // The OS random source failing is not recoverable and not caused by input.
+    getrandom::fill(&mut buf).expect("the operating system's random source failed");
+    hex::encode(buf)
+}
+
+/// Seconds since the Unix epoch.
+pub fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// A new id that sorts by creation time: 16 hex digits of microseconds since
+/// the epoch, then 8 random hex digits so ids made in the same microsecond differ.
+pub fn ordered_id() -> String {
+    let micros = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64);
+    format!("{micros:016x}{}", random_hex(4))
+}

@@ -1,0 +1,17 @@
+//! Switchyard: a WebAssembly-pluggable automation engine.
+//!
+//! One host process serves the system check, an OpenAI-compatible inference
+//! API and webhook automations, with its state in sled. Start at
+//! [`server::prepare`] and [`server::serve`]; [`http::router`] lists the API.
+#![deny(missing_docs)]
+
+pub mod app;
+pub mod auth;
+pub mod cfg;
+pub mod error;
+pub mod health;
+pub mod http;
+pub mod ids;
+pub mod queue;
+pub mod server;
+pub mod store;

@@ -1,0 +1,100 @@
+//! The `switchyard` command line.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use switchyard::cfg::{Config, Overrides};
+use switchyard::server;
+
+#[derive(Parser)]
+#[command(
+    name = "switchyard",
+    version,
+    about = "A WebAssembly-pluggable automation engine"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the HTTP API.
+    Serve(ServeArgs),
+}
+
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// TOML configuration file.
+    #[arg(long, env = "SWITCHYARD_CONFIG")]
+    config: Option<PathBuf>,
+    /// Address to listen on (default 127.0.0.1:8080; port 0 picks a free one).
+    #[arg(long, env = "SWITCHYARD_LISTEN")]
+    listen: Option<SocketAddr>,
+    /// Directory for the store (default ./data).
+    #[arg(long, env = "SWITCHYARD_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// Directory watched for plugins (default ./plugins.d).
+    #[arg(long, env = "SWITCHYARD_PLUGINS_DIR")]
+    plugins_dir: Option<PathBuf>,
+    /// API key of the operator created on first start; a random one is
+    /// generated and printed once if unset.
+    #[arg(long, env = "SWITCHYARD_BOOTSTRAP_KEY", hide_env_values = true)]
+    bootstrap_key: Option<String>,
+    /// Log format.
+    #[arg(long, env = "SWITCHYARD_LOG_FORMAT", default_value = "text")]
+    log_format: LogFormat,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Serve(args) => serve(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    init_logging(args.log_format);
+    let overrides = Overrides {
+        listen: args.listen,
+        data_dir: args.data_dir,
+        plugins_dir: args.plugins_dir,
+    };
+    let cfg = Config::load(args.config.as_deref(), overrides)?;
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(async {
+        let (app, listener) = server::prepare(cfg, args.bootstrap_key.as_deref()).await?;
+        let addr = listener.local_addr()?;
+        tracing::info!(%addr, data_dir = %app.cfg.data_dir.display(), "serving");
+        // A stable line on stdout, for scripts and tests that start us on port 0.
+        println!("switchyard listening on http://{addr}");
+        server::serve(app, listener, server::shutdown_signal()).await
+    })
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}

@@ -1,0 +1,116 @@
+//! Serving: bind, accept connections, and shut down gracefully.
+//!
+//! Connections are served by hyper directly, so the header read timeout and
+//! graceful draining are hyper's own, not re-implemented here.
+
+use std::future::Future;
+use std::time::Duration;
+
+use anyhow::Context;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+
+use crate::app::App;
+use crate::cfg::Config;
+use crate::store::Store;
+use crate::{auth, http};
+
+/// Opens the store, prepares the state and binds the listener: everything that
+/// can fail on bad configuration fails here, before serving starts.
+pub async fn prepare(
+    cfg: Config,
+    bootstrap_key: Option<&str>,
+) -> anyhow::Result<(App, TcpListener)> {
+    let data_dir = cfg.data_dir.clone();
+    let store = tokio::task::spawn_blocking(move || Store::open(&data_dir)).await??;
+    if let Some(key) = auth::bootstrap(&store, bootstrap_key)? {
+        // Shown once: only its hash is kept.
+        eprintln!(
+            "Created the operator account. Its API key is shown only this once:\n\n    {key}\n"
+        );
+    }
+    let listener = TcpListener::bind(cfg.listen).await.with_context(|| {
+        format!(
+            "cannot listen on {}; pick another address with --listen",
+            cfg.listen
+        )
+    })?;
+    Ok((App::start(cfg, store), listener))
+}
+
+/// Serves until `shutdown` resolves, then stops accepting, lets in-flight
+/// requests finish within the grace period, and flushes the store.
+pub async fn serve(
+    app: App,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let limits = app.cfg.limits.clone();
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout());
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(Some(Duration::from_secs(30)));
+    let service = TowerToHyperService::new(http::router(app.clone()));
+    let graceful = GracefulShutdown::new();
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(conn) => conn,
+                Err(e) => {
+                    // E.g. out of file descriptors: back off instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let conn = builder.serve_connection(TokioIo::new(stream), service.clone());
+        let conn = graceful.watch(conn.into_owned());
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    tracing::info!("shutting down: draining in-flight requests");
+    if tokio::time::timeout(limits.shutdown_grace(), graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            grace_ms = limits.shutdown_grace_ms,
+            "requests still running after the grace period were cut off"
+        );
+    }
+    app.store.flush().await.context("flushing the store")?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("installing a SIGTERM handler");
+        tokio::select! {
+            _ = ctrl_c => {},
+            _ = term.recv() => {},
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}

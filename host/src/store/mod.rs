@@ -1,0 +1,199 @@
+//! The store: every byte of state lives in sled, behind one [`Store`] handle.
+//!
+//! Nothing else in the host touches sled. Each kind of record has its own tree
+//! (see [`Trees`]) and its own key layout (see [`keys`]); values are JSON, so a
+//! record can gain optional fields without a migration.
+//!
+//! The `meta` tree holds `schema_version`. On open, a store older than
+//! [`SCHEMA_VERSION`] is brought up to date by [`MIGRATIONS`]; a newer one is
+//! refused, so an old binary never misreads data written by a new one.
+
+pub mod keys;
+
+use std::path::Path;
+
+use anyhow::{Context, bail};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+pub use keys::Key;
+
+/// The schema this build reads and writes.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Migrations, in order: entry `i` moves a store from version `i + 1` to `i + 2`.
+/// A new schema version appends one function here.
+pub const MIGRATIONS: &[fn(&Store) -> anyhow::Result<()>] = &[];
+
+const SCHEMA_KEY: &[u8] = b"schema_version";
+
+/// The typed trees of the store.
+#[derive(Clone)]
+pub struct Trees {
+    /// Store-wide facts: the schema version, health probes.
+    pub meta: sled::Tree,
+    /// `user id` → [`crate::auth::User`].
+    pub users: sled::Tree,
+    /// `sha256(key) hex` → [`crate::auth::ApiKey`]. Only hashes are stored.
+    pub api_keys: sled::Tree,
+    /// `user id \0 key id \0` → `sha256(key) hex`: a user's keys, for listing and revoking.
+    pub user_keys: sled::Tree,
+}
+
+/// The one handle to the store. Cheap to clone.
+#[derive(Clone)]
+pub struct Store {
+    db: sled::Db,
+    /// The trees, for modules that own a record type.
+    pub trees: Trees,
+}
+
+impl Store {
+    /// Opens (or creates) the store in `dir` and brings its schema up to date.
+    pub fn open(dir: &Path) -> anyhow::Result<Store> {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("cannot create data directory {}", dir.display()))?;
+        let db = sled::Config::new()
+            .path(dir.join("db"))
+            .open()
+            .map_err(|e| open_error(dir, e))?;
+        let trees = Trees {
+            meta: db.open_tree("meta")?,
+            users: db.open_tree("users")?,
+            api_keys: db.open_tree("api_keys")?,
+            user_keys: db.open_tree("user_keys")?,
+        };
+        let store = Store { db, trees };
+        store.migrate()?;
+        Ok(store)
+    }
+
+    fn migrate(&self) -> anyhow::Result<()> {
+        let found = match self.trees.meta.get(SCHEMA_KEY)? {
+            None if self.is_empty() => {
+                self.set_schema_version(SCHEMA_VERSION)?;
+                return Ok(());
+            }
+            // Data without a version predates versioning: treat it as version 1.
+            None => 1,
+            Some(bytes) => decode_version(&bytes)?,
+        };
+        if found > SCHEMA_VERSION {
+            bail!(
+                "the data directory uses schema version {found}, but this switchyard understands \
+                 up to {SCHEMA_VERSION}; run a newer switchyard or point --data-dir elsewhere"
+            );
+        }
+        for version in found..SCHEMA_VERSION {
+            let step = MIGRATIONS[(version - 1) as usize];
+            step(self).with_context(|| format!("migrating schema {version} → {}", version + 1))?;
+            self.set_schema_version(version + 1)?;
+            tracing::info!(from = version, to = version + 1, "migrated store schema");
+        }
+        Ok(())
+    }
+
+    fn is_empty(&self) -> bool {
+        self.db
+            .tree_names()
+            .iter()
+            .filter_map(|name| self.db.open_tree(name).ok())
+            .all(|tree| tree.is_empty())
+    }
+
+    fn set_schema_version(&self, version: u32) -> anyhow::Result<()> {
+        self.trees.meta.insert(SCHEMA_KEY, &version.to_be_bytes())?;
+        Ok(())
+    }
+
+    /// The schema version recorded in the store.
+    pub fn schema_version(&self) -> anyhow::Result<u32> {
+        match self.trees.meta.get(SCHEMA_KEY)? {
+            Some(bytes) => decode_version(&bytes),
+            None => bail!("store has no schema version"),
+        }
+    }
+
+    /// A real write, read and delete, for the system check.
+    pub fn round_trip(&self) -> anyhow::Result<()> {
+        let key = keys::prefix(&["health", &crate::ids::random_hex(8)]);
+        let value = crate::ids::random_hex(16);
+        self.trees.meta.insert(&key, value.as_bytes())?;
+        let read = self.trees.meta.get(&key)?;
+        self.trees.meta.remove(&key)?;
+        match read {
+            Some(bytes) if bytes == value.as_bytes() => Ok(()),
+            Some(_) => bail!("read back a different value than was written"),
+            None => bail!("a value just written could not be read back"),
+        }
+    }
+
+    /// Writes everything to disk; called at shutdown.
+    pub async fn flush(&self) -> anyhow::Result<()> {
+        self.db.flush_async().await?;
+        Ok(())
+    }
+}
+
+fn open_error(dir: &Path, err: sled::Error) -> anyhow::Error {
+    let text = err.to_string();
+    if text.contains("lock")
+        || text.contains("WouldBlock")
+        || text.contains("temporarily unavailable")
+    {
+        anyhow::anyhow!(
+            "the data directory {} is in use by another switchyard process ({text}); stop that \
+             process or pass a different --data-dir",
+            dir.display()
+        )
+    } else {
+        anyhow::anyhow!("cannot open the store in {}: {text}", dir.display())
+    }
+}
+
+fn decode_version(bytes: &[u8]) -> anyhow::Result<u32> {
+    let arr: [u8; 4] = bytes
+        .try_into()
+        .context("schema_version is not a 4-byte number")?;
+    Ok(u32::from_be_bytes(arr))
+}
+
+/// Reads a JSON value from a tree.
+pub fn get_json<T: DeserializeOwned>(
+    tree: &sled::Tree,
+    key: impl AsRef<[u8]>,
+) -> anyhow::Result<Option<T>> {
+    tree.get(key)?
+        .map(|bytes| serde_json::from_slice(&bytes).context("corrupt record in store"))
+        .transpose()
+}
+
+/// Encodes a value for storage.
+pub fn to_json<T: Serialize>(value: &T) -> anyhow::Result<Vec<u8>> {
+    Ok(serde_json::to_vec(value)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fresh_store_records_the_current_schema() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+        store.round_trip().unwrap();
+    }
+
+    #[test]
+    fn a_newer_schema_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = Store::open(dir.path()).unwrap();
+            store.set_schema_version(SCHEMA_VERSION + 1).unwrap();
+            store.db.flush().unwrap();
+        }
+        let err = Store::open(dir.path()).err().unwrap();
+        assert!(format!("{err:#}").contains("newer switchyard"), "{err:#}");
+    }
+}

@@ -1,0 +1,226 @@
+//! Starts the real `switchyard` binary on an ephemeral loopback port with a
+//! temporary data directory, and talks to it over HTTP.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::Duration;
+
+use serde_json::Value;
+
+/// The operator key every test host starts with.
+pub const OPERATOR_KEY: &str = "sy_test_operator_key_0123456789";
+
+/// A running host. Killed on drop.
+pub struct Host {
+    child: Child,
+    /// `http://127.0.0.1:PORT`.
+    pub base: String,
+    /// The data directory (owned by the test).
+    pub data_dir: PathBuf,
+    _temp: Option<tempfile::TempDir>,
+    _config_dir: tempfile::TempDir,
+    log: Arc<Mutex<String>>,
+    pub http: reqwest::Client,
+}
+
+/// How to start a host.
+#[derive(Default)]
+pub struct HostBuilder {
+    config: String,
+    data_dir: Option<PathBuf>,
+}
+
+impl HostBuilder {
+    /// Extra TOML for the config file.
+    pub fn config(mut self, toml: &str) -> Self {
+        self.config.push_str(toml);
+        self.config.push('\n');
+        self
+    }
+
+    /// Reuse a data directory (e.g. to restart on the same store).
+    pub fn data_dir(mut self, dir: &Path) -> Self {
+        self.data_dir = Some(dir.to_path_buf());
+        self
+    }
+
+    /// Starts the host and waits until it listens.
+    pub fn start(self) -> Host {
+        match self.try_start() {
+            Ok(host) => host,
+            Err(output) => panic!("switchyard did not start:\n{output}"),
+        }
+    }
+
+    /// Starts the host; on failure returns its exit status and output.
+    pub fn try_start(self) -> Result<Host, String> {
+        let (temp, data_dir) = match self.data_dir {
+            Some(dir) => (None, dir),
+            None => {
+                let temp = tempfile::tempdir().unwrap();
+                let dir = temp.path().join("data");
+                (Some(temp), dir)
+            }
+        };
+        let config_dir = tempfile::tempdir().unwrap();
+        let config_path = config_dir.path().join("switchyard.toml");
+        std::fs::write(&config_path, &self.config).unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_switchyard"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+            .arg(&config_path)
+            .arg("--data-dir")
+            .arg(&data_dir)
+            .env("SWITCHYARD_BOOTSTRAP_KEY", OPERATOR_KEY)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawning switchyard");
+        let log = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = mpsc::channel();
+        let stdout = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(base) = line.strip_prefix("switchyard listening on ") {
+                    let _ = tx.send(base.to_string());
+                }
+            }
+        });
+        let stderr = child.stderr.take().unwrap();
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                sink.lock().unwrap().push_str(&line);
+                sink.lock().unwrap().push('\n');
+            }
+        });
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        loop {
+            if let Ok(base) = rx.recv_timeout(Duration::from_millis(50)) {
+                return Ok(Host {
+                    child,
+                    base,
+                    data_dir,
+                    _temp: temp,
+                    _config_dir: config_dir,
+                    log,
+                    http: reqwest::Client::new(),
+                });
+            }
+            if let Some(status) = child.try_wait().unwrap() {
+                std::thread::sleep(Duration::from_millis(100));
+                return Err(format!("{status}\n{}", log.lock().unwrap()));
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                return Err(format!("timed out\n{}", log.lock().unwrap()));
+            }
+        }
+    }
+}
+
+impl Host {
+    /// A host with the default configuration.
+    pub fn start() -> Host {
+        HostBuilder::default().start()
+    }
+
+    /// Configure before starting.
+    pub fn builder() -> HostBuilder {
+        HostBuilder::default()
+    }
+
+    /// The full URL of `path`.
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// The `host:port` part of the base URL.
+    pub fn addr(&self) -> String {
+        self.base.trim_start_matches("http://").to_string()
+    }
+
+    /// What the host has logged so far.
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// A GET with the operator's key.
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        let response = self
+            .http
+            .get(self.url(path))
+            .bearer_auth(OPERATOR_KEY)
+            .send()
+            .await
+            .unwrap();
+        into_parts(response).await
+    }
+
+    /// A POST of JSON with the operator's key.
+    pub async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
+        let response = self
+            .http
+            .post(self.url(path))
+            .bearer_auth(OPERATOR_KEY)
+            .json(body)
+            .send()
+            .await
+            .unwrap();
+        into_parts(response).await
+    }
+
+    /// Sends SIGTERM and waits for the process to exit. The data directory
+    /// stays until the `Host` is dropped.
+    pub fn terminate(&mut self) -> ExitStatus {
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "host did not stop after SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The process id, for signals.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Status and JSON body (Null when the body is empty or not JSON).
+pub async fn into_parts(response: reqwest::Response) -> (u16, Value) {
+    let status = response.status().as_u16();
+    let text = response.text().await.unwrap();
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+/// Asserts the OpenAI error shape and returns the error object.
+pub fn assert_error_shape(body: &Value) -> &Value {
+    let error = &body["error"];
+    assert!(
+        error["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "no message: {body}"
+    );
+    assert!(error["type"].is_string(), "no type: {body}");
+    assert!(error.get("param").is_some(), "no param: {body}");
+    assert!(
+        error["code"].is_string() || error["code"].is_null(),
+        "code not string/null: {body}"
+    );
+    error
+}

@@ -1,0 +1,96 @@
+//! `GET /v1/system-check`.
+
+use serde_json::Value;
+
+use crate::harness::Host;
+
+fn assert_check(body: &Value, name: &str, success: bool) {
+    let check = &body[name];
+    assert_eq!(check["success"], success, "{name}: {body}");
+    assert!(
+        check["duration_ms"].as_f64().is_some_and(|d| d >= 0.0),
+        "{name}: {body}"
+    );
+    let errors = check["errors"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{name}.errors: {body}"));
+    assert_eq!(errors.is_empty(), success, "{name}: {body}");
+}
+
+#[tokio::test]
+async fn system_check_passes_without_auth() {
+    let host = Host::start();
+    let response = host
+        .http
+        .get(host.url("/v1/system-check"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["api"], true);
+    for name in ["database", "cpu_queue", "gpu_queue"] {
+        assert_check(&body, name, true);
+    }
+}
+
+#[tokio::test]
+async fn a_stalled_queue_fails_the_check_with_503_and_the_same_body() {
+    // No workers: probe jobs are queued but never run, so the probe times out.
+    let host = Host::builder()
+        .config("[queues.plugin]\nworkers = 0\ncapacity = 16\n[health]\nprobe_timeout_ms = 300")
+        .start();
+    let response = host
+        .http
+        .get(host.url("/v1/system-check"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 503);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["api"], true);
+    assert_check(&body, "database", true);
+    assert_check(&body, "gpu_queue", true);
+    assert_check(&body, "cpu_queue", false);
+    let error = body["cpu_queue"]["errors"][0].as_str().unwrap();
+    assert!(error.contains("300 ms"), "{error}");
+    assert!(
+        body["cpu_queue"]["duration_ms"].as_f64().unwrap() >= 300.0,
+        "{body}"
+    );
+    // Operators see the failure in the log, and the queue's misconfiguration at start.
+    assert!(host.log().contains("system check failed"), "{}", host.log());
+    assert!(
+        host.log().contains("queue has no workers"),
+        "{}",
+        host.log()
+    );
+}
+
+#[tokio::test]
+async fn a_full_inference_queue_fails_the_gpu_check() {
+    let host = Host::builder()
+        .config("[queues.inference]\nworkers = 0\ncapacity = 1\n[health]\nprobe_timeout_ms = 200")
+        .start();
+    // The first check fills the one slot; the second is refused at once.
+    let (first, _) = crate::harness::into_parts(
+        host.http
+            .get(host.url("/v1/system-check"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(first, 503);
+    let (status, body) = crate::harness::into_parts(
+        host.http
+            .get(host.url("/v1/system-check"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 503);
+    let error = body["gpu_queue"]["errors"][0].as_str().unwrap();
+    assert!(error.contains("queue is full"), "{error}");
+}

@@ -1,0 +1,207 @@
+//! Every error has the OpenAI shape and the right status.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::harness::{Host, OPERATOR_KEY, assert_error_shape, into_parts};
+
+#[tokio::test]
+async fn unknown_route_is_a_404_error_object() {
+    let host = Host::start();
+    let (status, body) =
+        into_parts(host.http.get(host.url("/v1/nope")).send().await.unwrap()).await;
+    assert_eq!(status, 404);
+    let error = assert_error_shape(&body);
+    assert_eq!(error["code"], "not_found");
+    assert!(error["message"].as_str().unwrap().contains("/v1/nope"));
+}
+
+#[tokio::test]
+async fn wrong_method_is_a_405_error_object_with_allow() {
+    let host = Host::start();
+    let response = host
+        .http
+        .delete(host.url("/v1/system-check"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 405);
+    let allow = response.headers()["allow"].to_str().unwrap().to_string();
+    assert!(allow.contains("GET"), "{allow}");
+    let (_, body) = into_parts(response).await;
+    let error = assert_error_shape(&body);
+    assert_eq!(error["code"], "method_not_allowed");
+    assert!(error["message"].as_str().unwrap().contains("GET"));
+}
+
+#[tokio::test]
+async fn malformed_json_says_where_it_broke() {
+    let host = Host::start();
+    let response = host
+        .http
+        .post(host.url("/v1/me/api-keys"))
+        .bearer_auth(OPERATOR_KEY)
+        .header("content-type", "application/json")
+        .body("{\"name\": \"ci\",\n \"oops\" }")
+        .send()
+        .await
+        .unwrap();
+    let (status, body) = into_parts(response).await;
+    assert_eq!(status, 400);
+    let error = assert_error_shape(&body);
+    assert_eq!(error["code"], "invalid_json");
+    assert!(
+        error["message"].as_str().unwrap().contains("line 2 column"),
+        "{body}"
+    );
+}
+
+#[tokio::test]
+async fn unknown_and_mistyped_fields_are_named() {
+    let host = Host::start();
+    let (status, body) = host
+        .post("/v1/me/api-keys", &json!({"name": "ci", "scope": "all"}))
+        .await;
+    assert_eq!(status, 400);
+    assert!(
+        assert_error_shape(&body)["message"]
+            .as_str()
+            .unwrap()
+            .contains("scope"),
+        "{body}"
+    );
+
+    let (status, body) = host.post("/v1/me/api-keys", &json!({"name": 5})).await;
+    assert_eq!(status, 400);
+    assert_eq!(assert_error_shape(&body)["param"], "name", "{body}");
+
+    let (status, body) = host.post("/v1/me/api-keys", &json!({"name": "  "})).await;
+    assert_eq!(status, 400);
+    assert_eq!(assert_error_shape(&body)["param"], "name", "{body}");
+}
+
+#[tokio::test]
+async fn oversized_bodies_are_413_declared_or_chunked() {
+    let host = Host::builder()
+        .config("[limits]\nmax_body_bytes = 1024")
+        .start();
+    let big = format!("{{\"name\": \"{}\"}}", "x".repeat(4096));
+    let declared = host
+        .http
+        .post(host.url("/v1/me/api-keys"))
+        .bearer_auth(OPERATOR_KEY)
+        .header("content-type", "application/json")
+        .body(big.clone())
+        .send()
+        .await
+        .unwrap();
+    let (status, body) = into_parts(declared).await;
+    assert_eq!(status, 413);
+    assert_eq!(assert_error_shape(&body)["code"], "payload_too_large");
+    assert!(body["error"]["message"].as_str().unwrap().contains("1024"));
+
+    // A chunked body has no Content-Length; the limit is enforced while reading.
+    let mut request = format!(
+        "POST /v1/me/api-keys HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {OPERATOR_KEY}\r\n\
+         Content-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+    );
+    for chunk in big.as_bytes().chunks(512) {
+        request.push_str(&format!(
+            "{:x}\r\n{}\r\n",
+            chunk.len(),
+            String::from_utf8_lossy(chunk)
+        ));
+    }
+    request.push_str("0\r\n\r\n");
+    let response = raw_exchange(&host.addr(), request.as_bytes());
+    assert!(response.starts_with("HTTP/1.1 413"), "{response}");
+    assert!(response.contains("payload_too_large"), "{response}");
+}
+
+/// Writes `request` on a fresh connection and reads until the server closes it.
+fn raw_exchange(addr: &str, request: &[u8]) -> String {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    // The server may answer (and close) before taking the whole body.
+    let _ = stream.write_all(request);
+    let mut buf = Vec::new();
+    let _ = stream.read_to_end(&mut buf);
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
+#[tokio::test]
+async fn wrong_content_type_is_415() {
+    let host = Host::start();
+    let response = host
+        .http
+        .post(host.url("/v1/me/api-keys"))
+        .bearer_auth(OPERATOR_KEY)
+        .header("content-type", "text/plain")
+        .body("{\"name\": \"ci\"}")
+        .send()
+        .await
+        .unwrap();
+    let (status, body) = into_parts(response).await;
+    assert_eq!(status, 415);
+    let message = assert_error_shape(&body)["message"].as_str().unwrap();
+    assert!(message.contains("application/json"), "{message}");
+}
+
+#[tokio::test]
+async fn a_client_that_never_finishes_its_headers_is_dropped() {
+    let host = Host::builder()
+        .config("[limits]\nheader_read_timeout_ms = 300")
+        .start();
+    let mut stream = TcpStream::connect(host.addr()).unwrap();
+    stream
+        .write_all(b"GET /v1/system-check HTTP/1.1\r\nHost: x\r\n")
+        .unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let start = Instant::now();
+    let mut buf = Vec::new();
+    // The server gives up on the request and closes the connection.
+    let _ = stream.read_to_end(&mut buf);
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "held for {:?}",
+        start.elapsed()
+    );
+    // The host still serves others.
+    let (status, _) = into_parts(
+        host.http
+            .get(host.url("/v1/system-check"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200);
+}
+
+#[tokio::test]
+async fn a_client_that_never_finishes_its_body_gets_408() {
+    let host = Host::builder()
+        .config("[limits]\nbody_read_timeout_ms = 300")
+        .start();
+    let mut stream = TcpStream::connect(host.addr()).unwrap();
+    let head = format!(
+        "POST /v1/me/api-keys HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {OPERATOR_KEY}\r\n\
+         Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"name\""
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut buf = [0u8; 4096];
+    let n = stream.read(&mut buf).unwrap();
+    let text = String::from_utf8_lossy(&buf[..n]);
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    assert!(text.contains("request_timeout"), "{text}");
+}
