@@ -1,8 +1,12 @@
-//! The state shared by every request: configuration, the store and the queues.
+//! The state shared by every request: configuration, the store, the plugin
+//! host and the queues.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::cfg::Config;
+use crate::plugin::Plugins;
+use crate::plugin::watch::Watcher;
 use crate::queue::WorkQueue;
 use crate::store::Store;
 
@@ -13,20 +17,33 @@ pub struct App {
     pub cfg: Arc<Config>,
     /// The one store handle.
     pub store: Store,
-    /// Plugin work: renders and filters (`cpu_queue` in the system check).
-    pub plugin_queue: WorkQueue,
+    /// Loaded plugins and the plugin work queue (`cpu_queue`).
+    pub plugins: Arc<Plugins>,
+    /// The watched plugins directory.
+    pub watcher: Arc<Watcher>,
     /// Model inference (`gpu_queue` in the system check).
     pub inference_queue: WorkQueue,
 }
 
 impl App {
-    /// Builds the state and starts the queues' workers. Needs a tokio runtime.
-    pub fn start(cfg: Config, store: Store) -> App {
-        App {
-            plugin_queue: WorkQueue::start("plugin", &cfg.queues.plugin),
+    /// Starts the plugin host (loading the built-ins and the plugins
+    /// directory) and the queues. Needs a tokio runtime.
+    pub async fn start(cfg: Config, store: Store) -> anyhow::Result<App> {
+        let cache_dir = cfg
+            .plugins
+            .cache_dir
+            .clone()
+            .unwrap_or_else(|| cfg.data_dir.join("cache"));
+        let plugins = Plugins::start(&cache_dir, &cfg.queues.plugin).await?;
+        let watcher = Watcher::new(&cfg.plugins_dir, plugins.clone());
+        watcher.scan().await;
+        watcher.spawn(Duration::from_millis(cfg.plugins.watch_interval_ms));
+        Ok(App {
             inference_queue: WorkQueue::start("inference", &cfg.queues.inference),
             cfg: Arc::new(cfg),
             store,
-        }
+            plugins,
+            watcher,
+        })
     }
 }

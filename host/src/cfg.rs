@@ -27,6 +27,30 @@ pub struct Config {
     pub queues: Queues,
     /// The system check.
     pub health: Health,
+    /// The plugin runtime.
+    pub plugins: PluginsConfig,
+}
+
+/// The plugin runtime.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PluginsConfig {
+    /// Where compiled plugins are cached; `<data_dir>/cache` when unset.
+    pub cache_dir: Option<PathBuf>,
+    /// How often the plugins directory is scanned for changes.
+    pub watch_interval_ms: u64,
+    /// Largest component accepted by the upload API, in bytes.
+    pub max_upload_bytes: usize,
+}
+
+impl Default for PluginsConfig {
+    fn default() -> Self {
+        PluginsConfig {
+            cache_dir: None,
+            watch_interval_ms: 1_000,
+            max_upload_bytes: 64 << 20,
+        }
+    }
 }
 
 /// HTTP limits and time-outs.
@@ -47,7 +71,7 @@ pub struct Limits {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Queues {
-    /// Plugin work (renders, filters): reported as `cpu_queue`.
+    /// Plugin calls (renders, filters): reported as `cpu_queue`.
     pub plugin: QueueConfig,
     /// Model inference: reported as `gpu_queue`.
     pub inference: QueueConfig,
@@ -81,6 +105,7 @@ impl Default for Config {
             limits: Limits::default(),
             queues: Queues::default(),
             health: Health::default(),
+            plugins: PluginsConfig::default(),
         }
     }
 }
@@ -129,6 +154,8 @@ pub struct Overrides {
     pub data_dir: Option<PathBuf>,
     /// `--plugins-dir` / `SWITCHYARD_PLUGINS_DIR`.
     pub plugins_dir: Option<PathBuf>,
+    /// `--plugin-cache-dir` / `SWITCHYARD_PLUGIN_CACHE_DIR`.
+    pub plugin_cache_dir: Option<PathBuf>,
 }
 
 impl Config {
@@ -151,6 +178,9 @@ impl Config {
         }
         if let Some(dir) = overrides.plugins_dir {
             cfg.plugins_dir = dir;
+        }
+        if let Some(dir) = overrides.plugin_cache_dir {
+            cfg.plugins.cache_dir = Some(dir);
         }
         Ok(cfg)
     }

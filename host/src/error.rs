@@ -68,6 +68,10 @@ pub enum Error {
     /// The service cannot take the request right now.
     #[error("{0}")]
     Unavailable(String),
+    /// A plugin trapped or exceeded a limit. The message names the plugin and
+    /// version and says what happened; it holds no secrets.
+    #[error("{0}")]
+    PluginFailed(String),
     /// A bug or an unexpected failure inside the host. The message given to the
     /// client is generic; the cause goes to the log.
     #[error("internal error: {0:#}")]
@@ -100,7 +104,7 @@ impl Error {
             Error::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             Error::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
             Error::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-            Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            Error::PluginFailed(_) | Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
@@ -110,7 +114,7 @@ impl Error {
             Error::Unauthenticated(_) => "authentication_error",
             Error::PermissionDenied(_) => "permission_error",
             Error::RateLimited(_) => "rate_limit_error",
-            Error::Unavailable(_) | Error::Internal(_) => "server_error",
+            Error::Unavailable(_) | Error::PluginFailed(_) | Error::Internal(_) => "server_error",
             _ => "invalid_request_error",
         }
     }
@@ -130,6 +134,7 @@ impl Error {
             Error::RequestTimeout(_) => "request_timeout",
             Error::RateLimited(_) => "rate_limit_exceeded",
             Error::Unavailable(_) => "unavailable",
+            Error::PluginFailed(_) => "plugin_failed",
             Error::Internal(_) => "internal_error",
         }
     }

@@ -31,7 +31,7 @@ pub struct Report {
     pub api: bool,
     /// A write, read and delete in the store.
     pub database: Check,
-    /// A probe job through the plugin work queue.
+    /// A real render by `template-default`, through the plugin work queue.
     pub cpu_queue: Check,
     /// A probe job through the inference queue.
     pub gpu_queue: Check,
@@ -53,7 +53,7 @@ pub async fn system_check(app: &App) -> Report {
     });
     let (database, cpu_queue, gpu_queue) = tokio::join!(
         database,
-        check(limit, queue_probe(app.plugin_queue.clone())),
+        check(limit, render_probe(app.plugins.clone())),
         check(limit, queue_probe(app.inference_queue.clone())),
     );
     Report {
@@ -79,6 +79,29 @@ async fn check(limit: Duration, probe: impl Future<Output = anyhow::Result<()>>)
         duration_ms: (start.elapsed().as_secs_f64() * 1e6).round() / 1e3,
         errors,
     }
+}
+
+/// Renders a known template through the plugin work queue and checks the answer.
+async fn render_probe(plugins: std::sync::Arc<crate::plugin::Plugins>) -> anyhow::Result<()> {
+    use crate::plugin::{builtin::TEMPLATE_DEFAULT, template::Variable};
+    let (workers, waiting) = (plugins.queue.workers(), plugins.queue.waiting());
+    let vars = vec![Variable {
+        name: "event_type".into(),
+        value: "\"PROBE\"".into(),
+    }];
+    let out = plugins
+        .render(
+            TEMPLATE_DEFAULT,
+            r#"{"probe": "${event_type}"}"#.into(),
+            vars,
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("{e} (workers: {workers}, waiting: {waiting})"))?;
+    anyhow::ensure!(
+        out == r#"{"probe": "PROBE"}"#,
+        "the probe render returned {out}"
+    );
+    Ok(())
 }
 
 /// Sends a known-answer job through `queue`: it proves a worker picked the job

@@ -12,6 +12,7 @@ pub mod error;
 pub mod health;
 pub mod http;
 pub mod ids;
+pub mod plugin;
 pub mod queue;
 pub mod server;
 pub mod store;

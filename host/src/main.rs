@@ -39,6 +39,10 @@ struct ServeArgs {
     /// Directory watched for plugins (default ./plugins.d).
     #[arg(long, env = "SWITCHYARD_PLUGINS_DIR")]
     plugins_dir: Option<PathBuf>,
+    /// Where compiled plugins are cached (default <data-dir>/cache); several
+    /// hosts may share one.
+    #[arg(long, env = "SWITCHYARD_PLUGIN_CACHE_DIR")]
+    plugin_cache_dir: Option<PathBuf>,
     /// API key of the operator created on first start; a random one is
     /// generated and printed once if unset.
     #[arg(long, env = "SWITCHYARD_BOOTSTRAP_KEY", hide_env_values = true)]
@@ -74,6 +78,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         listen: args.listen,
         data_dir: args.data_dir,
         plugins_dir: args.plugins_dir,
+        plugin_cache_dir: args.plugin_cache_dir,
     };
     let cfg = Config::load(args.config.as_deref(), overrides)?;
     let runtime = tokio::runtime::Runtime::new()?;

@@ -38,7 +38,7 @@ pub async fn prepare(
             cfg.listen
         )
     })?;
-    Ok((App::start(cfg, store), listener))
+    Ok((App::start(cfg, store).await?, listener))
 }
 
 /// Serves until `shutdown` resolves, then stops accepting, lets in-flight

@@ -73,6 +73,11 @@ impl HostBuilder {
             .arg("--data-dir")
             .arg(&data_dir)
             .env("SWITCHYARD_BOOTSTRAP_KEY", OPERATOR_KEY)
+            // Compiled plugins are shared by every test host: compile once.
+            .env(
+                "SWITCHYARD_PLUGIN_CACHE_DIR",
+                concat!(env!("CARGO_MANIFEST_DIR"), "/../target/test-plugin-cache"),
+            )
             .env("RUST_LOG", "info")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

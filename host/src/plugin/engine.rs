@@ -1,0 +1,104 @@
+//! The one wasmtime [`Engine`], its epoch ticker, and the compile cache.
+//!
+//! This module is deliberately the only place that configures wasmtime.
+//! Compiled code is cached on disk under the content hash of the component and
+//! the engine's compatibility hash, so a restart or reload does not recompile.
+
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::Context;
+use sha2::{Digest, Sha256};
+use wasmtime::component::{Component, Linker};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+use super::limits::{EPOCH_TICK, MAX_MEMORY_BYTES};
+use super::state::State;
+
+/// The engine, the linker every plugin is instantiated with, and the cache.
+pub struct Runtime {
+    /// The shared engine.
+    pub engine: Engine,
+    /// WASI (as constrained per call by [`State`]) and nothing else.
+    pub linker: Linker<State>,
+    cache_dir: PathBuf,
+}
+
+impl Runtime {
+    /// Builds the engine and starts its epoch ticker.
+    pub fn new(cache_dir: &Path) -> anyhow::Result<Arc<Runtime>> {
+        let mut pool = PoolingAllocationConfig::default();
+        pool.total_component_instances(512)
+            .total_core_instances(1024)
+            .total_memories(512)
+            .total_tables(1024)
+            .max_memory_size(MAX_MEMORY_BYTES as usize);
+        let mut config = Config::new();
+        config
+            .wasm_component_model(true)
+            .epoch_interruption(true)
+            .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        let engine =
+            Engine::new(&config).map_err(|e| anyhow::anyhow!("configuring wasmtime: {e:#}"))?;
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+        std::fs::create_dir_all(cache_dir)
+            .with_context(|| format!("creating plugin cache {}", cache_dir.display()))?;
+        start_ticker(&engine);
+        Ok(Arc::new(Runtime {
+            engine,
+            linker,
+            cache_dir: cache_dir.to_path_buf(),
+        }))
+    }
+
+    /// Compiles `bytes`, or loads the cached compilation. Blocking: call it
+    /// from a blocking thread.
+    pub fn compile(&self, bytes: &[u8]) -> anyhow::Result<Component> {
+        let path = self.cache_path(bytes);
+        if path.exists() {
+            // SAFETY: the file was written by `precompile_component` of an
+            // engine with the same compatibility hash (it is in the name), in
+            // a cache directory only this host writes to.
+            match unsafe { Component::deserialize_file(&self.engine, &path) } {
+                Ok(component) => return Ok(component),
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), error = %e, "ignoring a bad cache entry")
+                }
+            }
+        }
+        let compiled = self.engine.precompile_component(bytes)?;
+        let temp = path.with_extension(format!("tmp{}", std::process::id()));
+        std::fs::write(&temp, &compiled)?;
+        std::fs::rename(&temp, &path)?;
+        // SAFETY: just produced by this engine.
+        Ok(unsafe { Component::deserialize(&self.engine, &compiled)? })
+    }
+
+    fn cache_path(&self, bytes: &[u8]) -> PathBuf {
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        self.engine
+            .precompile_compatibility_hash()
+            .hash(&mut hasher);
+        let engine = hasher.finish();
+        let content = hex::encode(Sha256::digest(bytes));
+        self.cache_dir
+            .join(format!("{content}-{engine:016x}.cwasm"))
+    }
+}
+
+/// Advances the epoch every tick, until the engine is dropped.
+fn start_ticker(engine: &Engine) {
+    let weak = engine.weak();
+    std::thread::Builder::new()
+        .name("wasm-epoch".into())
+        .spawn(move || {
+            while let Some(engine) = weak.upgrade() {
+                engine.increment_epoch();
+                drop(engine);
+                std::thread::sleep(EPOCH_TICK);
+            }
+        })
+        .expect("starting the epoch thread");
+}

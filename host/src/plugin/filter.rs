@@ -1,0 +1,79 @@
+//! Calls into `event-filter` plugins.
+
+use std::sync::Arc;
+
+use super::bindings::v0_1_0::filter::exports::switchyard::plugin::filter as wit;
+use super::call::call;
+use super::registry::{Plugin, Plugins, Pre};
+use super::{Kind, PluginError};
+
+pub use wit::{Aggregation, Comparison, Event, FilterConfig, MetricCondition};
+
+impl Plugins {
+    /// Whether `event` matches `config`, by the filter plugin `name`, on the
+    /// plugin work queue.
+    pub async fn matches(
+        self: &Arc<Self>,
+        name: &str,
+        config: FilterConfig,
+        event: Event,
+    ) -> Result<bool, PluginError> {
+        let plugin = self.get_kind(name, Kind::EventFilter)?;
+        let this = self.clone();
+        self.on_queue(async move { this.matches_with(&plugin, &config, &event).await })
+            .await
+    }
+
+    /// Checks a filter configuration (e.g. that its regexes compile).
+    pub async fn validate_filter(
+        self: &Arc<Self>,
+        name: &str,
+        config: FilterConfig,
+    ) -> Result<(), PluginError> {
+        let plugin = self.get_kind(name, Kind::EventFilter)?;
+        let this = self.clone();
+        self.on_queue(async move {
+            let Pre::Filter(pre) = &plugin.pre else {
+                return Err(not_a_filter(&plugin));
+            };
+            call(&this.runtime, &plugin, async |store| {
+                let instance = pre.instantiate_async(&mut *store).await?;
+                let result = instance
+                    .switchyard_plugin_filter()
+                    .call_validate(&mut *store, &config)
+                    .await?;
+                Ok(result.map_err(|e| plugin.reported(e)))
+            })
+            .await
+        })
+        .await
+    }
+
+    /// Filters with a given plugin, loaded or not, on the current task.
+    pub async fn matches_with(
+        &self,
+        plugin: &Plugin,
+        config: &FilterConfig,
+        event: &Event,
+    ) -> Result<bool, PluginError> {
+        let Pre::Filter(pre) = &plugin.pre else {
+            return Err(not_a_filter(plugin));
+        };
+        call(&self.runtime, plugin, async |store| {
+            let instance = pre.instantiate_async(&mut *store).await?;
+            let result = instance
+                .switchyard_plugin_filter()
+                .call_matches(&mut *store, config, event)
+                .await?;
+            Ok(result.map_err(|e| plugin.reported(e)))
+        })
+        .await
+    }
+}
+
+fn not_a_filter(plugin: &Plugin) -> PluginError {
+    PluginError::NotLoaded {
+        name: plugin.name.clone(),
+        kind: Kind::EventFilter,
+    }
+}

@@ -1,0 +1,170 @@
+//! JSON forms of plugin inputs, shared by the operator invoke API and
+//! `switchyard plugin check`, so both take exactly the same documents.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::filter::{Aggregation, Comparison, Event, FilterConfig, MetricCondition};
+use super::template::Variable;
+
+/// Input for a payload template: the template and its variables.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TemplateInput {
+    /// The payload template.
+    pub template: String,
+    /// Variable values, any JSON.
+    #[serde(default)]
+    pub variables: BTreeMap<String, Value>,
+}
+
+impl TemplateInput {
+    /// The variables in the WIT form (values as JSON text).
+    pub fn variables(&self) -> Vec<Variable> {
+        self.variables
+            .iter()
+            .map(|(name, value)| Variable {
+                name: name.clone(),
+                value: value.to_string(),
+            })
+            .collect()
+    }
+}
+
+/// Input for an event filter: the automation's filter and an event.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FilterInput {
+    /// The filter.
+    pub config: FilterSpec,
+    /// The event.
+    pub event: EventSpec,
+}
+
+/// An automation's event filter.
+#[derive(Debug, Clone, Default, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct FilterSpec {
+    /// Regex an added alias must match.
+    pub alias_regex: Option<String>,
+    /// Regex an added tag must match.
+    pub tag_regex: Option<String>,
+    /// The run's creator.
+    pub run_creator: Option<String>,
+    /// Regex the run's name must match.
+    pub run_name_regex: Option<String>,
+    /// A run-metric threshold.
+    pub metric: Option<MetricSpec>,
+}
+
+/// A run-metric threshold: `aggregation(last window values) comparison threshold`.
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricSpec {
+    /// Metric name.
+    pub name: String,
+    /// How many recent values; 5 unless given.
+    #[serde(default = "default_window")]
+    pub window: u32,
+    /// `average`, `min` or `max`.
+    #[serde(default = "default_aggregation")]
+    pub aggregation: String,
+    /// `>`, `>=`, `<`, `<=`, `==` or `!=`.
+    pub comparison: String,
+    /// The threshold.
+    pub threshold: f64,
+}
+
+fn default_window() -> u32 {
+    5
+}
+
+fn default_aggregation() -> String {
+    "average".into()
+}
+
+/// What a filter sees of an event.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventSpec {
+    /// E.g. `ADD_ARTIFACT_ALIAS`.
+    pub event_type: String,
+    /// The alias added.
+    pub alias: Option<String>,
+    /// The tag added.
+    pub tag: Option<String>,
+    /// The run's creator.
+    pub run_creator: Option<String>,
+    /// The run's name.
+    pub run_name: Option<String>,
+    /// The metric logged.
+    pub metric_name: Option<String>,
+    /// Its values, oldest first.
+    #[serde(default)]
+    pub metric_values: Vec<f64>,
+}
+
+impl FilterSpec {
+    /// The WIT form; errors name the bad field.
+    pub fn to_wit(&self) -> Result<FilterConfig, String> {
+        Ok(FilterConfig {
+            alias_regex: self.alias_regex.clone(),
+            tag_regex: self.tag_regex.clone(),
+            run_creator: self.run_creator.clone(),
+            run_name_regex: self.run_name_regex.clone(),
+            metric: self.metric.as_ref().map(MetricSpec::to_wit).transpose()?,
+        })
+    }
+}
+
+impl MetricSpec {
+    fn to_wit(&self) -> Result<MetricCondition, String> {
+        let aggregation = match self.aggregation.as_str() {
+            "average" => Aggregation::Average,
+            "min" => Aggregation::Min,
+            "max" => Aggregation::Max,
+            other => {
+                return Err(format!(
+                    "metric.aggregation '{other}' is not one of average, min, max"
+                ));
+            }
+        };
+        let comparison = match self.comparison.as_str() {
+            ">" => Comparison::Gt,
+            ">=" => Comparison::Gte,
+            "<" => Comparison::Lt,
+            "<=" => Comparison::Lte,
+            "==" => Comparison::Eq,
+            "!=" => Comparison::Ne,
+            other => {
+                return Err(format!(
+                    "metric.comparison '{other}' is not one of >, >=, <, <=, ==, !="
+                ));
+            }
+        };
+        Ok(MetricCondition {
+            name: self.name.clone(),
+            window: self.window,
+            aggregation,
+            comparison,
+            threshold: self.threshold,
+        })
+    }
+}
+
+impl EventSpec {
+    /// The WIT form.
+    pub fn to_wit(&self) -> Event {
+        Event {
+            event_type: self.event_type.clone(),
+            alias: self.alias.clone(),
+            tag: self.tag.clone(),
+            run_creator: self.run_creator.clone(),
+            run_name: self.run_name.clone(),
+            metric_name: self.metric_name.clone(),
+            metric_values: self.metric_values.clone(),
+        }
+    }
+}

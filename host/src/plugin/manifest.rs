@@ -1,0 +1,133 @@
+//! Plugin manifests: `NAME.toml` beside `NAME.wasm` in the plugins directory.
+//! The upload API takes the same fields as query parameters.
+//!
+//! ```toml
+//! kind = "payload-template"   # or "event-filter"
+//! version = "1.0.0"
+//! [limits]                    # optional; defaults depend on the kind
+//! memory_mb = 32
+//! cpu_ms = 50
+//! timeout_ms = 500
+//! ```
+
+use serde::Deserialize;
+
+use super::{Kind, Limits};
+
+/// A parsed manifest.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    /// `payload-template` or `event-filter`.
+    pub kind: String,
+    /// A version label, shown in listings and errors.
+    pub version: String,
+    /// Overrides of the kind's default limits.
+    #[serde(default)]
+    pub limits: LimitOverrides,
+}
+
+/// Limits an operator may set; unset ones take the kind's default.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitOverrides {
+    /// Memory cap in MiB.
+    pub memory_mb: Option<u64>,
+    /// CPU budget per call in ms.
+    pub cpu_ms: Option<u64>,
+    /// Wall-clock budget per call in ms.
+    pub timeout_ms: Option<u64>,
+}
+
+impl LimitOverrides {
+    /// The limits for `kind` with these overrides applied.
+    pub fn apply(&self, kind: Kind) -> Limits {
+        let default = Limits::default_for(kind);
+        Limits {
+            memory_bytes: self
+                .memory_mb
+                .map_or(default.memory_bytes, |mb| mb.saturating_mul(1 << 20)),
+            cpu_ms: self.cpu_ms.unwrap_or(default.cpu_ms),
+            timeout_ms: self.timeout_ms.unwrap_or(default.timeout_ms),
+        }
+    }
+}
+
+impl Manifest {
+    /// Parses manifest text.
+    pub fn parse(text: &str) -> Result<Manifest, String> {
+        let manifest: Manifest = toml::from_str(text).map_err(|e| e.to_string())?;
+        manifest.kind()?;
+        validate_version(&manifest.version)?;
+        Ok(manifest)
+    }
+
+    /// The kind, parsed.
+    pub fn kind(&self) -> Result<Kind, String> {
+        self.kind.parse()
+    }
+}
+
+/// Plugin names: 1 to 64 of `a-z`, `0-9` and `-`, starting with a letter or digit.
+pub fn validate_name(name: &str) -> Result<(), String> {
+    let ok = (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.starts_with('-');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "'{name}' is not a valid plugin name: use 1 to 64 lowercase letters, digits and '-'"
+        ))
+    }
+}
+
+/// Versions: 1 to 64 printable characters without spaces.
+pub fn validate_version(version: &str) -> Result<(), String> {
+    if (1..=64).contains(&version.len()) && version.bytes().all(|b| b.is_ascii_graphic()) {
+        Ok(())
+    } else {
+        Err(format!(
+            "'{version}' is not a valid version: use 1 to 64 printable characters, e.g. 1.0.0"
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_a_manifest_with_limits() {
+        let m =
+            Manifest::parse("kind = \"event-filter\"\nversion = \"2.0\"\n[limits]\nmemory_mb = 8")
+                .unwrap();
+        let limits = m.limits.apply(m.kind().unwrap());
+        assert_eq!(limits.memory_bytes, 8 << 20);
+        assert_eq!(limits.cpu_ms, Limits::default_for(Kind::EventFilter).cpu_ms);
+    }
+
+    #[test]
+    fn rejects_unknown_kinds_and_fields() {
+        assert!(
+            Manifest::parse("kind = \"printer\"\nversion = \"1\"")
+                .unwrap_err()
+                .contains("printer")
+        );
+        assert!(
+            Manifest::parse("kind = \"event-filter\"\nversion = \"1\"\ncolour = 1")
+                .unwrap_err()
+                .contains("colour")
+        );
+    }
+
+    #[test]
+    fn names_are_checked() {
+        assert!(validate_name("discord-adapter").is_ok());
+        for bad in ["", "Discord", "../x", "-x", &"a".repeat(65)] {
+            assert!(validate_name(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,131 @@
+//! The plugin runtime: WebAssembly components loaded under our own WIT worlds.
+//!
+//! - [`engine`]: the one wasmtime engine, epoch ticker and compile cache.
+//! - [`capabilities`]: what each kind may import.
+//! - [`limits`]: memory, CPU and wall-clock limits per call.
+//! - [`registry`]: loaded plugins by name, swapped atomically.
+//! - [`call`]: running one call under its limits.
+//! - [`template`] and [`filter`]: the typed calls of each kind.
+//! - [`builtin`], [`manifest`] and [`watch`]: where plugins come from.
+
+pub mod bindings;
+pub mod builtin;
+pub mod call;
+pub mod capabilities;
+pub mod engine;
+pub mod filter;
+pub mod input;
+pub mod limits;
+pub mod manifest;
+pub mod registry;
+pub mod state;
+pub mod template;
+pub mod watch;
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+pub use limits::Limits;
+pub use registry::{Plugin, Plugins, Source};
+
+/// The kinds of plugin, one WIT world each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Kind {
+    /// `payload-template`: renders webhook payloads.
+    PayloadTemplate,
+    /// `event-filter`: decides whether an event fires an automation.
+    EventFilter,
+}
+
+impl Kind {
+    /// The name used in manifests, the API and WIT.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::PayloadTemplate => "payload-template",
+            Kind::EventFilter => "event-filter",
+        }
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Kind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Kind, String> {
+        match s {
+            "payload-template" => Ok(Kind::PayloadTemplate),
+            "event-filter" => Ok(Kind::EventFilter),
+            other => Err(format!(
+                "unknown plugin kind '{other}'; expected payload-template or event-filter"
+            )),
+        }
+    }
+}
+
+/// Why a plugin could not be loaded or called. Every message names the plugin
+/// and its version.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum PluginError {
+    /// The plugin ran and reported an error about its input.
+    #[error("{plugin}: {message}")]
+    Reported {
+        /// `name@version`.
+        plugin: String,
+        /// The plugin's error code, e.g. `unknown-variable`.
+        code: String,
+        /// Its message.
+        message: String,
+        /// Byte offset into the input, when known.
+        position: Option<u32>,
+    },
+    /// The plugin failed: a trap, or a limit was hit.
+    #[error("{plugin} {what}")]
+    Failed {
+        /// `name@version`.
+        plugin: String,
+        /// What happened, e.g. "exceeded its CPU budget of 100 ms".
+        what: String,
+    },
+    /// No plugin of that name and kind is loaded.
+    #[error("no {kind} plugin named '{name}' is loaded")]
+    NotLoaded {
+        /// The name asked for.
+        name: String,
+        /// The kind needed.
+        kind: Kind,
+    },
+    /// The component could not be loaded.
+    #[error("cannot load plugin {plugin}: {message}")]
+    Load {
+        /// `name@version`.
+        plugin: String,
+        /// Why.
+        message: String,
+    },
+    /// The plugin work queue refused or lost the job.
+    #[error("{0}")]
+    Queue(String),
+}
+
+impl From<PluginError> for crate::error::Error {
+    fn from(e: PluginError) -> Self {
+        use crate::error::Error;
+        match e {
+            PluginError::Reported { .. } | PluginError::Load { .. } => Error::InvalidRequest {
+                message: e.to_string(),
+                param: None,
+            },
+            PluginError::NotLoaded { .. } => Error::NotFound(e.to_string()),
+            PluginError::Failed { .. } => Error::PluginFailed(e.to_string()),
+            PluginError::Queue(message) => Error::Unavailable(message),
+        }
+    }
+}

@@ -1,0 +1,289 @@
+//! Loaded plugins by name, replaced atomically.
+//!
+//! The map lives behind an `ArcSwap`: a call takes an `Arc<Plugin>` and keeps
+//! it to the end, so a replacement never disturbs calls in flight — they finish
+//! on the old version while new calls get the new one. A component that fails
+//! to compile or validate never reaches the map, so the old version keeps
+//! serving.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use super::bindings::v0_1_0::{filter, template};
+use super::engine::Runtime;
+use super::state::State;
+use super::{Kind, Limits, PluginError};
+use crate::cfg::QueueConfig;
+use crate::queue::WorkQueue;
+
+/// Where a plugin came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    /// Embedded in the binary.
+    Builtin,
+    /// The watched plugins directory.
+    Directory,
+    /// Uploaded through the operator API.
+    Upload,
+}
+
+/// A component checked against its world, ready to instantiate.
+pub enum Pre {
+    /// A `payload-template`.
+    Template(template::PayloadTemplatePre<State>),
+    /// An `event-filter`.
+    Filter(filter::EventFilterPre<State>),
+}
+
+/// One loaded plugin.
+pub struct Plugin {
+    /// Unique name.
+    pub name: String,
+    /// Its kind (WIT world).
+    pub kind: Kind,
+    /// Version, from its manifest.
+    pub version: String,
+    /// SHA-256 of the component bytes, hex.
+    pub sha256: String,
+    /// Where it came from.
+    pub source: Source,
+    /// Limits applied to every call.
+    pub limits: Limits,
+    /// Unix seconds.
+    pub loaded_at: u64,
+    /// Size of the component in bytes.
+    pub size_bytes: usize,
+    pub(super) pre: Pre,
+    pub(super) stats: Stats,
+}
+
+/// What to load.
+pub struct Spec {
+    /// Unique name.
+    pub name: String,
+    /// Expected kind.
+    pub kind: Kind,
+    /// Version label.
+    pub version: String,
+    /// Limits; `None` for the kind's defaults.
+    pub limits: Option<Limits>,
+    /// Where it came from.
+    pub source: Source,
+    /// The component.
+    pub bytes: Vec<u8>,
+}
+
+/// Call counters and recent latencies.
+#[derive(Default)]
+pub struct Stats {
+    calls: AtomicU64,
+    failures: AtomicU64,
+    recent_us: Mutex<Vec<u32>>,
+}
+
+const RECENT: usize = 1024;
+
+impl Stats {
+    pub(super) fn record(&self, took: Duration, failed: bool) {
+        let n = self.calls.fetch_add(1, Ordering::Relaxed) as usize;
+        if failed {
+            self.failures.fetch_add(1, Ordering::Relaxed);
+        }
+        let us = u32::try_from(took.as_micros()).unwrap_or(u32::MAX);
+        let mut recent = self.recent_us.lock().unwrap_or_else(|p| p.into_inner());
+        if recent.len() < RECENT {
+            recent.push(us);
+        } else {
+            recent[n % RECENT] = us;
+        }
+    }
+
+    /// Median latency of recent calls, in microseconds.
+    pub fn p50_us(&self) -> Option<u32> {
+        let mut recent = self
+            .recent_us
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        if recent.is_empty() {
+            return None;
+        }
+        recent.sort_unstable();
+        Some(recent[recent.len() / 2])
+    }
+
+    /// Calls made.
+    pub fn calls(&self) -> u64 {
+        self.calls.load(Ordering::Relaxed)
+    }
+
+    /// Calls that trapped or hit a limit.
+    pub fn failures(&self) -> u64 {
+        self.failures.load(Ordering::Relaxed)
+    }
+}
+
+impl Plugin {
+    /// `name@version`, as errors and logs name it.
+    pub fn id(&self) -> String {
+        format!("{}@{}", self.name, self.version)
+    }
+
+    pub(super) fn failed(&self, what: String) -> PluginError {
+        PluginError::Failed {
+            plugin: self.id(),
+            what,
+        }
+    }
+
+    pub(super) fn reported(
+        &self,
+        e: super::bindings::v0_1_0::template::switchyard::plugin::types::PluginError,
+    ) -> PluginError {
+        PluginError::Reported {
+            plugin: self.id(),
+            code: e.code,
+            message: e.message,
+            position: e.position,
+        }
+    }
+
+    /// Call statistics.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+}
+
+/// The plugin host: runtime, loaded plugins and the plugin work queue.
+pub struct Plugins {
+    pub(super) runtime: Arc<Runtime>,
+    loaded: ArcSwap<HashMap<String, Arc<Plugin>>>,
+    /// Serialises writers; readers never wait.
+    write: Mutex<()>,
+    /// Every plugin call runs on this queue (`cpu_queue` in the system check).
+    pub queue: WorkQueue,
+}
+
+impl Plugins {
+    /// Starts the runtime with its cache in `cache_dir` and loads the built-ins.
+    pub async fn start(cache_dir: &Path, queue: &QueueConfig) -> anyhow::Result<Arc<Plugins>> {
+        let cache_dir = cache_dir.to_path_buf();
+        let runtime = tokio::task::spawn_blocking(move || Runtime::new(&cache_dir)).await??;
+        let plugins = Arc::new(Plugins {
+            runtime,
+            loaded: ArcSwap::default(),
+            write: Mutex::new(()),
+            queue: WorkQueue::start("plugin", queue),
+        });
+        for spec in super::builtin::specs() {
+            plugins.load(spec).await?;
+        }
+        Ok(plugins)
+    }
+
+    /// The plugin named `name`, if loaded.
+    pub fn get(&self, name: &str) -> Option<Arc<Plugin>> {
+        self.loaded.load().get(name).cloned()
+    }
+
+    /// The plugin named `name`, which must be of `kind`.
+    pub fn get_kind(&self, name: &str, kind: Kind) -> Result<Arc<Plugin>, PluginError> {
+        self.get(name)
+            .filter(|p| p.kind == kind)
+            .ok_or_else(|| PluginError::NotLoaded {
+                name: name.to_string(),
+                kind,
+            })
+    }
+
+    /// Every loaded plugin, by name.
+    pub fn list(&self) -> Vec<Arc<Plugin>> {
+        let mut all: Vec<_> = self.loaded.load().values().cloned().collect();
+        all.sort_by(|a, b| a.name.cmp(&b.name));
+        all
+    }
+
+    /// Compiles and validates `spec` off the async threads, then installs it,
+    /// replacing any plugin of the same name. On failure nothing changes.
+    pub async fn load(&self, spec: Spec) -> Result<Arc<Plugin>, PluginError> {
+        let plugin = Arc::new(self.build(spec).await?);
+        let _guard = self.write.lock().unwrap_or_else(|p| p.into_inner());
+        let mut next = HashMap::clone(&self.loaded.load());
+        next.insert(plugin.name.clone(), plugin.clone());
+        self.loaded.store(Arc::new(next));
+        tracing::info!(plugin = %plugin.id(), kind = %plugin.kind, sha256 = %plugin.sha256, "plugin loaded");
+        Ok(plugin)
+    }
+
+    /// Checks `spec` without installing it: the dry run of `plugin check`.
+    pub async fn check(&self, spec: Spec) -> Result<Arc<Plugin>, PluginError> {
+        Ok(Arc::new(self.build(spec).await?))
+    }
+
+    /// Unloads `name`. Calls in flight finish; built-ins cannot be removed.
+    pub fn remove(&self, name: &str) -> Option<Arc<Plugin>> {
+        let _guard = self.write.lock().unwrap_or_else(|p| p.into_inner());
+        let mut next = HashMap::clone(&self.loaded.load());
+        let removed = next.remove(name)?;
+        self.loaded.store(Arc::new(next));
+        tracing::info!(plugin = %removed.id(), "plugin removed");
+        Some(removed)
+    }
+
+    async fn build(&self, spec: Spec) -> Result<Plugin, PluginError> {
+        let id = format!("{}@{}", spec.name, spec.version);
+        let load_error = |message: String| PluginError::Load {
+            plugin: id.clone(),
+            message,
+        };
+        let limits = spec
+            .limits
+            .unwrap_or_else(|| Limits::default_for(spec.kind));
+        limits.validate().map_err(load_error)?;
+        let runtime = self.runtime.clone();
+        let kind = spec.kind;
+        let bytes = spec.bytes;
+        let (pre, sha256, size_bytes) = tokio::task::spawn_blocking(move || {
+            let sha256 = hex::encode(Sha256::digest(&bytes));
+            let component = runtime
+                .compile(&bytes)
+                .map_err(|e| format!("it is not a valid WebAssembly component: {e:#}"))?;
+            let pre = super::call::prepare(&runtime, kind, &component)?;
+            Ok::<_, String>((pre, sha256, bytes.len()))
+        })
+        .await
+        .map_err(|e| load_error(format!("compilation crashed: {e}")))?
+        .map_err(load_error)?;
+        Ok(Plugin {
+            name: spec.name,
+            kind,
+            version: spec.version,
+            sha256,
+            source: spec.source,
+            limits,
+            loaded_at: crate::ids::now(),
+            size_bytes,
+            pre,
+            stats: Stats::default(),
+        })
+    }
+
+    /// Runs `job` on the plugin work queue.
+    pub(super) async fn on_queue<T: Send + 'static>(
+        &self,
+        job: impl Future<Output = Result<T, PluginError>> + Send + 'static,
+    ) -> Result<T, PluginError> {
+        self.queue
+            .run(job)
+            .await
+            .map_err(|e| PluginError::Queue(e.to_string()))?
+    }
+}

@@ -1,0 +1,157 @@
+//! The watched plugins directory: `NAME.wasm` with `NAME.toml`.
+//!
+//! The directory is polled: a plugin is (re)loaded when the hash of its files
+//! changes, and unloaded when its files go away. Polling content hashes works
+//! on every filesystem and catches replaced files, not just new ones. A bad
+//! plugin is reported in the log and in [`Watcher::errors`]; whatever was
+//! loaded under that name before keeps serving.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+
+use super::manifest::{Manifest, validate_name};
+use super::registry::{Plugins, Source, Spec};
+
+/// Watches one directory for plugins.
+pub struct Watcher {
+    dir: PathBuf,
+    plugins: Arc<Plugins>,
+    seen: Mutex<HashMap<String, String>>,
+    errors: Mutex<HashMap<String, String>>,
+}
+
+impl Watcher {
+    /// A watcher of `dir` that loads into `plugins`.
+    pub fn new(dir: &Path, plugins: Arc<Plugins>) -> Arc<Watcher> {
+        Arc::new(Watcher {
+            dir: dir.to_path_buf(),
+            plugins,
+            seen: Mutex::default(),
+            errors: Mutex::default(),
+        })
+    }
+
+    /// Polls every `interval` until the process ends.
+    pub fn spawn(self: &Arc<Self>, interval: Duration) {
+        let this = self.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(interval).await;
+                this.scan().await;
+            }
+        });
+    }
+
+    /// Why plugins in the directory failed to load, by name.
+    pub fn errors(&self) -> HashMap<String, String> {
+        self.errors
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// One pass over the directory.
+    pub async fn scan(&self) {
+        let found = match self.read_dir() {
+            Ok(found) => found,
+            Err(e) => {
+                tracing::debug!(dir = %self.dir.display(), error = %e, "plugins directory not readable");
+                HashMap::new()
+            }
+        };
+        let previous = self.seen.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        for (name, (hash, wasm, manifest)) in &found {
+            if previous.get(name) == Some(hash) {
+                continue;
+            }
+            self.seen
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(name.clone(), hash.clone());
+            match self.load(name, wasm, manifest).await {
+                Ok(()) => {
+                    self.errors
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .remove(name);
+                }
+                Err(e) => {
+                    tracing::error!(plugin = %name, error = %e, "plugin in the plugins directory was not loaded");
+                    self.errors
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(name.clone(), e);
+                }
+            }
+        }
+        for name in previous.keys().filter(|n| !found.contains_key(*n)) {
+            self.seen
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(name);
+            self.errors
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(name);
+            if self
+                .plugins
+                .get(name)
+                .is_some_and(|p| p.source == Source::Directory)
+            {
+                self.plugins.remove(name);
+            }
+        }
+    }
+
+    async fn load(&self, name: &str, wasm: &Path, manifest: &Path) -> Result<(), String> {
+        validate_name(name)?;
+        let text = std::fs::read_to_string(manifest)
+            .map_err(|e| format!("cannot read {}: {e}", manifest.display()))?;
+        let manifest =
+            Manifest::parse(&text).map_err(|e| format!("invalid manifest {name}.toml: {e}"))?;
+        let kind = manifest.kind()?;
+        let bytes =
+            std::fs::read(wasm).map_err(|e| format!("cannot read {}: {e}", wasm.display()))?;
+        let spec = Spec {
+            name: name.to_string(),
+            kind,
+            version: manifest.version.clone(),
+            limits: Some(manifest.limits.apply(kind)),
+            source: Source::Directory,
+            bytes,
+        };
+        self.plugins
+            .load(spec)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    /// Plugins in the directory: name → (hash of both files, wasm path, manifest path).
+    fn read_dir(&self) -> std::io::Result<HashMap<String, (String, PathBuf, PathBuf)>> {
+        let mut found = HashMap::new();
+        for entry in std::fs::read_dir(&self.dir)? {
+            let wasm = entry?.path();
+            if wasm.extension().and_then(|e| e.to_str()) != Some("wasm") {
+                continue;
+            }
+            let Some(name) = wasm
+                .file_stem()
+                .and_then(|s| s.to_str())
+                .map(str::to_string)
+            else {
+                continue;
+            };
+            let manifest = wasm.with_extension("toml");
+            let mut hasher = Sha256::new();
+            hasher.update(std::fs::read(&wasm)?);
+            hasher.update(std::fs::read(&manifest).unwrap_or_default());
+            found.insert(name, (hex::encode(hasher.finalize()), wasm, manifest));
+        }
+        Ok(found)
+    }
+}
