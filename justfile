@@ -1,0 +1,21 @@
+# Development recipes. The README's two commands need none of these.
+
+# Serve with the default configuration (127.0.0.1:8080, data in ./data).
+serve:
+    cargo run --release -- serve
+
+# The full test suite, as CI runs it.
+test:
+    cargo test --workspace
+
+# Build the plugins workspace (host/build.rs also does this on every host build).
+build-plugins:
+    cd plugins && cargo build --release
+
+fmt:
+    cargo fmt --all
+    cd plugins && cargo fmt --all
+
+lint:
+    cargo clippy --all-targets -- -D warnings
+    cd plugins && cargo clippy --release -- -D warnings
