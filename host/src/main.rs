@@ -23,6 +23,32 @@ struct Cli {
 enum Command {
     /// Serve the HTTP API.
     Serve(ServeArgs),
+    /// Work with plugins.
+    #[command(subcommand)]
+    Plugin(PluginCommand),
+}
+
+#[derive(Subcommand)]
+enum PluginCommand {
+    /// Validate a component (kind, world, imports) and optionally run it once
+    /// on an input JSON file: {"template", "variables"} for a payload
+    /// template, {"config", "event"} for an event filter.
+    Check {
+        /// The component.
+        wasm: PathBuf,
+        /// payload-template or event-filter; tried in turn when not given.
+        #[arg(long)]
+        kind: Option<switchyard::plugin::Kind>,
+        /// A NAME.toml manifest, for the kind, version and limits.
+        #[arg(long)]
+        manifest: Option<PathBuf>,
+        /// Input to run the plugin on.
+        #[arg(long)]
+        input: Option<PathBuf>,
+        /// Where compiled code is cached.
+        #[arg(long, env = "SWITCHYARD_PLUGIN_CACHE_DIR", default_value_os_t = std::env::temp_dir().join("switchyard-plugin-cache"))]
+        cache_dir: PathBuf,
+    },
 }
 
 #[derive(clap::Args)]
@@ -62,6 +88,19 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(args) => serve(args),
+        Command::Plugin(PluginCommand::Check {
+            wasm,
+            kind,
+            manifest,
+            input,
+            cache_dir,
+        }) => check_plugin(
+            &wasm,
+            kind,
+            manifest.as_deref(),
+            input.as_deref(),
+            &cache_dir,
+        ),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -83,13 +122,29 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let cfg = Config::load(args.config.as_deref(), overrides)?;
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
+        let shutdown = server::shutdown_signal()?;
         let (app, listener) = server::prepare(cfg, args.bootstrap_key.as_deref()).await?;
         let addr = listener.local_addr()?;
         tracing::info!(%addr, data_dir = %app.cfg.data_dir.display(), "serving");
         // A stable line on stdout, for scripts and tests that start us on port 0.
         println!("switchyard listening on http://{addr}");
-        server::serve(app, listener, server::shutdown_signal()).await
+        server::serve(app, listener, shutdown).await
     })
+}
+
+fn check_plugin(
+    wasm: &std::path::Path,
+    kind: Option<switchyard::plugin::Kind>,
+    manifest: Option<&std::path::Path>,
+    input: Option<&std::path::Path>,
+    cache_dir: &std::path::Path,
+) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Runtime::new()?;
+    let report = runtime.block_on(switchyard::plugin::dry_run::check(
+        wasm, kind, manifest, input, cache_dir,
+    ))?;
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    Ok(())
 }
 
 fn init_logging(format: LogFormat) {

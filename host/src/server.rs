@@ -99,18 +99,18 @@ pub async fn serve(
     Ok(())
 }
 
-/// Resolves on SIGINT or SIGTERM.
-pub async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("installing a SIGTERM handler");
+/// Installs SIGINT and SIGTERM handlers now, and returns a future that
+/// resolves on either. Installing eagerly matters: a handler installed only
+/// when the future is first polled leaves a window in which SIGTERM kills the
+/// process outright. Needs a tokio runtime.
+pub fn shutdown_signal() -> anyhow::Result<impl Future<Output = ()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).context("installing a SIGTERM handler")?;
+    let mut interrupt = signal(SignalKind::interrupt()).context("installing a SIGINT handler")?;
+    Ok(async move {
         tokio::select! {
-            _ = ctrl_c => {},
             _ = term.recv() => {},
+            _ = interrupt.recv() => {},
         }
-    }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
+    })
 }

@@ -82,7 +82,8 @@ async fn keys_are_not_stored_in_plain_text() {
     let (_, created) = host.post("/v1/me/api-keys", &json!({"name": "ci"})).await;
     let key = created["key"].as_str().unwrap().to_string();
     let data_dir = host.data_dir.clone();
-    assert!(host.terminate().success());
+    let status = host.terminate();
+    assert!(status.success(), "{status}\n{}", host.log());
 
     let db = sled::open(data_dir.join("db")).unwrap();
     assert_eq!(

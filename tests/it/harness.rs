@@ -30,6 +30,7 @@ pub struct Host {
 pub struct HostBuilder {
     config: String,
     data_dir: Option<PathBuf>,
+    env: Vec<(String, String)>,
 }
 
 impl HostBuilder {
@@ -37,6 +38,12 @@ impl HostBuilder {
     pub fn config(mut self, toml: &str) -> Self {
         self.config.push_str(toml);
         self.config.push('\n');
+        self
+    }
+
+    /// An environment variable for the process (wins over the harness's own).
+    pub fn env(mut self, key: &str, value: &str) -> Self {
+        self.env.push((key.to_string(), value.to_string()));
         self
     }
 
@@ -79,6 +86,7 @@ impl HostBuilder {
                 concat!(env!("CARGO_MANIFEST_DIR"), "/../target/test-plugin-cache"),
             )
             .env("RUST_LOG", "info")
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -228,4 +236,32 @@ pub fn assert_error_shape(body: &Value) -> &Value {
         "code not string/null: {body}"
     );
     error
+}
+
+/// A compiled plugin from the plugins workspace (`misbehave`, `sockets`, …).
+pub fn plugin_wasm(name: &str) -> Vec<u8> {
+    let path = format!("{}/{name}.wasm", env!("SWITCHYARD_PLUGIN_BUILD_DIR"));
+    std::fs::read(&path).unwrap_or_else(|e| panic!("reading {path}: {e}"))
+}
+
+impl Host {
+    /// Uploads a plugin through the operator API; returns status and body.
+    pub async fn upload_plugin(&self, name: &str, query: &str, wasm: Vec<u8>) -> (u16, Value) {
+        let response = self
+            .http
+            .put(self.url(&format!("/v1/admin/plugins/{name}?{query}")))
+            .bearer_auth(OPERATOR_KEY)
+            .header("content-type", "application/wasm")
+            .body(wasm)
+            .send()
+            .await
+            .unwrap();
+        into_parts(response).await
+    }
+
+    /// Runs a plugin once through the operator invoke API.
+    pub async fn invoke(&self, name: &str, input: &Value) -> (u16, Value) {
+        self.post(&format!("/v1/admin/plugins/{name}/invoke"), input)
+            .await
+    }
 }

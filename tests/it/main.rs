@@ -7,3 +7,4 @@ mod api_keys;
 mod health;
 mod http_errors;
 mod lifecycle;
+mod plugins;

@@ -1,7 +1,8 @@
-//! The JSON body extractor: the one place request bodies are read and parsed.
+//! Body extractors: the one place request bodies are read and parsed.
 
 use axum::extract::{FromRequest, Request};
 use axum::http::header;
+use bytes::Bytes;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde::de::DeserializeOwned;
 
@@ -15,40 +16,60 @@ impl<T: DeserializeOwned> FromRequest<App> for Json<T> {
     type Rejection = Error;
 
     async fn from_request(request: Request, app: &App) -> Result<Self> {
-        require_json_content_type(&request)?;
-        let limit = app.cfg.limits.max_body_bytes;
-        let read = Limited::new(request.into_body(), limit).collect();
-        let body = tokio::time::timeout(app.cfg.limits.body_read_timeout(), read)
-            .await
-            .map_err(|_| {
-                Error::RequestTimeout(format!(
-                    "the request body was not received within {} ms",
-                    app.cfg.limits.body_read_timeout_ms
-                ))
-            })?
-            .map_err(|e| {
-                if e.downcast_ref::<LengthLimitError>().is_some() {
-                    Error::PayloadTooLarge { limit }
-                } else {
-                    Error::InvalidRequest {
-                        message: format!("could not read the request body: {e}"),
-                        param: None,
-                    }
-                }
-            })?
-            .to_bytes();
+        require_content_type(&request, "application/json")?;
+        let body = read_body(request, app, app.cfg.limits.max_body_bytes).await?;
         parse(&body).map(Json)
     }
 }
 
-fn require_json_content_type(request: &Request) -> Result<()> {
+/// A WebAssembly component uploaded as `application/wasm`, up to
+/// `plugins.max_upload_bytes`.
+pub struct WasmBody(pub Bytes);
+
+impl FromRequest<App> for WasmBody {
+    type Rejection = Error;
+
+    async fn from_request(request: Request, app: &App) -> Result<Self> {
+        require_content_type(&request, "application/wasm")?;
+        read_body(request, app, app.cfg.plugins.max_upload_bytes)
+            .await
+            .map(WasmBody)
+    }
+}
+
+/// Reads the whole body, refusing more than `limit` bytes or a client slower
+/// than `limits.body_read_timeout_ms`.
+async fn read_body(request: Request, app: &App, limit: usize) -> Result<Bytes> {
+    let read = Limited::new(request.into_body(), limit).collect();
+    let body = tokio::time::timeout(app.cfg.limits.body_read_timeout(), read)
+        .await
+        .map_err(|_| {
+            Error::RequestTimeout(format!(
+                "the request body was not received within {} ms",
+                app.cfg.limits.body_read_timeout_ms
+            ))
+        })?
+        .map_err(|e| {
+            if e.downcast_ref::<LengthLimitError>().is_some() {
+                Error::PayloadTooLarge { limit }
+            } else {
+                Error::InvalidRequest {
+                    message: format!("could not read the request body: {e}"),
+                    param: None,
+                }
+            }
+        })?;
+    Ok(body.to_bytes())
+}
+
+fn require_content_type(request: &Request, expected: &str) -> Result<()> {
     let content_type = request
         .headers()
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
     let essence = content_type.split(';').next().unwrap_or("").trim();
-    if essence.eq_ignore_ascii_case("application/json") {
+    if essence.eq_ignore_ascii_case(expected) {
         return Ok(());
     }
     let got = if content_type.is_empty() {
@@ -57,7 +78,7 @@ fn require_json_content_type(request: &Request) -> Result<()> {
         format!("Content-Type '{content_type}'")
     };
     Err(Error::UnsupportedMediaType(format!(
-        "the body must be JSON, but the request has {got}; send 'Content-Type: application/json'"
+        "the request has {got}; send 'Content-Type: {expected}'"
     )))
 }
 

@@ -4,17 +4,19 @@
 //! 404 for unknown routes and the 405 for wrong methods, which [`shape_errors`]
 //! produces for the router.
 
+mod admin;
 mod caller;
 mod health;
 mod json;
 mod me;
+mod query;
 
 use axum::Router;
 use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get};
+use axum::routing::{delete, get, post};
 
 pub use caller::Caller;
 pub use json::Json;
@@ -29,6 +31,12 @@ pub fn router(app: App) -> Router {
         .route("/v1/me", get(me::show))
         .route("/v1/me/api-keys", get(me::list_keys).post(me::create_key))
         .route("/v1/me/api-keys/{id}", delete(me::revoke_key))
+        .route("/v1/admin/plugins", get(admin::list))
+        .route(
+            "/v1/admin/plugins/{name}",
+            get(admin::show).put(admin::upload).delete(admin::remove),
+        )
+        .route("/v1/admin/plugins/{name}/invoke", post(admin::invoke))
         .fallback(unknown_route)
         .with_state(app.clone());
     // The error-shaping layer wraps the finished router, not each route:
@@ -46,10 +54,21 @@ async fn unknown_route(request: Request) -> Error {
     ))
 }
 
+/// Plugin uploads may be larger than other bodies.
+fn body_limit(app: &App, request: &Request) -> usize {
+    let upload = request.method() == axum::http::Method::PUT
+        && request.uri().path().starts_with("/v1/admin/plugins/");
+    if upload {
+        app.cfg.plugins.max_upload_bytes
+    } else {
+        app.cfg.limits.max_body_bytes
+    }
+}
+
 /// Refuses declared-oversized bodies before any handler runs, and gives the
 /// router's own 405 the OpenAI error shape.
 async fn shape_errors(State(app): State<App>, request: Request, next: Next) -> Response {
-    let limit = app.cfg.limits.max_body_bytes;
+    let limit = body_limit(&app, &request);
     let declared = request
         .headers()
         .get(header::CONTENT_LENGTH)

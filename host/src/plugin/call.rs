@@ -96,7 +96,7 @@ pub fn prepare(
     let denied = super::capabilities::disallowed_imports(kind, imports);
     if !denied.is_empty() {
         return Err(format!(
-            "a {kind} plugin may not import {}; remove those imports (a {kind} gets no network and no host access beyond WASI basics)",
+            "plugins of kind {kind} may not import {}; remove those imports ({kind} plugins get no network and no host access beyond WASI basics)",
             denied.join(", ")
         ));
     }

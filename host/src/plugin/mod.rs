@@ -12,6 +12,7 @@ pub mod bindings;
 pub mod builtin;
 pub mod call;
 pub mod capabilities;
+pub mod dry_run;
 pub mod engine;
 pub mod filter;
 pub mod input;

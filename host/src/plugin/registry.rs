@@ -173,16 +173,21 @@ pub struct Plugins {
 }
 
 impl Plugins {
-    /// Starts the runtime with its cache in `cache_dir` and loads the built-ins.
-    pub async fn start(cache_dir: &Path, queue: &QueueConfig) -> anyhow::Result<Arc<Plugins>> {
+    /// Starts the runtime with its cache in `cache_dir`, with no plugins loaded.
+    pub async fn new(cache_dir: &Path, queue: &QueueConfig) -> anyhow::Result<Arc<Plugins>> {
         let cache_dir = cache_dir.to_path_buf();
         let runtime = tokio::task::spawn_blocking(move || Runtime::new(&cache_dir)).await??;
-        let plugins = Arc::new(Plugins {
+        Ok(Arc::new(Plugins {
             runtime,
             loaded: ArcSwap::default(),
             write: Mutex::new(()),
             queue: WorkQueue::start("plugin", queue),
-        });
+        }))
+    }
+
+    /// [`Plugins::new`], then loads the built-ins.
+    pub async fn start(cache_dir: &Path, queue: &QueueConfig) -> anyhow::Result<Arc<Plugins>> {
+        let plugins = Plugins::new(cache_dir, queue).await?;
         for spec in super::builtin::specs() {
             plugins.load(spec).await?;
         }

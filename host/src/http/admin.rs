@@ -1,0 +1,189 @@
+//! `/v1/admin/plugins`: operators load, list, replace, remove and try plugins.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::json::{WasmBody, parse};
+use super::query::Query;
+use super::{Caller, Json};
+use crate::app::App;
+use crate::error::{Error, Result};
+use crate::plugin::input::{FilterInput, TemplateInput};
+use crate::plugin::manifest::{LimitOverrides, validate_name, validate_version};
+use crate::plugin::registry::Spec;
+use crate::plugin::{Kind, Plugin, Source, builtin};
+
+/// Only operators administer plugins.
+fn require_operator(caller: &Caller) -> Result<()> {
+    if caller.0.operator {
+        Ok(())
+    } else {
+        Err(Error::PermissionDenied(
+            "only an operator may administer plugins".into(),
+        ))
+    }
+}
+
+/// What the API shows of a plugin.
+pub fn describe(plugin: &Plugin) -> Value {
+    json!({
+        "name": plugin.name,
+        "kind": plugin.kind,
+        "version": plugin.version,
+        "sha256": plugin.sha256,
+        "source": plugin.source,
+        "loaded_at": plugin.loaded_at,
+        "size_bytes": plugin.size_bytes,
+        "limits": plugin.limits,
+        "calls": plugin.stats().calls(),
+        "failures": plugin.stats().failures(),
+        "p50_us": plugin.stats().p50_us(),
+    })
+}
+
+pub async fn list(State(app): State<App>, caller: Caller) -> Result<axum::Json<Value>> {
+    require_operator(&caller)?;
+    let data: Vec<Value> = app.plugins.list().iter().map(|p| describe(p)).collect();
+    Ok(axum::Json(json!({
+        "object": "list",
+        "data": data,
+        "directory_errors": app.watcher.errors(),
+    })))
+}
+
+pub async fn show(
+    State(app): State<App>,
+    caller: Caller,
+    Path(name): Path<String>,
+) -> Result<axum::Json<Value>> {
+    require_operator(&caller)?;
+    let plugin = find(&app, &name)?;
+    Ok(axum::Json(describe(&plugin)))
+}
+
+fn find(app: &App, name: &str) -> Result<Arc<Plugin>> {
+    app.plugins.get(name).ok_or_else(|| {
+        Error::NotFound(format!(
+            "no plugin named '{name}' is loaded; GET /v1/admin/plugins lists them"
+        ))
+    })
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Upload {
+    kind: String,
+    version: String,
+    // Listed, not flattened: flatten makes the query parser see numbers as strings.
+    memory_mb: Option<u64>,
+    cpu_ms: Option<u64>,
+    timeout_ms: Option<u64>,
+}
+
+/// `PUT /v1/admin/plugins/{name}?kind=…&version=…[&memory_mb=…&cpu_ms=…&timeout_ms=…]`
+/// with the component as an `application/wasm` body. The component is
+/// compiled and checked before it replaces anything; on failure the old
+/// version keeps serving.
+pub async fn upload(
+    State(app): State<App>,
+    caller: Caller,
+    Path(name): Path<String>,
+    Query(params): Query<Upload>,
+    WasmBody(bytes): WasmBody,
+) -> Result<(StatusCode, axum::Json<Value>)> {
+    require_operator(&caller)?;
+    validate_name(&name).map_err(|m| Error::invalid("name", m))?;
+    validate_version(&params.version).map_err(|m| Error::invalid("version", m))?;
+    let kind: Kind = params
+        .kind
+        .parse()
+        .map_err(|m: String| Error::invalid("kind", m))?;
+    let previous = app.plugins.get(&name);
+    if let Some(old) = previous.as_ref().filter(|old| old.kind != kind) {
+        return Err(Error::Conflict(format!(
+            "plugin '{name}' is a {}; a replacement must be the same kind (remove it first to change kinds)",
+            old.kind
+        )));
+    }
+    let spec = Spec {
+        name,
+        kind,
+        version: params.version,
+        limits: Some(
+            LimitOverrides {
+                memory_mb: params.memory_mb,
+                cpu_ms: params.cpu_ms,
+                timeout_ms: params.timeout_ms,
+            }
+            .apply(kind),
+        ),
+        source: Source::Upload,
+        bytes: bytes.to_vec(),
+    };
+    let plugin = app.plugins.load(spec).await?;
+    let mut body = describe(&plugin);
+    let status = match previous {
+        Some(old) => {
+            body["replaced"] = json!({"version": old.version, "sha256": old.sha256});
+            StatusCode::OK
+        }
+        None => StatusCode::CREATED,
+    };
+    Ok((status, axum::Json(body)))
+}
+
+pub async fn remove(
+    State(app): State<App>,
+    caller: Caller,
+    Path(name): Path<String>,
+) -> Result<StatusCode> {
+    require_operator(&caller)?;
+    if builtin::is_builtin(&name) {
+        return Err(Error::Conflict(format!(
+            "'{name}' is a built-in plugin: it can be replaced (PUT) but not removed"
+        )));
+    }
+    find(&app, &name)?;
+    app.plugins.remove(&name);
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST /v1/admin/plugins/{name}/invoke`: runs the plugin on sample input,
+/// through the plugin work queue and under its limits, like production calls.
+/// A payload template takes `{"template", "variables"}`; an event filter
+/// takes `{"config", "event"}`.
+pub async fn invoke(
+    State(app): State<App>,
+    caller: Caller,
+    Path(name): Path<String>,
+    Json(input): Json<Value>,
+) -> Result<axum::Json<Value>> {
+    require_operator(&caller)?;
+    let plugin = find(&app, &name)?;
+    let bytes = input.to_string().into_bytes();
+    match plugin.kind {
+        Kind::PayloadTemplate => {
+            let input: TemplateInput = parse(&bytes)?;
+            let vars = input.variables();
+            let rendered = app.plugins.render(&name, input.template, vars).await?;
+            let output: Value = serde_json::from_str(&rendered).map_err(anyhow::Error::from)?;
+            Ok(axum::Json(json!({"output": output, "rendered": rendered})))
+        }
+        Kind::EventFilter => {
+            let input: FilterInput = parse(&bytes)?;
+            let config = input
+                .config
+                .to_wit()
+                .map_err(|m| Error::invalid("config", m))?;
+            let matches = app
+                .plugins
+                .matches(&name, config, input.event.to_wit())
+                .await?;
+            Ok(axum::Json(json!({"matches": matches})))
+        }
+    }
+}

@@ -1,0 +1,698 @@
+//! The plugin runtime, through the real binary: built-ins, limits,
+//! capabilities, uploads, hot swap and the watched directory.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::harness::{Host, OPERATOR_KEY, assert_error_shape, into_parts, plugin_wasm};
+
+/// Every variable of the spec, as the delivery engine will pass them.
+fn spec_variables() -> Value {
+    json!({
+        "project_name": "vision",
+        "entity_name": "acme",
+        "event_type": "ADD_ARTIFACT_ALIAS",
+        "event_author": "ada",
+        "alias": "production",
+        "tag": "",
+        "artifact_collection_name": "resnet",
+        "artifact_metadata": {"accuracy": 0.93, "framework": "torch", "nested": {"a": 1}},
+        "artifact_version": {"name": "resnet:v3", "version": "v3", "collection": "resnet"},
+        "artifact_version_string": "acme/vision/resnet:v3",
+        "ACCESS_TOKEN": "tok-123",
+        "GITHUB_SECRET": "s3cr3t",
+    })
+}
+
+#[tokio::test]
+async fn template_default_renders_every_spec_variable() {
+    let host = Host::start();
+    let template = r#"{"event_type": "${event_type}", "client_payload": {
+        "author": "${event_author}", "version": "${artifact_version}",
+        "version_string": "${artifact_version_string}", "collection": "${artifact_collection_name}",
+        "project": "${project_name}", "entity": "${entity_name}", "alias": "${alias}", "tag": "${tag}",
+        "accuracy": ${artifact_metadata.accuracy}, "framework": "${artifact_metadata.framework}",
+        "summary": "${entity_name}/${project_name} got ${alias} (acc ${artifact_metadata.accuracy})",
+        "token": "${ACCESS_TOKEN}", "secret": "${GITHUB_SECRET}"}}"#;
+    let (status, body) = host
+        .invoke(
+            "template-default",
+            &json!({"template": template, "variables": spec_variables()}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let out = &body["output"];
+    assert_eq!(out["event_type"], "ADD_ARTIFACT_ALIAS");
+    let p = &out["client_payload"];
+    assert_eq!(p["author"], "ada");
+    assert_eq!(
+        p["version"],
+        json!({"name": "resnet:v3", "version": "v3", "collection": "resnet"})
+    );
+    assert_eq!(p["version_string"], "acme/vision/resnet:v3");
+    assert_eq!(p["collection"], "resnet");
+    assert_eq!(p["project"], "vision");
+    assert_eq!(p["entity"], "acme");
+    assert_eq!(p["alias"], "production");
+    assert_eq!(p["tag"], "");
+    assert_eq!(p["accuracy"], 0.93);
+    assert_eq!(p["framework"], "torch");
+    assert_eq!(p["summary"], "acme/vision got production (acc 0.93)");
+    assert_eq!(p["token"], "tok-123");
+    assert_eq!(p["secret"], "s3cr3t");
+}
+
+#[tokio::test]
+async fn hostile_values_cannot_break_or_inject_into_the_json() {
+    let host = Host::start();
+    let hostile = "\"}, \"admin\": true, \"x\": {\"y\": \"\\\n${ACCESS_TOKEN}\u{0001}";
+    let (status, body) = host
+        .invoke(
+            "template-default",
+            &json!({"template": r#"{"who": "${event_author}", "wrapped": "by ${event_author}!"}"#,
+                    "variables": {"event_author": hostile, "ACCESS_TOKEN": "tok"}}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let out = body["output"].as_object().unwrap();
+    assert_eq!(out.len(), 2, "no key was injected: {body}");
+    assert_eq!(out["who"], hostile);
+    assert_eq!(out["wrapped"], format!("by {hostile}!"));
+}
+
+#[tokio::test]
+async fn unknown_variables_and_invalid_templates_are_reported_with_position() {
+    let host = Host::start();
+    let (status, body) = host
+        .invoke(
+            "template-default",
+            &json!({"template": "{\n \"a\": \"${nope}\"}", "variables": {"alias": "x"}}),
+        )
+        .await;
+    assert_eq!(status, 400, "{body}");
+    let message = assert_error_shape(&body)["message"].as_str().unwrap();
+    assert!(
+        message.contains("template-default@"),
+        "names the plugin: {message}"
+    );
+    assert!(
+        message.contains("${nope}") && message.contains("line 2 column 8"),
+        "{message}"
+    );
+
+    for broken in [r#"{"a": "${alias"}"#, r#"{"a": "${alias}",}"#] {
+        let (status, body) = host
+            .invoke(
+                "template-default",
+                &json!({"template": broken, "variables": {"alias": "x"}}),
+            )
+            .await;
+        assert_eq!(status, 400, "{broken}: {body}");
+        assert_error_shape(&body);
+    }
+}
+
+async fn filter(host: &Host, config: Value, event: Value) -> bool {
+    let (status, body) = host
+        .invoke("filter-default", &json!({"config": config, "event": event}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    body["matches"].as_bool().unwrap()
+}
+
+#[tokio::test]
+async fn filter_default_decides_each_condition() {
+    let host = Host::start();
+    let alias = |a: &str| json!({"event_type": "ADD_ARTIFACT_ALIAS", "alias": a});
+    assert!(filter(&host, json!({"alias_regex": "^prod"}), alias("production")).await);
+    assert!(!filter(&host, json!({"alias_regex": "^prod$"}), alias("production")).await);
+    assert!(
+        !filter(
+            &host,
+            json!({"alias_regex": ".*"}),
+            json!({"event_type": "LINK_ARTIFACT"})
+        )
+        .await
+    );
+    assert!(filter(&host, json!({}), json!({"event_type": "LINK_ARTIFACT"})).await);
+
+    let tag = |t: &str| json!({"event_type": "ADD_ARTIFACT_TAG", "tag": t});
+    assert!(
+        filter(
+            &host,
+            json!({"tag_regex": "^release-\\d+$"}),
+            tag("release-12")
+        )
+        .await
+    );
+    assert!(
+        !filter(
+            &host,
+            json!({"tag_regex": "^release-\\d+$"}),
+            tag("release-x")
+        )
+        .await
+    );
+
+    let run = json!({"event_type": "RUN_METRIC", "run_creator": "ada", "run_name": "sweep-7",
+                     "metric_name": "loss", "metric_values": [9.0, 0.5, 0.4, 0.3]});
+    assert!(filter(&host, json!({"run_creator": "ada"}), run.clone()).await);
+    assert!(!filter(&host, json!({"run_creator": "bob"}), run.clone()).await);
+    assert!(filter(&host, json!({"run_name_regex": "^sweep-"}), run.clone()).await);
+    assert!(!filter(&host, json!({"run_name_regex": "^final"}), run.clone()).await);
+
+    let metric = |aggregation: &str, comparison: &str, threshold: f64, window: u32| {
+        json!({"metric": {"name": "loss", "window": window, "aggregation": aggregation,
+                          "comparison": comparison, "threshold": threshold}})
+    };
+    // Last 3 values: 0.5, 0.4, 0.3 → average 0.4, min 0.3, max 0.5.
+    assert!(filter(&host, metric("average", "<", 0.41, 3), run.clone()).await);
+    assert!(!filter(&host, metric("average", "<", 0.39, 3), run.clone()).await);
+    assert!(filter(&host, metric("min", "<=", 0.3, 3), run.clone()).await);
+    assert!(filter(&host, metric("max", ">=", 0.5, 3), run.clone()).await);
+    assert!(!filter(&host, metric("max", ">", 0.5, 3), run.clone()).await);
+    assert!(
+        filter(&host, metric("max", ">", 5.0, 4), run.clone()).await,
+        "the window reaches 9.0"
+    );
+    assert!(filter(&host, metric("min", "==", 0.3, 2), run.clone()).await);
+    assert!(filter(&host, metric("min", "!=", 0.4, 2), run.clone()).await);
+    assert!(
+        filter(&host, metric("average", ">", 0.0, 100), run.clone()).await,
+        "a short run uses what it has"
+    );
+    let other = json!({"event_type": "RUN_METRIC", "metric_name": "acc", "metric_values": [1.0]});
+    assert!(
+        !filter(&host, metric("max", ">", 0.0, 1), other).await,
+        "another metric never matches"
+    );
+}
+
+#[tokio::test]
+async fn invalid_regexes_and_conditions_are_reported_not_panicked_on() {
+    let host = Host::start();
+    let event = json!({"event_type": "ADD_ARTIFACT_ALIAS", "alias": "x"});
+    let (status, body) = host
+        .invoke(
+            "filter-default",
+            &json!({"config": {"alias_regex": "(unclosed"}, "event": event}),
+        )
+        .await;
+    assert_eq!(status, 400, "{body}");
+    let message = assert_error_shape(&body)["message"].as_str().unwrap();
+    assert!(
+        message.contains("alias_regex") && message.contains("regular expression"),
+        "{message}"
+    );
+
+    let (status, body) = host
+        .invoke("filter-default", &json!({"config": {"metric": {"name": "loss", "comparison": "~", "threshold": 1}}, "event": event}))
+        .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("comparison"),
+        "{body}"
+    );
+    // The plugin keeps working.
+    assert!(filter(&host, json!({"alias_regex": "x"}), event).await);
+}
+
+async fn upload_misbehave(host: &Host, limits: &str) {
+    let (status, body) = host
+        .upload_plugin(
+            "misbehave",
+            &format!("kind=payload-template&version=9.9.9&{limits}"),
+            plugin_wasm("misbehave"),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+}
+
+#[tokio::test]
+async fn a_plugin_that_loops_forever_is_stopped_at_its_cpu_budget() {
+    let host = Host::start();
+    upload_misbehave(&host, "cpu_ms=50&timeout_ms=5000").await;
+    let start = Instant::now();
+    let (status, body) = host.invoke("misbehave", &json!({"template": "loop"})).await;
+    let took = start.elapsed();
+    assert_eq!(status, 500, "{body}");
+    assert_eq!(assert_error_shape(&body)["code"], "plugin_failed");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("misbehave@9.9.9") && message.contains("CPU budget of 50 ms"),
+        "{message}"
+    );
+    assert!(took < Duration::from_secs(3), "stopped after {took:?}");
+    let (status, _) = into_parts(
+        host.http
+            .get(host.url("/v1/system-check"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200, "the host keeps serving");
+    let (_, info) = host.get("/v1/admin/plugins/misbehave").await;
+    assert_eq!(info["failures"], 1, "{info}");
+}
+
+#[tokio::test]
+async fn a_plugin_past_its_wall_clock_timeout_is_stopped() {
+    let host = Host::start();
+    // A generous CPU budget: the wall-clock timeout must fire first.
+    upload_misbehave(&host, "cpu_ms=60000&timeout_ms=200").await;
+    let (status, body) = host.invoke("misbehave", &json!({"template": "loop"})).await;
+    assert_eq!(status, 500, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("did not finish within 200 ms"),
+        "{body}"
+    );
+}
+
+#[tokio::test]
+async fn a_plugin_that_allocates_without_bound_is_stopped_at_its_memory_cap() {
+    let host = Host::start();
+    upload_misbehave(&host, "memory_mb=16").await;
+    let (status, body) = host
+        .invoke("misbehave", &json!({"template": "alloc"}))
+        .await;
+    assert_eq!(status, 500, "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("misbehave@9.9.9") && message.contains("memory cap of 16 MiB"),
+        "{message}"
+    );
+    let (status, body) = host
+        .invoke("misbehave", &json!({"template": "still alive"}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["output"]["echo"], "still alive");
+}
+
+#[tokio::test]
+async fn a_plugin_that_traps_is_reported() {
+    let host = Host::start();
+    upload_misbehave(&host, "").await;
+    let (status, body) = host.invoke("misbehave", &json!({"template": "trap"})).await;
+    assert_eq!(status, 500, "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("misbehave@9.9.9 trapped"), "{message}");
+}
+
+#[tokio::test]
+async fn a_template_sees_no_files_and_no_environment() {
+    let host = Host::start();
+    upload_misbehave(&host, "").await;
+    let (status, body) = host
+        .invoke("misbehave", &json!({"template": "read-file"}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    for entry in body["output"].as_array().unwrap() {
+        assert!(entry.as_str().unwrap().ends_with("denied"), "{body}");
+    }
+    let (_, body) = host.invoke("misbehave", &json!({"template": "env"})).await;
+    assert_eq!(body["output"]["vars"], 0, "{body}");
+}
+
+#[tokio::test]
+async fn a_template_importing_sockets_is_rejected_at_load() {
+    let host = Host::start();
+    let (status, body) = host
+        .upload_plugin(
+            "phone-home",
+            "kind=payload-template&version=1",
+            plugin_wasm("sockets"),
+        )
+        .await;
+    assert_eq!(status, 400, "{body}");
+    let message = assert_error_shape(&body)["message"].as_str().unwrap();
+    assert!(
+        message.contains("wasi:sockets/tcp"),
+        "lists the offending imports: {message}"
+    );
+    let (status, _) = host.get("/v1/admin/plugins/phone-home").await;
+    assert_eq!(status, 404);
+}
+
+#[tokio::test]
+async fn a_broken_upload_leaves_the_old_version_serving() {
+    let host = Host::start();
+    let (status, before) = host.get("/v1/admin/plugins/template-default").await;
+    assert_eq!(status, 200);
+    for bad in [
+        b"not wasm at all".to_vec(),
+        plugin_wasm("filter_default"),
+        plugin_wasm("sockets"),
+    ] {
+        let (status, body) = host
+            .upload_plugin(
+                "template-default",
+                "kind=payload-template&version=6.6.6",
+                bad,
+            )
+            .await;
+        assert_eq!(status, 400, "{body}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("template-default@6.6.6"),
+            "{body}"
+        );
+    }
+    let (_, after) = host.get("/v1/admin/plugins/template-default").await;
+    assert_eq!(after["sha256"], before["sha256"]);
+    assert_eq!(after["version"], before["version"]);
+    let (status, _) = host
+        .invoke("template-default", &json!({"template": "{\"a\": 1}"}))
+        .await;
+    assert_eq!(status, 200);
+}
+
+#[tokio::test]
+async fn a_hot_swap_under_concurrent_calls_loses_no_call() {
+    let host = Host::start();
+    let (status, _) = host
+        .upload_plugin(
+            "swap",
+            "kind=payload-template&version=a",
+            plugin_wasm("template_default"),
+        )
+        .await;
+    assert_eq!(status, 201);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut callers = Vec::new();
+    for _ in 0..4 {
+        let (http, url, stop) = (
+            host.http.clone(),
+            host.url("/v1/admin/plugins/swap/invoke"),
+            stop.clone(),
+        );
+        callers.push(tokio::spawn(async move {
+            let (mut ok, mut versions) = (0, std::collections::BTreeSet::new());
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let response = http
+                    .post(&url)
+                    .bearer_auth(OPERATOR_KEY)
+                    .json(&json!({"template": "{\"v\": \"a\"}"}))
+                    .send()
+                    .await
+                    .unwrap();
+                let (status, body) = into_parts(response).await;
+                assert_eq!(status, 200, "a call failed during the swap: {body}");
+                // template-default renders {"v": "a"}; misbehave echoes the template.
+                versions.insert(if body["output"]["v"] == "a" {
+                    "template"
+                } else {
+                    "echo"
+                });
+                ok += 1;
+            }
+            (ok, versions)
+        }));
+    }
+    for (i, wasm) in [
+        "misbehave",
+        "template_default",
+        "misbehave",
+        "template_default",
+        "misbehave",
+    ]
+    .iter()
+    .enumerate()
+    {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let (status, body) = host
+            .upload_plugin(
+                "swap",
+                &format!("kind=payload-template&version=v{i}"),
+                plugin_wasm(wasm),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["version"], format!("v{i}"));
+    }
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut total = 0;
+    let mut seen = std::collections::BTreeSet::new();
+    for caller in callers {
+        let (ok, versions) = caller.await.unwrap();
+        total += ok;
+        seen.extend(versions);
+    }
+    assert!(total > 20, "only {total} calls ran");
+    assert_eq!(seen.len(), 2, "calls reached both versions: {seen:?}");
+    let (_, info) = host.get("/v1/admin/plugins/swap").await;
+    assert_eq!(info["version"], "v4");
+    assert_eq!(info["source"], "upload");
+}
+
+#[tokio::test]
+async fn operators_list_replace_and_remove_plugins() {
+    let host = Host::start();
+    let (_, list) = host.get("/v1/admin/plugins").await;
+    let names: Vec<&str> = list["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["filter-default", "template-default"]);
+    host.invoke("template-default", &json!({"template": "{}"}))
+        .await;
+    let (_, info) = host.get("/v1/admin/plugins/template-default").await;
+    for field in [
+        "kind",
+        "version",
+        "sha256",
+        "loaded_at",
+        "limits",
+        "calls",
+        "failures",
+        "p50_us",
+    ] {
+        assert!(!info[field].is_null(), "{field} missing: {info}");
+    }
+    assert_eq!(info["source"], "builtin");
+    assert!(info["calls"].as_u64().unwrap() >= 1);
+
+    let response = host
+        .http
+        .delete(host.url("/v1/admin/plugins/template-default"))
+        .bearer_auth(OPERATOR_KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 409, "built-ins cannot be removed");
+    let (status, body) = host
+        .upload_plugin(
+            "template-default",
+            "kind=event-filter&version=1",
+            plugin_wasm("filter_default"),
+        )
+        .await;
+    assert_eq!(status, 409, "a replacement keeps the kind: {body}");
+
+    upload_misbehave(&host, "").await;
+    let response = host
+        .http
+        .delete(host.url("/v1/admin/plugins/misbehave"))
+        .bearer_auth(OPERATOR_KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 204);
+    let (status, _) = host.invoke("misbehave", &json!({"template": "x"})).await;
+    assert_eq!(status, 404);
+
+    let (status, body) = host
+        .upload_plugin(
+            "Bad Name",
+            "kind=payload-template&version=1",
+            plugin_wasm("misbehave"),
+        )
+        .await;
+    assert_eq!(status, 400, "{body}");
+    let (status, body) = host
+        .upload_plugin("x", "kind=printer&version=1", plugin_wasm("misbehave"))
+        .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("printer")
+    );
+    let (status, _) = into_parts(
+        host.http
+            .get(host.url("/v1/admin/plugins"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 401);
+}
+
+#[tokio::test]
+async fn the_watched_directory_loads_reloads_and_unloads_plugins() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = Host::builder()
+        .config(&format!(
+            "plugins_dir = {:?}\n[plugins]\nwatch_interval_ms = 100",
+            dir.path()
+        ))
+        .start();
+    std::fs::write(
+        dir.path().join("discord.wasm"),
+        plugin_wasm("discord_adapter"),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("discord.toml"),
+        "kind = \"payload-template\"\nversion = \"1.0.0\"\n[limits]\nmemory_mb = 32\n",
+    )
+    .unwrap();
+    let info = wait_for(&host, "discord", |info| info["version"] == "1.0.0").await;
+    assert_eq!(info["source"], "directory");
+    assert_eq!(info["limits"]["memory_bytes"], 32 << 20);
+
+    // The example third-party plugin renders a Discord message from event variables.
+    let (status, body) = host
+        .invoke(
+            "discord",
+            &json!({"template": "Model promoted", "variables": spec_variables()}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["output"]["content"], "ADD_ARTIFACT_ALIAS by ada");
+    assert_eq!(body["output"]["embeds"][0]["title"], "Model promoted");
+    assert_eq!(
+        body["output"]["embeds"][0]["description"],
+        "acme/vision/resnet:v3"
+    );
+
+    // A broken manifest is reported, and the loaded version keeps serving.
+    std::fs::write(
+        dir.path().join("discord.toml"),
+        "kind = \"payload-template\"\nversion = \"2.0.0\"\ncolour = 1\n",
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, list) = host.get("/v1/admin/plugins").await;
+        if let Some(error) = list["directory_errors"]["discord"].as_str() {
+            assert!(error.contains("colour"), "{error}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "no error reported: {list}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (_, info) = host.get("/v1/admin/plugins/discord").await;
+    assert_eq!(info["version"], "1.0.0");
+
+    std::fs::write(
+        dir.path().join("discord.toml"),
+        "kind = \"payload-template\"\nversion = \"2.0.0\"\n",
+    )
+    .unwrap();
+    wait_for(&host, "discord", |info| info["version"] == "2.0.0").await;
+
+    std::fs::remove_file(dir.path().join("discord.wasm")).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while host.get("/v1/admin/plugins/discord").await.0 != 404 {
+        assert!(Instant::now() < deadline, "plugin was not unloaded");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn wait_for(host: &Host, name: &str, ready: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, info) = host.get(&format!("/v1/admin/plugins/{name}")).await;
+        if status == 200 && ready(&info) {
+            return info;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{name} never became ready: {info}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[test]
+fn plugin_check_validates_and_dry_runs_a_component() {
+    let dir = tempfile::tempdir().unwrap();
+    let wasm = format!(
+        "{}/template_default.wasm",
+        env!("SWITCHYARD_PLUGIN_BUILD_DIR")
+    );
+    let input = dir.path().join("input.json");
+    std::fs::write(
+        &input,
+        json!({"template": "{\"a\": \"${alias}\"}", "variables": {"alias": "prod"}}).to_string(),
+    )
+    .unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args(["plugin", "check", &wasm, "--input"])
+        .arg(&input)
+        .env("SWITCHYARD_PLUGIN_CACHE_DIR", dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["kind"], "payload-template");
+    assert_eq!(report["result"], json!({"a": "prod"}));
+
+    let sockets = format!("{}/sockets.wasm", env!("SWITCHYARD_PLUGIN_BUILD_DIR"));
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args(["plugin", "check", &sockets, "--kind", "payload-template"])
+        .env("SWITCHYARD_PLUGIN_CACHE_DIR", dir.path())
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("wasi:sockets/tcp"), "{stderr}");
+}
+
+#[tokio::test]
+async fn a_restart_reuses_the_compiled_code_cache() {
+    let cache = tempfile::tempdir().unwrap();
+    let cache_dir = cache.path().to_str().unwrap();
+    let mut first = Host::builder()
+        .env("SWITCHYARD_PLUGIN_CACHE_DIR", cache_dir)
+        .start();
+    let entries = || {
+        let mut e: Vec<_> = std::fs::read_dir(cache.path())
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                (e.file_name(), e.metadata().unwrap().modified().unwrap())
+            })
+            .collect();
+        e.sort();
+        e
+    };
+    let before = entries();
+    assert_eq!(before.len(), 2, "both built-ins are cached: {before:?}");
+    let data = first.data_dir.clone();
+    first.terminate();
+    let _second = Host::builder()
+        .env("SWITCHYARD_PLUGIN_CACHE_DIR", cache_dir)
+        .data_dir(&data)
+        .start();
+    assert_eq!(entries(), before, "nothing was recompiled");
+}
