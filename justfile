@@ -19,3 +19,7 @@ fmt:
 lint:
     cargo clippy --all-targets -- -D warnings
     cd plugins && cargo clippy --release -- -D warnings
+
+# Plugin runtime figures: cold load, render p50 vs native, hot swap under load.
+bench-plugins:
+    cargo bench --bench plugins

@@ -155,9 +155,31 @@ impl Host {
         self.base.trim_start_matches("http://").to_string()
     }
 
+    /// Waits (up to 10 s) until the log has a line containing every needle,
+    /// and returns that line. Log lines can arrive just after the response.
+    pub fn wait_for_log(&self, needles: &[&str]) -> String {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let log = self.log();
+            if let Some(line) = log.lines().find(|l| needles.iter().all(|n| l.contains(n))) {
+                return line.to_string();
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no log line with {needles:?} in:\n{log}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// What the host has logged so far.
     pub fn log(&self) -> String {
         self.log.lock().unwrap().clone()
+    }
+
+    /// A GET without credentials.
+    pub async fn get_anon(&self, path: &str) -> (u16, Value) {
+        into_parts(self.http.get(self.url(path)).send().await.unwrap()).await
     }
 
     /// A GET with the operator's key.
@@ -165,6 +187,18 @@ impl Host {
         let response = self
             .http
             .get(self.url(path))
+            .bearer_auth(OPERATOR_KEY)
+            .send()
+            .await
+            .unwrap();
+        into_parts(response).await
+    }
+
+    /// A DELETE with the operator's key.
+    pub async fn delete(&self, path: &str) -> (u16, Value) {
+        let response = self
+            .http
+            .delete(self.url(path))
             .bearer_auth(OPERATOR_KEY)
             .send()
             .await

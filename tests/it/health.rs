@@ -73,23 +73,9 @@ async fn a_full_inference_queue_fails_the_gpu_check() {
         .config("[queues.inference]\nworkers = 0\ncapacity = 1\n[health]\nprobe_timeout_ms = 200")
         .start();
     // The first check fills the one slot; the second is refused at once.
-    let (first, _) = crate::harness::into_parts(
-        host.http
-            .get(host.url("/v1/system-check"))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (first, _) = host.get_anon("/v1/system-check").await;
     assert_eq!(first, 503);
-    let (status, body) = crate::harness::into_parts(
-        host.http
-            .get(host.url("/v1/system-check"))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (status, body) = host.get_anon("/v1/system-check").await;
     assert_eq!(status, 503);
     let error = body["gpu_queue"]["errors"][0].as_str().unwrap();
     assert!(error.contains("queue is full"), "{error}");

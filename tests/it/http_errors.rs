@@ -11,8 +11,7 @@ use crate::harness::{Host, OPERATOR_KEY, assert_error_shape, into_parts};
 #[tokio::test]
 async fn unknown_route_is_a_404_error_object() {
     let host = Host::start();
-    let (status, body) =
-        into_parts(host.http.get(host.url("/v1/nope")).send().await.unwrap()).await;
+    let (status, body) = host.get_anon("/v1/nope").await;
     assert_eq!(status, 404);
     let error = assert_error_shape(&body);
     assert_eq!(error["code"], "not_found");
@@ -174,14 +173,7 @@ async fn a_client_that_never_finishes_its_headers_is_dropped() {
         start.elapsed()
     );
     // The host still serves others.
-    let (status, _) = into_parts(
-        host.http
-            .get(host.url("/v1/system-check"))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (status, _) = host.get_anon("/v1/system-check").await;
     assert_eq!(status, 200);
 }
 

@@ -232,29 +232,31 @@ async fn upload_misbehave(host: &Host, limits: &str) {
     assert_eq!(status, 201, "{body}");
 }
 
+/// Runs `template` on `misbehave`, expects a plugin failure, returns its message.
+async fn failure_message(host: &Host, template: &str) -> String {
+    let (status, body) = host
+        .invoke("misbehave", &json!({"template": template}))
+        .await;
+    assert_eq!(status, 500, "{body}");
+    assert_eq!(assert_error_shape(&body)["code"], "plugin_failed");
+    let message = body["error"]["message"].as_str().unwrap().to_string();
+    assert!(
+        message.contains("misbehave@9.9.9"),
+        "names the plugin: {message}"
+    );
+    message
+}
+
 #[tokio::test]
 async fn a_plugin_that_loops_forever_is_stopped_at_its_cpu_budget() {
     let host = Host::start();
     upload_misbehave(&host, "cpu_ms=50&timeout_ms=5000").await;
     let start = Instant::now();
-    let (status, body) = host.invoke("misbehave", &json!({"template": "loop"})).await;
+    let message = failure_message(&host, "loop").await;
     let took = start.elapsed();
-    assert_eq!(status, 500, "{body}");
-    assert_eq!(assert_error_shape(&body)["code"], "plugin_failed");
-    let message = body["error"]["message"].as_str().unwrap();
-    assert!(
-        message.contains("misbehave@9.9.9") && message.contains("CPU budget of 50 ms"),
-        "{message}"
-    );
+    assert!(message.contains("CPU budget of 50 ms"), "{message}");
     assert!(took < Duration::from_secs(3), "stopped after {took:?}");
-    let (status, _) = into_parts(
-        host.http
-            .get(host.url("/v1/system-check"))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (status, _) = host.get_anon("/v1/system-check").await;
     assert_eq!(status, 200, "the host keeps serving");
     let (_, info) = host.get("/v1/admin/plugins/misbehave").await;
     assert_eq!(info["failures"], 1, "{info}");
@@ -265,14 +267,10 @@ async fn a_plugin_past_its_wall_clock_timeout_is_stopped() {
     let host = Host::start();
     // A generous CPU budget: the wall-clock timeout must fire first.
     upload_misbehave(&host, "cpu_ms=60000&timeout_ms=200").await;
-    let (status, body) = host.invoke("misbehave", &json!({"template": "loop"})).await;
-    assert_eq!(status, 500, "{body}");
+    let message = failure_message(&host, "loop").await;
     assert!(
-        body["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("did not finish within 200 ms"),
-        "{body}"
+        message.contains("did not finish within 200 ms"),
+        "{message}"
     );
 }
 
@@ -280,15 +278,8 @@ async fn a_plugin_past_its_wall_clock_timeout_is_stopped() {
 async fn a_plugin_that_allocates_without_bound_is_stopped_at_its_memory_cap() {
     let host = Host::start();
     upload_misbehave(&host, "memory_mb=16").await;
-    let (status, body) = host
-        .invoke("misbehave", &json!({"template": "alloc"}))
-        .await;
-    assert_eq!(status, 500, "{body}");
-    let message = body["error"]["message"].as_str().unwrap();
-    assert!(
-        message.contains("misbehave@9.9.9") && message.contains("memory cap of 16 MiB"),
-        "{message}"
-    );
+    let message = failure_message(&host, "alloc").await;
+    assert!(message.contains("memory cap of 16 MiB"), "{message}");
     let (status, body) = host
         .invoke("misbehave", &json!({"template": "still alive"}))
         .await;
@@ -300,9 +291,7 @@ async fn a_plugin_that_allocates_without_bound_is_stopped_at_its_memory_cap() {
 async fn a_plugin_that_traps_is_reported() {
     let host = Host::start();
     upload_misbehave(&host, "").await;
-    let (status, body) = host.invoke("misbehave", &json!({"template": "trap"})).await;
-    assert_eq!(status, 500, "{body}");
-    let message = body["error"]["message"].as_str().unwrap();
+    let message = failure_message(&host, "trap").await;
     assert!(message.contains("misbehave@9.9.9 trapped"), "{message}");
 }
 
@@ -319,6 +308,18 @@ async fn a_template_sees_no_files_and_no_environment() {
     }
     let (_, body) = host.invoke("misbehave", &json!({"template": "env"})).await;
     assert_eq!(body["output"]["vars"], 0, "{body}");
+}
+
+#[tokio::test]
+async fn plugin_output_goes_to_the_host_log_with_the_plugins_name() {
+    let host = Host::start();
+    upload_misbehave(&host, "").await;
+    let (status, body) = host
+        .invoke("misbehave", &json!({"template": "print"}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    host.wait_for_log(&["hello from stderr", "misbehave@9.9.9"]);
+    host.wait_for_log(&["hello from stdout", "misbehave@9.9.9"]);
 }
 
 #[tokio::test]
@@ -484,14 +485,11 @@ async fn operators_list_replace_and_remove_plugins() {
     assert_eq!(info["source"], "builtin");
     assert!(info["calls"].as_u64().unwrap() >= 1);
 
-    let response = host
-        .http
-        .delete(host.url("/v1/admin/plugins/template-default"))
-        .bearer_auth(OPERATOR_KEY)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 409, "built-ins cannot be removed");
+    assert_eq!(
+        host.delete("/v1/admin/plugins/template-default").await.0,
+        409,
+        "built-ins cannot be removed"
+    );
     let (status, body) = host
         .upload_plugin(
             "template-default",
@@ -502,14 +500,7 @@ async fn operators_list_replace_and_remove_plugins() {
     assert_eq!(status, 409, "a replacement keeps the kind: {body}");
 
     upload_misbehave(&host, "").await;
-    let response = host
-        .http
-        .delete(host.url("/v1/admin/plugins/misbehave"))
-        .bearer_auth(OPERATOR_KEY)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 204);
+    assert_eq!(host.delete("/v1/admin/plugins/misbehave").await.0, 204);
     let (status, _) = host.invoke("misbehave", &json!({"template": "x"})).await;
     assert_eq!(status, 404);
 
@@ -531,14 +522,7 @@ async fn operators_list_replace_and_remove_plugins() {
             .unwrap()
             .contains("printer")
     );
-    let (status, _) = into_parts(
-        host.http
-            .get(host.url("/v1/admin/plugins"))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (status, _) = host.get_anon("/v1/admin/plugins").await;
     assert_eq!(status, 401);
 }
 

@@ -1,0 +1,213 @@
+//! Plugin runtime figures (`just bench-plugins`): cold load of a precompiled
+//! plugin, one render through `template-default` with a fresh instance per
+//! call (and the same render natively, for the ratio), and a hot swap under a
+//! steady render load. Prints medians; asserts nothing about time.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use switchyard::cfg::QueueConfig;
+use switchyard::plugin::Plugins;
+use switchyard::plugin::builtin::{self, TEMPLATE_DEFAULT};
+use switchyard::plugin::registry::Spec;
+use switchyard::plugin::template::Variable;
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(run());
+}
+
+fn template_spec() -> Spec {
+    builtin::specs()
+        .into_iter()
+        .find(|s| s.name == TEMPLATE_DEFAULT)
+        .unwrap()
+}
+
+/// A ~1 KB repository-dispatch style template using 12 variables.
+fn workload() -> (String, Vec<Variable>) {
+    let names = [
+        "event_type",
+        "event_author",
+        "alias",
+        "tag",
+        "project_name",
+        "entity_name",
+        "artifact_collection_name",
+        "artifact_version_string",
+        "ACCESS_TOKEN",
+        "SECRET",
+    ];
+    let mut fields: Vec<String> = names
+        .iter()
+        .map(|n| format!("\"{n}\": \"${{{n}}}\""))
+        .collect();
+    fields.push("\"version\": \"${artifact_version}\"".into());
+    fields.push("\"accuracy\": ${artifact_metadata.accuracy}".into());
+    fields.push("\"summary\": \"${entity_name}/${project_name}: ${event_type} by ${event_author} on ${artifact_version_string}\"".into());
+    let mut template = format!(
+        "{{\"event_type\": \"deploy\", \"client_payload\": {{{}}}",
+        fields.join(", ")
+    );
+    while template.len() < 1000 {
+        template.push_str(", \"padding\": \"lorem ipsum dolor sit amet consectetur\"");
+    }
+    template.push('}');
+    let mut vars: Vec<Variable> = names
+        .iter()
+        .map(|n| Variable {
+            name: n.to_string(),
+            value: format!("\"value of {n} with \\\"quotes\\\"\""),
+        })
+        .collect();
+    vars.push(Variable {
+        name: "artifact_version".into(),
+        value: r#"{"name":"resnet:v3","version":"v3"}"#.into(),
+    });
+    vars.push(Variable {
+        name: "artifact_metadata".into(),
+        value: r#"{"accuracy":0.93}"#.into(),
+    });
+    (template, vars)
+}
+
+fn median(samples: &mut [Duration]) -> Duration {
+    samples.sort_unstable();
+    samples[samples.len() / 2]
+}
+
+fn percentile(samples: &mut [Duration], p: f64) -> Duration {
+    samples.sort_unstable();
+    samples[((samples.len() - 1) as f64 * p) as usize]
+}
+
+async fn run() {
+    let cache = tempfile::tempdir().unwrap();
+    let plugins = Plugins::new(
+        cache.path(),
+        &QueueConfig {
+            workers: 4,
+            capacity: 4096,
+        },
+    )
+    .await
+    .unwrap();
+
+    // Load: the first compiles and fills the cache; later loads deserialize.
+    let started = Instant::now();
+    plugins.load(template_spec()).await.unwrap();
+    let first = started.elapsed();
+    let mut loads = Vec::new();
+    for _ in 0..21 {
+        let started = Instant::now();
+        plugins.load(template_spec()).await.unwrap();
+        loads.push(started.elapsed());
+    }
+    println!(
+        "load, first (compile + cache write): {:>9.2} ms",
+        first.as_secs_f64() * 1e3
+    );
+    println!(
+        "load, precompiled (median of 21):    {:>9.2} ms   target < 10 ms",
+        median(&mut loads).as_secs_f64() * 1e3
+    );
+
+    // Render: a fresh instance per call, as in production.
+    let (template, vars) = workload();
+    let plugin = plugins.get(TEMPLATE_DEFAULT).unwrap();
+    let reference = plugins
+        .render_with(&plugin, &template, &vars)
+        .await
+        .unwrap();
+    let pairs: Vec<(String, String)> = vars
+        .iter()
+        .map(|v| (v.name.clone(), v.value.clone()))
+        .collect();
+    assert_eq!(
+        template_default::render(&template, &pairs).unwrap(),
+        reference,
+        "wasm and native agree"
+    );
+    const CALLS: usize = 3000;
+    for _ in 0..300 {
+        plugins
+            .render_with(&plugin, &template, &vars)
+            .await
+            .unwrap();
+    }
+    let mut wasm = Vec::with_capacity(CALLS);
+    for _ in 0..CALLS {
+        let started = Instant::now();
+        plugins
+            .render_with(&plugin, &template, &vars)
+            .await
+            .unwrap();
+        wasm.push(started.elapsed());
+    }
+    let mut native = Vec::with_capacity(CALLS);
+    for _ in 0..CALLS {
+        let started = Instant::now();
+        std::hint::black_box(
+            template_default::render(std::hint::black_box(&template), &pairs).unwrap(),
+        );
+        native.push(started.elapsed());
+    }
+    let (wasm_p50, wasm_p99) = (median(&mut wasm), percentile(&mut wasm, 0.99));
+    let native_p50 = median(&mut native);
+    println!(
+        "render {} B template, wasm p50:       {:>9.2} µs   (p99 {:.2} µs) target p50 < 20 µs",
+        template.len(),
+        wasm_p50.as_secs_f64() * 1e6,
+        wasm_p99.as_secs_f64() * 1e6
+    );
+    println!(
+        "render, native Rust p50:             {:>9.2} µs",
+        native_p50.as_secs_f64() * 1e6
+    );
+    println!(
+        "ratio wasm / native (p50):           {:>9.1} x",
+        wasm_p50.as_secs_f64() / native_p50.as_secs_f64()
+    );
+
+    // Hot swap: 4 callers render through the queue while the plugin is replaced 20 times.
+    let stop = Arc::new(AtomicBool::new(false));
+    let (ok, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let mut callers = Vec::new();
+    for _ in 0..4 {
+        let (plugins, template, vars) = (plugins.clone(), template.clone(), vars.clone());
+        let (stop, ok, failed) = (stop.clone(), ok.clone(), failed.clone());
+        callers.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                match plugins
+                    .render(TEMPLATE_DEFAULT, template.clone(), vars.clone())
+                    .await
+                {
+                    Ok(_) => ok.fetch_add(1, Ordering::Relaxed),
+                    Err(e) => {
+                        eprintln!("failed call: {e}");
+                        failed.fetch_add(1, Ordering::Relaxed)
+                    }
+                };
+            }
+        }));
+    }
+    for i in 0..20 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let mut spec = template_spec();
+        spec.version = format!("swap-{i}");
+        plugins.load(spec).await.unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    for caller in callers {
+        caller.await.unwrap();
+    }
+    println!(
+        "hot swap: 20 swaps under load, {} calls, {} failed   target 0 failed",
+        ok.load(Ordering::Relaxed),
+        failed.load(Ordering::Relaxed)
+    );
+}
