@@ -8,6 +8,7 @@ use crate::cfg::Config;
 use crate::plugin::Plugins;
 use crate::plugin::watch::Watcher;
 use crate::queue::WorkQueue;
+use crate::seal::Sealer;
 use crate::store::Store;
 
 /// Everything a handler may use. Cheap to clone.
@@ -17,6 +18,8 @@ pub struct App {
     pub cfg: Arc<Config>,
     /// The one store handle.
     pub store: Store,
+    /// Seals and opens secrets.
+    pub sealer: Sealer,
     /// Loaded plugins and the plugin work queue (`cpu_queue`).
     pub plugins: Arc<Plugins>,
     /// The watched plugins directory.
@@ -28,7 +31,7 @@ pub struct App {
 impl App {
     /// Starts the plugin host (loading the built-ins and the plugins
     /// directory) and the queues. Needs a tokio runtime.
-    pub async fn start(cfg: Config, store: Store) -> anyhow::Result<App> {
+    pub async fn start(cfg: Config, store: Store, sealer: Sealer) -> anyhow::Result<App> {
         let cache_dir = cfg
             .plugins
             .cache_dir
@@ -42,6 +45,7 @@ impl App {
             inference_queue: WorkQueue::start("inference", &cfg.queues.inference),
             cfg: Arc::new(cfg),
             store,
+            sealer,
             plugins,
             watcher,
         })

@@ -74,18 +74,71 @@ pub fn bootstrap(store: &Store, given_key: Option<&str>) -> anyhow::Result<Optio
         Some(k) => k.trim().to_string(),
         None => format!("{KEY_PREFIX}{}", ids::random_hex(24)),
     };
+    let user = insert_user(store, "operator", true)?;
+    insert_key(store, &user, "bootstrap", &key)?;
+    Ok(generated.then_some(key))
+}
+
+/// Creates a user with a first API key (shown once).
+pub fn create_user(store: &Store, name: &str, operator: bool) -> Result<(User, NewKey)> {
+    crate::names::validate("name", name)?;
+    let user = insert_user(store, name, operator)?;
+    let key = create_key(store, &user, "default")?;
+    Ok((user, key))
+}
+
+fn insert_user(store: &Store, name: &str, operator: bool) -> Result<User> {
+    use sled::Transactional;
     let user = User {
         id: ids::ordered_id(),
-        name: "operator".into(),
-        operator: true,
+        name: name.to_string(),
+        operator,
         created_at: ids::now(),
     };
+    let value = store::to_json(&user)?;
+    let t = &store.trees;
+    let created = (&t.users, &t.user_names)
+        .transaction(|(users, user_names)| {
+            if user_names.get(name.as_bytes())?.is_some() {
+                return Ok(false);
+            }
+            users.insert(user.id.as_bytes(), value.as_slice())?;
+            user_names.insert(name.as_bytes(), user.id.as_bytes())?;
+            Ok(true)
+        })
+        .map_err(|e: sled::transaction::TransactionError| anyhow::anyhow!("creating user: {e}"))?;
+    if !created {
+        return Err(Error::Conflict(format!(
+            "a user named '{name}' already exists"
+        )));
+    }
+    Ok(user)
+}
+
+/// The user named `name`.
+pub fn find_user(store: &Store, name: &str) -> Result<User> {
+    let not_found = || Error::NotFound(format!("no user named '{name}'"));
+    let id = store
+        .trees
+        .user_names
+        .get(name.as_bytes())
+        .map_err(anyhow::Error::from)?
+        .ok_or_else(not_found)?;
+    store::get_json(&store.trees.users, &id)?.ok_or_else(not_found)
+}
+
+/// Every user, oldest first.
+pub fn list_users(store: &Store) -> Result<Vec<User>> {
     store
         .trees
         .users
-        .insert(user.id.as_bytes(), store::to_json(&user)?)?;
-    insert_key(store, &user, "bootstrap", &key)?;
-    Ok(generated.then_some(key))
+        .iter()
+        .values()
+        .map(|v| {
+            Ok(serde_json::from_slice(&v.map_err(anyhow::Error::from)?)
+                .map_err(anyhow::Error::from)?)
+        })
+        .collect()
 }
 
 /// The user behind `Authorization: Bearer <key>`.

@@ -26,6 +26,25 @@ enum Command {
     /// Work with plugins.
     #[command(subcommand)]
     Plugin(PluginCommand),
+    /// Administer a stopped host's store directly.
+    #[command(subcommand)]
+    Admin(AdminCommand),
+}
+
+#[derive(Subcommand)]
+enum AdminCommand {
+    /// Create a user and print their first API key (shown once). The host
+    /// must not be running on the same data directory.
+    CreateUser {
+        /// The user's name.
+        name: String,
+        /// Make the user an operator.
+        #[arg(long)]
+        operator: bool,
+        /// Directory of the store (default ./data).
+        #[arg(long, env = "SWITCHYARD_DATA_DIR", default_value = "./data")]
+        data_dir: PathBuf,
+    },
 }
 
 #[derive(Subcommand)]
@@ -73,6 +92,10 @@ struct ServeArgs {
     /// generated and printed once if unset.
     #[arg(long, env = "SWITCHYARD_BOOTSTRAP_KEY", hide_env_values = true)]
     bootstrap_key: Option<String>,
+    /// Key that seals secrets at rest (64 hex digits); by default one is
+    /// created in the data directory (master.key, mode 0600).
+    #[arg(long, env = "SWITCHYARD_MASTER_KEY", hide_env_values = true)]
+    master_key: Option<String>,
     /// Log format.
     #[arg(long, env = "SWITCHYARD_LOG_FORMAT", default_value = "text")]
     log_format: LogFormat,
@@ -88,6 +111,11 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(args) => serve(args),
+        Command::Admin(AdminCommand::CreateUser {
+            name,
+            operator,
+            data_dir,
+        }) => create_user(&name, operator, &data_dir),
         Command::Plugin(PluginCommand::Check {
             wasm,
             kind,
@@ -123,13 +151,28 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
         let shutdown = server::shutdown_signal()?;
-        let (app, listener) = server::prepare(cfg, args.bootstrap_key.as_deref()).await?;
+        let secrets = server::StartSecrets {
+            bootstrap_key: args.bootstrap_key,
+            master_key: args.master_key,
+        };
+        let (app, listener) = server::prepare(cfg, secrets).await?;
         let addr = listener.local_addr()?;
         tracing::info!(%addr, data_dir = %app.cfg.data_dir.display(), "serving");
         // A stable line on stdout, for scripts and tests that start us on port 0.
         println!("switchyard listening on http://{addr}");
         server::serve(app, listener, shutdown).await
     })
+}
+
+fn create_user(name: &str, operator: bool, data_dir: &std::path::Path) -> anyhow::Result<()> {
+    let store = switchyard::store::Store::open(data_dir)?;
+    let (user, key) = switchyard::auth::create_user(&store, name, operator)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    println!(
+        "Created user '{}'. Their API key is shown only this once:\n\n    {}\n",
+        user.name, key.key
+    );
+    Ok(())
 }
 
 fn check_plugin(

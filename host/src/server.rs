@@ -15,18 +15,26 @@ use tokio::net::TcpListener;
 
 use crate::app::App;
 use crate::cfg::Config;
+use crate::seal::Sealer;
 use crate::store::Store;
 use crate::{auth, http};
 
+/// Secrets given to the host at start, from the environment.
+#[derive(Default)]
+pub struct StartSecrets {
+    /// `SWITCHYARD_BOOTSTRAP_KEY`: the first operator's API key.
+    pub bootstrap_key: Option<String>,
+    /// `SWITCHYARD_MASTER_KEY`: the key that seals secrets (64 hex digits).
+    pub master_key: Option<String>,
+}
+
 /// Opens the store, prepares the state and binds the listener: everything that
 /// can fail on bad configuration fails here, before serving starts.
-pub async fn prepare(
-    cfg: Config,
-    bootstrap_key: Option<&str>,
-) -> anyhow::Result<(App, TcpListener)> {
+pub async fn prepare(cfg: Config, secrets: StartSecrets) -> anyhow::Result<(App, TcpListener)> {
     let data_dir = cfg.data_dir.clone();
     let store = tokio::task::spawn_blocking(move || Store::open(&data_dir)).await??;
-    if let Some(key) = auth::bootstrap(&store, bootstrap_key)? {
+    let sealer = Sealer::load(&cfg.data_dir, secrets.master_key.as_deref())?;
+    if let Some(key) = auth::bootstrap(&store, secrets.bootstrap_key.as_deref())? {
         // Shown once: only its hash is kept.
         eprintln!(
             "Created the operator account. Its API key is shown only this once:\n\n    {key}\n"
@@ -38,7 +46,7 @@ pub async fn prepare(
             cfg.listen
         )
     })?;
-    Ok((App::start(cfg, store).await?, listener))
+    Ok((App::start(cfg, store, sealer).await?, listener))
 }
 
 /// Serves until `shutdown` resolves, then stops accepting, lets in-flight

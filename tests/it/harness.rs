@@ -177,6 +177,31 @@ impl Host {
         self.log.lock().unwrap().clone()
     }
 
+    /// A request as the holder of `key`, with an optional JSON body.
+    pub async fn call(
+        &self,
+        method: &str,
+        path: &str,
+        key: &str,
+        body: Option<&Value>,
+    ) -> (u16, Value) {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        let mut request = self.http.request(method, self.url(path)).bearer_auth(key);
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        into_parts(request.send().await.unwrap()).await
+    }
+
+    /// Creates a user through the operator API; returns their API key.
+    pub async fn create_user(&self, name: &str) -> String {
+        let (status, body) = self
+            .post("/v1/admin/users", &serde_json::json!({"name": name}))
+            .await;
+        assert_eq!(status, 201, "{body}");
+        body["api_key"]["key"].as_str().unwrap().to_string()
+    }
+
     /// A GET without credentials.
     pub async fn get_anon(&self, path: &str) -> (u16, Value) {
         into_parts(self.http.get(self.url(path)).send().await.unwrap()).await

@@ -8,3 +8,4 @@ mod health;
 mod http_errors;
 mod lifecycle;
 mod plugins;
+mod teams;

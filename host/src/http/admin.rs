@@ -17,15 +17,8 @@ use crate::plugin::manifest::{LimitOverrides, validate_name, validate_version};
 use crate::plugin::registry::Spec;
 use crate::plugin::{Kind, Plugin, Source, builtin};
 
-/// Only operators administer plugins.
 fn require_operator(caller: &Caller) -> Result<()> {
-    if caller.0.operator {
-        Ok(())
-    } else {
-        Err(Error::PermissionDenied(
-            "only an operator may administer plugins".into(),
-        ))
-    }
+    caller.require_operator("administer plugins")
 }
 
 /// What the API shows of a plugin.

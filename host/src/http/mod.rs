@@ -10,13 +10,15 @@ mod health;
 mod json;
 mod me;
 mod query;
+mod teams;
+mod users;
 
 use axum::Router;
 use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post};
+use axum::routing::{delete, get, post, put};
 
 pub use caller::Caller;
 pub use json::Json;
@@ -31,6 +33,19 @@ pub fn router(app: App) -> Router {
         .route("/v1/me", get(me::show))
         .route("/v1/me/api-keys", get(me::list_keys).post(me::create_key))
         .route("/v1/me/api-keys/{id}", delete(me::revoke_key))
+        .route("/v1/admin/users", get(users::list).post(users::create))
+        .route("/v1/teams", get(teams::list).post(teams::create))
+        .route("/v1/teams/{team}", get(teams::show))
+        .route("/v1/teams/{team}/members", get(teams::members))
+        .route(
+            "/v1/teams/{team}/members/{user}",
+            put(teams::set_member).delete(teams::remove_member),
+        )
+        .route("/v1/teams/{team}/secrets", get(teams::list_secrets))
+        .route(
+            "/v1/teams/{team}/secrets/{name}",
+            put(teams::put_secret).delete(teams::delete_secret),
+        )
         .route("/v1/admin/plugins", get(admin::list))
         .route(
             "/v1/admin/plugins/{name}",

@@ -19,11 +19,23 @@ use serde::de::DeserializeOwned;
 pub use keys::Key;
 
 /// The schema this build reads and writes.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// Migrations, in order: entry `i` moves a store from version `i + 1` to `i + 2`.
 /// A new schema version appends one function here.
-pub const MIGRATIONS: &[fn(&Store) -> anyhow::Result<()>] = &[];
+pub const MIGRATIONS: &[fn(&Store) -> anyhow::Result<()>] = &[index_user_names];
+
+/// 1 → 2: users gained a name index.
+fn index_user_names(store: &Store) -> anyhow::Result<()> {
+    for value in store.trees.users.iter().values() {
+        let user: crate::auth::User = serde_json::from_slice(&value?)?;
+        store
+            .trees
+            .user_names
+            .insert(user.name.as_bytes(), user.id.as_bytes())?;
+    }
+    Ok(())
+}
 
 const SCHEMA_KEY: &[u8] = b"schema_version";
 
@@ -34,10 +46,20 @@ pub struct Trees {
     pub meta: sled::Tree,
     /// `user id` → [`crate::auth::User`].
     pub users: sled::Tree,
+    /// `user name` → `user id`.
+    pub user_names: sled::Tree,
     /// `sha256(key) hex` → [`crate::auth::ApiKey`]. Only hashes are stored.
     pub api_keys: sled::Tree,
     /// `user id \0 key id \0` → `sha256(key) hex`: a user's keys, for listing and revoking.
     pub user_keys: sled::Tree,
+    /// `team` → [`crate::teams::Team`].
+    pub teams: sled::Tree,
+    /// `team \0 user id \0` → [`crate::teams::Member`].
+    pub members: sled::Tree,
+    /// `user id \0 team \0` → [`crate::teams::Member`]: the same, by user.
+    pub memberships: sled::Tree,
+    /// `team \0 name \0` → [`crate::secrets::Secret`], value sealed.
+    pub secrets: sled::Tree,
 }
 
 /// The one handle to the store. Cheap to clone.
@@ -62,6 +84,11 @@ impl Store {
             users: db.open_tree("users")?,
             api_keys: db.open_tree("api_keys")?,
             user_keys: db.open_tree("user_keys")?,
+            user_names: db.open_tree("user_names")?,
+            teams: db.open_tree("teams")?,
+            members: db.open_tree("members")?,
+            memberships: db.open_tree("memberships")?,
+            secrets: db.open_tree("secrets")?,
         };
         let store = Store { db, trees };
         store.migrate()?;
@@ -183,6 +210,21 @@ mod tests {
         let store = Store::open(dir.path()).unwrap();
         assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
         store.round_trip().unwrap();
+    }
+
+    #[test]
+    fn version_1_stores_gain_the_user_name_index() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = Store::open(dir.path()).unwrap();
+            crate::auth::bootstrap(&store, Some("a-long-bootstrap-key")).unwrap();
+            store.trees.user_names.clear().unwrap();
+            store.set_schema_version(1).unwrap();
+            store.db.flush().unwrap();
+        }
+        let store = Store::open(dir.path()).unwrap();
+        assert_eq!(store.schema_version().unwrap(), 2);
+        assert!(crate::auth::find_user(&store, "operator").unwrap().operator);
     }
 
     #[test]

@@ -1,0 +1,137 @@
+//! `/v1/teams`: teams, members and secrets.
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{Caller, Json};
+use crate::app::App;
+use crate::error::Result;
+use crate::teams::{self, Role};
+use crate::{auth, secrets};
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateTeam {
+    name: String,
+}
+
+pub async fn create(
+    State(app): State<App>,
+    Caller(user): Caller,
+    Json(body): Json<CreateTeam>,
+) -> Result<(StatusCode, axum::Json<Value>)> {
+    let team = teams::create(&app.store, &user, &body.name)?;
+    tracing::info!(team = %team.name, by = %user.name, "team created");
+    Ok((
+        StatusCode::CREATED,
+        axum::Json(json!({"name": team.name, "created_at": team.created_at, "role": Role::Admin})),
+    ))
+}
+
+pub async fn list(State(app): State<App>, Caller(user): Caller) -> Result<axum::Json<Value>> {
+    let data: Vec<Value> = teams::list_for(&app.store, &user)?
+        .into_iter()
+        .map(|(team, role)| json!({"name": team.name, "created_at": team.created_at, "role": role}))
+        .collect();
+    Ok(axum::Json(json!({"object": "list", "data": data})))
+}
+
+pub async fn show(
+    State(app): State<App>,
+    Caller(user): Caller,
+    Path(team): Path<String>,
+) -> Result<axum::Json<Value>> {
+    let role = teams::require(&app.store, &user, &team, Role::Member)?;
+    let record = teams::get(&app.store, &team)?;
+    Ok(axum::Json(
+        json!({"name": record.name, "created_at": record.created_at, "role": role}),
+    ))
+}
+
+pub async fn members(
+    State(app): State<App>,
+    Caller(user): Caller,
+    Path(team): Path<String>,
+) -> Result<axum::Json<Value>> {
+    teams::require(&app.store, &user, &team, Role::Member)?;
+    Ok(axum::Json(
+        json!({"object": "list", "data": teams::members(&app.store, &team)?}),
+    ))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SetMember {
+    role: Role,
+}
+
+pub async fn set_member(
+    State(app): State<App>,
+    Caller(user): Caller,
+    Path((team, member)): Path<(String, String)>,
+    Json(body): Json<SetMember>,
+) -> Result<axum::Json<teams::Member>> {
+    teams::require(&app.store, &user, &team, Role::Admin)?;
+    let target = auth::find_user(&app.store, &member)?;
+    Ok(axum::Json(teams::set_member(
+        &app.store, &team, &target, body.role,
+    )?))
+}
+
+pub async fn remove_member(
+    State(app): State<App>,
+    Caller(user): Caller,
+    Path((team, member)): Path<(String, String)>,
+) -> Result<StatusCode> {
+    teams::require(&app.store, &user, &team, Role::Admin)?;
+    let target = auth::find_user(&app.store, &member)?;
+    teams::remove_member(&app.store, &team, &target)?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+pub async fn list_secrets(
+    State(app): State<App>,
+    Caller(user): Caller,
+    Path(team): Path<String>,
+) -> Result<axum::Json<Value>> {
+    teams::require(&app.store, &user, &team, Role::Member)?;
+    Ok(axum::Json(
+        json!({"object": "list", "data": secrets::list(&app.store, &team)?}),
+    ))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PutSecret {
+    value: String,
+}
+
+pub async fn put_secret(
+    State(app): State<App>,
+    Caller(user): Caller,
+    Path((team, name)): Path<(String, String)>,
+    Json(body): Json<PutSecret>,
+) -> Result<(StatusCode, axum::Json<secrets::SecretInfo>)> {
+    teams::require(&app.store, &user, &team, Role::Admin)?;
+    let (info, created) = secrets::put(&app.store, &app.sealer, &team, &name, &body.value)?;
+    tracing::info!(team = %team, secret = %name, by = %user.name, "secret stored");
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, axum::Json(info)))
+}
+
+pub async fn delete_secret(
+    State(app): State<App>,
+    Caller(user): Caller,
+    Path((team, name)): Path<(String, String)>,
+) -> Result<StatusCode> {
+    teams::require(&app.store, &user, &team, Role::Admin)?;
+    secrets::delete(&app.store, &team, &name)?;
+    tracing::info!(team = %team, secret = %name, by = %user.name, "secret deleted");
+    Ok(StatusCode::NO_CONTENT)
+}

@@ -1,0 +1,61 @@
+//! Names of things clients create: teams, users, projects, secrets.
+
+use crate::error::{Error, Result};
+
+/// Longest name accepted.
+pub const MAX_LEN: usize = 64;
+
+/// Team, user and project names: 1 to 64 of `A-Z a-z 0-9 _ . -`, starting
+/// with a letter or digit. They appear in URLs and in `team/project` headers.
+pub fn validate(field: &str, value: &str) -> Result<()> {
+    let ok = (1..=MAX_LEN).contains(&value.len())
+        && value.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && value
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            field,
+            format!(
+                "{field} '{value}' is not valid: use 1 to {MAX_LEN} letters, digits, '_', '.' or '-', starting with a letter or digit"
+            ),
+        ))
+    }
+}
+
+/// Secret names are referenced as `${NAME}` in payload templates, so they are
+/// identifiers: a letter or `_`, then letters, digits or `_`.
+pub fn validate_secret(field: &str, value: &str) -> Result<()> {
+    let ok = (1..=MAX_LEN).contains(&value.len())
+        && value.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+        && value.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            field,
+            format!(
+                "secret name '{value}' is not valid: use 1 to {MAX_LEN} letters, digits and '_', starting with a letter or '_' (it is referenced as ${{NAME}})"
+            ),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        assert!(validate("name", "ml-team_1.x").is_ok());
+        for bad in ["", "-x", "a/b", "a b", "x\0", &"a".repeat(65)] {
+            assert!(validate("name", bad).is_err(), "{bad:?}");
+        }
+        assert!(validate_secret("name", "GITHUB_TOKEN").is_ok());
+        for bad in ["1X", "A-B", "A.B", ""] {
+            assert!(validate_secret("name", bad).is_err(), "{bad:?}");
+        }
+    }
+}

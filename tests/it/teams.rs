@@ -1,0 +1,305 @@
+//! Users, teams, roles and secrets over the real API.
+
+use serde_json::{Value, json};
+
+use crate::harness::{Host, assert_error_shape};
+
+#[tokio::test]
+async fn operators_create_users_and_others_cannot() {
+    let host = Host::start();
+    let alice = host.create_user("alice").await;
+    let (status, me) = host.call("GET", "/v1/me", &alice, None).await;
+    assert_eq!(status, 200);
+    assert_eq!(me["name"], "alice");
+    assert_eq!(me["operator"], false);
+
+    let (status, body) = host
+        .call(
+            "POST",
+            "/v1/admin/users",
+            &alice,
+            Some(&json!({"name": "mallory"})),
+        )
+        .await;
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(assert_error_shape(&body)["type"], "permission_error");
+    let (status, body) = host
+        .post("/v1/admin/users", &json!({"name": "alice"}))
+        .await;
+    assert_eq!(status, 409, "{body}");
+    let (status, body) = host.post("/v1/admin/users", &json!({"name": "a b"})).await;
+    assert_eq!(status, 400);
+    assert_eq!(body["error"]["param"], "name");
+    let (_, list) = host.get("/v1/admin/users").await;
+    assert_eq!(list["data"].as_array().unwrap().len(), 2, "{list}");
+}
+
+#[tokio::test]
+async fn team_roles_are_enforced_and_teams_are_invisible_to_outsiders() {
+    let host = Host::start();
+    let (alice, bob, eve) = (
+        host.create_user("alice").await,
+        host.create_user("bob").await,
+        host.create_user("eve").await,
+    );
+
+    let (status, team) = host
+        .call("POST", "/v1/teams", &alice, Some(&json!({"name": "ml"})))
+        .await;
+    assert_eq!(status, 201, "{team}");
+    assert_eq!(team["role"], "admin");
+    let (status, _) = host
+        .call("POST", "/v1/teams", &eve, Some(&json!({"name": "ml"})))
+        .await;
+    assert_eq!(status, 409);
+
+    let (status, member) = host
+        .call(
+            "PUT",
+            "/v1/teams/ml/members/bob",
+            &alice,
+            Some(&json!({"role": "member"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{member}");
+    let (status, team) = host.call("GET", "/v1/teams/ml", &bob, None).await;
+    assert_eq!(status, 200);
+    assert_eq!(team["role"], "member");
+    let (_, members) = host.call("GET", "/v1/teams/ml/members", &bob, None).await;
+    assert_eq!(members["data"].as_array().unwrap().len(), 2);
+
+    // A member may read but not administer.
+    for (method, path, body) in [
+        (
+            "PUT",
+            "/v1/teams/ml/members/eve",
+            Some(json!({"role": "member"})),
+        ),
+        (
+            "PUT",
+            "/v1/teams/ml/secrets/TOKEN",
+            Some(json!({"value": "x"})),
+        ),
+        ("DELETE", "/v1/teams/ml/members/alice", None),
+    ] {
+        let (status, body) = host.call(method, path, &bob, body.as_ref()).await;
+        assert_eq!(status, 403, "{method} {path}: {body}");
+        assert_error_shape(&body);
+    }
+
+    // An outsider cannot tell the team from one that does not exist.
+    let (status, hidden) = host.call("GET", "/v1/teams/ml/secrets", &eve, None).await;
+    let (status_missing, missing) = host.call("GET", "/v1/teams/nope/secrets", &eve, None).await;
+    assert_eq!((status, status_missing), (404, 404));
+    assert_eq!(
+        hidden["error"]["message"]
+            .as_str()
+            .unwrap()
+            .replace("'ml'", "'X'"),
+        missing["error"]["message"]
+            .as_str()
+            .unwrap()
+            .replace("'nope'", "'X'")
+    );
+    let (_, eves) = host.call("GET", "/v1/teams", &eve, None).await;
+    assert_eq!(eves["data"], json!([]));
+    let (_, bobs) = host.call("GET", "/v1/teams", &bob, None).await;
+    assert_eq!(bobs["data"][0]["name"], "ml");
+
+    // The last admin cannot leave or be demoted; promoting bob first allows it.
+    let (status, body) = host
+        .call(
+            "PUT",
+            "/v1/teams/ml/members/alice",
+            &alice,
+            Some(&json!({"role": "member"})),
+        )
+        .await;
+    assert_eq!(status, 409, "{body}");
+    host.call(
+        "PUT",
+        "/v1/teams/ml/members/bob",
+        &alice,
+        Some(&json!({"role": "admin"})),
+    )
+    .await;
+    let (status, _) = host
+        .call(
+            "PUT",
+            "/v1/teams/ml/members/alice",
+            &alice,
+            Some(&json!({"role": "member"})),
+        )
+        .await;
+    assert_eq!(status, 200);
+
+    // A removed member loses access.
+    let (status, _) = host
+        .call("DELETE", "/v1/teams/ml/members/alice", &bob, None)
+        .await;
+    assert_eq!(status, 204);
+    let (status, _) = host.call("GET", "/v1/teams/ml", &alice, None).await;
+    assert_eq!(status, 404);
+
+    let (status, body) = host
+        .call(
+            "PUT",
+            "/v1/teams/ml/members/bob",
+            &bob,
+            Some(&json!({"role": "owner"})),
+        )
+        .await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["param"], "role");
+}
+
+#[tokio::test]
+async fn secrets_are_never_echoed_logged_or_stored_in_plain_text() {
+    let mut host = Host::start();
+    let alice = host.create_user("alice").await;
+    host.call("POST", "/v1/teams", &alice, Some(&json!({"name": "ml"})))
+        .await;
+    const VALUE: &str = "ghp_very-secret-value-4711";
+    let mut bodies: Vec<Value> = Vec::new();
+
+    let (status, body) = host
+        .call(
+            "PUT",
+            "/v1/teams/ml/secrets/GITHUB_TOKEN",
+            &alice,
+            Some(&json!({"value": VALUE})),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(body["name"], "GITHUB_TOKEN");
+    bodies.push(body);
+    let (status, body) = host
+        .call(
+            "PUT",
+            "/v1/teams/ml/secrets/GITHUB_TOKEN",
+            &alice,
+            Some(&json!({"value": VALUE})),
+        )
+        .await;
+    assert_eq!(status, 200, "replacing: {body}");
+    bodies.push(body);
+    let (_, list) = host.call("GET", "/v1/teams/ml/secrets", &alice, None).await;
+    assert_eq!(list["data"][0]["name"], "GITHUB_TOKEN");
+    bodies.push(list);
+    let (status, body) = host
+        .call(
+            "PUT",
+            "/v1/teams/ml/secrets/bad-name",
+            &alice,
+            Some(&json!({"value": VALUE})),
+        )
+        .await;
+    assert_eq!(status, 400);
+    bodies.push(body);
+    let (status, body) = host
+        .call(
+            "PUT",
+            "/v1/teams/ml/secrets/EMPTY",
+            &alice,
+            Some(&json!({"value": ""})),
+        )
+        .await;
+    assert_eq!(status, 400);
+    assert_eq!(body["error"]["param"], "value");
+    let (status, body) = host
+        .call(
+            "PUT",
+            "/v1/teams/ml/secrets/X",
+            &alice,
+            Some(&json!({"value": VALUE, "extra": 1})),
+        )
+        .await;
+    assert_eq!(status, 400);
+    bodies.push(body);
+    for body in &bodies {
+        assert!(
+            !body.to_string().contains(VALUE),
+            "a response showed the secret: {body}"
+        );
+    }
+
+    let (status, _) = host
+        .call("DELETE", "/v1/teams/ml/secrets/GITHUB_TOKEN", &alice, None)
+        .await;
+    assert_eq!(status, 204);
+    let (status, _) = host
+        .call("DELETE", "/v1/teams/ml/secrets/GITHUB_TOKEN", &alice, None)
+        .await;
+    assert_eq!(status, 404);
+    host.call(
+        "PUT",
+        "/v1/teams/ml/secrets/KEPT",
+        &alice,
+        Some(&json!({"value": VALUE})),
+    )
+    .await;
+
+    let data_dir = host.data_dir.clone();
+    assert!(host.terminate().success());
+    assert!(!host.log().contains(VALUE), "the log shows the secret");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(data_dir.join("master.key"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+    let db = sled::open(data_dir.join("db")).unwrap();
+    assert_eq!(
+        db.open_tree("secrets").unwrap().len(),
+        1,
+        "the kept secret is stored"
+    );
+    for name in db.tree_names() {
+        for item in db.open_tree(&name).unwrap().iter() {
+            let (k, v) = item.unwrap();
+            assert!(
+                !v.windows(VALUE.len()).any(|w| w == VALUE.as_bytes()),
+                "plain text in {name:?}"
+            );
+            assert!(!k.windows(VALUE.len()).any(|w| w == VALUE.as_bytes()));
+        }
+    }
+}
+
+#[tokio::test]
+async fn admin_create_user_works_on_a_stopped_store() {
+    let mut host = Host::start();
+    let data_dir = host.data_dir.clone();
+    host.terminate();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args(["admin", "create-user", "carol", "--data-dir"])
+        .arg(&data_dir)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let key = stdout
+        .split_whitespace()
+        .find(|w| w.starts_with("sy_"))
+        .expect("a key is printed")
+        .to_string();
+    let restarted = Host::builder().data_dir(&data_dir).start();
+    let (status, me) = restarted.call("GET", "/v1/me", &key, None).await;
+    assert_eq!(status, 200);
+    assert_eq!(me["name"], "carol");
+    // While a host runs, the store is locked: a clear error, not a panic.
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args(["admin", "create-user", "dave", "--data-dir"])
+        .arg(&data_dir)
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("in use by another switchyard"));
+}
