@@ -29,6 +29,17 @@ pub struct Config {
     pub health: Health,
     /// The plugin runtime.
     pub plugins: PluginsConfig,
+    /// Webhook targets.
+    pub webhooks: WebhooksConfig,
+}
+
+/// Webhook targets.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WebhooksConfig {
+    /// Internal address ranges webhooks may call anyway, e.g. `["10.0.0.0/8"]`.
+    /// Empty by default: loopback, private and link-local targets are refused.
+    pub allow_private: Vec<ipnet::IpNet>,
 }
 
 /// The plugin runtime.
@@ -106,6 +117,7 @@ impl Default for Config {
             queues: Queues::default(),
             health: Health::default(),
             plugins: PluginsConfig::default(),
+            webhooks: WebhooksConfig::default(),
         }
     }
 }

@@ -7,6 +7,7 @@
 
 pub mod app;
 pub mod auth;
+pub mod automation;
 pub mod cfg;
 pub mod error;
 pub mod health;

@@ -9,3 +9,4 @@ mod http_errors;
 mod lifecycle;
 mod plugins;
 mod teams;
+mod webhooks;

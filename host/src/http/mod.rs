@@ -46,6 +46,16 @@ pub fn router(app: App) -> Router {
             "/v1/teams/{team}/secrets/{name}",
             put(teams::put_secret).delete(teams::delete_secret),
         )
+        .route(
+            "/v1/teams/{team}/webhooks",
+            get(teams::list_webhooks).post(teams::create_webhook),
+        )
+        .route(
+            "/v1/teams/{team}/webhooks/{name}",
+            get(teams::show_webhook)
+                .put(teams::update_webhook)
+                .delete(teams::delete_webhook),
+        )
         .route("/v1/admin/plugins", get(admin::list))
         .route(
             "/v1/admin/plugins/{name}",

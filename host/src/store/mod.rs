@@ -60,6 +60,8 @@ pub struct Trees {
     pub memberships: sled::Tree,
     /// `team \0 name \0` → [`crate::secrets::Secret`], value sealed.
     pub secrets: sled::Tree,
+    /// `team \0 name \0` → [`crate::automation::webhooks::Webhook`].
+    pub webhooks: sled::Tree,
 }
 
 /// The one handle to the store. Cheap to clone.
@@ -89,6 +91,7 @@ impl Store {
             members: db.open_tree("members")?,
             memberships: db.open_tree("memberships")?,
             secrets: db.open_tree("secrets")?,
+            webhooks: db.open_tree("webhooks")?,
         };
         let store = Store { db, trees };
         store.migrate()?;

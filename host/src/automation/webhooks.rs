@@ -1,0 +1,179 @@
+//! Team webhooks: an endpoint plus references to the team's secrets.
+
+use ipnet::IpNet;
+use serde::{Deserialize, Serialize};
+
+use super::ssrf;
+use crate::error::{Error, Result};
+use crate::store::{self, Store, keys};
+use crate::{ids, names, secrets};
+
+/// A webhook as stored and shown. Secrets are referenced by name only.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Webhook {
+    /// Unique within the team.
+    pub name: String,
+    /// Where deliveries are POSTed.
+    pub url: String,
+    /// The secret sent as `Authorization: Bearer …`.
+    pub access_token_secret: Option<String>,
+    /// The secret that keys the `X-Service-Signature` HMAC.
+    pub signing_secret: Option<String>,
+    /// Unix seconds.
+    pub created_at: u64,
+    /// Unix seconds.
+    pub updated_at: u64,
+}
+
+/// The settable fields of a webhook.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    /// Endpoint URL.
+    pub url: String,
+    /// Access-token secret name.
+    #[serde(default)]
+    pub access_token_secret: Option<String>,
+    /// Signing secret name.
+    #[serde(default)]
+    pub signing_secret: Option<String>,
+}
+
+fn key(team: &str, name: &str) -> keys::Key {
+    keys::prefix(&[team, name])
+}
+
+fn check(store: &Store, team: &str, settings: &Settings, allow: &[IpNet]) -> Result<()> {
+    ssrf::check_url(settings.url.trim(), allow).map_err(|m| Error::invalid("url", m))?;
+    for (field, secret) in [
+        ("access_token_secret", &settings.access_token_secret),
+        ("signing_secret", &settings.signing_secret),
+    ] {
+        if let Some(secret) = secret
+            && !secrets::exists(store, team, secret)?
+        {
+            return Err(Error::invalid(
+                field,
+                format!(
+                    "team '{team}' has no secret named '{secret}'; create it first with PUT /v1/teams/{team}/secrets/{secret}"
+                ),
+            ));
+        }
+    }
+    if settings.access_token_secret.is_some()
+        && settings.access_token_secret == settings.signing_secret
+    {
+        return Err(Error::invalid(
+            "signing_secret",
+            "the signing secret must be a different secret from the access token",
+        ));
+    }
+    Ok(())
+}
+
+/// Creates a webhook.
+pub fn create(
+    store: &Store,
+    team: &str,
+    name: &str,
+    settings: Settings,
+    allow: &[IpNet],
+) -> Result<Webhook> {
+    names::validate("name", name)?;
+    check(store, team, &settings, allow)?;
+    let now = ids::now();
+    let webhook = Webhook {
+        name: name.to_string(),
+        url: settings.url.trim().to_string(),
+        access_token_secret: settings.access_token_secret,
+        signing_secret: settings.signing_secret,
+        created_at: now,
+        updated_at: now,
+    };
+    let inserted = store
+        .trees
+        .webhooks
+        .compare_and_swap(
+            key(team, name),
+            None as Option<&[u8]>,
+            Some(store::to_json(&webhook)?),
+        )
+        .map_err(anyhow::Error::from)?;
+    if inserted.is_err() {
+        return Err(Error::Conflict(format!(
+            "team '{team}' already has a webhook named '{name}'"
+        )));
+    }
+    Ok(webhook)
+}
+
+/// Replaces a webhook's settings.
+pub fn update(
+    store: &Store,
+    team: &str,
+    name: &str,
+    settings: Settings,
+    allow: &[IpNet],
+) -> Result<Webhook> {
+    let old = get(store, team, name)?;
+    check(store, team, &settings, allow)?;
+    let webhook = Webhook {
+        url: settings.url.trim().to_string(),
+        access_token_secret: settings.access_token_secret,
+        signing_secret: settings.signing_secret,
+        updated_at: ids::now(),
+        ..old
+    };
+    store
+        .trees
+        .webhooks
+        .insert(key(team, name), store::to_json(&webhook)?)
+        .map_err(anyhow::Error::from)?;
+    Ok(webhook)
+}
+
+/// One webhook.
+pub fn get(store: &Store, team: &str, name: &str) -> Result<Webhook> {
+    store::get_json(&store.trees.webhooks, key(team, name))?
+        .ok_or_else(|| Error::NotFound(format!("team '{team}' has no webhook named '{name}'")))
+}
+
+/// The team's webhooks, by name.
+pub fn list(store: &Store, team: &str) -> Result<Vec<Webhook>> {
+    let mut out = Vec::new();
+    for value in store
+        .trees
+        .webhooks
+        .scan_prefix(keys::prefix(&[team]))
+        .values()
+    {
+        out.push(
+            serde_json::from_slice(&value.map_err(anyhow::Error::from)?)
+                .map_err(anyhow::Error::from)?,
+        );
+    }
+    Ok(out)
+}
+
+/// Deletes a webhook.
+pub fn delete(store: &Store, team: &str, name: &str) -> Result<()> {
+    get(store, team, name)?;
+    store
+        .trees
+        .webhooks
+        .remove(key(team, name))
+        .map_err(anyhow::Error::from)?;
+    Ok(())
+}
+
+/// Names of the team's webhooks that use `secret`.
+pub fn using_secret(store: &Store, team: &str, secret: &str) -> Result<Vec<String>> {
+    Ok(list(store, team)?
+        .into_iter()
+        .filter(|w| {
+            w.access_token_secret.as_deref() == Some(secret)
+                || w.signing_secret.as_deref() == Some(secret)
+        })
+        .map(|w| w.name)
+        .collect())
+}
