@@ -4,9 +4,10 @@
 serve:
     cargo run --release -- serve
 
-# The full test suite, as CI runs it.
+# The full test suite, as CI runs it, plus the renderer's own unit tests.
 test:
     cargo test --workspace
+    cd plugins && cargo test --target "$(rustc -vV | sed -n 's/^host: //p')" -p template-default
 
 # Build the plugins workspace (host/build.rs also does this on every host build).
 build-plugins:
