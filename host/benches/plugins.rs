@@ -156,6 +156,25 @@ async fn run() {
         );
         native.push(started.elapsed());
     }
+    // Building the per-call WASI context alone.
+    let mut contexts = Vec::with_capacity(CALLS);
+    for _ in 0..CALLS {
+        let started = Instant::now();
+        std::hint::black_box(switchyard::plugin::state::State::new(64 << 20));
+        contexts.push(started.elapsed());
+    }
+    println!(
+        "per-call WASI context p50:           {:>9.2} µs",
+        median(&mut contexts).as_secs_f64() * 1e6
+    );
+
+    // Fixed cost of a call: a store, an instance and a trivial render.
+    let mut empty = Vec::with_capacity(CALLS);
+    for _ in 0..CALLS {
+        let started = Instant::now();
+        plugins.render_with(&plugin, "{}", &[]).await.unwrap();
+        empty.push(started.elapsed());
+    }
     let (wasm_p50, wasm_p99) = (median(&mut wasm), percentile(&mut wasm, 0.99));
     let native_p50 = median(&mut native);
     println!(
@@ -163,6 +182,10 @@ async fn run() {
         template.len(),
         wasm_p50.as_secs_f64() * 1e6,
         wasm_p99.as_secs_f64() * 1e6
+    );
+    println!(
+        "render \"{{}}\", per-call fixed cost p50: {:>6.2} µs",
+        median(&mut empty).as_secs_f64() * 1e6
     );
     println!(
         "render, native Rust p50:             {:>9.2} µs",
