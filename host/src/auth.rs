@@ -129,16 +129,7 @@ pub fn find_user(store: &Store, name: &str) -> Result<User> {
 
 /// Every user, oldest first.
 pub fn list_users(store: &Store) -> Result<Vec<User>> {
-    store
-        .trees
-        .users
-        .iter()
-        .values()
-        .map(|v| {
-            Ok(serde_json::from_slice(&v.map_err(anyhow::Error::from)?)
-                .map_err(anyhow::Error::from)?)
-        })
-        .collect()
+    Ok(store::scan_json(&store.trees.users, [])?)
 }
 
 /// The user behind `Authorization: Bearer <key>`.

@@ -72,18 +72,8 @@ pub fn put(
 
 /// The team's secrets, by name.
 pub fn list(store: &Store, team: &str) -> Result<Vec<SecretInfo>> {
-    let mut out = Vec::new();
-    for value in store
-        .trees
-        .secrets
-        .scan_prefix(keys::prefix(&[team]))
-        .values()
-    {
-        let stored: Stored = serde_json::from_slice(&value.map_err(anyhow::Error::from)?)
-            .map_err(anyhow::Error::from)?;
-        out.push(info(&stored));
-    }
-    Ok(out)
+    let stored: Vec<Stored> = store::scan_json(&store.trees.secrets, keys::prefix(&[team]))?;
+    Ok(stored.iter().map(info).collect())
 }
 
 /// Whether the team has a secret of that name.

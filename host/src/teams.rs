@@ -115,15 +115,11 @@ pub fn require(store: &Store, user: &User, team: &str, need: Role) -> Result<Rol
 
 /// The teams the user belongs to, with their role (operators: every team, as admin).
 pub fn list_for(store: &Store, user: &User) -> Result<Vec<(Team, Role)>> {
-    let mut out = Vec::new();
     if user.operator {
-        for value in store.trees.teams.iter().values() {
-            let team: Team = serde_json::from_slice(&value.map_err(anyhow::Error::from)?)
-                .map_err(anyhow::Error::from)?;
-            out.push((team, Role::Admin));
-        }
-        return Ok(out);
+        let all: Vec<Team> = store::scan_json(&store.trees.teams, [])?;
+        return Ok(all.into_iter().map(|team| (team, Role::Admin)).collect());
     }
+    let mut out = Vec::new();
     for item in store
         .trees
         .memberships
@@ -152,19 +148,10 @@ pub fn get(store: &Store, team: &str) -> Result<Team> {
 
 /// The team's members.
 pub fn members(store: &Store, team: &str) -> Result<Vec<Member>> {
-    let mut out = Vec::new();
-    for value in store
-        .trees
-        .members
-        .scan_prefix(keys::prefix(&[team]))
-        .values()
-    {
-        out.push(
-            serde_json::from_slice(&value.map_err(anyhow::Error::from)?)
-                .map_err(anyhow::Error::from)?,
-        );
-    }
-    Ok(out)
+    Ok(store::scan_json(
+        &store.trees.members,
+        keys::prefix(&[team]),
+    )?)
 }
 
 /// Adds `user` to `team`, or changes their role.

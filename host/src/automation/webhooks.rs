@@ -140,19 +140,10 @@ pub fn get(store: &Store, team: &str, name: &str) -> Result<Webhook> {
 
 /// The team's webhooks, by name.
 pub fn list(store: &Store, team: &str) -> Result<Vec<Webhook>> {
-    let mut out = Vec::new();
-    for value in store
-        .trees
-        .webhooks
-        .scan_prefix(keys::prefix(&[team]))
-        .values()
-    {
-        out.push(
-            serde_json::from_slice(&value.map_err(anyhow::Error::from)?)
-                .map_err(anyhow::Error::from)?,
-        );
-    }
-    Ok(out)
+    Ok(store::scan_json(
+        &store.trees.webhooks,
+        keys::prefix(&[team]),
+    )?)
 }
 
 /// Deletes a webhook.

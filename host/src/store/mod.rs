@@ -203,6 +203,18 @@ pub fn to_json<T: Serialize>(value: &T) -> anyhow::Result<Vec<u8>> {
     Ok(serde_json::to_vec(value)?)
 }
 
+/// Decodes every value whose key starts with `prefix`, in key order. An
+/// empty prefix reads the whole tree.
+pub fn scan_json<T: DeserializeOwned>(
+    tree: &sled::Tree,
+    prefix: impl AsRef<[u8]>,
+) -> anyhow::Result<Vec<T>> {
+    tree.scan_prefix(prefix)
+        .values()
+        .map(|value| serde_json::from_slice(&value?).context("corrupt record in store"))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
