@@ -3,7 +3,7 @@
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::{Caller, Json};
 use crate::app::App;
@@ -16,7 +16,7 @@ pub async fn show(Caller(user): Caller) -> axum::Json<auth::User> {
 
 pub async fn list_keys(State(app): State<App>, Caller(user): Caller) -> Result<axum::Json<Value>> {
     let keys = auth::list_keys(&app.store, &user)?;
-    Ok(axum::Json(json!({"object": "list", "data": keys})))
+    Ok(super::list_of(keys))
 }
 
 #[derive(Deserialize)]

@@ -71,6 +71,12 @@ pub fn router(app: App) -> Router {
         .layer(middleware::from_fn_with_state(app, shape_errors))
 }
 
+/// The envelope of every listing: `{"object": "list", "data": [...]}`, as
+/// OpenAI clients expect.
+fn list_of<T: serde::Serialize>(data: T) -> axum::Json<serde_json::Value> {
+    axum::Json(serde_json::json!({"object": "list", "data": data}))
+}
+
 async fn unknown_route(request: Request) -> Error {
     Error::NotFound(format!(
         "no route {} {}; see the README for the API",

@@ -37,7 +37,7 @@ pub async fn list(State(app): State<App>, Caller(user): Caller) -> Result<axum::
         .into_iter()
         .map(|(team, role)| json!({"name": team.name, "created_at": team.created_at, "role": role}))
         .collect();
-    Ok(axum::Json(json!({"object": "list", "data": data})))
+    Ok(super::list_of(data))
 }
 
 pub async fn show(
@@ -58,9 +58,7 @@ pub async fn members(
     Path(team): Path<String>,
 ) -> Result<axum::Json<Value>> {
     teams::require(&app.store, &user, &team, Role::Member)?;
-    Ok(axum::Json(
-        json!({"object": "list", "data": teams::members(&app.store, &team)?}),
-    ))
+    Ok(super::list_of(teams::members(&app.store, &team)?))
 }
 
 #[derive(Deserialize)]
@@ -99,9 +97,7 @@ pub async fn list_secrets(
     Path(team): Path<String>,
 ) -> Result<axum::Json<Value>> {
     teams::require(&app.store, &user, &team, Role::Member)?;
-    Ok(axum::Json(
-        json!({"object": "list", "data": secrets::list(&app.store, &team)?}),
-    ))
+    Ok(super::list_of(secrets::list(&app.store, &team)?))
 }
 
 #[derive(Deserialize)]
@@ -160,9 +156,7 @@ pub async fn list_webhooks(
     Path(team): Path<String>,
 ) -> Result<axum::Json<Value>> {
     teams::require(&app.store, &user, &team, Role::Member)?;
-    Ok(axum::Json(
-        json!({"object": "list", "data": webhooks::list(&app.store, &team)?}),
-    ))
+    Ok(super::list_of(webhooks::list(&app.store, &team)?))
 }
 
 #[derive(Deserialize)]

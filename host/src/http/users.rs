@@ -34,7 +34,5 @@ pub async fn create(
 
 pub async fn list(State(app): State<App>, caller: Caller) -> Result<axum::Json<Value>> {
     caller.require_operator("list users")?;
-    Ok(axum::Json(
-        json!({"object": "list", "data": auth::list_users(&app.store)?}),
-    ))
+    Ok(super::list_of(auth::list_users(&app.store)?))
 }
