@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::automation::send::Sender;
 use crate::cfg::Config;
 use crate::plugin::Plugins;
 use crate::plugin::watch::Watcher;
@@ -26,6 +27,8 @@ pub struct App {
     pub watcher: Arc<Watcher>,
     /// Model inference (`gpu_queue` in the system check).
     pub inference_queue: WorkQueue,
+    /// Sends webhook requests under the SSRF guard.
+    pub sender: Sender,
 }
 
 impl App {
@@ -41,7 +44,13 @@ impl App {
         let watcher = Watcher::new(&cfg.plugins_dir, plugins.clone());
         watcher.scan().await;
         watcher.spawn(Duration::from_millis(cfg.plugins.watch_interval_ms));
+        let sender = Sender::new(
+            cfg.webhooks.allow_private.clone(),
+            Duration::from_millis(cfg.webhooks.timeout_ms),
+            cfg.webhooks.max_response_bytes,
+        )?;
         Ok(App {
+            sender,
             inference_queue: WorkQueue::start("inference", &cfg.queues.inference),
             cfg: Arc::new(cfg),
             store,

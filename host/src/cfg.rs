@@ -34,12 +34,26 @@ pub struct Config {
 }
 
 /// Webhook targets.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct WebhooksConfig {
     /// Internal address ranges webhooks may call anyway, e.g. `["10.0.0.0/8"]`.
     /// Empty by default: loopback, private and link-local targets are refused.
     pub allow_private: Vec<ipnet::IpNet>,
+    /// Each webhook request must be answered within this.
+    pub timeout_ms: u64,
+    /// How much of a response body is kept (shown by the webhook test).
+    pub max_response_bytes: usize,
+}
+
+impl Default for WebhooksConfig {
+    fn default() -> Self {
+        WebhooksConfig {
+            allow_private: Vec::new(),
+            timeout_ms: 10_000,
+            max_response_bytes: 4096,
+        }
+    }
 }
 
 /// The plugin runtime.

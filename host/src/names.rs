@@ -1,4 +1,5 @@
-//! Names of things clients create: teams, users, projects, secrets.
+//! Names and free text of things clients create: teams, users, projects,
+//! secrets, descriptions.
 
 use crate::error::{Error, Result};
 
@@ -43,6 +44,33 @@ pub fn validate_secret(field: &str, value: &str) -> Result<()> {
     }
 }
 
+/// Longest description accepted.
+pub const MAX_TEXT_LEN: usize = 2048;
+
+/// Free text such as descriptions: up to [`MAX_TEXT_LEN`] bytes, no control
+/// characters other than newlines and tabs.
+pub fn validate_text(field: &str, value: &str) -> Result<()> {
+    if value.len() > MAX_TEXT_LEN {
+        return Err(Error::invalid(
+            field,
+            format!(
+                "{field} is {} bytes; the limit is {MAX_TEXT_LEN}",
+                value.len()
+            ),
+        ));
+    }
+    if value
+        .chars()
+        .any(|c| c.is_control() && c != '\n' && c != '\t')
+    {
+        return Err(Error::invalid(
+            field,
+            format!("{field} contains a control character; use plain text"),
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -57,5 +85,8 @@ mod tests {
         for bad in ["1X", "A-B", "A.B", ""] {
             assert!(validate_secret("name", bad).is_err(), "{bad:?}");
         }
+        assert!(validate_text("description", "two\nlines\tok").is_ok());
+        assert!(validate_text("description", "bell\u{7}").is_err());
+        assert!(validate_text("description", &"x".repeat(MAX_TEXT_LEN + 1)).is_err());
     }
 }

@@ -2,11 +2,14 @@
 //! `switchyard` binary; see `harness`.
 
 mod harness;
+mod receiver;
 
 mod api_keys;
+mod automations;
 mod health;
 mod http_errors;
 mod lifecycle;
+mod openapi;
 mod plugins;
 mod teams;
 mod webhooks;

@@ -1,11 +1,13 @@
-//! Team webhooks: lifecycle, roles, secret references and the SSRF guard.
+//! Team webhooks: lifecycle, roles, secret references, the SSRF guard and
+//! the webhook test against a real receiver.
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::harness::{Host, assert_error_shape};
+use crate::receiver::{Receiver, closed_port, expected_signature};
 
-/// A host whose operator allows loopback targets, with alice (admin of `ml`,
-/// holding secrets TOKEN and SIGN), bob (member) and eve (outsider).
+/// A host with alice (admin of `ml`, holding secrets TOKEN=`tok-123`,
+/// SIGN=`sign-456` and SPARE=`spare-789`), bob (member) and eve (outsider).
 async fn setup(config: &str) -> (Host, String, String, String) {
     let host = Host::builder().config(config).start();
     let (alice, bob, eve) = (
@@ -22,13 +24,17 @@ async fn setup(config: &str) -> (Host, String, String, String) {
         Some(&json!({"role": "member"})),
     )
     .await;
-    for name in ["TOKEN", "SIGN"] {
+    for (name, value) in [
+        ("TOKEN", "tok-123"),
+        ("SIGN", "sign-456"),
+        ("SPARE", "spare-789"),
+    ] {
         let (status, _) = host
             .call(
                 "PUT",
                 &format!("/v1/teams/ml/secrets/{name}"),
                 &alice,
-                Some(&json!({"value": "v"})),
+                Some(&json!({"value": value})),
             )
             .await;
         assert_eq!(status, 201);
@@ -178,4 +184,187 @@ async fn internal_targets_are_refused_unless_the_operator_allows_them() {
         )
         .await;
     assert_eq!(status, 201, "{body}");
+}
+
+/// [`setup`] on loopback plus webhook `ci` (TOKEN, SIGN) pointing at `url`.
+async fn hook_to(url: &str) -> (Host, String, String) {
+    let (host, alice, bob, _) = setup(LOOPBACK).await;
+    let hook =
+        json!({"name": "ci", "url": url, "access_token_secret": "TOKEN", "signing_secret": "SIGN"});
+    let (status, body) = host
+        .call("POST", "/v1/teams/ml/webhooks", &alice, Some(&hook))
+        .await;
+    assert_eq!(status, 201, "{body}");
+    (host, alice, bob)
+}
+
+#[tokio::test]
+async fn webhook_test_is_signed_and_authorised_like_a_delivery() {
+    let receiver = Receiver::start().await;
+    let (host, alice, bob) = hook_to(&format!("{}/hook", receiver.base)).await;
+
+    let payload = json!({"payload": r#"{"text": "signed with $SIGN", "auth": "${ACCESS_TOKEN}", "cost": "$5"}"#});
+    let (status, body) = host
+        .call(
+            "POST",
+            "/v1/teams/ml/webhooks/ci/test",
+            &bob,
+            Some(&payload),
+        )
+        .await;
+    assert_eq!(status, 403, "only team admins test webhooks: {body}");
+    let (status, outcome) = host
+        .call(
+            "POST",
+            "/v1/teams/ml/webhooks/ci/test",
+            &alice,
+            Some(&payload),
+        )
+        .await;
+    assert_eq!(status, 200, "{outcome}");
+    assert_eq!(outcome["success"], true, "{outcome}");
+    assert_eq!(outcome["response"]["status"], 200);
+    assert_eq!(outcome["response"]["body"], "ok");
+    let headers = outcome["response"]["headers"].as_array().unwrap();
+    assert!(
+        headers.contains(&json!(["x-receiver", "test"])),
+        "{outcome}"
+    );
+
+    let got = receiver.wait_for(1, 5).await;
+    assert_eq!(got.len(), 1);
+    let request = &got[0];
+    assert_eq!(request.header("authorization"), Some("Bearer tok-123"));
+    assert_eq!(request.header("content-type"), Some("application/json"));
+    assert_eq!(
+        request.header("x-service-signature").unwrap(),
+        expected_signature("sign-456", &request.body)
+    );
+    assert_eq!(
+        request.header("x-service-delivery"),
+        outcome["delivery_id"].as_str()
+    );
+    assert_eq!(
+        request.json(),
+        json!({"text": "signed with sign-456", "auth": "tok-123", "cost": "$5"})
+    );
+    let everything = format!("{outcome}{}", host.log());
+    for secret in ["tok-123", "sign-456"] {
+        assert!(!everything.contains(secret), "{secret} leaked");
+    }
+
+    // Without a body a sample payload goes out, signed the same way.
+    let response = host
+        .http
+        .post(host.url("/v1/teams/ml/webhooks/ci/test"))
+        .bearer_auth(&alice)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let got = receiver.wait_for(2, 5).await;
+    assert_eq!(got[1].json()["event_type"], "TEST");
+    assert_eq!(
+        got[1].header("x-service-signature").unwrap(),
+        expected_signature("sign-456", &got[1].body)
+    );
+
+    // A secret the webhook does not carry, or JSON that breaks, is refused
+    // before anything is sent.
+    for (payload, needle) in [
+        (r#"{"a": "$SPARE"}"#, "does not carry"),
+        (r#"{"a": "#, "not valid JSON"),
+    ] {
+        let (status, body) = host
+            .call(
+                "POST",
+                "/v1/teams/ml/webhooks/ci/test",
+                &alice,
+                Some(&json!({"payload": payload})),
+            )
+            .await;
+        assert_eq!(status, 400, "{body}");
+        assert!(
+            body["error"]["message"].as_str().unwrap().contains(needle),
+            "{body}"
+        );
+    }
+    assert_eq!(receiver.received().len(), 2);
+}
+
+#[tokio::test]
+async fn webhook_test_reports_refusals_and_closed_ports_as_unsuccessful() {
+    let receiver = Receiver::start().await;
+    receiver.answer(401);
+    let (host, alice, _) = hook_to(&format!("{}/hook", receiver.base)).await;
+    let (status, outcome) = host
+        .call("POST", "/v1/teams/ml/webhooks/ci/test", &alice, None)
+        .await;
+    assert_eq!(status, 200, "{outcome}");
+    assert_eq!(outcome["success"], false);
+    assert_eq!(outcome["response"]["status"], 401);
+    assert!(
+        outcome["error"].as_str().unwrap().contains("credentials"),
+        "{outcome}"
+    );
+
+    let closed = format!("http://127.0.0.1:{}/hook", closed_port());
+    let (status, _) = host
+        .call(
+            "PUT",
+            "/v1/teams/ml/webhooks/ci",
+            &alice,
+            Some(&json!({"url": closed, "access_token_secret": "TOKEN", "signing_secret": "SIGN"})),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let (status, outcome) = host
+        .call("POST", "/v1/teams/ml/webhooks/ci/test", &alice, None)
+        .await;
+    assert_eq!(status, 200, "{outcome}");
+    assert_eq!(outcome["success"], false);
+    assert_eq!(outcome["response"], Value::Null);
+    let error = outcome["error"].as_str().unwrap();
+    assert!(
+        error.contains("could not connect") && error.contains(&closed),
+        "{error}"
+    );
+}
+
+#[tokio::test]
+async fn webhook_test_payloads_are_not_stored() {
+    let receiver = Receiver::start().await;
+    let (mut host, alice, _) = hook_to(&format!("{}/hook", receiver.base)).await;
+    let marker = "marker-5f1d9c-never-stored";
+    let (status, outcome) = host
+        .call(
+            "POST",
+            "/v1/teams/ml/webhooks/ci/test",
+            &alice,
+            Some(&json!({"payload": {"note": marker}})),
+        )
+        .await;
+    assert_eq!(
+        (status, outcome["success"].clone()),
+        (200, json!(true)),
+        "{outcome}"
+    );
+    assert_eq!(receiver.received()[0].json()["note"], marker);
+    host.terminate();
+    let db = sled::open(host.data_dir.join("db")).unwrap();
+    for name in db.tree_names() {
+        for item in db.open_tree(&name).unwrap().iter() {
+            let (key, value) = item.unwrap();
+            let text = format!(
+                "{}{}",
+                String::from_utf8_lossy(&key),
+                String::from_utf8_lossy(&value)
+            );
+            assert!(
+                !text.contains(marker),
+                "found in tree {:?}",
+                String::from_utf8_lossy(&name)
+            );
+        }
+    }
 }

@@ -39,6 +39,17 @@ pub struct Settings {
     pub signing_secret: Option<String>,
 }
 
+impl Webhook {
+    /// The names of the secrets it carries.
+    pub fn secret_names(&self) -> Vec<&str> {
+        [&self.access_token_secret, &self.signing_secret]
+            .into_iter()
+            .flatten()
+            .map(String::as_str)
+            .collect()
+    }
+}
+
 fn key(team: &str, name: &str) -> keys::Key {
     keys::prefix(&[team, name])
 }
@@ -90,16 +101,7 @@ pub fn create(
         created_at: now,
         updated_at: now,
     };
-    let inserted = store
-        .trees
-        .webhooks
-        .compare_and_swap(
-            key(team, name),
-            None as Option<&[u8]>,
-            Some(store::to_json(&webhook)?),
-        )
-        .map_err(anyhow::Error::from)?;
-    if inserted.is_err() {
+    if !store::insert_new(&store.trees.webhooks, key(team, name), &webhook)? {
         return Err(Error::Conflict(format!(
             "team '{team}' already has a webhook named '{name}'"
         )));

@@ -1,6 +1,6 @@
 //! Body extractors: the one place request bodies are read and parsed.
 
-use axum::extract::{FromRequest, Request};
+use axum::extract::{FromRequest, OptionalFromRequest, Request};
 use axum::http::header;
 use bytes::Bytes;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
@@ -19,6 +19,30 @@ impl<T: DeserializeOwned> FromRequest<App> for Json<T> {
         require_content_type(&request, "application/json")?;
         let body = read_body(request, app, app.cfg.limits.max_body_bytes).await?;
         parse(&body).map(Json)
+    }
+}
+
+/// `Option<Json<T>>`: an empty body without a Content-Type is `None`, for
+/// endpoints whose body is optional.
+impl<T: DeserializeOwned> OptionalFromRequest<App> for Json<T> {
+    type Rejection = Error;
+
+    async fn from_request(request: Request, app: &App) -> Result<Option<Self>> {
+        let typed = request.headers().contains_key(header::CONTENT_TYPE);
+        if typed {
+            require_content_type(&request, "application/json")?;
+        }
+        let body = read_body(request, app, app.cfg.limits.max_body_bytes).await?;
+        if body.is_empty() && !typed {
+            return Ok(None);
+        }
+        if !typed {
+            return Err(Error::UnsupportedMediaType(
+                "the request has a body but no Content-Type; send 'Content-Type: application/json'"
+                    .into(),
+            ));
+        }
+        parse(&body).map(|v| Some(Json(v)))
     }
 }
 

@@ -5,13 +5,18 @@
 //! produces for the router.
 
 mod admin;
+mod automations;
 mod caller;
+mod groups;
 mod health;
 mod json;
 mod me;
+mod openapi;
+mod projects;
 mod query;
-mod teams;
+mod secrets;
 mod users;
+mod webhooks;
 
 use axum::Router;
 use axum::extract::{Request, State};
@@ -21,6 +26,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, put};
 
 pub use caller::Caller;
+use groups::{Registries, Teams};
 pub use json::Json;
 
 use crate::app::App;
@@ -30,31 +36,80 @@ use crate::error::Error;
 pub fn router(app: App) -> Router {
     let routes = Router::new()
         .route("/v1/system-check", get(health::system_check))
+        .route("/v1/openapi.json", get(openapi::document))
         .route("/v1/me", get(me::show))
         .route("/v1/me/api-keys", get(me::list_keys).post(me::create_key))
         .route("/v1/me/api-keys/{id}", delete(me::revoke_key))
         .route("/v1/admin/users", get(users::list).post(users::create))
-        .route("/v1/teams", get(teams::list).post(teams::create))
-        .route("/v1/teams/{team}", get(teams::show))
-        .route("/v1/teams/{team}/members", get(teams::members))
+        .route(
+            "/v1/teams",
+            get(groups::list::<Teams>).post(groups::create::<Teams>),
+        )
+        .route("/v1/teams/{team}", get(groups::show::<Teams>))
+        .route("/v1/teams/{team}/members", get(groups::members::<Teams>))
         .route(
             "/v1/teams/{team}/members/{user}",
-            put(teams::set_member).delete(teams::remove_member),
+            put(groups::set_member::<Teams>).delete(groups::remove_member::<Teams>),
         )
-        .route("/v1/teams/{team}/secrets", get(teams::list_secrets))
+        .route("/v1/teams/{team}/secrets", get(secrets::list_secrets))
         .route(
             "/v1/teams/{team}/secrets/{name}",
-            put(teams::put_secret).delete(teams::delete_secret),
+            put(secrets::put_secret).delete(secrets::delete_secret),
         )
         .route(
             "/v1/teams/{team}/webhooks",
-            get(teams::list_webhooks).post(teams::create_webhook),
+            get(webhooks::list_webhooks).post(webhooks::create_webhook),
         )
         .route(
             "/v1/teams/{team}/webhooks/{name}",
-            get(teams::show_webhook)
-                .put(teams::update_webhook)
-                .delete(teams::delete_webhook),
+            get(webhooks::show_webhook)
+                .put(webhooks::update_webhook)
+                .delete(webhooks::delete_webhook),
+        )
+        .route(
+            "/v1/teams/{team}/webhooks/{name}/test",
+            post(webhooks::test_webhook),
+        )
+        .route(
+            "/v1/teams/{team}/projects",
+            get(projects::list).post(projects::create),
+        )
+        .route(
+            "/v1/teams/{team}/projects/{name}",
+            get(projects::show).delete(projects::delete),
+        )
+        .route(
+            "/v1/teams/{team}/projects/{project}/automations",
+            get(automations::list).post(automations::create),
+        )
+        .route(
+            "/v1/teams/{team}/projects/{project}/automations/{name}",
+            get(automations::show)
+                .put(automations::update)
+                .delete(automations::delete),
+        )
+        .route(
+            "/v1/registries",
+            get(groups::list::<Registries>).post(groups::create::<Registries>),
+        )
+        .route("/v1/registries/{registry}", get(groups::show::<Registries>))
+        .route(
+            "/v1/registries/{registry}/members",
+            get(groups::members::<Registries>),
+        )
+        .route(
+            "/v1/registries/{registry}/members/{user}",
+            put(groups::set_member::<Registries>).delete(groups::remove_member::<Registries>),
+        )
+        .route(
+            "/v1/registries/{registry}/automations",
+            get(automations::list).post(automations::create),
+        )
+        .route(
+            "/v1/registries/{registry}/automations/{name}",
+            get(automations::show)
+                .put(automations::update)
+                .delete(automations::delete),
         )
         .route("/v1/admin/plugins", get(admin::list))
         .route(

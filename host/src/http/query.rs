@@ -21,3 +21,12 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Query<T> {
             })
     }
 }
+
+/// `?force=true`: go ahead although other objects depend on this one.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Force {
+    /// Whether to go ahead.
+    #[serde(default)]
+    pub force: bool,
+}

@@ -52,16 +52,33 @@ pub struct Trees {
     pub api_keys: sled::Tree,
     /// `user id \0 key id \0` → `sha256(key) hex`: a user's keys, for listing and revoking.
     pub user_keys: sled::Tree,
-    /// `team` → [`crate::teams::Team`].
+    /// `team` → [`crate::groups::Record`].
     pub teams: sled::Tree,
-    /// `team \0 user id \0` → [`crate::teams::Member`].
+    /// `team \0 user id \0` → [`crate::groups::Member`].
     pub members: sled::Tree,
-    /// `user id \0 team \0` → [`crate::teams::Member`]: the same, by user.
+    /// `user id \0 team \0` → [`crate::groups::Member`]: the same, by user.
     pub memberships: sled::Tree,
     /// `team \0 name \0` → [`crate::secrets::Secret`], value sealed.
     pub secrets: sled::Tree,
     /// `team \0 name \0` → [`crate::automation::webhooks::Webhook`].
     pub webhooks: sled::Tree,
+    /// `registry` → [`crate::groups::Record`].
+    pub registries: sled::Tree,
+    /// `registry \0 user id \0` → [`crate::groups::Member`].
+    pub registry_members: sled::Tree,
+    /// `user id \0 registry \0` → [`crate::groups::Member`].
+    pub registry_memberships: sled::Tree,
+    /// `team \0 project \0` → [`crate::projects::Project`].
+    pub projects: sled::Tree,
+    /// `scope \0 name \0` → [`crate::automation::automations::Automation`],
+    /// where a scope is `r \0 registry` or `p \0 team \0 project`.
+    pub automations: sled::Tree,
+    /// `scope \0 event type \0 name \0` → `()`: which automations an event
+    /// in a scope can fire, without scanning the others.
+    pub automation_triggers: sled::Tree,
+    /// `team \0 webhook \0 scope \0 name \0` → `()`: the automations that
+    /// use a webhook, so deleting it can name them.
+    pub webhook_automations: sled::Tree,
 }
 
 /// The one handle to the store. Cheap to clone.
@@ -92,6 +109,13 @@ impl Store {
             memberships: db.open_tree("memberships")?,
             secrets: db.open_tree("secrets")?,
             webhooks: db.open_tree("webhooks")?,
+            registries: db.open_tree("registries")?,
+            registry_members: db.open_tree("registry_members")?,
+            registry_memberships: db.open_tree("registry_memberships")?,
+            projects: db.open_tree("projects")?,
+            automations: db.open_tree("automations")?,
+            automation_triggers: db.open_tree("automation_triggers")?,
+            webhook_automations: db.open_tree("webhook_automations")?,
         };
         let store = Store { db, trees };
         store.migrate()?;
@@ -201,6 +225,16 @@ pub fn get_json<T: DeserializeOwned>(
 /// Encodes a value for storage.
 pub fn to_json<T: Serialize>(value: &T) -> anyhow::Result<Vec<u8>> {
     Ok(serde_json::to_vec(value)?)
+}
+
+/// Stores `value` under `key` unless the key is taken; `false` if it was.
+pub fn insert_new<T: Serialize>(
+    tree: &sled::Tree,
+    key: impl AsRef<[u8]>,
+    value: &T,
+) -> anyhow::Result<bool> {
+    let swapped = tree.compare_and_swap(key, None as Option<&[u8]>, Some(to_json(value)?))?;
+    Ok(swapped.is_ok())
 }
 
 /// Decodes every value whose key starts with `prefix`, in key order. An

@@ -1,0 +1,249 @@
+//! Sending one webhook request: the same code for the webhook test and for
+//! deliveries, so a test is signed and authorised exactly like the real thing.
+//!
+//! The SSRF guard runs again here, on the addresses a name resolves to at
+//! send time (a name that pointed somewhere public when the webhook was saved
+//! may point inside now), and redirects are not followed.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ipnet::IpNet;
+use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue, USER_AGENT};
+use serde::Serialize;
+
+use super::{signature, ssrf};
+
+/// The header carrying the delivery id, the same on every retry.
+pub const DELIVERY_ID_HEADER: &str = "x-service-delivery";
+
+/// One request to send.
+pub struct Outgoing<'a> {
+    /// The webhook URL.
+    pub url: &'a str,
+    /// The exact body bytes (JSON).
+    pub body: &'a [u8],
+    /// Sent as `Authorization: Bearer …`.
+    pub bearer: Option<&'a str>,
+    /// Keys the `X-Service-Signature` HMAC.
+    pub signing_key: Option<&'a [u8]>,
+    /// Sent as `X-Service-Delivery`.
+    pub delivery_id: &'a str,
+}
+
+/// What the endpoint answered.
+#[derive(Debug, Clone, Serialize)]
+pub struct Answer {
+    /// HTTP status.
+    pub status: u16,
+    /// Response headers.
+    pub headers: Vec<(String, String)>,
+    /// The body as text, cut at the configured limit.
+    pub body: String,
+    /// Whether `body` was cut.
+    pub truncated: bool,
+    /// Milliseconds from sending to the end of the (possibly cut) body.
+    pub latency_ms: f64,
+    /// `Retry-After` in seconds, when the endpoint sent one.
+    #[serde(skip)]
+    pub retry_after: Option<Duration>,
+}
+
+/// Why there is no answer.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Failure {
+    /// The SSRF guard refused the target.
+    #[error("{0}")]
+    Refused(String),
+    /// No connection could be made.
+    #[error("could not connect to {url}: {message}; check the URL and that the endpoint is up")]
+    Connect {
+        /// The URL.
+        url: String,
+        /// Why.
+        message: String,
+    },
+    /// No complete answer in time.
+    #[error("{url} did not answer within {timeout_ms} ms")]
+    Timeout {
+        /// The URL.
+        url: String,
+        /// The limit.
+        timeout_ms: u64,
+    },
+    /// Anything else on the wire.
+    #[error("request to {url} failed: {message}")]
+    Other {
+        /// The URL.
+        url: String,
+        /// Why.
+        message: String,
+    },
+}
+
+/// Sends webhook requests under the SSRF guard.
+#[derive(Clone)]
+pub struct Sender {
+    client: reqwest::Client,
+    allow: Arc<Vec<IpNet>>,
+    timeout: Duration,
+    max_body: usize,
+}
+
+impl Sender {
+    /// A sender that allows `allow` internal ranges, gives each request
+    /// `timeout`, and keeps at most `max_body` bytes of each response.
+    pub fn new(allow: Vec<IpNet>, timeout: Duration, max_body: usize) -> anyhow::Result<Sender> {
+        let allow = Arc::new(allow);
+        let client = reqwest::Client::builder()
+            .dns_resolver(Arc::new(GuardedResolver {
+                allow: allow.clone(),
+            }))
+            .redirect(reqwest::redirect::Policy::none())
+            .timeout(timeout)
+            .connect_timeout(timeout.min(Duration::from_secs(5)))
+            .pool_idle_timeout(Duration::from_secs(30))
+            .build()?;
+        Ok(Sender {
+            client,
+            allow,
+            timeout,
+            max_body,
+        })
+    }
+
+    /// Sends `out` as a signed `POST`.
+    pub async fn send(&self, out: &Outgoing<'_>) -> Result<Answer, Failure> {
+        // Literal addresses never reach the resolver, so check the URL too.
+        ssrf::check_url(out.url, &self.allow).map_err(Failure::Refused)?;
+        let started = Instant::now();
+        let response = self
+            .client
+            .post(out.url)
+            .headers(headers(out))
+            .body(out.body.to_vec())
+            .send()
+            .await
+            .map_err(|e| self.failure(out.url, e))?;
+        let status = response.status().as_u16();
+        let headers: Vec<(String, String)> = response
+            .headers()
+            .iter()
+            .map(|(k, v)| (k.to_string(), String::from_utf8_lossy(v.as_bytes()).into()))
+            .collect();
+        let retry_after = response
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map(Duration::from_secs);
+        let (body, truncated) = self.read_body(out.url, response).await?;
+        Ok(Answer {
+            status,
+            headers,
+            body,
+            truncated,
+            latency_ms: started.elapsed().as_secs_f64() * 1e3,
+            retry_after,
+        })
+    }
+
+    async fn read_body(
+        &self,
+        url: &str,
+        mut response: reqwest::Response,
+    ) -> Result<(String, bool), Failure> {
+        let mut body = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(|e| self.failure(url, e))? {
+            body.extend_from_slice(&chunk);
+            if body.len() > self.max_body {
+                body.truncate(self.max_body);
+                return Ok((String::from_utf8_lossy(&body).into_owned(), true));
+            }
+        }
+        Ok((String::from_utf8_lossy(&body).into_owned(), false))
+    }
+
+    fn failure(&self, url: &str, e: reqwest::Error) -> Failure {
+        let url = url.to_string();
+        if e.is_timeout() {
+            return Failure::Timeout {
+                url,
+                timeout_ms: self.timeout.as_millis() as u64,
+            };
+        }
+        let message = error_chain(&e);
+        if message.contains(REFUSED_MARK) {
+            return Failure::Refused(message);
+        }
+        if e.is_connect() {
+            Failure::Connect { url, message }
+        } else {
+            Failure::Other { url, message }
+        }
+    }
+}
+
+fn headers(out: &Outgoing<'_>) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    headers.insert(
+        USER_AGENT,
+        HeaderValue::from_static(concat!("switchyard/", env!("CARGO_PKG_VERSION"))),
+    );
+    if let Ok(id) = HeaderValue::from_str(out.delivery_id) {
+        headers.insert(DELIVERY_ID_HEADER, id);
+    }
+    if let Some(token) = out.bearer
+        && let Ok(mut value) = HeaderValue::from_str(&format!("Bearer {token}"))
+    {
+        value.set_sensitive(true);
+        headers.insert(AUTHORIZATION, value);
+    }
+    if let Some(key) = out.signing_key
+        && let Ok(value) = HeaderValue::from_str(&signature::sign(key, out.body))
+    {
+        headers.insert(signature::HEADER, value);
+    }
+    headers
+}
+
+/// reqwest's errors hide the cause in their source chain.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut message = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        message.push_str(": ");
+        message.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    message
+}
+
+const REFUSED_MARK: &str = "resolves only to internal addresses";
+
+/// Resolves names, then drops every address the SSRF guard refuses.
+struct GuardedResolver {
+    allow: Arc<Vec<IpNet>>,
+}
+
+impl reqwest::dns::Resolve for GuardedResolver {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let allow = self.allow.clone();
+        Box::pin(async move {
+            let host = name.as_str().to_string();
+            let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0))
+                .await?
+                .filter(|a| ssrf::allowed(a.ip(), &allow))
+                .collect();
+            if addrs.is_empty() {
+                return Err(format!(
+                    "'{host}' {REFUSED_MARK}; webhooks may only call public hosts (an operator can allow ranges with webhooks.allow_private)"
+                )
+                .into());
+            }
+            Ok(Box::new(addrs.into_iter()) as reqwest::dns::Addrs)
+        })
+    }
+}

@@ -1,0 +1,81 @@
+//! `/v1/teams/{team}/projects`: projects owned by a team.
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::query::{Force, Query};
+use super::{Caller, Json};
+use crate::app::App;
+use crate::automation::automations::{self, Scope};
+use crate::error::{Error, Result};
+use crate::groups::{Group, Role};
+use crate::projects::{self, Project};
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Create {
+    name: String,
+    #[serde(default)]
+    description: String,
+}
+
+/// Any team member may create a project.
+pub async fn create(
+    State(app): State<App>,
+    Caller(user): Caller,
+    Path(team): Path<String>,
+    Json(body): Json<Create>,
+) -> Result<(StatusCode, axum::Json<Project>)> {
+    Group::Team.require(&app.store, &user, &team, Role::Member)?;
+    let project = projects::create(&app.store, &team, &user, &body.name, &body.description)?;
+    tracing::info!(team = %team, project = %project.name, by = %user.name, "project created");
+    Ok((StatusCode::CREATED, axum::Json(project)))
+}
+
+pub async fn list(
+    State(app): State<App>,
+    Caller(user): Caller,
+    Path(team): Path<String>,
+) -> Result<axum::Json<Value>> {
+    Group::Team.require(&app.store, &user, &team, Role::Member)?;
+    Ok(super::list_of(projects::list(&app.store, &team)?))
+}
+
+pub async fn show(
+    State(app): State<App>,
+    Caller(user): Caller,
+    Path((team, name)): Path<(String, String)>,
+) -> Result<axum::Json<Project>> {
+    Group::Team.require(&app.store, &user, &team, Role::Member)?;
+    Ok(axum::Json(projects::get(&app.store, &team, &name)?))
+}
+
+/// A team admin deletes a project; one with automations needs `?force=true`,
+/// which deletes them too.
+pub async fn delete(
+    State(app): State<App>,
+    Caller(user): Caller,
+    Path((team, name)): Path<(String, String)>,
+    Query(Force { force }): Query<Force>,
+) -> Result<StatusCode> {
+    Group::Team.require(&app.store, &user, &team, Role::Admin)?;
+    projects::get(&app.store, &team, &name)?;
+    let scope = Scope::Project {
+        team: team.clone(),
+        project: name.clone(),
+    };
+    let dependants = automations::list(&app.store, &scope)?;
+    if !dependants.is_empty() && !force {
+        let names: Vec<&str> = dependants.iter().map(|a| a.name.as_str()).collect();
+        return Err(Error::Conflict(format!(
+            "project '{team}/{name}' has automations {}; delete them first, or delete everything with ?force=true",
+            names.join(", ")
+        )));
+    }
+    automations::delete_scope(&app.store, &scope)?;
+    projects::delete(&app.store, &team, &name)?;
+    tracing::info!(team = %team, project = %name, by = %user.name, "project deleted");
+    Ok(StatusCode::NO_CONTENT)
+}

@@ -1,0 +1,66 @@
+//! `/v1/teams/{team}/secrets`: sealed values, listed by name only.
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::query::{Force, Query};
+use super::{Caller, Json};
+use crate::app::App;
+use crate::automation::webhooks;
+use crate::error::{Error, Result};
+use crate::groups::{Group, Role};
+use crate::secrets;
+
+pub async fn list_secrets(
+    State(app): State<App>,
+    Caller(user): Caller,
+    Path(team): Path<String>,
+) -> Result<axum::Json<Value>> {
+    Group::Team.require(&app.store, &user, &team, Role::Member)?;
+    Ok(super::list_of(secrets::list(&app.store, &team)?))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PutSecret {
+    value: String,
+}
+
+pub async fn put_secret(
+    State(app): State<App>,
+    Caller(user): Caller,
+    Path((team, name)): Path<(String, String)>,
+    Json(body): Json<PutSecret>,
+) -> Result<(StatusCode, axum::Json<secrets::SecretInfo>)> {
+    Group::Team.require(&app.store, &user, &team, Role::Admin)?;
+    let (info, created) = secrets::put(&app.store, &app.sealer, &team, &name, &body.value)?;
+    tracing::info!(team = %team, secret = %name, by = %user.name, "secret stored");
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, axum::Json(info)))
+}
+
+/// Deleting a secret that webhooks use is refused, naming them, unless `?force=true`.
+pub async fn delete_secret(
+    State(app): State<App>,
+    Caller(user): Caller,
+    Path((team, name)): Path<(String, String)>,
+    Query(Force { force }): Query<Force>,
+) -> Result<StatusCode> {
+    Group::Team.require(&app.store, &user, &team, Role::Admin)?;
+    let users = webhooks::using_secret(&app.store, &team, &name)?;
+    if !users.is_empty() && !force {
+        return Err(Error::Conflict(format!(
+            "secret '{name}' is used by webhook(s) {}; change them first, or delete anyway with ?force=true",
+            users.join(", ")
+        )));
+    }
+    secrets::delete(&app.store, &team, &name)?;
+    tracing::info!(team = %team, secret = %name, by = %user.name, "secret deleted");
+    Ok(StatusCode::NO_CONTENT)
+}

@@ -1,0 +1,143 @@
+//! `/v1/teams/{team}/webhooks`: endpoints plus the secrets they carry, and
+//! the admin's test request.
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::query::{Force, Query};
+use super::{Caller, Json};
+use crate::app::App;
+use crate::automation::{automations, webhook_test, webhooks};
+use crate::error::{Error, Result};
+use crate::groups::{Group, Role};
+
+pub async fn list_webhooks(
+    State(app): State<App>,
+    Caller(user): Caller,
+    Path(team): Path<String>,
+) -> Result<axum::Json<Value>> {
+    Group::Team.require(&app.store, &user, &team, Role::Member)?;
+    Ok(super::list_of(webhooks::list(&app.store, &team)?))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateWebhook {
+    name: String,
+    url: String,
+    #[serde(default)]
+    access_token_secret: Option<String>,
+    #[serde(default)]
+    signing_secret: Option<String>,
+}
+
+pub async fn create_webhook(
+    State(app): State<App>,
+    Caller(user): Caller,
+    Path(team): Path<String>,
+    Json(body): Json<CreateWebhook>,
+) -> Result<(StatusCode, axum::Json<webhooks::Webhook>)> {
+    Group::Team.require(&app.store, &user, &team, Role::Admin)?;
+    let settings = webhooks::Settings {
+        url: body.url,
+        access_token_secret: body.access_token_secret,
+        signing_secret: body.signing_secret,
+    };
+    let webhook = webhooks::create(
+        &app.store,
+        &team,
+        &body.name,
+        settings,
+        &app.cfg.webhooks.allow_private,
+    )?;
+    tracing::info!(team = %team, webhook = %webhook.name, by = %user.name, "webhook created");
+    Ok((StatusCode::CREATED, axum::Json(webhook)))
+}
+
+pub async fn show_webhook(
+    State(app): State<App>,
+    Caller(user): Caller,
+    Path((team, name)): Path<(String, String)>,
+) -> Result<axum::Json<webhooks::Webhook>> {
+    Group::Team.require(&app.store, &user, &team, Role::Member)?;
+    Ok(axum::Json(webhooks::get(&app.store, &team, &name)?))
+}
+
+pub async fn update_webhook(
+    State(app): State<App>,
+    Caller(user): Caller,
+    Path((team, name)): Path<(String, String)>,
+    Json(settings): Json<webhooks::Settings>,
+) -> Result<axum::Json<webhooks::Webhook>> {
+    Group::Team.require(&app.store, &user, &team, Role::Admin)?;
+    Ok(axum::Json(webhooks::update(
+        &app.store,
+        &team,
+        &name,
+        settings,
+        &app.cfg.webhooks.allow_private,
+    )?))
+}
+
+/// Deleting a webhook that automations call is refused, naming them, unless
+/// `?force=true`, which disables those automations.
+pub async fn delete_webhook(
+    State(app): State<App>,
+    Caller(user): Caller,
+    Path((team, name)): Path<(String, String)>,
+    Query(Force { force }): Query<Force>,
+) -> Result<StatusCode> {
+    Group::Team.require(&app.store, &user, &team, Role::Admin)?;
+    webhooks::get(&app.store, &team, &name)?;
+    let users = automations::using_webhook(&app.store, &team, &name)?;
+    if !users.is_empty() && !force {
+        let names: Vec<String> = users.iter().map(|h| h.describe()).collect();
+        return Err(Error::Conflict(format!(
+            "webhook '{name}' is used by {}; change them first, or delete anyway with ?force=true (they will be disabled)",
+            names.join(", ")
+        )));
+    }
+    automations::disable_for_webhook(
+        &app.store,
+        &team,
+        &name,
+        &format!("its webhook '{team}/{name}' was deleted"),
+    )?;
+    webhooks::delete(&app.store, &team, &name)?;
+    tracing::info!(team = %team, webhook = %name, by = %user.name, "webhook deleted");
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct TestRequest {
+    /// JSON (a string of JSON text, or any JSON value) with `$NAME` secret references.
+    #[serde(default)]
+    payload: Option<Value>,
+}
+
+/// Sends a signed test request; the endpoint's answer comes back, the
+/// payload is not stored.
+pub async fn test_webhook(
+    State(app): State<App>,
+    Caller(user): Caller,
+    Path((team, name)): Path<(String, String)>,
+    body: Option<Json<TestRequest>>,
+) -> Result<axum::Json<webhook_test::Outcome>> {
+    Group::Team.require(&app.store, &user, &team, Role::Admin)?;
+    let webhook = webhooks::get(&app.store, &team, &name)?;
+    let request = body.map(|Json(b)| b).unwrap_or_default();
+    let outcome = webhook_test::run(
+        &app.store,
+        &app.sealer,
+        &app.sender,
+        &team,
+        &webhook,
+        request.payload.as_ref(),
+    )
+    .await?;
+    tracing::info!(team = %team, webhook = %name, by = %user.name, success = outcome.success, "webhook tested");
+    Ok(axum::Json(outcome))
+}

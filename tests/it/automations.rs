@@ -1,0 +1,529 @@
+//! Registries, projects and automations: lifecycle, roles, validation
+//! through the plugins, and dependants.
+
+use serde_json::{Value, json};
+
+use crate::harness::{Host, assert_error_shape};
+
+const LOOPBACK: &str = "[webhooks]\nallow_private = [\"127.0.0.0/8\"]";
+
+struct World {
+    host: Host,
+    alice: String,
+    bob: String,
+    eve: String,
+}
+
+/// alice: admin of team `ml` (secrets TOKEN, SIGN, SPARE; webhook `ci`
+/// carrying TOKEN and SIGN; project `vision`) and of registry `models`.
+/// bob: member of both. eve: admin of her own team `other`, outsider here.
+async fn world() -> World {
+    let host = Host::builder().config(LOOPBACK).start();
+    let (alice, bob, eve) = (
+        host.create_user("alice").await,
+        host.create_user("bob").await,
+        host.create_user("eve").await,
+    );
+    let ok = |(status, body): (u16, Value), want: u16| assert_eq!(status, want, "{body}");
+    ok(
+        host.call("POST", "/v1/teams", &alice, Some(&json!({"name": "ml"})))
+            .await,
+        201,
+    );
+    ok(
+        host.call("POST", "/v1/teams", &eve, Some(&json!({"name": "other"})))
+            .await,
+        201,
+    );
+    let member = json!({"role": "member"});
+    ok(
+        host.call("PUT", "/v1/teams/ml/members/bob", &alice, Some(&member))
+            .await,
+        200,
+    );
+    for name in ["TOKEN", "SIGN", "SPARE"] {
+        let path = format!("/v1/teams/ml/secrets/{name}");
+        ok(
+            host.call("PUT", &path, &alice, Some(&json!({"value": "v"})))
+                .await,
+            201,
+        );
+    }
+    let hook = json!({"name": "ci", "url": "http://127.0.0.1:9/hook",
+        "access_token_secret": "TOKEN", "signing_secret": "SIGN"});
+    ok(
+        host.call("POST", "/v1/teams/ml/webhooks", &alice, Some(&hook))
+            .await,
+        201,
+    );
+    let project = json!({"name": "vision", "description": "image models"});
+    ok(
+        host.call("POST", "/v1/teams/ml/projects", &bob, Some(&project))
+            .await,
+        201,
+    );
+    let registry = json!({"name": "models", "description": "production models"});
+    ok(
+        host.call("POST", "/v1/registries", &alice, Some(&registry))
+            .await,
+        201,
+    );
+    ok(
+        host.call(
+            "PUT",
+            "/v1/registries/models/members/bob",
+            &alice,
+            Some(&member),
+        )
+        .await,
+        200,
+    );
+    World {
+        host,
+        alice,
+        bob,
+        eve,
+    }
+}
+
+fn alias_automation(name: &str) -> Value {
+    json!({
+        "name": name,
+        "description": "promote to prod",
+        "event": {"type": "ADD_ARTIFACT_ALIAS", "alias_regex": "^prod(uction)?$"},
+        "webhook": {"team": "ml", "name": "ci"},
+        "action": "Webhooks",
+        "payload": r#"{"event_type": "${event_type}", "client_payload": {"version": "${artifact_version_string}", "token": "${ACCESS_TOKEN}", "sign": "${SIGN}"}}"#,
+    })
+}
+
+const PROJECT_AUTOMATIONS: &str = "/v1/teams/ml/projects/vision/automations";
+const REGISTRY_AUTOMATIONS: &str = "/v1/registries/models/automations";
+
+#[tokio::test]
+async fn projects_and_registries_have_a_lifecycle_and_are_private() {
+    let World {
+        host,
+        alice,
+        bob,
+        eve,
+    } = world().await;
+    let (status, body) = host
+        .call("GET", "/v1/teams/ml/projects/vision", &bob, None)
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["created_by"], "bob");
+    assert_eq!(body["description"], "image models");
+    let (status, list) = host
+        .call("GET", "/v1/teams/ml/projects", &alice, None)
+        .await;
+    assert_eq!((status, list["data"].as_array().unwrap().len()), (200, 1));
+    let (status, _) = host
+        .call(
+            "POST",
+            "/v1/teams/ml/projects",
+            &alice,
+            Some(&json!({"name": "vision"})),
+        )
+        .await;
+    assert_eq!(status, 409);
+
+    // Outsiders see neither the project nor the registry, and learn nothing.
+    for path in [
+        "/v1/teams/ml/projects/vision",
+        "/v1/registries/models",
+        REGISTRY_AUTOMATIONS,
+    ] {
+        let (status, body) = host.call("GET", path, &eve, None).await;
+        assert_eq!(status, 404, "{path}: {body}");
+        assert_error_shape(&body);
+    }
+    let (_, mine) = host.call("GET", "/v1/registries", &eve, None).await;
+    assert_eq!(mine["data"], json!([]));
+    let (_, bobs) = host.call("GET", "/v1/registries", &bob, None).await;
+    assert_eq!(bobs["data"][0]["name"], "models");
+    assert_eq!(bobs["data"][0]["role"], "member");
+    assert_eq!(bobs["data"][0]["description"], "production models");
+
+    // Registry members are managed by registry admins only.
+    let (status, _) = host
+        .call(
+            "PUT",
+            "/v1/registries/models/members/eve",
+            &bob,
+            Some(&json!({"role": "admin"})),
+        )
+        .await;
+    assert_eq!(status, 403);
+    let (status, _) = host
+        .call(
+            "DELETE",
+            "/v1/registries/models/members/alice",
+            &alice,
+            None,
+        )
+        .await;
+    assert_eq!(status, 409, "the last admin stays");
+
+    // Only team admins delete projects.
+    let (status, _) = host
+        .call("DELETE", "/v1/teams/ml/projects/vision", &bob, None)
+        .await;
+    assert_eq!(status, 403);
+    let (status, _) = host
+        .call("DELETE", "/v1/teams/ml/projects/vision", &alice, None)
+        .await;
+    assert_eq!(status, 204);
+    let (status, _) = host
+        .call("GET", "/v1/teams/ml/projects/vision", &alice, None)
+        .await;
+    assert_eq!(status, 404);
+}
+
+#[tokio::test]
+async fn automation_lifecycle_in_a_project() {
+    let World {
+        host, alice, bob, ..
+    } = world().await;
+    let (status, created) = host
+        .call(
+            "POST",
+            PROJECT_AUTOMATIONS,
+            &alice,
+            Some(&alias_automation("promote")),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    assert_eq!(created["state"], "active");
+    assert_eq!(
+        created["scope"],
+        json!({"type": "project", "team": "ml", "project": "vision"})
+    );
+    assert_eq!(created["event"]["type"], "ADD_ARTIFACT_ALIAS");
+    assert_eq!(created["template_plugin"], "template-default");
+    let (status, _) = host
+        .call(
+            "POST",
+            PROJECT_AUTOMATIONS,
+            &alice,
+            Some(&alias_automation("promote")),
+        )
+        .await;
+    assert_eq!(status, 409);
+
+    // Members read; only admins of the project's team write.
+    let (status, list) = host.call("GET", PROJECT_AUTOMATIONS, &bob, None).await;
+    assert_eq!(
+        (status, list["data"][0]["name"].clone()),
+        (200, json!("promote"))
+    );
+    let (status, body) = host
+        .call(
+            "POST",
+            PROJECT_AUTOMATIONS,
+            &bob,
+            Some(&alias_automation("mine")),
+        )
+        .await;
+    assert_eq!(status, 403, "{body}");
+    let path = format!("{PROJECT_AUTOMATIONS}/promote");
+    assert_eq!(host.call("DELETE", &path, &bob, None).await.0, 403);
+
+    // Update re-validates and may rename.
+    let mut changed = alias_automation("promote-v2");
+    changed["event"] = json!({"type": "ADD_ARTIFACT_TAG", "tag_regex": "^release-"});
+    let (status, updated) = host.call("PUT", &path, &alice, Some(&changed)).await;
+    assert_eq!(status, 200, "{updated}");
+    assert_eq!(updated["name"], "promote-v2");
+    assert_eq!(updated["created_at"], created["created_at"]);
+    assert_eq!(host.call("GET", &path, &alice, None).await.0, 404);
+    changed["event"] = json!({"type": "ADD_ARTIFACT_TAG", "tag_regex": "("});
+    let renamed = format!("{PROJECT_AUTOMATIONS}/promote-v2");
+    let (status, body) = host.call("PUT", &renamed, &alice, Some(&changed)).await;
+    assert_eq!(status, 400, "an update is validated too: {body}");
+    let (_, still) = host.call("GET", &renamed, &bob, None).await;
+    assert_eq!(still["event"]["tag_regex"], "^release-");
+
+    assert_eq!(host.call("DELETE", &renamed, &alice, None).await.0, 204);
+    assert_eq!(host.call("GET", &renamed, &alice, None).await.0, 404);
+}
+
+#[tokio::test]
+async fn registry_automations_need_a_registry_admin() {
+    let World {
+        host,
+        alice,
+        bob,
+        eve,
+    } = world().await;
+    let (status, body) = host
+        .call(
+            "POST",
+            REGISTRY_AUTOMATIONS,
+            &bob,
+            Some(&alias_automation("a")),
+        )
+        .await;
+    assert_eq!(status, 403, "bob is only a registry member: {body}");
+    let (status, body) = host
+        .call(
+            "POST",
+            REGISTRY_AUTOMATIONS,
+            &eve,
+            Some(&alias_automation("a")),
+        )
+        .await;
+    assert_eq!(status, 404, "eve cannot see the registry: {body}");
+    let mut link = alias_automation("linked");
+    link["event"] = json!({"type": "LINK_ARTIFACT"});
+    let (status, created) = host
+        .call("POST", REGISTRY_AUTOMATIONS, &alice, Some(&link))
+        .await;
+    assert_eq!(status, 201, "{created}");
+    assert_eq!(
+        created["scope"],
+        json!({"type": "registry", "registry": "models"})
+    );
+
+    // A registry admin can only use webhooks of teams they belong to; a
+    // foreign webhook reads exactly like a missing one.
+    let (status, _) = host
+        .call(
+            "POST",
+            "/v1/teams/other/webhooks",
+            &eve,
+            Some(&json!({"name": "hers", "url": "http://127.0.0.1:9/"})),
+        )
+        .await;
+    assert_eq!(status, 201);
+    let mut foreign = alias_automation("foreign");
+    foreign["webhook"] = json!({"team": "other", "name": "hers"});
+    foreign["payload"] = Value::Null;
+    let (status, a) = host
+        .call("POST", REGISTRY_AUTOMATIONS, &alice, Some(&foreign))
+        .await;
+    foreign["webhook"] = json!({"team": "nowhere", "name": "hers"});
+    let (status2, b) = host
+        .call("POST", REGISTRY_AUTOMATIONS, &alice, Some(&foreign))
+        .await;
+    assert_eq!((status, status2), (400, 400));
+    assert_eq!(a["error"]["param"], "webhook");
+    assert!(
+        b["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("you belong to"),
+        "{b}"
+    );
+}
+
+/// Posts `body` as alice to the project and returns the 400's error object.
+async fn rejected(w: &World, body: &Value) -> Value {
+    let (status, response) = w
+        .host
+        .call("POST", PROJECT_AUTOMATIONS, &w.alice, Some(body))
+        .await;
+    assert_eq!(status, 400, "{body} → {response}");
+    assert_error_shape(&response).clone()
+}
+
+#[tokio::test]
+async fn bad_definitions_are_refused_precisely() {
+    let w = world().await;
+    let with = |path: &[&str], value: Value| {
+        let mut body = alias_automation("x");
+        let mut at = &mut body;
+        for key in &path[..path.len() - 1] {
+            at = &mut at[*key];
+        }
+        at[path[path.len() - 1]] = value;
+        body
+    };
+
+    let e = rejected(&w, &with(&["event", "alias_regex"], json!("prod("))).await;
+    let message = e["message"].as_str().unwrap();
+    assert!(
+        message.contains("alias_regex") && message.contains("filter-default@"),
+        "{e}"
+    );
+    assert_eq!(e["param"], "event");
+
+    let e = rejected(
+        &w,
+        &json!({"name": "x", "event": {"type": "ADD_ARTIFACT_ALIAS"},
+        "webhook": {"team": "ml", "name": "ci"}, "action": "Webhooks"}),
+    )
+    .await;
+    assert!(
+        e["message"].as_str().unwrap().contains("alias_regex"),
+        "{e}"
+    );
+
+    let e = rejected(
+        &w,
+        &with(&["payload"], json!("{\n  \"a\": \"${artifact_colour}\"}")),
+    )
+    .await;
+    let message = e["message"].as_str().unwrap();
+    assert!(
+        message.contains("artifact_colour") && message.contains("line 2"),
+        "{e}"
+    );
+    assert_eq!(e["param"], "payload");
+
+    let e = rejected(&w, &with(&["payload"], json!(r#"{"a": "${SPARE}"}"#))).await;
+    let message = e["message"].as_str().unwrap();
+    assert!(
+        message.contains("SPARE") && message.contains("does not carry"),
+        "{e}"
+    );
+
+    let e = rejected(&w, &with(&["payload"], json!(r#"{"a": ${event_type"#))).await;
+    assert!(
+        e["message"].as_str().unwrap().contains("template-default@"),
+        "{e}"
+    );
+
+    let metric = json!({"type": "RUN_METRIC_THRESHOLD",
+        "metric": {"name": "loss", "comparison": "<", "threshold": 0.1},
+        "run_filters": {"run_name_regex": "["}});
+    let e = rejected(&w, &with(&["event"], metric.clone())).await;
+    assert!(
+        e["message"].as_str().unwrap().contains("run_name_regex"),
+        "{e}"
+    );
+    let mut bad_cmp = metric.clone();
+    bad_cmp["run_filters"] = json!({});
+    bad_cmp["metric"]["comparison"] = json!("~");
+    let e = rejected(&w, &with(&["event"], bad_cmp)).await;
+    assert!(e["message"].as_str().unwrap().contains("comparison"), "{e}");
+
+    let mut good = metric;
+    good["run_filters"] = json!({"creator": "bob", "run_name_regex": "^sweep-"});
+    let (status, body) = w
+        .host
+        .call(
+            "POST",
+            REGISTRY_AUTOMATIONS,
+            &w.alice,
+            Some(&with(&["event"], good.clone())),
+        )
+        .await;
+    assert_eq!(status, 400, "runs live in projects: {body}");
+    assert_eq!(body["error"]["param"], "event.type");
+    let (status, body) = w
+        .host
+        .call(
+            "POST",
+            PROJECT_AUTOMATIONS,
+            &w.alice,
+            Some(&with(&["event"], good)),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+
+    for (field, value) in [
+        ("name", json!("")),
+        ("name", json!("x".repeat(65))),
+        ("name", json!(7)),
+        ("description", json!("d".repeat(5000))),
+        ("action", json!("Email")),
+        ("colour", json!("red")),
+        ("template_plugin", json!("no-such-plugin")),
+    ] {
+        let e = rejected(&w, &with(&[field], value.clone())).await;
+        let named = e["param"].as_str().unwrap_or("").contains(field)
+            || e["message"].as_str().unwrap().contains(field);
+        assert!(named, "{field}={value}: {e}");
+    }
+    let e = rejected(&w, &with(&["event", "type"], json!("DELETE_EVERYTHING"))).await;
+    assert!(
+        e["message"].as_str().unwrap().contains("DELETE_EVERYTHING"),
+        "{e}"
+    );
+}
+
+#[tokio::test]
+async fn dependants_block_deletion_unless_forced() {
+    let World { host, alice, .. } = world().await;
+    let (status, _) = host
+        .call(
+            "POST",
+            PROJECT_AUTOMATIONS,
+            &alice,
+            Some(&alias_automation("promote")),
+        )
+        .await;
+    assert_eq!(status, 201);
+
+    let (status, body) = host
+        .call("DELETE", "/v1/teams/ml/webhooks/ci", &alice, None)
+        .await;
+    assert_eq!(status, 409, "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("promote") && message.contains("force"),
+        "{message}"
+    );
+    let (status, body) = host
+        .call("DELETE", "/v1/teams/ml/secrets/SIGN", &alice, None)
+        .await;
+    assert_eq!(status, 409, "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("ci"));
+
+    let (status, _) = host
+        .call(
+            "DELETE",
+            "/v1/teams/ml/webhooks/ci?force=true",
+            &alice,
+            None,
+        )
+        .await;
+    assert_eq!(status, 204);
+    let (_, automation) = host
+        .call(
+            "GET",
+            &format!("{PROJECT_AUTOMATIONS}/promote"),
+            &alice,
+            None,
+        )
+        .await;
+    assert_eq!(automation["state"], "disabled");
+    assert!(
+        automation["disabled_reason"]
+            .as_str()
+            .unwrap()
+            .contains("ml/ci")
+    );
+
+    let (status, body) = host
+        .call("DELETE", "/v1/teams/ml/projects/vision", &alice, None)
+        .await;
+    assert_eq!(status, 409, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("promote")
+    );
+    let (status, _) = host
+        .call(
+            "DELETE",
+            "/v1/teams/ml/projects/vision?force=true",
+            &alice,
+            None,
+        )
+        .await;
+    assert_eq!(status, 204);
+    let (status, _) = host
+        .call(
+            "POST",
+            "/v1/teams/ml/projects",
+            &alice,
+            Some(&json!({"name": "vision"})),
+        )
+        .await;
+    assert_eq!(status, 201);
+    let (_, list) = host.call("GET", PROJECT_AUTOMATIONS, &alice, None).await;
+    assert_eq!(list["data"], json!([]), "a recreated project starts empty");
+}

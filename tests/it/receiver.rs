@@ -1,0 +1,120 @@
+//! A real HTTP receiver for webhook requests: records every request and
+//! answers with a status the test sets. It stands in for the outside
+//! systems webhooks call.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::http::{HeaderMap, StatusCode};
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
+/// One request as received.
+#[derive(Debug, Clone)]
+pub struct Received {
+    /// Lower-case header names to values.
+    pub headers: HashMap<String, String>,
+    /// The exact body bytes.
+    pub body: Vec<u8>,
+}
+
+impl Received {
+    /// A header's value.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).map(String::as_str)
+    }
+
+    /// The body as JSON.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).expect("webhook body is JSON")
+    }
+}
+
+/// The receiver; stops when dropped.
+pub struct Receiver {
+    /// `http://127.0.0.1:PORT`.
+    pub base: String,
+    received: Arc<Mutex<Vec<Received>>>,
+    status: Arc<AtomicU16>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Receiver {
+    /// Starts answering 200 with body `ok`.
+    pub async fn start() -> Receiver {
+        let received = Arc::new(Mutex::new(Vec::new()));
+        let status = Arc::new(AtomicU16::new(200));
+        let (r, s) = (received.clone(), status.clone());
+        let app = axum::Router::new().fallback(move |headers: HeaderMap, body: Bytes| {
+            let (r, s) = (r.clone(), s.clone());
+            async move {
+                let headers = headers
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("").to_string()))
+                    .collect();
+                r.lock().unwrap().push(Received {
+                    headers,
+                    body: body.to_vec(),
+                });
+                let code = StatusCode::from_u16(s.load(Ordering::SeqCst)).unwrap();
+                (code, [("x-receiver", "test")], "ok")
+            }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let task = tokio::spawn(async move {
+            axum::serve(listener, app).await.unwrap();
+        });
+        Receiver {
+            base,
+            received,
+            status,
+            task,
+        }
+    }
+
+    /// From now on, answer with `status`.
+    pub fn answer(&self, status: u16) {
+        self.status.store(status, Ordering::SeqCst);
+    }
+
+    /// Everything received so far.
+    pub fn received(&self) -> Vec<Received> {
+        self.received.lock().unwrap().clone()
+    }
+
+    /// Waits until `n` requests have arrived (at most `secs` seconds).
+    pub async fn wait_for(&self, n: usize, secs: u64) -> Vec<Received> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+        loop {
+            let got = self.received();
+            if got.len() >= n || tokio::time::Instant::now() > deadline {
+                return got;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The signature a receiver expects: hex HMAC-SHA256 of the body, computed
+/// here independently of the host's code.
+pub fn expected_signature(key: &str, body: &[u8]) -> String {
+    let mut mac = Hmac::<Sha256>::new_from_slice(key.as_bytes()).unwrap();
+    mac.update(body);
+    hex::encode(mac.finalize().into_bytes())
+}
+
+/// A loopback port nothing listens on.
+pub fn closed_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
