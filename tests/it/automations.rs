@@ -430,6 +430,7 @@ async fn bad_definitions_are_refused_precisely() {
         ("action", json!("Email")),
         ("colour", json!("red")),
         ("template_plugin", json!("no-such-plugin")),
+        ("payload", json!("x".repeat(70_000))),
     ] {
         let e = rejected(&w, &with(&[field], value.clone())).await;
         let named = e["param"].as_str().unwrap_or("").contains(field)

@@ -166,15 +166,19 @@ async fn internal_targets_are_refused_unless_the_operator_allows_them() {
             "{body}"
         );
     }
-    let (status, body) = host
-        .call(
-            "POST",
-            "/v1/teams/ml/webhooks",
-            &alice,
-            Some(&json!({"name": "x", "url": "ftp://example.com/"})),
-        )
-        .await;
-    assert_eq!(status, 400, "{body}");
+    let long = format!("https://example.com/{}", "a".repeat(3000));
+    for url in ["ftp://example.com/", "not a url", "", long.as_str()] {
+        let (status, body) = host
+            .call(
+                "POST",
+                "/v1/teams/ml/webhooks",
+                &alice,
+                Some(&json!({"name": "x", "url": url})),
+            )
+            .await;
+        assert_eq!(status, 400, "{body}");
+        assert_eq!(assert_error_shape(&body)["param"], "url");
+    }
     let (status, body) = host
         .call(
             "POST",

@@ -27,6 +27,9 @@ pub const FILTER_PLUGIN: &str = "filter-default";
 /// The template plugin used unless an automation names another.
 pub const DEFAULT_TEMPLATE_PLUGIN: &str = "template-default";
 
+/// Largest payload template accepted.
+pub const MAX_PAYLOAD_BYTES: usize = 64 * 1024;
+
 /// Where an automation listens.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -321,6 +324,15 @@ async fn check_payload(
     webhook: &webhooks::Webhook,
     payload: &str,
 ) -> Result<()> {
+    if payload.len() > MAX_PAYLOAD_BYTES {
+        return Err(Error::invalid(
+            "payload",
+            format!(
+                "the payload template is {} bytes; the limit is {MAX_PAYLOAD_BYTES}",
+                payload.len()
+            ),
+        ));
+    }
     let known = variables::known(
         &webhook.secret_names(),
         webhook.access_token_secret.is_some(),

@@ -13,6 +13,9 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 use url::{Host, Url};
 
+/// Longest webhook URL accepted.
+pub const MAX_URL_LEN: usize = 2048;
+
 /// Whether `ip` is outside the public internet.
 pub fn is_internal(ip: IpAddr) -> bool {
     match ip {
@@ -49,6 +52,12 @@ pub fn allowed(ip: IpAddr, allow: &[IpNet]) -> bool {
 
 /// Parses and checks a webhook URL. The error says what is wrong and how to fix it.
 pub fn check_url(raw: &str, allow: &[IpNet]) -> Result<Url, String> {
+    if raw.len() > MAX_URL_LEN {
+        return Err(format!(
+            "the URL is {} bytes; the limit is {MAX_URL_LEN}",
+            raw.len()
+        ));
+    }
     let url = Url::parse(raw).map_err(|e| format!("'{raw}' is not a valid URL: {e}"))?;
     if !matches!(url.scheme(), "http" | "https") {
         return Err(format!(
