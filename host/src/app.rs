@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::automation::send::Sender;
+use crate::automation::worker::Dispatcher;
 use crate::cfg::Config;
 use crate::plugin::Plugins;
 use crate::plugin::watch::Watcher;
@@ -29,6 +30,8 @@ pub struct App {
     pub inference_queue: WorkQueue,
     /// Sends webhook requests under the SSRF guard.
     pub sender: Sender,
+    /// Delivers the outbox.
+    pub dispatcher: Dispatcher,
 }
 
 impl App {
@@ -49,7 +52,14 @@ impl App {
             Duration::from_millis(cfg.webhooks.timeout_ms),
             cfg.webhooks.max_response_bytes,
         )?;
-        Ok(App {
+        let dispatcher = Dispatcher::start(
+            store.clone(),
+            sealer.clone(),
+            sender.clone(),
+            cfg.delivery.clone(),
+        );
+        let app = App {
+            dispatcher,
             sender,
             inference_queue: WorkQueue::start("inference", &cfg.queues.inference),
             cfg: Arc::new(cfg),
@@ -57,6 +67,16 @@ impl App {
             sealer,
             plugins,
             watcher,
-        })
+        };
+        // Events a crash left unmatched; the dispatcher's first scan picks up
+        // the outbox.
+        let recovered = crate::automation::matcher::drain_inbox(&app).await?;
+        if recovered > 0 {
+            tracing::info!(
+                events = recovered,
+                "matched events left over from the last run"
+            );
+        }
+        Ok(app)
     }
 }

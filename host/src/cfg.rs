@@ -31,6 +31,8 @@ pub struct Config {
     pub plugins: PluginsConfig,
     /// Webhook targets.
     pub webhooks: WebhooksConfig,
+    /// Webhook delivery.
+    pub delivery: DeliveryConfig,
 }
 
 /// Webhook targets.
@@ -52,6 +54,47 @@ impl Default for WebhooksConfig {
             allow_private: Vec::new(),
             timeout_ms: 10_000,
             max_response_bytes: 4096,
+        }
+    }
+}
+
+/// The webhook delivery engine.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DeliveryConfig {
+    /// Delay before each attempt: the first entry for the first attempt, and
+    /// so on; when it runs out, the execution fails.
+    pub retry_schedule_ms: Vec<u64>,
+    /// Each delay is spread by up to this fraction either way.
+    pub jitter: f64,
+    /// Sends in flight at once, overall.
+    pub concurrency: usize,
+    /// Sends in flight at once to one webhook.
+    pub per_webhook: usize,
+    /// How often the outbox is scanned for retries that fell due.
+    pub poll_interval_ms: u64,
+}
+
+impl Default for DeliveryConfig {
+    fn default() -> Self {
+        const MIN: u64 = 60_000;
+        const HOUR: u64 = 60 * MIN;
+        DeliveryConfig {
+            // Like Svix: immediately, 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h.
+            retry_schedule_ms: vec![
+                0,
+                5_000,
+                5 * MIN,
+                30 * MIN,
+                2 * HOUR,
+                5 * HOUR,
+                10 * HOUR,
+                10 * HOUR,
+            ],
+            jitter: 0.2,
+            concurrency: 256,
+            per_webhook: 64,
+            poll_interval_ms: 1000,
         }
     }
 }
@@ -132,6 +175,7 @@ impl Default for Config {
             health: Health::default(),
             plugins: PluginsConfig::default(),
             webhooks: WebhooksConfig::default(),
+            delivery: DeliveryConfig::default(),
         }
     }
 }

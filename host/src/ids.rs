@@ -17,6 +17,13 @@ pub fn now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 /// A new id that sorts by creation time: 16 hex digits of microseconds since
 /// the epoch, then 8 random hex digits so ids made in the same microsecond differ.
 pub fn ordered_id() -> String {

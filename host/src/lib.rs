@@ -6,6 +6,7 @@
 #![deny(missing_docs)]
 
 pub mod app;
+pub mod artifacts;
 pub mod auth;
 pub mod automation;
 pub mod cfg;
@@ -18,6 +19,7 @@ pub mod names;
 pub mod plugin;
 pub mod projects;
 pub mod queue;
+pub mod runs;
 pub mod seal;
 pub mod secrets;
 pub mod server;

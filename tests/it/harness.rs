@@ -261,6 +261,12 @@ impl Host {
         }
     }
 
+    /// Kills the process outright (SIGKILL), as a crash would, and reaps it.
+    pub fn kill9(&mut self) {
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGKILL) };
+        let _ = self.child.wait();
+    }
+
     /// The process id, for signals.
     pub fn pid(&self) -> u32 {
         self.child.id()

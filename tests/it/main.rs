@@ -6,6 +6,7 @@ mod receiver;
 
 mod api_keys;
 mod automations;
+mod delivery;
 mod health;
 mod http_errors;
 mod lifecycle;

@@ -284,6 +284,14 @@ pub async fn check(
         ));
     }
     let webhook = usable_webhook(store, user, &def.webhook)?;
+    if let EventConfig::RunMetricThreshold { metric, .. } = &def.event
+        && metric.window as usize > crate::runs::MAX_WINDOW
+    {
+        return Err(Error::invalid(
+            "event.metric.window",
+            format!("window is at most {} values", crate::runs::MAX_WINDOW),
+        ));
+    }
     let filter = def
         .event
         .filter()
@@ -448,6 +456,43 @@ pub fn get(store: &Store, scope: &Scope, name: &str) -> Result<Automation> {
 /// The scope's automations, by name.
 pub fn list(store: &Store, scope: &Scope) -> Result<Vec<Automation>> {
     Ok(store::scan_json(&store.trees.automations, scope.key(&[]))?)
+}
+
+/// The active automations in `scope` listening for `event_type`, by index.
+pub fn triggered(store: &Store, scope: &Scope, event_type: &str) -> Result<Vec<Automation>> {
+    let mut out = Vec::new();
+    for key in store
+        .trees
+        .automation_triggers
+        .scan_prefix(scope.key(&[event_type]))
+        .keys()
+    {
+        let key = key.map_err(anyhow::Error::from)?;
+        let name = last_segment(&key);
+        if let Ok(automation) = get(store, scope, name)
+            && automation.state == State::Active
+        {
+            out.push(automation);
+        }
+    }
+    Ok(out)
+}
+
+/// Whether any automation in `scope` listens for `event_type`.
+pub fn listens(store: &Store, scope: &Scope, event_type: &str) -> Result<bool> {
+    Ok(store
+        .trees
+        .automation_triggers
+        .scan_prefix(scope.key(&[event_type]))
+        .next()
+        .is_some())
+}
+
+/// The last text segment of a key.
+fn last_segment(key: &[u8]) -> &str {
+    let body = &key[..key.len().saturating_sub(1)];
+    let start = body.iter().rposition(|b| *b == 0).map_or(0, |i| i + 1);
+    std::str::from_utf8(&body[start..]).unwrap_or("")
 }
 
 /// Deletes an automation and its index entries.

@@ -5,11 +5,19 @@
 //! - [`variables`]: the payload variables.
 //! - [`send`], [`signature`], [`ssrf`]: one signed POST, under the SSRF guard.
 //! - [`webhook_test`]: the admin's test request.
+//! - [`events`]: what happened, written with the action that caused it.
+//! - [`matcher`]: event → filter → render → executions and deliveries.
+//! - [`outbox`]: durable deliveries and the execution history.
+//! - [`worker`]: the dispatcher that sends, retries and records.
 
 pub mod automations;
+pub mod events;
+pub mod matcher;
+pub mod outbox;
 pub mod send;
 pub mod signature;
 pub mod ssrf;
 pub mod variables;
 pub mod webhook_test;
 pub mod webhooks;
+pub mod worker;

@@ -19,6 +19,10 @@ pub struct Webhook {
     pub access_token_secret: Option<String>,
     /// The secret that keys the `X-Service-Signature` HMAC.
     pub signing_secret: Option<String>,
+    /// Set when the endpoint answered 410 Gone; saving the webhook again
+    /// clears it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disabled_reason: Option<String>,
     /// Unix seconds.
     pub created_at: u64,
     /// Unix seconds.
@@ -98,6 +102,7 @@ pub fn create(
         url: settings.url.trim().to_string(),
         access_token_secret: settings.access_token_secret,
         signing_secret: settings.signing_secret,
+        disabled_reason: None,
         created_at: now,
         updated_at: now,
     };
@@ -123,6 +128,7 @@ pub fn update(
         url: settings.url.trim().to_string(),
         access_token_secret: settings.access_token_secret,
         signing_secret: settings.signing_secret,
+        disabled_reason: None,
         updated_at: ids::now(),
         ..old
     };
@@ -132,6 +138,18 @@ pub fn update(
         .insert(key(team, name), store::to_json(&webhook)?)
         .map_err(anyhow::Error::from)?;
     Ok(webhook)
+}
+
+/// Disables a webhook (its endpoint answered 410 Gone).
+pub fn disable(store: &Store, team: &str, name: &str, reason: &str) -> Result<()> {
+    let mut webhook = get(store, team, name)?;
+    webhook.disabled_reason = Some(reason.to_string());
+    store
+        .trees
+        .webhooks
+        .insert(key(team, name), store::to_json(&webhook)?)
+        .map_err(anyhow::Error::from)?;
+    Ok(())
 }
 
 /// One webhook.

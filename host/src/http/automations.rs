@@ -5,38 +5,17 @@
 //! Reading needs membership of the registry or the project's team; saving
 //! and deleting need its admin role, as the spec says.
 
-use std::collections::HashMap;
-
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use serde_json::Value;
 
+use super::scope::{Params, param, scope};
 use super::{Caller, Json};
 use crate::app::App;
-use crate::automation::automations::{self, Automation, Definition, Scope};
-use crate::error::{Error, Result};
+use crate::automation::automations::{self, Automation, Definition, Handle};
+use crate::automation::outbox;
+use crate::error::Result;
 use crate::groups::Role;
-
-type Params = Path<HashMap<String, String>>;
-
-fn param(params: &HashMap<String, String>, name: &str) -> Result<String> {
-    params
-        .get(name)
-        .cloned()
-        .ok_or_else(|| Error::Internal(anyhow::anyhow!("route lacks {{{name}}}")))
-}
-
-fn scope(params: &HashMap<String, String>) -> Result<Scope> {
-    Ok(match params.get("registry") {
-        Some(registry) => Scope::Registry {
-            registry: registry.clone(),
-        },
-        None => Scope::Project {
-            team: param(params, "team")?,
-            project: param(params, "project")?,
-        },
-    })
-}
 
 pub async fn list(
     State(app): State<App>,
@@ -101,4 +80,96 @@ pub async fn delete(
     automations::delete(&app.store, &scope, &name)?;
     tracing::info!(scope = %scope.describe(), automation = %name, by = %user.name, "automation deleted");
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// How many executions a listing returns at most.
+const MAX_EXECUTIONS: usize = 1000;
+
+/// An execution as shown: the sealed body stays inside.
+fn shown(mut execution: outbox::Execution) -> outbox::Execution {
+    execution.body_sealed = None;
+    execution
+}
+
+fn handle(params: &std::collections::HashMap<String, String>) -> Result<Handle> {
+    Ok(Handle {
+        scope: scope(params)?,
+        name: param(params, "name")?,
+    })
+}
+
+/// The automation's executions, newest first.
+pub async fn executions(
+    State(app): State<App>,
+    Caller(user): Caller,
+    Path(params): Params,
+) -> Result<axum::Json<Value>> {
+    let handle = handle(&params)?;
+    handle.scope.authorize(&app.store, &user, Role::Member)?;
+    automations::get(&app.store, &handle.scope, &handle.name)?;
+    let list = outbox::executions(&app.store, &handle.scope, &handle.name, MAX_EXECUTIONS)?;
+    Ok(super::list_of(
+        list.into_iter().map(shown).collect::<Vec<_>>(),
+    ))
+}
+
+pub async fn execution(
+    State(app): State<App>,
+    Caller(user): Caller,
+    Path(params): Params,
+) -> Result<axum::Json<outbox::Execution>> {
+    let handle = handle(&params)?;
+    handle.scope.authorize(&app.store, &user, Role::Member)?;
+    let id = param(&params, "execution")?;
+    Ok(axum::Json(shown(outbox::execution(
+        &app.store, &handle, &id,
+    )?)))
+}
+
+/// Sends one execution's payload again, with the same delivery id.
+pub async fn replay_one(
+    State(app): State<App>,
+    Caller(user): Caller,
+    Path(params): Params,
+) -> Result<(StatusCode, axum::Json<outbox::Execution>)> {
+    let handle = handle(&params)?;
+    handle.scope.authorize(&app.store, &user, Role::Admin)?;
+    let id = param(&params, "execution")?;
+    let execution = outbox::replay(&app.store, &handle, &id)?;
+    app.store.durable().await?;
+    app.dispatcher.wake();
+    Ok((StatusCode::ACCEPTED, axum::Json(shown(execution))))
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplayFailed {
+    since_ms: u64,
+}
+
+/// Sends again every failed execution created since `since_ms`.
+pub async fn replay_failed(
+    State(app): State<App>,
+    Caller(user): Caller,
+    Path(params): Params,
+    Json(body): Json<ReplayFailed>,
+) -> Result<(StatusCode, axum::Json<Value>)> {
+    let handle = handle(&params)?;
+    handle.scope.authorize(&app.store, &user, Role::Admin)?;
+    automations::get(&app.store, &handle.scope, &handle.name)?;
+    let mut replayed = Vec::new();
+    for e in outbox::executions(&app.store, &handle.scope, &handle.name, usize::MAX)? {
+        if e.status == outbox::Status::Failed
+            && e.created_at_ms >= body.since_ms
+            && e.body_sealed.is_some()
+        {
+            replayed.push(outbox::replay(&app.store, &handle, &e.id)?.id);
+        }
+    }
+    app.store.durable().await?;
+    app.dispatcher.wake();
+    Ok((
+        StatusCode::ACCEPTED,
+        axum::Json(serde_json::json!({"replayed": replayed})),
+    ))
 }

@@ -9,8 +9,11 @@
 //! refused, so an old binary never misreads data written by a new one.
 
 pub mod keys;
+pub mod tx;
 
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::{Context, bail};
 use serde::Serialize;
@@ -79,6 +82,25 @@ pub struct Trees {
     /// `team \0 webhook \0 scope \0 name \0` → `()`: the automations that
     /// use a webhook, so deleting it can name them.
     pub webhook_automations: sled::Tree,
+    /// `scope \0 name \0` → [`crate::artifacts::Collection`].
+    pub collections: sled::Tree,
+    /// `scope \0 collection \0 index` → [`crate::artifacts::Version`].
+    pub versions: sled::Tree,
+    /// `scope \0 collection \0 alias \0` → the index of the version holding it.
+    pub aliases: sled::Tree,
+    /// `team \0 project \0 run id \0` → [`crate::runs::Run`].
+    pub runs: sled::Tree,
+    /// `team \0 project \0 run id \0 metric \0` → its recent values.
+    pub metrics: sled::Tree,
+    /// `event id` → [`crate::automation::events::Event`] not yet matched.
+    pub event_inbox: sled::Tree,
+    /// `due ms \0 delivery id \0` → [`crate::automation::outbox::Delivery`].
+    pub outbox: sled::Tree,
+    /// `scope \0 automation \0 execution id \0` →
+    /// [`crate::automation::outbox::Execution`].
+    pub executions: sled::Tree,
+    /// `scope \0 automation \0 run id \0` → unix ms it last fired for the run.
+    pub run_fired: sled::Tree,
 }
 
 /// The one handle to the store. Cheap to clone.
@@ -87,6 +109,18 @@ pub struct Store {
     db: sled::Db,
     /// The trees, for modules that own a record type.
     pub trees: Trees,
+    commits: Arc<GroupCommit>,
+}
+
+/// Group commit: callers that need their writes on disk share one flush.
+#[derive(Default)]
+struct GroupCommit {
+    /// Bumped by each caller after its writes.
+    requested: AtomicU64,
+    /// Everything up to this request number is on disk.
+    flushed: AtomicU64,
+    /// One flush at a time.
+    lock: tokio::sync::Mutex<()>,
 }
 
 impl Store {
@@ -116,8 +150,21 @@ impl Store {
             automations: db.open_tree("automations")?,
             automation_triggers: db.open_tree("automation_triggers")?,
             webhook_automations: db.open_tree("webhook_automations")?,
+            collections: db.open_tree("collections")?,
+            versions: db.open_tree("versions")?,
+            aliases: db.open_tree("aliases")?,
+            runs: db.open_tree("runs")?,
+            metrics: db.open_tree("metrics")?,
+            event_inbox: db.open_tree("event_inbox")?,
+            outbox: db.open_tree("outbox")?,
+            executions: db.open_tree("executions")?,
+            run_fired: db.open_tree("run_fired")?,
         };
-        let store = Store { db, trees };
+        let store = Store {
+            db,
+            trees,
+            commits: Arc::default(),
+        };
         store.migrate()?;
         Ok(store)
     }
@@ -180,6 +227,23 @@ impl Store {
             Some(_) => bail!("read back a different value than was written"),
             None => bail!("a value just written could not be read back"),
         }
+    }
+
+    /// Returns once every write made before the call is on disk. Concurrent
+    /// callers share one flush, so durability costs one fsync per batch,
+    /// not per request.
+    pub async fn durable(&self) -> anyhow::Result<()> {
+        let c = &self.commits;
+        let mine = c.requested.fetch_add(1, Ordering::SeqCst) + 1;
+        let _turn = c.lock.lock().await;
+        if c.flushed.load(Ordering::SeqCst) >= mine {
+            return Ok(());
+        }
+        // Every request numbered up to `target` wrote before taking its number.
+        let target = c.requested.load(Ordering::SeqCst);
+        self.db.flush_async().await?;
+        c.flushed.store(target, Ordering::SeqCst);
+        Ok(())
     }
 
     /// Writes everything to disk; called at shutdown.

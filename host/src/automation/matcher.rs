@@ -1,0 +1,282 @@
+//! From event to deliveries: find the automations listening (by index, not by
+//! scanning), ask the filter plugin, render the payload with the template
+//! plugin, and write executions and deliveries to the outbox in the same
+//! transaction that takes the event out of the inbox.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+use sled::Transactional;
+
+use super::automations::{self, Automation, FILTER_PLUGIN, Handle};
+use super::events::Event;
+use super::outbox::{self, Delivery, Execution, Status};
+use super::variables::ACCESS_TOKEN;
+use super::webhooks;
+use crate::app::App;
+use crate::error::{Error, Result};
+use crate::ids;
+use crate::plugin::template::Variable;
+use crate::secrets;
+use crate::store::tx::{encode, finish};
+
+/// A run automation fires at most once per run in this long.
+pub const RUN_REFIRE_MS: u64 = 24 * 60 * 60 * 1000;
+
+/// What to write for one automation that fired.
+struct Fired {
+    execution: Execution,
+    delivery: Option<Delivery>,
+    run_fired: Option<Vec<u8>>,
+}
+
+/// Matches one event and queues its deliveries; the event leaves the inbox
+/// in the same transaction. Returns the deliveries queued, for the
+/// dispatcher once they are durable.
+pub async fn process(app: &App, event: &Event) -> Result<Vec<Delivery>> {
+    let mut fired = Vec::new();
+    for automation in automations::triggered(&app.store, &event.scope, &event.event_type)? {
+        if let Some(f) = fire(app, &automation, event).await? {
+            fired.push(f);
+        }
+    }
+    let now = ids::now_ms();
+    let t = &app.store.trees;
+    let result = (&t.event_inbox, &t.executions, &t.outbox, &t.run_fired).transaction(
+        |(inbox, executions, outbox, run_fired)| {
+            inbox.remove(event.id.as_bytes())?;
+            for f in &fired {
+                let key = outbox::execution_key(&f.execution.automation, &f.execution.id);
+                executions.insert(key.as_ref(), encode(&f.execution)?)?;
+                if let Some(delivery) = &f.delivery {
+                    outbox.insert(delivery.key(), encode(delivery)?)?;
+                }
+                if let Some(key) = &f.run_fired {
+                    run_fired.insert(key.as_slice(), &now.to_be_bytes())?;
+                }
+            }
+            Ok(())
+        },
+    );
+    finish(result)?;
+    Ok(fired.into_iter().filter_map(|f| f.delivery).collect())
+}
+
+/// Matches every event in the inbox (left there by a crash), oldest first.
+pub async fn drain_inbox(app: &App) -> Result<usize> {
+    let events: Vec<Event> = crate::store::scan_json(&app.store.trees.event_inbox, [])?;
+    let mut queued = 0;
+    for event in &events {
+        queued += process(app, event).await?.len();
+    }
+    if queued > 0 {
+        app.store.durable().await?;
+        app.dispatcher.wake();
+    }
+    Ok(events.len())
+}
+
+/// Matches the events an action just wrote, makes the outcome durable, and
+/// hands the deliveries to the dispatcher. Call before answering the action.
+pub async fn dispatch(app: &App, events: &[Event]) -> Result<()> {
+    let mut deliveries = Vec::new();
+    for event in events {
+        deliveries.extend(process(app, event).await?);
+    }
+    app.store.durable().await?;
+    for delivery in deliveries {
+        app.dispatcher.submit(delivery);
+    }
+    Ok(())
+}
+
+/// Whether `automation` fires for `event`, and what to write if it does.
+async fn fire(app: &App, automation: &Automation, event: &Event) -> Result<Option<Fired>> {
+    let filter = automation
+        .event
+        .filter()
+        .to_wit()
+        .map_err(|m| Error::invalid("event", m))?;
+    let handle = Handle {
+        scope: automation.scope.clone(),
+        name: automation.name.clone(),
+    };
+    let mut execution = Execution {
+        id: ids::ordered_id(),
+        delivery_id: format!("dlv_{}", ids::random_hex(12)),
+        automation: handle.clone(),
+        webhook: automation.webhook.clone(),
+        status: Status::Pending,
+        error: None,
+        event: event.clone(),
+        payload: None,
+        attempts: Vec::new(),
+        body_sealed: None,
+        created_at_ms: event.at_ms,
+        updated_at_ms: ids::now_ms(),
+    };
+    let failed = |mut execution: Execution, why: String| {
+        execution.status = Status::Failed;
+        execution.error = Some(why);
+        Ok(Some(Fired {
+            execution,
+            delivery: None,
+            run_fired: None,
+        }))
+    };
+    match app
+        .plugins
+        .matches(FILTER_PLUGIN, filter, event.filter_view().to_wit())
+        .await
+    {
+        Ok(true) => {}
+        Ok(false) => return Ok(None),
+        Err(e) => return failed(execution, format!("the filter failed: {e}")),
+    }
+    let run_fired = match &event.run {
+        Some(run) => {
+            let key = handle.scope.key(&[&handle.name, &run.id]).into_bytes();
+            if fired_recently(app, &key, event.at_ms)? {
+                return Ok(None);
+            }
+            Some(key)
+        }
+        None => None,
+    };
+    let webhook = match webhooks::get(
+        &app.store,
+        &automation.webhook.team,
+        &automation.webhook.name,
+    ) {
+        Ok(w) => w,
+        Err(e) => return failed(execution, e.to_string()),
+    };
+    if let Some(reason) = &webhook.disabled_reason {
+        return failed(
+            execution,
+            format!("webhook '{}' is disabled: {reason}", webhook.name),
+        );
+    }
+    let secrets = match webhook_secrets(app, &automation.webhook.team, &webhook) {
+        Ok(s) => s,
+        Err(e) => return failed(execution, e.to_string()),
+    };
+    let body = match render(app, automation, event, &secrets).await {
+        Ok(body) => body,
+        Err(e) => return failed(execution, e),
+    };
+    execution.payload = Some(redact(&body, &secrets));
+    let sealed = hex::encode(
+        app.sealer
+            .seal(execution.delivery_id.as_bytes(), body.as_bytes())?,
+    );
+    execution.body_sealed = Some(sealed.clone());
+    let delivery = Delivery {
+        id: execution.delivery_id.clone(),
+        execution: handle,
+        execution_id: execution.id.clone(),
+        webhook: automation.webhook.clone(),
+        body_sealed: sealed,
+        attempts: 0,
+        due_ms: ids::now_ms(),
+    };
+    Ok(Some(Fired {
+        execution,
+        delivery: Some(delivery),
+        run_fired,
+    }))
+}
+
+fn fired_recently(app: &App, key: &[u8], now_ms: u64) -> Result<bool> {
+    let last = app
+        .store
+        .trees
+        .run_fired
+        .get(key)
+        .map_err(anyhow::Error::from)?;
+    Ok(last
+        .and_then(|b| <[u8; 8]>::try_from(b.as_ref()).ok())
+        .map(u64::from_be_bytes)
+        .is_some_and(|at| now_ms.saturating_sub(at) < RUN_REFIRE_MS))
+}
+
+/// The webhook's secrets by variable name: `ACCESS_TOKEN`, and each secret's own name.
+fn webhook_secrets(
+    app: &App,
+    team: &str,
+    webhook: &webhooks::Webhook,
+) -> Result<BTreeMap<String, String>> {
+    let mut out = BTreeMap::new();
+    if let Some(name) = &webhook.access_token_secret {
+        let value = secrets::reveal(&app.store, &app.sealer, team, name)?;
+        out.insert(ACCESS_TOKEN.to_string(), value.clone());
+        out.insert(name.clone(), value);
+    }
+    if let Some(name) = &webhook.signing_secret {
+        out.insert(
+            name.clone(),
+            secrets::reveal(&app.store, &app.sealer, team, name)?,
+        );
+    }
+    Ok(out)
+}
+
+/// The payload: the automation's template rendered by its plugin, or, with no
+/// template, every variable as one JSON object.
+async fn render(
+    app: &App,
+    automation: &Automation,
+    event: &Event,
+    secrets: &BTreeMap<String, String>,
+) -> std::result::Result<String, String> {
+    let variables = event.variables();
+    let Some(template) = &automation.payload else {
+        return Ok(Value::Object(
+            variables
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect(),
+        )
+        .to_string());
+    };
+    let mut vars: Vec<Variable> = variables
+        .into_iter()
+        .map(|(name, value)| Variable {
+            name: name.to_string(),
+            value: value.to_string(),
+        })
+        .collect();
+    vars.extend(secrets.iter().map(|(name, value)| Variable {
+        name: name.clone(),
+        value: Value::String(value.clone()).to_string(),
+    }));
+    app.plugins
+        .render(&automation.template_plugin, template.clone(), vars)
+        .await
+        .map_err(|e| format!("rendering the payload failed: {e}"))
+}
+
+/// `body` with every secret value (as it appears inside a JSON string)
+/// replaced by `[REDACTED]`, for the history.
+fn redact(body: &str, secrets: &BTreeMap<String, String>) -> String {
+    let mut out = body.to_string();
+    for value in secrets.values().filter(|v| !v.is_empty()) {
+        let quoted = Value::String(value.clone()).to_string();
+        out = out.replace(&quoted[1..quoted.len() - 1], "[REDACTED]");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redaction_catches_escaped_values() {
+        let secrets = BTreeMap::from([("T".to_string(), "a\"b".to_string())]);
+        assert_eq!(
+            redact(r#"{"x":"a\"b!"}"#, &secrets),
+            r#"{"x":"[REDACTED]!"}"#
+        );
+    }
+}

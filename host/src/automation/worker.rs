@@ -1,0 +1,332 @@
+//! The dispatcher: sends deliveries from the outbox, records every attempt,
+//! and reschedules failures on the retry schedule.
+//!
+//! New deliveries are handed over directly by the matcher (the fast path);
+//! a scan of the outbox every `delivery.poll_interval_ms` picks up retries
+//! that fall due and everything a previous process left behind. Sends are
+//! bounded overall and per webhook, so one slow endpoint cannot take every
+//! slot. A delivery in flight is never started twice by this process; after
+//! a crash it may be sent again, with the same delivery id.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sled::Transactional;
+use tokio::sync::{Notify, Semaphore};
+
+use super::automations::WebhookRef;
+use super::outbox::{self, Attempt, Delivery, Execution, Status};
+use super::send::{Answer, Failure, Outgoing, Sender};
+use super::webhooks;
+use crate::cfg::DeliveryConfig;
+use crate::error::Result;
+use crate::ids;
+use crate::seal::Sealer;
+use crate::secrets;
+use crate::store::Store;
+use crate::store::tx::{decode, encode, finish};
+
+/// What one attempt came to.
+enum Verdict {
+    /// Acknowledged.
+    Done,
+    /// Try again, no sooner than the given delay (from `Retry-After`).
+    Retry(Option<Duration>),
+    /// Give up.
+    Fail,
+    /// Give up and disable the webhook (410 Gone).
+    Gone,
+}
+
+/// Sends deliveries. Cheap to clone.
+#[derive(Clone)]
+pub struct Dispatcher {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Store,
+    sealer: Sealer,
+    sender: Sender,
+    cfg: DeliveryConfig,
+    wake: Notify,
+    in_flight: Mutex<HashSet<String>>,
+    slots: Arc<Semaphore>,
+    endpoints: Mutex<HashMap<String, Arc<Semaphore>>>,
+}
+
+impl Dispatcher {
+    /// Starts the dispatcher's scan loop.
+    pub fn start(store: Store, sealer: Sealer, sender: Sender, cfg: DeliveryConfig) -> Dispatcher {
+        let inner = Arc::new(Inner {
+            slots: Arc::new(Semaphore::new(cfg.concurrency.max(1))),
+            store,
+            sealer,
+            sender,
+            cfg,
+            wake: Notify::new(),
+            in_flight: Mutex::new(HashSet::new()),
+            endpoints: Mutex::new(HashMap::new()),
+        });
+        tokio::spawn(scan_loop(inner.clone()));
+        Dispatcher { inner }
+    }
+
+    /// Sends a delivery the matcher just queued.
+    pub fn submit(&self, delivery: Delivery) {
+        self.inner.clone().submit(delivery);
+    }
+
+    /// Asks the scan loop to look at the outbox now (e.g. after a replay).
+    pub fn wake(&self) {
+        self.inner.wake.notify_one();
+    }
+
+    /// How many sends are running or waiting for a slot.
+    pub fn in_flight(&self) -> usize {
+        self.inner.in_flight.lock().map_or(0, |s| s.len())
+    }
+}
+
+async fn scan_loop(inner: Arc<Inner>) {
+    let poll = Duration::from_millis(inner.cfg.poll_interval_ms.max(10));
+    loop {
+        let next_due = match inner.scan() {
+            Ok(next) => next,
+            Err(e) => {
+                tracing::error!(error = %e, "scanning the outbox failed");
+                None
+            }
+        };
+        let wait = next_due
+            .map(|due| Duration::from_millis(due.saturating_sub(ids::now_ms())))
+            .unwrap_or(poll)
+            .min(poll);
+        tokio::select! {
+            _ = inner.wake.notified() => {}
+            _ = tokio::time::sleep(wait) => {}
+        }
+    }
+}
+
+impl Inner {
+    /// Submits every due delivery not already in flight; returns when the
+    /// next one falls due.
+    fn scan(self: &Arc<Self>) -> anyhow::Result<Option<u64>> {
+        let now = ids::now_ms();
+        for item in self.store.trees.outbox.iter() {
+            let (_, value) = item?;
+            let delivery: Delivery = serde_json::from_slice(&value)?;
+            if delivery.due_ms > now {
+                return Ok(Some(delivery.due_ms));
+            }
+            if !self.is_in_flight(&delivery.id) {
+                self.clone().submit(delivery);
+            }
+        }
+        Ok(None)
+    }
+
+    fn is_in_flight(&self, id: &str) -> bool {
+        self.in_flight.lock().is_ok_and(|s| s.contains(id))
+    }
+
+    fn submit(self: Arc<Self>, delivery: Delivery) {
+        if let Ok(mut set) = self.in_flight.lock()
+            && !set.insert(delivery.id.clone())
+        {
+            return;
+        }
+        tokio::spawn(async move {
+            let id = delivery.id.clone();
+            if let Err(e) = self.deliver(delivery).await {
+                tracing::error!(delivery = %id, error = %e, "recording a delivery attempt failed");
+            }
+            if let Ok(mut set) = self.in_flight.lock() {
+                set.remove(&id);
+            }
+        });
+    }
+
+    fn endpoint_slots(&self, webhook: &WebhookRef) -> Arc<Semaphore> {
+        let key = format!("{}/{}", webhook.team, webhook.name);
+        let mut map = self.endpoints.lock().unwrap_or_else(|p| p.into_inner());
+        map.entry(key)
+            .or_insert_with(|| Arc::new(Semaphore::new(self.cfg.per_webhook.max(1))))
+            .clone()
+    }
+
+    async fn deliver(&self, delivery: Delivery) -> Result<()> {
+        let endpoint = self.endpoint_slots(&delivery.webhook);
+        let (Ok(_slot), Ok(_endpoint)) = (self.slots.acquire().await, endpoint.acquire().await)
+        else {
+            return Ok(());
+        };
+        let started = ids::now_ms();
+        let (verdict, attempt) = match self.attempt(&delivery).await {
+            Ok(answer) => (judge(&answer), attempt_from(started, Some(&answer), None)),
+            Err(failure) => {
+                let verdict = match failure {
+                    Failure::Refused(_) => Verdict::Fail,
+                    _ => Verdict::Retry(None),
+                };
+                (
+                    verdict,
+                    attempt_from(started, None, Some(failure.to_string())),
+                )
+            }
+        };
+        if matches!(verdict, Verdict::Gone) {
+            let reason = format!("the endpoint answered 410 Gone at unix ms {started}");
+            if let Err(e) = webhooks::disable(
+                &self.store,
+                &delivery.webhook.team,
+                &delivery.webhook.name,
+                &reason,
+            ) {
+                tracing::warn!(error = %e, "disabling a gone webhook failed");
+            }
+        }
+        self.record(delivery, verdict, attempt)
+    }
+
+    /// One send, with the webhook's current secrets.
+    async fn attempt(&self, delivery: &Delivery) -> std::result::Result<Answer, Failure> {
+        let refused = |m: String| Failure::Refused(m);
+        let team = &delivery.webhook.team;
+        let webhook = webhooks::get(&self.store, team, &delivery.webhook.name)
+            .map_err(|e| refused(e.to_string()))?;
+        if let Some(reason) = &webhook.disabled_reason {
+            return Err(refused(format!(
+                "webhook '{}' is disabled: {reason}",
+                webhook.name
+            )));
+        }
+        let reveal = |name: &Option<String>| {
+            name.as_ref()
+                .map(|n| secrets::reveal(&self.store, &self.sealer, team, n))
+                .transpose()
+                .map_err(|e| refused(e.to_string()))
+        };
+        let token = reveal(&webhook.access_token_secret)?;
+        let signing = reveal(&webhook.signing_secret)?;
+        let body = hex::decode(&delivery.body_sealed)
+            .ok()
+            .and_then(|sealed| self.sealer.open(delivery.id.as_bytes(), &sealed).ok())
+            .ok_or_else(|| refused("the stored payload could not be opened".into()))?;
+        self.sender
+            .send(&Outgoing {
+                url: &webhook.url,
+                body: &body,
+                bearer: token.as_deref(),
+                signing_key: signing.as_ref().map(String::as_bytes),
+                delivery_id: &delivery.id,
+            })
+            .await
+    }
+
+    /// Writes the attempt: the execution's history, and the delivery removed
+    /// or rescheduled, in one transaction.
+    fn record(&self, delivery: Delivery, verdict: Verdict, mut attempt: Attempt) -> Result<()> {
+        let attempts = delivery.attempts + 1;
+        let next_due = match verdict {
+            Verdict::Retry(after) => self.next_due(attempts, after),
+            _ => None,
+        };
+        attempt.next_attempt_at_ms = next_due;
+        let old_key = delivery.key();
+        let rescheduled = next_due.map(|due_ms| Delivery {
+            attempts,
+            due_ms,
+            ..delivery.clone()
+        });
+        let status = match (&verdict, next_due) {
+            (Verdict::Done, _) => Status::Finished,
+            (Verdict::Retry(_), Some(_)) => Status::Pending,
+            _ => Status::Failed,
+        };
+        let exec_key = outbox::execution_key(&delivery.execution, &delivery.execution_id);
+        let t = &self.store.trees;
+        let result = (&t.outbox, &t.executions).transaction(|(out, executions)| {
+            out.remove(old_key.as_slice())?;
+            if let Some(next) = &rescheduled {
+                out.insert(next.key(), encode(next)?)?;
+            }
+            if let Some(bytes) = executions.get(exec_key.as_ref())? {
+                let mut execution: Execution = decode(&bytes)?;
+                execution.status = status;
+                execution.error = match status {
+                    Status::Finished => None,
+                    _ => attempt
+                        .error
+                        .clone()
+                        .or_else(|| attempt.status.map(|s| format!("the endpoint answered {s}"))),
+                };
+                execution.attempts.push(attempt.clone());
+                execution.updated_at_ms = ids::now_ms();
+                executions.insert(exec_key.as_ref(), encode(&execution)?)?;
+            }
+            Ok(())
+        });
+        finish(result)?;
+        if rescheduled.is_some() {
+            self.wake.notify_one();
+        }
+        Ok(())
+    }
+
+    /// When attempt `attempts + 1` is due, or `None` when the schedule is used up.
+    fn next_due(&self, attempts: u32, retry_after: Option<Duration>) -> Option<u64> {
+        let base = *self.cfg.retry_schedule_ms.get(attempts as usize)?;
+        let jitter = jitter(base, self.cfg.jitter);
+        let after = retry_after.map_or(0, |d| d.as_millis() as u64);
+        Some(ids::now_ms() + jitter.max(after))
+    }
+}
+
+/// Retries on 408, 429 and 5xx; 410 disables; other statuses are final.
+fn judge(answer: &Answer) -> Verdict {
+    match answer.status {
+        200..=299 => Verdict::Done,
+        410 => Verdict::Gone,
+        408 | 429 | 500..=599 => Verdict::Retry(answer.retry_after),
+        _ => Verdict::Fail,
+    }
+}
+
+fn attempt_from(started_ms: u64, answer: Option<&Answer>, error: Option<String>) -> Attempt {
+    Attempt {
+        at_ms: started_ms,
+        status: answer.map(|a| a.status),
+        latency_ms: answer.map_or((ids::now_ms() - started_ms) as f64, |a| a.latency_ms),
+        error,
+        next_attempt_at_ms: None,
+    }
+}
+
+/// `base` ± `fraction`, so retries from a burst do not arrive together.
+fn jitter(base: u64, fraction: f64) -> u64 {
+    if base == 0 || fraction <= 0.0 {
+        return base;
+    }
+    let mut byte = [0u8; 2];
+    let _ = getrandom::fill(&mut byte);
+    let unit = u16::from_be_bytes(byte) as f64 / u16::MAX as f64; // 0..=1
+    let factor = 1.0 + fraction * (2.0 * unit - 1.0);
+    (base as f64 * factor).round() as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jitter_stays_within_bounds() {
+        for _ in 0..1000 {
+            let j = jitter(1000, 0.2);
+            assert!((800..=1200).contains(&j), "{j}");
+        }
+        assert_eq!(jitter(0, 0.2), 0);
+    }
+}

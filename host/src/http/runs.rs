@@ -1,0 +1,78 @@
+//! `/v1/teams/{team}/projects/{project}/runs`: runs and their metrics, the
+//! event source of run-metric automations. Team members create runs and log.
+
+use std::collections::BTreeMap;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{Caller, Json};
+use crate::app::App;
+use crate::automation::automations::Scope;
+use crate::automation::matcher;
+use crate::error::Result;
+use crate::groups::Role;
+use crate::runs::{self, Run};
+
+fn project_scope(team: &str, project: &str) -> Scope {
+    Scope::Project {
+        team: team.to_string(),
+        project: project.to_string(),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateRun {
+    name: String,
+}
+
+pub async fn create(
+    State(app): State<App>,
+    Caller(user): Caller,
+    Path((team, project)): Path<(String, String)>,
+    Json(body): Json<CreateRun>,
+) -> Result<(StatusCode, axum::Json<Run>)> {
+    project_scope(&team, &project).authorize(&app.store, &user, Role::Member)?;
+    let run = runs::create(&app.store, &team, &project, &user, &body.name)?;
+    Ok((StatusCode::CREATED, axum::Json(run)))
+}
+
+pub async fn list(
+    State(app): State<App>,
+    Caller(user): Caller,
+    Path((team, project)): Path<(String, String)>,
+) -> Result<axum::Json<Value>> {
+    project_scope(&team, &project).authorize(&app.store, &user, Role::Member)?;
+    Ok(super::list_of(runs::list(&app.store, &team, &project)?))
+}
+
+pub async fn show(
+    State(app): State<App>,
+    Caller(user): Caller,
+    Path((team, project, run)): Path<(String, String, String)>,
+) -> Result<axum::Json<Run>> {
+    project_scope(&team, &project).authorize(&app.store, &user, Role::Member)?;
+    Ok(axum::Json(runs::get(&app.store, &team, &project, &run)?))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogMetrics {
+    metrics: BTreeMap<String, f64>,
+}
+
+/// Logs metric values; answers once any deliveries they caused are durable.
+pub async fn log(
+    State(app): State<App>,
+    Caller(user): Caller,
+    Path((team, project, run)): Path<(String, String, String)>,
+    Json(body): Json<LogMetrics>,
+) -> Result<axum::Json<Value>> {
+    project_scope(&team, &project).authorize(&app.store, &user, Role::Member)?;
+    let (kept, events) = runs::log(&app.store, &team, &project, &run, &user, &body.metrics)?;
+    matcher::dispatch(&app, &events).await?;
+    Ok(axum::Json(json!({"run": run, "values_kept": kept})))
+}

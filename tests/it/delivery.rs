@@ -1,0 +1,616 @@
+//! Events fire automations and a durable outbox delivers signed webhooks:
+//! every event type, filters, retries, history, replay, 410, and kill -9.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::harness::Host;
+use crate::receiver::{Received, Receiver, expected_signature};
+
+/// Fast retries so tests see several attempts in well under a second.
+const CONFIG: &str = "[webhooks]\nallow_private = [\"127.0.0.0/8\"]\n\
+    [delivery]\nretry_schedule_ms = [0, 150, 150, 150, 150, 150, 150, 150, 150, 150]\n\
+    jitter = 0.0\npoll_interval_ms = 50";
+
+const PROJECT: &str = "/v1/teams/ml/projects/vision";
+const REGISTRY: &str = "/v1/registries/models";
+
+/// alice: admin of team `ml` (secrets TOKEN=`tok-1`, SIGN=`sign-1`, webhook
+/// `ci` → the receiver), project `vision`, registry `models`; bob: member.
+async fn world(host: &Host, receiver: &Receiver) -> (String, String) {
+    let (alice, bob) = (
+        host.create_user("alice").await,
+        host.create_user("bob").await,
+    );
+    let steps = [
+        ("POST", "/v1/teams".to_string(), json!({"name": "ml"})),
+        (
+            "PUT",
+            "/v1/teams/ml/members/bob".into(),
+            json!({"role": "member"}),
+        ),
+        (
+            "PUT",
+            "/v1/teams/ml/secrets/TOKEN".into(),
+            json!({"value": "tok-1"}),
+        ),
+        (
+            "PUT",
+            "/v1/teams/ml/secrets/SIGN".into(),
+            json!({"value": "sign-1"}),
+        ),
+        (
+            "POST",
+            "/v1/teams/ml/webhooks".into(),
+            json!({"name": "ci",
+            "url": format!("{}/hook", receiver.base),
+            "access_token_secret": "TOKEN", "signing_secret": "SIGN"}),
+        ),
+        (
+            "POST",
+            "/v1/teams/ml/projects".into(),
+            json!({"name": "vision"}),
+        ),
+        ("POST", "/v1/registries".into(), json!({"name": "models"})),
+        (
+            "PUT",
+            format!("{REGISTRY}/members/bob"),
+            json!({"role": "member"}),
+        ),
+        (
+            "POST",
+            format!("{PROJECT}/collections"),
+            json!({"name": "detector"}),
+        ),
+    ];
+    for (method, path, body) in steps {
+        let (status, response) = host.call(method, &path, &alice, Some(&body)).await;
+        assert!(
+            status == 200 || status == 201,
+            "{method} {path}: {status} {response}"
+        );
+    }
+    (alice, bob)
+}
+
+const TEMPLATE: &str = r#"{"event_type": "${event_type}", "author": "${event_author}",
+ "version": "${artifact_version_string}", "collection": "${artifact_collection_name}",
+ "alias": "${alias}", "tag": "${tag}", "accuracy": ${artifact_metadata.accuracy},
+ "project": "${project_name}", "entity": "${entity_name}", "token": "${ACCESS_TOKEN}",
+ "artifact": ${artifact_version}}"#;
+
+async fn automation(host: &Host, key: &str, scope: &str, name: &str, event: Value) {
+    let body = json!({"name": name, "event": event, "webhook": {"team": "ml", "name": "ci"},
+        "action": "Webhooks", "payload": TEMPLATE});
+    let (status, response) = host
+        .call("POST", &format!("{scope}/automations"), key, Some(&body))
+        .await;
+    assert_eq!(status, 201, "{response}");
+}
+
+async fn ok(host: &Host, key: &str, method: &str, path: &str, body: Value) -> Value {
+    let (status, response) = host.call(method, path, key, Some(&body)).await;
+    assert!(
+        status == 200 || status == 201,
+        "{method} {path}: {status} {response}"
+    );
+    response
+}
+
+/// Checks what every delivery must carry, and returns the body.
+fn verified(request: &Received) -> Value {
+    assert_eq!(request.header("authorization"), Some("Bearer tok-1"));
+    assert_eq!(request.header("content-type"), Some("application/json"));
+    assert_eq!(
+        request.header("x-service-signature").unwrap(),
+        expected_signature("sign-1", &request.body),
+        "signature"
+    );
+    assert!(
+        request
+            .header("x-service-delivery")
+            .unwrap()
+            .starts_with("dlv_")
+    );
+    request.json()
+}
+
+#[tokio::test]
+async fn every_artifact_event_fires_with_its_payload_and_signature() {
+    let receiver = Receiver::start().await;
+    let host = Host::builder().config(CONFIG).start();
+    let (alice, bob) = world(&host, &receiver).await;
+    automation(
+        &host,
+        &alice,
+        PROJECT,
+        "prod-alias",
+        json!({"type": "ADD_ARTIFACT_ALIAS", "alias_regex": "^prod$"}),
+    )
+    .await;
+    automation(
+        &host,
+        &alice,
+        PROJECT,
+        "release-tag",
+        json!({"type": "ADD_ARTIFACT_TAG", "tag_regex": "^release-"}),
+    )
+    .await;
+    automation(
+        &host,
+        &alice,
+        REGISTRY,
+        "linked",
+        json!({"type": "LINK_ARTIFACT"}),
+    )
+    .await;
+
+    let versions = format!("{PROJECT}/collections/detector/versions");
+    let v0 = ok(
+        &host,
+        &bob,
+        "POST",
+        &versions,
+        json!({"metadata": {"accuracy": 0.91, "nested": {"a": 1}}}),
+    )
+    .await;
+    assert_eq!(v0["version"], "v0");
+    ok(
+        &host,
+        &bob,
+        "POST",
+        &versions,
+        json!({"metadata": {"accuracy": 0.95}}),
+    )
+    .await;
+    ok(
+        &host,
+        &bob,
+        "POST",
+        &format!("{versions}/v0/aliases"),
+        json!({"alias": "staging"}),
+    )
+    .await;
+    ok(
+        &host,
+        &bob,
+        "POST",
+        &format!("{versions}/v0/aliases"),
+        json!({"alias": "prod"}),
+    )
+    .await;
+    ok(
+        &host,
+        &bob,
+        "POST",
+        &format!("{versions}/v0/tags"),
+        json!({"tag": "wip"}),
+    )
+    .await;
+    ok(
+        &host,
+        &bob,
+        "POST",
+        &format!("{versions}/v1/tags"),
+        json!({"tag": "release-2"}),
+    )
+    .await;
+    // The alias moves: v1 takes "prod" from v0 (and fires again).
+    let v1 = ok(
+        &host,
+        &bob,
+        "POST",
+        &format!("{versions}/v1/aliases"),
+        json!({"alias": "prod"}),
+    )
+    .await;
+    assert_eq!(v1["aliases"], json!(["prod"]));
+    let (_, v0) = host
+        .call("GET", &format!("{versions}/v0"), &bob, None)
+        .await;
+    assert_eq!(v0["aliases"], json!(["staging"]));
+
+    // A registry collection created after the automation is covered.
+    ok(
+        &host,
+        &alice,
+        "POST",
+        &format!("{REGISTRY}/collections"),
+        json!({"name": "detectors"}),
+    )
+    .await;
+    let linked = ok(
+        &host,
+        &bob,
+        "POST",
+        &format!("{REGISTRY}/collections/detectors/links"),
+        json!({"team": "ml", "project": "vision", "collection": "detector", "version": "v1"}),
+    )
+    .await;
+    assert_eq!(linked["version"], "v0");
+
+    let got = receiver.wait_for(4, 10).await;
+    assert_eq!(got.len(), 4, "{got:?}");
+    let bodies: Vec<Value> = got.iter().map(verified).collect();
+    let ids: HashSet<&str> = got
+        .iter()
+        .map(|r| r.header("x-service-delivery").unwrap())
+        .collect();
+    assert_eq!(ids.len(), 4, "each delivery has its own id");
+    let find = |event_type: &str, n: usize| {
+        bodies
+            .iter()
+            .filter(|b| b["event_type"] == event_type)
+            .nth(n)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {event_type} #{n} in {bodies:?}"))
+    };
+    let alias = find("ADD_ARTIFACT_ALIAS", 0);
+    assert_eq!(alias["alias"], "prod");
+    assert_eq!(alias["tag"], "");
+    assert_eq!(alias["version"], "ml/vision/detector:v0");
+    assert_eq!(alias["author"], "bob");
+    assert_eq!(alias["accuracy"], 0.91);
+    assert_eq!(alias["project"], "vision");
+    assert_eq!(alias["entity"], "ml");
+    assert_eq!(alias["token"], "tok-1");
+    assert_eq!(alias["artifact"]["metadata"]["nested"], json!({"a": 1}));
+    assert_eq!(
+        find("ADD_ARTIFACT_ALIAS", 1)["version"],
+        "ml/vision/detector:v1"
+    );
+    let tag = find("ADD_ARTIFACT_TAG", 0);
+    assert_eq!(
+        (tag["tag"].clone(), tag["alias"].clone()),
+        (json!("release-2"), json!(""))
+    );
+    let link = find("LINK_ARTIFACT", 0);
+    assert_eq!(link["version"], "registry/models/detectors:v0");
+    assert_eq!(link["collection"], "detectors");
+    assert_eq!(link["accuracy"], 0.95);
+    assert_eq!(link["project"], "vision");
+
+    // History: one Finished execution per delivery, payload redacted.
+    let (status, list) = host
+        .call(
+            "GET",
+            &format!("{PROJECT}/automations/prod-alias/executions"),
+            &bob,
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{list}");
+    let executions = list["data"].as_array().unwrap();
+    assert_eq!(executions.len(), 2);
+    for e in executions {
+        assert_eq!(e["status"], "Finished", "{e}");
+        assert_eq!(e["attempts"][0]["status"], 200);
+        let payload = e["payload"].as_str().unwrap();
+        assert!(
+            payload.contains("[REDACTED]") && !payload.contains("tok-1"),
+            "{payload}"
+        );
+        assert!(e.get("body_sealed").is_none_or(Value::is_null));
+    }
+    // Nothing else fired: no events for staging, wip, or new versions.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(receiver.received().len(), 4);
+}
+
+#[tokio::test]
+async fn run_metric_automations_respect_filters_and_fire_once_per_run() {
+    let receiver = Receiver::start().await;
+    let host = Host::builder().config(CONFIG).start();
+    let (alice, bob) = world(&host, &receiver).await;
+    let body = json!({"name": "converged", "webhook": {"team": "ml", "name": "ci"}, "action": "Webhooks",
+        "event": {"type": "RUN_METRIC_THRESHOLD",
+            "metric": {"name": "loss", "window": 2, "aggregation": "average", "comparison": "<", "threshold": 0.5},
+            "run_filters": {"creator": "alice", "run_name_regex": "^sweep-"}},
+        "payload": r#"{"run": "${run_name}", "by": "${run_creator}", "metric": "${metric_name}", "value": ${metric_value}, "type": "${event_type}"}"#});
+    ok(
+        &host,
+        &alice,
+        "POST",
+        &format!("{PROJECT}/automations"),
+        body,
+    )
+    .await;
+    let runs = format!("{PROJECT}/runs");
+    let sweep = ok(&host, &alice, "POST", &runs, json!({"name": "sweep-1"})).await;
+    let other = ok(&host, &alice, "POST", &runs, json!({"name": "baseline"})).await;
+    let bobs = ok(&host, &bob, "POST", &runs, json!({"name": "sweep-2"})).await;
+    let log = |run: &Value, loss: f64| {
+        let path = format!("{runs}/{}/metrics", run["id"].as_str().unwrap());
+        let (host, key) = (
+            &host,
+            if run["creator"] == "bob" {
+                &bob
+            } else {
+                &alice
+            },
+        );
+        async move {
+            ok(
+                host,
+                key,
+                "POST",
+                &path,
+                json!({"metrics": {"loss": loss, "acc": 0.5}}),
+            )
+            .await
+        }
+    };
+    for loss in [1.0, 0.2] {
+        log(&sweep, loss).await; // averages 1.0, then 0.6: no
+    }
+    for run in [&other, &bobs] {
+        log(run, 0.1).await;
+        log(run, 0.1).await; // below threshold, but filtered out
+    }
+    log(&sweep, 0.1).await; // average 0.15: fires
+    log(&sweep, 0.05).await; // would fire again: once per run per 24 h
+    let got = receiver.wait_for(1, 10).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(receiver.received().len(), 1, "{got:?}");
+    assert_eq!(
+        verified(&got[0]),
+        json!({"run": "sweep-1", "by": "alice", "metric": "loss", "value": 0.1, "type": "RUN_METRIC_THRESHOLD"})
+    );
+}
+
+#[tokio::test]
+async fn retries_history_replay_and_gone() {
+    let receiver = Receiver::start().await;
+    receiver.answer(503);
+    let host = Host::builder().config(CONFIG).start();
+    let (alice, bob) = world(&host, &receiver).await;
+    automation(
+        &host,
+        &alice,
+        PROJECT,
+        "tagged",
+        json!({"type": "ADD_ARTIFACT_TAG"}),
+    )
+    .await;
+    let versions = format!("{PROJECT}/collections/detector/versions");
+    ok(
+        &host,
+        &bob,
+        "POST",
+        &versions,
+        json!({"metadata": {"accuracy": 1}}),
+    )
+    .await;
+    ok(
+        &host,
+        &bob,
+        "POST",
+        &format!("{versions}/v0/tags"),
+        json!({"tag": "a"}),
+    )
+    .await;
+
+    // Down for a while, then back: the delivery gets through.
+    receiver.wait_for(3, 10).await;
+    receiver.answer(200);
+    let executions = format!("{PROJECT}/automations/tagged/executions");
+    let execution = wait_for_status(&host, &alice, &executions, "Finished").await;
+    let attempts = execution["attempts"].as_array().unwrap();
+    assert!(attempts.len() >= 3, "{execution}");
+    assert_eq!(attempts[0]["status"], 503);
+    assert!(attempts[0]["next_attempt_at_ms"].is_u64());
+    assert_eq!(attempts.last().unwrap()["status"], 200);
+    let all = receiver.received();
+    let ids: HashSet<&str> = all
+        .iter()
+        .map(|r| r.header("x-service-delivery").unwrap())
+        .collect();
+    assert_eq!(ids.len(), 1, "retries keep the delivery id");
+    assert_eq!(
+        all.iter()
+            .map(|r| r.body.clone())
+            .collect::<HashSet<_>>()
+            .len(),
+        1,
+        "same bytes"
+    );
+
+    // Replay sends it again, same id; members may not replay.
+    let replay = format!("{executions}/{}/replay", execution["id"].as_str().unwrap());
+    assert_eq!(host.call("POST", &replay, &bob, None).await.0, 403);
+    let (status, body) = host.call("POST", &replay, &alice, None).await;
+    assert_eq!(status, 202, "{body}");
+    let before = all.len();
+    let again = receiver.wait_for(before + 1, 10).await;
+    assert_eq!(
+        again.last().unwrap().header("x-service-delivery"),
+        all[0].header("x-service-delivery")
+    );
+
+    // 410 Gone: the execution fails at once and the webhook is disabled.
+    receiver.answer(410);
+    ok(
+        &host,
+        &bob,
+        "POST",
+        &format!("{versions}/v0/tags"),
+        json!({"tag": "b"}),
+    )
+    .await;
+    let failed = wait_for_status(&host, &alice, &executions, "Failed").await;
+    assert_eq!(failed["attempts"].as_array().unwrap().len(), 1, "{failed}");
+    let (_, webhook) = host
+        .call("GET", "/v1/teams/ml/webhooks/ci", &alice, None)
+        .await;
+    assert!(
+        webhook["disabled_reason"].as_str().unwrap().contains("410"),
+        "{webhook}"
+    );
+    let count = receiver.received().len();
+    ok(
+        &host,
+        &bob,
+        "POST",
+        &format!("{versions}/v0/tags"),
+        json!({"tag": "c"}),
+    )
+    .await;
+    let (_, list) = host.call("GET", &executions, &alice, None).await;
+    assert_eq!(list["data"][0]["status"], "Failed");
+    assert!(
+        list["data"][0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("disabled"),
+        "{list}"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        receiver.received().len(),
+        count,
+        "a disabled webhook is not called"
+    );
+}
+
+/// Polls the newest execution until it has `status`.
+async fn wait_for_status(host: &Host, key: &str, executions: &str, status: &str) -> Value {
+    for _ in 0..200 {
+        let (_, list) = host.call("GET", executions, key, None).await;
+        if list["data"][0]["status"] == status {
+            return list["data"][0].clone();
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("no {status} execution at {executions}");
+}
+
+#[tokio::test]
+async fn kill_9_with_deliveries_pending_then_restart_delivers_every_one() {
+    let receiver = Receiver::start().await;
+    receiver.answer(503);
+    let mut host = Host::builder().config(CONFIG).start();
+    let (alice, bob) = world(&host, &receiver).await;
+    automation(
+        &host,
+        &alice,
+        PROJECT,
+        "tagged",
+        json!({"type": "ADD_ARTIFACT_TAG"}),
+    )
+    .await;
+    let versions = format!("{PROJECT}/collections/detector/versions");
+    ok(
+        &host,
+        &bob,
+        "POST",
+        &versions,
+        json!({"metadata": {"accuracy": 1}}),
+    )
+    .await;
+    const EVENTS: usize = 25;
+    for i in 0..EVENTS {
+        ok(
+            &host,
+            &bob,
+            "POST",
+            &format!("{versions}/v0/tags"),
+            json!({"tag": format!("t{i}")}),
+        )
+        .await;
+    }
+    host.kill9();
+    receiver.answer(200);
+    let before: HashSet<String> = receiver
+        .received()
+        .iter()
+        .map(|r| r.header("x-service-delivery").unwrap().to_string())
+        .collect();
+    let restarted = Host::builder()
+        .config(CONFIG)
+        .data_dir(&host.data_dir)
+        .start();
+    let mut delivered = HashSet::new();
+    for _ in 0..200 {
+        delivered = receiver
+            .received()
+            .iter()
+            .map(|r| r.header("x-service-delivery").unwrap().to_string())
+            .collect();
+        let ok_bodies = delivered.len();
+        if ok_bodies >= EVENTS {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        delivered.len(),
+        EVENTS,
+        "every delivery, each id once: {} before the kill",
+        before.len()
+    );
+    let tags: HashSet<String> = receiver
+        .received()
+        .iter()
+        .map(|r| r.json()["tag"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(tags.len(), EVENTS);
+    drop(restarted);
+}
+
+#[tokio::test]
+async fn events_on_unknown_objects_are_404_and_outsiders_cannot_act() {
+    let receiver = Receiver::start().await;
+    let host = Host::builder().config(CONFIG).start();
+    let (alice, _) = world(&host, &receiver).await;
+    let eve = host.create_user("eve").await;
+    let versions = format!("{PROJECT}/collections/detector/versions");
+    for (path, body) in [
+        (format!("{PROJECT}/collections/nope/versions"), json!({})),
+        (format!("{versions}/v7/aliases"), json!({"alias": "prod"})),
+        (format!("{versions}/banana/tags"), json!({"tag": "x"})),
+        (
+            format!("{REGISTRY}/collections/nope/links"),
+            json!({"team": "ml", "project": "vision", "collection": "detector", "version": "v0"}),
+        ),
+        (
+            format!("{PROJECT}/runs/nope/metrics"),
+            json!({"metrics": {"loss": 1.0}}),
+        ),
+    ] {
+        let (status, response) = host.call("POST", &path, &alice, Some(&body)).await;
+        assert_eq!(status, 404, "{path}: {response}");
+    }
+    let (status, _) = host.call("POST", &versions, &eve, Some(&json!({}))).await;
+    assert_eq!(status, 404);
+    for (alias, why) in [
+        ("v3", "reserved"),
+        ("latest", "reserved"),
+        ("a b", "not valid"),
+    ] {
+        ok(&host, &alice, "POST", &versions, json!({})).await;
+        let (status, body) = host
+            .call(
+                "POST",
+                &format!("{versions}/v0/aliases"),
+                &alice,
+                Some(&json!({"alias": alias})),
+            )
+            .await;
+        assert_eq!(status, 400, "{body}");
+        assert!(
+            body["error"]["message"].as_str().unwrap().contains(why),
+            "{body}"
+        );
+    }
+    let (status, body) = host
+        .call(
+            "POST",
+            &format!("{REGISTRY}/collections/x/versions"),
+            &alice,
+            Some(&json!({})),
+        )
+        .await;
+    assert_eq!(status, 400, "registries link: {body}");
+}
