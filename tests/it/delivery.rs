@@ -614,3 +614,143 @@ async fn events_on_unknown_objects_are_404_and_outsiders_cannot_act() {
         .await;
     assert_eq!(status, 400, "registries link: {body}");
 }
+
+/// A second webhook `fast` → `receiver`, and an automation per webhook on tag events.
+async fn two_webhooks(host: &Host, alice: &str, fast: &Receiver, extra: Value) {
+    let mut hook = json!({"name": "fast", "url": format!("{}/hook", fast.base),
+        "access_token_secret": "TOKEN", "signing_secret": "SIGN"});
+    if let (Some(h), Some(e)) = (hook.as_object_mut(), extra.as_object()) {
+        h.extend(e.clone());
+    }
+    ok(host, alice, "POST", "/v1/teams/ml/webhooks", hook).await;
+    for webhook in ["ci", "fast"] {
+        let body = json!({"name": format!("to-{webhook}"), "event": {"type": "ADD_ARTIFACT_TAG"},
+            "webhook": {"team": "ml", "name": webhook}, "action": "Webhooks"});
+        ok(host, alice, "POST", &format!("{PROJECT}/automations"), body).await;
+    }
+    ok(
+        host,
+        alice,
+        "POST",
+        &format!("{PROJECT}/collections/detector/versions"),
+        json!({}),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_hanging_receiver_times_out_and_cannot_starve_the_others() {
+    let (slow, fast) = (Receiver::start().await, Receiver::start().await);
+    slow.delay(30_000);
+    let config = CONFIG.replace("\n[delivery]", "\ntimeout_ms = 300\n[delivery]")
+        + "\nper_webhook = 2\nconcurrency = 4";
+    let host = Host::builder().config(&config).start();
+    let (alice, _) = world(&host, &slow).await;
+    two_webhooks(&host, &alice, &fast, json!({})).await;
+    let started = std::time::Instant::now();
+    const EVENTS: usize = 10;
+    for i in 0..EVENTS {
+        let path = format!("{PROJECT}/collections/detector/versions/v0/tags");
+        ok(
+            &host,
+            &alice,
+            "POST",
+            &path,
+            json!({"tag": format!("t{i}")}),
+        )
+        .await;
+    }
+    let got = fast.wait_for(EVENTS, 10).await;
+    assert_eq!(got.len(), EVENTS);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the fast webhook waited: {:?}",
+        started.elapsed()
+    );
+    let executions = format!("{PROJECT}/automations/to-ci/executions");
+    let (_, list) = host.call("GET", &executions, &alice, None).await;
+    let timed_out = list["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|e| e["attempts"].as_array().unwrap().clone())
+        .filter(|a| {
+            a["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("did not answer within 300 ms"))
+        })
+        .count();
+    assert!(timed_out >= 1, "{list}");
+    assert!(slow.received().is_empty());
+}
+
+#[tokio::test]
+async fn standard_webhooks_headers_are_sent_when_asked_for() {
+    use base64::Engine;
+    use hmac::Mac;
+    let (receiver, standard) = (Receiver::start().await, Receiver::start().await);
+    let host = Host::builder().config(CONFIG).start();
+    let (alice, _) = world(&host, &receiver).await;
+    two_webhooks(&host, &alice, &standard, json!({"standard_webhooks": true})).await;
+    let path = format!("{PROJECT}/collections/detector/versions/v0/tags");
+    ok(&host, &alice, "POST", &path, json!({"tag": "x"})).await;
+    let got = standard.wait_for(1, 10).await;
+    let request = &got[0];
+    let body = verified(request);
+    assert_eq!(body["tag"], "x");
+    let id = request.header("webhook-id").unwrap();
+    assert_eq!(Some(id), request.header("x-service-delivery"));
+    let timestamp = request.header("webhook-timestamp").unwrap();
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(b"sign-1").unwrap();
+    mac.update(format!("{id}.{timestamp}.").as_bytes());
+    mac.update(&request.body);
+    let expected = base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes());
+    assert_eq!(
+        request.header("webhook-signature"),
+        Some(format!("v1,{expected}").as_str())
+    );
+    let plain = receiver.wait_for(1, 10).await;
+    assert!(plain[0].header("webhook-signature").is_none());
+}
+
+#[tokio::test]
+async fn ssrf_rules_are_enforced_at_delivery_time() {
+    let receiver = Receiver::start().await;
+    let mut host = Host::builder().config(CONFIG).start();
+    let (alice, _) = world(&host, &receiver).await;
+    let by_name = Receiver::start().await;
+    two_webhooks(&host, &alice, &by_name, json!({})).await;
+    let local = format!(
+        "http://localhost:{}/hook",
+        by_name.base.rsplit(':').next().unwrap()
+    );
+    ok(
+        &host,
+        &alice,
+        "PUT",
+        "/v1/teams/ml/webhooks/fast",
+        json!({"url": local, "access_token_secret": "TOKEN", "signing_secret": "SIGN"}),
+    )
+    .await;
+    host.terminate();
+    // The operator withdraws the allow-list: both webhooks now point inside.
+    let strict = CONFIG.replace("allow_private = [\"127.0.0.0/8\"]", "");
+    let host = Host::builder()
+        .config(&strict)
+        .data_dir(&host.data_dir)
+        .start();
+    let path = format!("{PROJECT}/collections/detector/versions/v0/tags");
+    ok(&host, &alice, "POST", &path, json!({"tag": "x"})).await;
+    for automation in ["to-ci", "to-fast"] {
+        let executions = format!("{PROJECT}/automations/{automation}/executions");
+        let failed = wait_for_status(&host, &alice, &executions, "Failed").await;
+        let error = failed["error"].as_str().unwrap();
+        assert!(error.contains("internal address"), "{automation}: {error}");
+        assert_eq!(
+            failed["attempts"].as_array().unwrap().len(),
+            1,
+            "not retried: {failed}"
+        );
+    }
+    assert!(receiver.received().is_empty() && by_name.received().is_empty());
+}

@@ -3,7 +3,7 @@
 //! systems webhooks call.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -39,6 +39,7 @@ pub struct Receiver {
     pub base: String,
     received: Arc<Mutex<Vec<Received>>>,
     status: Arc<AtomicU16>,
+    delay_ms: Arc<AtomicU64>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -47,10 +48,15 @@ impl Receiver {
     pub async fn start() -> Receiver {
         let received = Arc::new(Mutex::new(Vec::new()));
         let status = Arc::new(AtomicU16::new(200));
-        let (r, s) = (received.clone(), status.clone());
+        let delay_ms = Arc::new(AtomicU64::new(0));
+        let (r, s, d) = (received.clone(), status.clone(), delay_ms.clone());
         let app = axum::Router::new().fallback(move |headers: HeaderMap, body: Bytes| {
-            let (r, s) = (r.clone(), s.clone());
+            let (r, s, d) = (r.clone(), s.clone(), d.clone());
             async move {
+                let delay = d.load(Ordering::SeqCst);
+                if delay > 0 {
+                    tokio::time::sleep(Duration::from_millis(delay)).await;
+                }
                 let headers = headers
                     .iter()
                     .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("").to_string()))
@@ -72,6 +78,7 @@ impl Receiver {
             base,
             received,
             status,
+            delay_ms,
             task,
         }
     }
@@ -79,6 +86,12 @@ impl Receiver {
     /// From now on, answer with `status`.
     pub fn answer(&self, status: u16) {
         self.status.store(status, Ordering::SeqCst);
+    }
+
+    /// From now on, wait `ms` before answering (the request is recorded
+    /// after the wait, so an abandoned request is not counted).
+    pub fn delay(&self, ms: u64) {
+        self.delay_ms.store(ms, Ordering::SeqCst);
     }
 
     /// Everything received so far.

@@ -28,8 +28,10 @@ pub struct Outgoing<'a> {
     pub bearer: Option<&'a str>,
     /// Keys the `X-Service-Signature` HMAC.
     pub signing_key: Option<&'a [u8]>,
-    /// Sent as `X-Service-Delivery`.
+    /// Sent as `X-Service-Delivery` (and `webhook-id`).
     pub delivery_id: &'a str,
+    /// Also send the Standard Webhooks headers.
+    pub standard: bool,
 }
 
 /// What the endpoint answered.
@@ -205,6 +207,22 @@ fn headers(out: &Outgoing<'_>) -> HeaderMap {
         && let Ok(value) = HeaderValue::from_str(&signature::sign(key, out.body))
     {
         headers.insert(signature::HEADER, value);
+    }
+    if out.standard {
+        let timestamp = crate::ids::now();
+        let mut put = |name: &'static str, value: String| {
+            if let Ok(value) = HeaderValue::from_str(&value) {
+                headers.insert(name, value);
+            }
+        };
+        put("webhook-id", out.delivery_id.to_string());
+        put("webhook-timestamp", timestamp.to_string());
+        if let Some(key) = out.signing_key {
+            put(
+                "webhook-signature",
+                signature::standard(key, out.delivery_id, timestamp, out.body),
+            );
+        }
     }
     headers
 }

@@ -68,6 +68,7 @@ pub async fn run(
         bearer: token.as_ref().map(|(_, v)| v.as_str()),
         signing_key: signing.as_ref().map(|(_, v)| v.as_bytes()),
         delivery_id: &delivery_id,
+        standard: webhook.standard_webhooks,
     };
     Ok(match sender.send(&out).await {
         Ok(answer) => Outcome {

@@ -19,6 +19,9 @@ pub struct Webhook {
     pub access_token_secret: Option<String>,
     /// The secret that keys the `X-Service-Signature` HMAC.
     pub signing_secret: Option<String>,
+    /// Also send Standard Webhooks headers (`webhook-id`, `-timestamp`, `-signature`).
+    #[serde(default)]
+    pub standard_webhooks: bool,
     /// Set when the endpoint answered 410 Gone; saving the webhook again
     /// clears it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -41,6 +44,9 @@ pub struct Settings {
     /// Signing secret name.
     #[serde(default)]
     pub signing_secret: Option<String>,
+    /// Also send Standard Webhooks headers.
+    #[serde(default)]
+    pub standard_webhooks: bool,
 }
 
 impl Webhook {
@@ -102,6 +108,7 @@ pub fn create(
         url: settings.url.trim().to_string(),
         access_token_secret: settings.access_token_secret,
         signing_secret: settings.signing_secret,
+        standard_webhooks: settings.standard_webhooks,
         disabled_reason: None,
         created_at: now,
         updated_at: now,
@@ -128,6 +135,7 @@ pub fn update(
         url: settings.url.trim().to_string(),
         access_token_secret: settings.access_token_secret,
         signing_secret: settings.signing_secret,
+        standard_webhooks: settings.standard_webhooks,
         disabled_reason: None,
         updated_at: ids::now(),
         ..old

@@ -222,6 +222,7 @@ impl Inner {
                 bearer: token.as_deref(),
                 signing_key: signing.as_ref().map(String::as_bytes),
                 delivery_id: &delivery.id,
+                standard: webhook.standard_webhooks,
             })
             .await
     }

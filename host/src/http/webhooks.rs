@@ -31,6 +31,8 @@ pub struct CreateWebhook {
     access_token_secret: Option<String>,
     #[serde(default)]
     signing_secret: Option<String>,
+    #[serde(default)]
+    standard_webhooks: bool,
 }
 
 pub async fn create_webhook(
@@ -44,6 +46,7 @@ pub async fn create_webhook(
         url: body.url,
         access_token_secret: body.access_token_secret,
         signing_secret: body.signing_secret,
+        standard_webhooks: body.standard_webhooks,
     };
     let webhook = webhooks::create(
         &app.store,
