@@ -24,3 +24,7 @@ lint:
 # Plugin runtime figures: cold load, render p50 vs native, hot swap under load.
 bench-plugins:
     cargo bench --bench plugins
+
+# Webhook delivery figures: events/s end to end, latency at 1,000 events/s, RSS.
+bench-delivery:
+    cargo bench --bench delivery

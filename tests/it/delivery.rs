@@ -754,3 +754,56 @@ async fn ssrf_rules_are_enforced_at_delivery_time() {
     }
     assert!(receiver.received().is_empty() && by_name.received().is_empty());
 }
+
+#[tokio::test]
+async fn a_template_that_fails_at_render_time_fails_the_execution_without_retries() {
+    let receiver = Receiver::start().await;
+    let host = Host::builder().config(CONFIG).start();
+    let (alice, _) = world(&host, &receiver).await;
+    let (status, body) = host
+        .upload_plugin(
+            "misbehave",
+            "kind=payload-template&version=1.0.0",
+            crate::harness::plugin_wasm("misbehave"),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    // misbehave accepts any template when it is saved, and traps on "trap".
+    let automation = json!({"name": "broken", "event": {"type": "ADD_ARTIFACT_TAG"},
+        "webhook": {"team": "ml", "name": "ci"}, "action": "Webhooks",
+        "payload": "trap", "template_plugin": "misbehave"});
+    ok(
+        &host,
+        &alice,
+        "POST",
+        &format!("{PROJECT}/automations"),
+        automation,
+    )
+    .await;
+    let versions = format!("{PROJECT}/collections/detector/versions");
+    ok(&host, &alice, "POST", &versions, json!({})).await;
+    ok(
+        &host,
+        &alice,
+        "POST",
+        &format!("{versions}/v0/tags"),
+        json!({"tag": "x"}),
+    )
+    .await;
+    let executions = format!("{PROJECT}/automations/broken/executions");
+    let failed = wait_for_status(&host, &alice, &executions, "Failed").await;
+    let error = failed["error"].as_str().unwrap();
+    assert!(error.contains("misbehave@1.0.0"), "{error}");
+    assert_eq!(failed["attempts"], json!([]), "nothing was sent");
+    let (status, body) = host
+        .call(
+            "POST",
+            &format!("{executions}/{}/replay", failed["id"].as_str().unwrap()),
+            &alice,
+            None,
+        )
+        .await;
+    assert_eq!(status, 409, "nothing to replay: {body}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(receiver.received().is_empty());
+}
