@@ -472,6 +472,22 @@ async fn retries_history_replay_and_gone() {
         count,
         "a disabled webhook is not called"
     );
+
+    // Saving the webhook re-enables it; replaying the failures since a time
+    // resends those that have a payload (the 410 one, not the disabled one).
+    receiver.answer(200);
+    let settings = json!({"url": format!("{}/hook", receiver.base),
+        "access_token_secret": "TOKEN", "signing_secret": "SIGN"});
+    let webhook = ok(&host, &alice, "PUT", "/v1/teams/ml/webhooks/ci", settings).await;
+    assert!(webhook.get("disabled_reason").is_none(), "{webhook}");
+    let replay_all = format!("{PROJECT}/automations/tagged/replay");
+    let (status, body) = host
+        .call("POST", &replay_all, &alice, Some(&json!({"since_ms": 0})))
+        .await;
+    assert_eq!(status, 202, "{body}");
+    assert_eq!(body["replayed"].as_array().unwrap().len(), 1, "{body}");
+    let got = receiver.wait_for(count + 1, 10).await;
+    assert_eq!(got.last().unwrap().json()["tag"], "b");
 }
 
 /// Polls the newest execution until it has `status`.
