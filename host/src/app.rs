@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::automation::matcher;
 use crate::automation::send::Sender;
 use crate::automation::worker::Dispatcher;
 use crate::cfg::Config;
@@ -70,13 +71,18 @@ impl App {
         };
         // Events a crash left unmatched; the dispatcher's first scan picks up
         // the outbox.
-        let recovered = crate::automation::matcher::drain_inbox(&app).await?;
+        let recovered = matcher::sweep_inbox(&app, 0).await?;
         if recovered > 0 {
             tracing::info!(
                 events = recovered,
                 "matched events left over from the last run"
             );
         }
+        // Later, events whose matching hit a full plugin queue.
+        matcher::spawn_sweeper(
+            app.clone(),
+            Duration::from_millis(app.cfg.delivery.poll_interval_ms.max(10)),
+        );
         Ok(app)
     }
 }

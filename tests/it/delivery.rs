@@ -823,3 +823,57 @@ async fn a_template_that_fails_at_render_time_fails_the_execution_without_retrie
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(receiver.received().is_empty());
 }
+
+#[tokio::test]
+async fn a_full_plugin_queue_delays_matching_but_loses_no_event() {
+    let receiver = Receiver::start().await;
+    let config = format!("{CONFIG}\n[queues.plugin]\nworkers = 1\ncapacity = 1");
+    let host = Host::builder().config(&config).start();
+    let (alice, _) = world(&host, &receiver).await;
+    automation(
+        &host,
+        &alice,
+        PROJECT,
+        "tagged",
+        json!({"type": "ADD_ARTIFACT_TAG"}),
+    )
+    .await;
+    let versions = format!("{PROJECT}/collections/detector/versions");
+    ok(&host, &alice, "POST", &versions, json!({})).await;
+    const EVENTS: usize = 30;
+    let path = host.url(&format!("{versions}/v0/tags"));
+    let tasks: Vec<_> = (0..EVENTS)
+        .map(|i| {
+            let request = host
+                .http
+                .post(&path)
+                .bearer_auth(&alice)
+                .json(&json!({"tag": format!("t{i}")}));
+            tokio::spawn(async move { request.send().await.unwrap().status().as_u16() })
+        })
+        .collect();
+    for task in tasks {
+        assert_eq!(
+            task.await.unwrap(),
+            200,
+            "the action happened, whatever the queue"
+        );
+    }
+    let got = receiver.wait_for(EVENTS, 20).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let tags: Vec<String> = receiver
+        .received()
+        .iter()
+        .map(|r| r.json()["tag"].as_str().unwrap().to_string())
+        .collect();
+    let unique: HashSet<&String> = tags.iter().collect();
+    assert_eq!(
+        (got.len(), tags.len(), unique.len()),
+        (EVENTS, EVENTS, EVENTS),
+        "each event delivered once"
+    );
+    assert!(
+        host.log().contains("left in the inbox"),
+        "the queue never filled; the test proves nothing"
+    );
+}

@@ -16,6 +16,7 @@ use super::webhooks;
 use crate::app::App;
 use crate::error::{Error, Result};
 use crate::ids;
+use crate::plugin::PluginError;
 use crate::plugin::template::Variable;
 use crate::secrets;
 use crate::store::tx::{encode, finish};
@@ -31,8 +32,9 @@ struct Fired {
 }
 
 /// Matches one event and queues its deliveries; the event leaves the inbox
-/// in the same transaction. Returns the deliveries queued, for the
-/// dispatcher once they are durable.
+/// in the same transaction, which writes nothing if it already left, so an
+/// event matched twice (by its request and by the sweep) fires once.
+/// Returns the deliveries queued, for the dispatcher once they are durable.
 pub async fn process(app: &App, event: &Event) -> Result<Vec<Delivery>> {
     let mut fired = Vec::new();
     for automation in automations::triggered(&app.store, &event.scope, &event.event_type)? {
@@ -44,7 +46,10 @@ pub async fn process(app: &App, event: &Event) -> Result<Vec<Delivery>> {
     let t = &app.store.trees;
     let result = (&t.event_inbox, &t.executions, &t.outbox, &t.run_fired).transaction(
         |(inbox, executions, outbox, run_fired)| {
-            inbox.remove(event.id.as_bytes())?;
+            // Someone else (the request, or the sweep) matched it first.
+            if inbox.remove(event.id.as_bytes())?.is_none() {
+                return Ok(false);
+            }
             for f in &fired {
                 let key = outbox::execution_key(&f.execution.automation, &f.execution.id);
                 executions.insert(key.as_ref(), encode(&f.execution)?)?;
@@ -55,34 +60,78 @@ pub async fn process(app: &App, event: &Event) -> Result<Vec<Delivery>> {
                     run_fired.insert(key.as_slice(), &now.to_be_bytes())?;
                 }
             }
-            Ok(())
+            Ok(true)
         },
     );
-    finish(result)?;
+    if !finish(result)? {
+        return Ok(Vec::new());
+    }
     Ok(fired.into_iter().filter_map(|f| f.delivery).collect())
 }
 
-/// Matches every event in the inbox (left there by a crash), oldest first.
-pub async fn drain_inbox(app: &App) -> Result<usize> {
+/// Events older than this in the inbox are the sweep's: their action's own
+/// request either failed to match them or is gone.
+pub const SWEEP_AGE_MS: u64 = 2_000;
+
+/// Matches every event in the inbox older than `min_age_ms`, oldest first:
+/// at start, everything a crash left; afterwards, events whose matching hit
+/// a full plugin queue. Returns how many were matched.
+pub async fn sweep_inbox(app: &App, min_age_ms: u64) -> Result<usize> {
     let events: Vec<Event> = crate::store::scan_json(&app.store.trees.event_inbox, [])?;
-    let mut queued = 0;
-    for event in &events {
-        queued += process(app, event).await?.len();
+    let now = ids::now_ms();
+    let mut matched = 0;
+    let mut deliveries = Vec::new();
+    for event in events
+        .iter()
+        .filter(|e| now.saturating_sub(e.at_ms) >= min_age_ms)
+    {
+        match process(app, event).await {
+            Ok(queued) => {
+                deliveries.extend(queued);
+                matched += 1;
+            }
+            Err(e) => {
+                tracing::warn!(event = %event.id, error = %e, "event left in the inbox for the next sweep");
+                break;
+            }
+        }
     }
-    if queued > 0 {
-        app.store.durable().await?;
-        app.dispatcher.wake();
-    }
-    Ok(events.len())
+    hand_over(app, deliveries).await?;
+    Ok(matched)
+}
+
+/// Sweeps the inbox every `interval`.
+pub fn spawn_sweeper(app: App, interval: std::time::Duration) {
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(interval).await;
+            if let Err(e) = sweep_inbox(&app, SWEEP_AGE_MS).await {
+                tracing::error!(error = %e, "sweeping the event inbox failed");
+            }
+        }
+    });
 }
 
 /// Matches the events an action just wrote, makes the outcome durable, and
 /// hands the deliveries to the dispatcher. Call before answering the action.
+/// An event that cannot be matched now (the plugin queue is full) stays in
+/// the inbox for the sweep: the action has happened, and its event is not
+/// lost.
 pub async fn dispatch(app: &App, events: &[Event]) -> Result<()> {
     let mut deliveries = Vec::new();
     for event in events {
-        deliveries.extend(process(app, event).await?);
+        match process(app, event).await {
+            Ok(queued) => deliveries.extend(queued),
+            Err(e) => {
+                tracing::warn!(event = %event.id, error = %e, "event left in the inbox for the sweep");
+            }
+        }
     }
+    hand_over(app, deliveries).await
+}
+
+/// Flushes, then gives the deliveries to the dispatcher.
+async fn hand_over(app: &App, deliveries: Vec<Delivery>) -> Result<()> {
     app.store.durable().await?;
     for delivery in deliveries {
         app.dispatcher.submit(delivery);
@@ -131,6 +180,8 @@ async fn fire(app: &App, automation: &Automation, event: &Event) -> Result<Optio
     {
         Ok(true) => {}
         Ok(false) => return Ok(None),
+        // A full queue is transient: the event stays in the inbox for the sweep.
+        Err(PluginError::Queue(message)) => return Err(Error::Unavailable(message)),
         Err(e) => return failed(execution, format!("the filter failed: {e}")),
     }
     let run_fired = match &event.run {
@@ -163,7 +214,8 @@ async fn fire(app: &App, automation: &Automation, event: &Event) -> Result<Optio
     };
     let body = match render(app, automation, event, &secrets).await {
         Ok(body) => body,
-        Err(e) => return failed(execution, e),
+        Err(PluginError::Queue(message)) => return Err(Error::Unavailable(message)),
+        Err(e) => return failed(execution, format!("rendering the payload failed: {e}")),
     };
     execution.payload = Some(redact(&body, &secrets));
     let sealed = hex::encode(
@@ -228,7 +280,7 @@ async fn render(
     automation: &Automation,
     event: &Event,
     secrets: &BTreeMap<String, String>,
-) -> std::result::Result<String, String> {
+) -> std::result::Result<String, PluginError> {
     let variables = event.variables();
     let Some(template) = &automation.payload else {
         return Ok(Value::Object(
@@ -253,7 +305,6 @@ async fn render(
     app.plugins
         .render(&automation.template_plugin, template.clone(), vars)
         .await
-        .map_err(|e| format!("rendering the payload failed: {e}"))
 }
 
 /// `body` with every secret value (as it appears inside a JSON string)

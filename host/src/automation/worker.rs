@@ -163,6 +163,17 @@ impl Inner {
         else {
             return Ok(());
         };
+        // A scan may have read this delivery just before its last attempt
+        // was recorded; once recorded, its key is gone (or moved), so skip.
+        if !self
+            .store
+            .trees
+            .outbox
+            .contains_key(delivery.key())
+            .map_err(anyhow::Error::from)?
+        {
+            return Ok(());
+        }
         let started = ids::now_ms();
         let (verdict, attempt) = match self.attempt(&delivery).await {
             Ok(answer) => (judge(&answer), attempt_from(started, Some(&answer), None)),
