@@ -32,10 +32,26 @@ fn main() {
     }
     rerun_if_changed(&root.join("wit"));
 
+    // The embedded model has its own workspace (see its Cargo.toml).
+    let model = plugins.join("model-smollm");
+    for path in ["Cargo.toml", "Cargo.lock", "src", ".cargo/config.toml"] {
+        rerun_if_changed(&model.join(path));
+    }
+    build(&plugins, &target_dir);
+    build(&model, &target_dir);
+    let out = target_dir.join("wasm32-wasip2").join("release");
+    println!(
+        "cargo:rustc-env=SWITCHYARD_PLUGIN_BUILD_DIR={}",
+        out.display()
+    );
+}
+
+/// `cargo build --release` of the workspace at `dir` for wasm32-wasip2.
+fn build(dir: &Path, target_dir: &Path) {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut command = Command::new(cargo);
     command
-        .current_dir(&plugins)
+        .current_dir(dir)
         .args([
             "build",
             "--release",
@@ -44,7 +60,7 @@ fn main() {
             "wasm32-wasip2",
             "--target-dir",
         ])
-        .arg(&target_dir);
+        .arg(target_dir);
     for (key, _) in std::env::vars_os() {
         let key = key.to_string_lossy();
         if key.starts_with("CARGO_") && key != "CARGO_HOME"
@@ -54,16 +70,14 @@ fn main() {
             command.env_remove(key.as_ref());
         }
     }
-    let status = command.status().expect("running cargo to build plugins/");
+    let status = command
+        .status()
+        .unwrap_or_else(|e| panic!("running cargo to build {}: {e}", dir.display()));
     assert!(
         status.success(),
-        "building plugins/ for wasm32-wasip2 failed ({status}); is the target installed? \
-         `rustup target add wasm32-wasip2`"
-    );
-    let out = target_dir.join("wasm32-wasip2").join("release");
-    println!(
-        "cargo:rustc-env=SWITCHYARD_PLUGIN_BUILD_DIR={}",
-        out.display()
+        "building {} for wasm32-wasip2 failed ({status}); is the target installed? \
+         `rustup target add wasm32-wasip2`",
+        dir.display()
     );
 }
 

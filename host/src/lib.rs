@@ -15,6 +15,7 @@ pub mod groups;
 pub mod health;
 pub mod http;
 pub mod ids;
+pub mod inference;
 pub mod names;
 pub mod plugin;
 pub mod projects;

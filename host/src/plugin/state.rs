@@ -30,10 +30,7 @@ impl State {
         State {
             wasi,
             table: ResourceTable::new(),
-            limiter: MemoryLimiter {
-                cap: usize::try_from(memory_bytes).unwrap_or(usize::MAX),
-                exceeded: false,
-            },
+            limiter: MemoryLimiter::new(memory_bytes),
             stdout,
             stderr,
         }
@@ -53,7 +50,17 @@ impl WasiView for State {
 /// the error can say "memory cap" rather than a bare trap.
 pub struct MemoryLimiter {
     cap: usize,
-    pub(super) exceeded: bool,
+    pub(crate) exceeded: bool,
+}
+
+impl MemoryLimiter {
+    /// A limiter allowing `memory_bytes`.
+    pub fn new(memory_bytes: u64) -> MemoryLimiter {
+        MemoryLimiter {
+            cap: usize::try_from(memory_bytes).unwrap_or(usize::MAX),
+            exceeded: false,
+        }
+    }
 }
 
 impl ResourceLimiter for MemoryLimiter {

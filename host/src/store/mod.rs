@@ -101,6 +101,8 @@ pub struct Trees {
     pub executions: sled::Tree,
     /// `scope \0 automation \0 run id \0` → unix ms it last fired for the run.
     pub run_fired: sled::Tree,
+    /// `scope \0 day \0 model \0 key id` → token totals (JSON).
+    pub usage: sled::Tree,
 }
 
 /// The one handle to the store. Cheap to clone.
@@ -159,6 +161,7 @@ impl Store {
             outbox: db.open_tree("outbox")?,
             executions: db.open_tree("executions")?,
             run_fired: db.open_tree("run_fired")?,
+            usage: db.open_tree("usage")?,
         };
         let store = Store {
             db,

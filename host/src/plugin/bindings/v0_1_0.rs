@@ -22,3 +22,14 @@ pub mod filter {
         with: { "switchyard:plugin/types": super::template::switchyard::plugin::types },
     });
 }
+
+/// The `model-backend` world. Exports are async (generation is long and
+/// yields to tokio); the `output` import is a plain function.
+pub mod model {
+    wasmtime::component::bindgen!({
+        path: "../wit/v0.1.0",
+        world: "model-backend",
+        exports: { default: async },
+        with: { "switchyard:plugin/types": super::template::switchyard::plugin::types },
+    });
+}

@@ -1,0 +1,222 @@
+//! A model-backend plugin: one long-lived instance, so weights load once.
+//!
+//! Calls are serialised on the instance. A call that traps, runs out of
+//! memory or time leaves the instance in an unknown state, so it is dropped
+//! and the next call starts a fresh one.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{Mutex, mpsc};
+use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
+use wasmtime::{Engine, Store};
+use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxView, WasiView};
+
+use crate::plugin::bindings::v0_1_0::model::{ModelBackend, ModelBackendPre};
+use crate::plugin::engine::{compile_cached, model_engine};
+use crate::plugin::state::MemoryLimiter;
+
+pub use crate::plugin::bindings::v0_1_0::model::exports::switchyard::plugin::backend::{
+    ChatRequest, ChatResult, FinishReason, Message, ModelInfo,
+};
+
+/// Where and how a backend runs.
+#[derive(Debug, Clone)]
+pub struct Setup {
+    /// Name and version, for errors and logs.
+    pub name: String,
+    /// The model file; its directory is preopened read-only at `/model`.
+    pub model_file: PathBuf,
+    /// The model's id.
+    pub model_id: String,
+    /// Preopened read-write at `/cache`.
+    pub cache_dir: PathBuf,
+    /// Memory cap of the instance.
+    pub memory_bytes: u64,
+    /// Wall-clock limit of one call.
+    pub timeout: Duration,
+}
+
+/// Store data of a backend instance.
+pub struct BackendState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    limiter: MemoryLimiter,
+    /// Where `output.emit` sends text during a chat call.
+    output: Option<mpsc::UnboundedSender<String>>,
+}
+
+impl WasiView for BackendState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl crate::plugin::bindings::v0_1_0::template::switchyard::plugin::types::Host for BackendState {}
+
+impl crate::plugin::bindings::v0_1_0::model::switchyard::plugin::output::Host for BackendState {
+    fn emit(&mut self, text: String) -> bool {
+        self.output.as_ref().is_some_and(|tx| tx.send(text).is_ok())
+    }
+}
+
+struct Live {
+    store: Store<BackendState>,
+    bindings: ModelBackend,
+}
+
+/// A loaded backend component.
+pub struct Backend {
+    setup: Setup,
+    engine: Engine,
+    pre: ModelBackendPre<BackendState>,
+    live: Mutex<Option<Live>>,
+}
+
+/// A failed backend call, already worded for the client.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    /// The backend reported an error about the request or its model.
+    #[error("{0}")]
+    Reported(String),
+    /// The backend trapped or hit a limit.
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl Backend {
+    /// Compiles (or loads from `compile_cache`) and links `bytes`. Blocking.
+    pub fn load(setup: Setup, bytes: &[u8], compile_cache: &Path) -> anyhow::Result<Arc<Backend>> {
+        let engine = model_engine()?;
+        std::fs::create_dir_all(compile_cache)?;
+        let component: Component = compile_cached(&engine, compile_cache, bytes)?;
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+        ModelBackend::add_to_linker::<_, HasSelf<BackendState>>(&mut linker, |s| s)?;
+        let pre = ModelBackendPre::new(linker.instantiate_pre(&component)?)?;
+        Ok(Arc::new(Backend {
+            setup,
+            engine,
+            pre,
+            live: Mutex::new(None),
+        }))
+    }
+
+    /// The models the backend serves.
+    pub async fn models(&self) -> Result<Vec<ModelInfo>, CallError> {
+        self.call(None, async |b, s| {
+            b.switchyard_plugin_backend()
+                .call_list_models(s)
+                .await
+                .map(Ok)
+        })
+        .await
+    }
+
+    /// The backend's readiness. A backend busy with a request is ready.
+    pub async fn health(&self) -> Result<(), CallError> {
+        if self.live.try_lock().is_err() {
+            return Ok(());
+        }
+        self.call(None, async |b, s| {
+            b.switchyard_plugin_backend().call_health(s).await
+        })
+        .await
+    }
+
+    /// Generates a reply, sending text to `output` as it is made.
+    pub async fn chat(
+        &self,
+        request: ChatRequest,
+        output: mpsc::UnboundedSender<String>,
+    ) -> Result<ChatResult, CallError> {
+        self.call(Some(output), async move |b, s| {
+            b.switchyard_plugin_backend().call_chat(s, &request).await
+        })
+        .await
+    }
+
+    async fn call<R>(
+        &self,
+        output: Option<mpsc::UnboundedSender<String>>,
+        f: impl AsyncFnOnce(
+            &ModelBackend,
+            &mut Store<BackendState>,
+        ) -> wasmtime::Result<
+            Result<
+                R,
+                crate::plugin::bindings::v0_1_0::template::switchyard::plugin::types::PluginError,
+            >,
+        >,
+    ) -> Result<R, CallError> {
+        let mut slot = self.live.lock().await;
+        if slot.is_none() {
+            *slot = Some(self.instantiate().await.map_err(|e| {
+                CallError::Failed(format!("{}: could not start: {e:#}", self.setup.name))
+            })?);
+        }
+        let live = slot.as_mut().expect("set above");
+        live.store.data_mut().output = output;
+        let outcome =
+            tokio::time::timeout(self.setup.timeout, f(&live.bindings, &mut live.store)).await;
+        live.store.data_mut().output = None;
+        let name = &self.setup.name;
+        match outcome {
+            Ok(Ok(Ok(value))) => Ok(value),
+            Ok(Ok(Err(reported))) => Err(CallError::Reported(reported.message)),
+            Ok(Err(trap)) => {
+                let exceeded = live.store.data().limiter.exceeded;
+                *slot = None;
+                Err(CallError::Failed(if exceeded {
+                    format!(
+                        "{name}: exceeded its memory cap of {} MiB",
+                        self.setup.memory_bytes >> 20
+                    )
+                } else {
+                    format!("{name}: trapped: {trap:#}")
+                }))
+            }
+            Err(_) => {
+                *slot = None;
+                Err(CallError::Failed(format!(
+                    "{name}: did not finish within {} ms",
+                    self.setup.timeout.as_millis()
+                )))
+            }
+        }
+    }
+
+    async fn instantiate(&self) -> anyhow::Result<Live> {
+        let setup = &self.setup;
+        let dir = setup.model_file.parent().unwrap_or(Path::new("."));
+        let file = setup
+            .model_file
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        std::fs::create_dir_all(&setup.cache_dir)?;
+        let wasi = WasiCtx::builder()
+            .env("MODEL_FILE", &file)
+            .env("MODEL_ID", &setup.model_id)
+            .preopened_dir(dir, "/model", FsPerms::ReadOnly)?
+            .preopened_dir(&setup.cache_dir, "/cache", FsPerms::ReadWrite)?
+            .build();
+        let state = BackendState {
+            wasi,
+            table: ResourceTable::new(),
+            limiter: MemoryLimiter::new(setup.memory_bytes),
+            output: None,
+        };
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|s| &mut s.limiter);
+        // Yield to tokio every tick: generation is long, and the host must
+        // keep serving meanwhile. Time is bounded by the call's timeout.
+        store.epoch_deadline_async_yield_and_update(1);
+        let bindings = self.pre.instantiate_async(&mut store).await?;
+        Ok(Live { store, bindings })
+    }
+}

@@ -1,0 +1,160 @@
+//! Token usage, per team, project, API key, model and day.
+//!
+//! One sled key per (scope, day, model, key) holds running totals, updated
+//! atomically, so concurrent requests never lose a count.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::Result;
+use crate::store::Store;
+
+/// Running totals for one key.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Totals {
+    /// Chat requests that finished.
+    pub requests: u64,
+    /// Tokens in the prompts.
+    pub prompt_tokens: u64,
+    /// Tokens generated.
+    pub completion_tokens: u64,
+    /// The sum of both.
+    pub total_tokens: u64,
+}
+
+impl Totals {
+    fn add(&mut self, other: &Totals) {
+        self.requests += other.requests;
+        self.prompt_tokens += other.prompt_tokens;
+        self.completion_tokens += other.completion_tokens;
+        self.total_tokens += other.total_tokens;
+    }
+}
+
+/// Who a request is billed to.
+#[derive(Debug, Clone)]
+pub struct Account {
+    /// `team/project`, or `~user` for requests without a project header.
+    pub scope: String,
+    /// The API key's id.
+    pub key_id: String,
+}
+
+/// One row of a usage report.
+#[derive(Debug, Serialize)]
+pub struct Row {
+    /// `YYYY-MM-DD` (UTC).
+    pub day: String,
+    /// The model id.
+    pub model: String,
+    /// The API key's id.
+    pub key_id: String,
+    /// Its totals.
+    #[serde(flatten)]
+    pub totals: Totals,
+}
+
+/// Adds one finished request.
+pub fn record(
+    store: &Store,
+    account: &Account,
+    model: &str,
+    prompt: u32,
+    completion: u32,
+) -> Result<()> {
+    let key = format!(
+        "{}\0{}\0{}\0{}",
+        account.scope,
+        day(crate::ids::now_ms() / 1000),
+        model,
+        account.key_id
+    );
+    let add = Totals {
+        requests: 1,
+        prompt_tokens: prompt.into(),
+        completion_tokens: completion.into(),
+        total_tokens: u64::from(prompt) + u64::from(completion),
+    };
+    store
+        .trees
+        .usage
+        .update_and_fetch(key.as_bytes(), |old| {
+            let mut totals: Totals = old
+                .and_then(|bytes| serde_json::from_slice(bytes).ok())
+                .unwrap_or_default();
+            totals.add(&add);
+            serde_json::to_vec(&totals).ok()
+        })
+        .map_err(anyhow::Error::from)?;
+    Ok(())
+}
+
+/// Every row for `scope`, oldest day first.
+pub fn rows(store: &Store, scope: &str) -> Result<Vec<Row>> {
+    let prefix = format!("{scope}\0");
+    let mut rows = Vec::new();
+    for item in store.trees.usage.scan_prefix(prefix.as_bytes()) {
+        let (key, value) = item.map_err(anyhow::Error::from)?;
+        let key = String::from_utf8_lossy(&key[prefix.len()..]).into_owned();
+        let mut parts = key.splitn(3, '\0');
+        let (Some(day), Some(model), Some(key_id)) = (parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        rows.push(Row {
+            day: day.into(),
+            model: model.into(),
+            key_id: key_id.into(),
+            totals: serde_json::from_slice(&value).map_err(anyhow::Error::from)?,
+        });
+    }
+    Ok(rows)
+}
+
+/// Totals of `rows` grouped by `key`.
+pub fn group_by(
+    rows: &[Row],
+    key: impl Fn(&Row) -> &str,
+) -> std::collections::BTreeMap<String, Totals> {
+    let mut groups = std::collections::BTreeMap::<String, Totals>::new();
+    for row in rows {
+        groups
+            .entry(key(row).to_string())
+            .or_default()
+            .add(&row.totals);
+    }
+    groups
+}
+
+/// The sum of `rows`.
+pub fn total(rows: &[Row]) -> Totals {
+    let mut sum = Totals::default();
+    for row in rows {
+        sum.add(&row.totals);
+    }
+    sum
+}
+
+/// `YYYY-MM-DD` for unix seconds (UTC), by the civil-from-days algorithm.
+fn day(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn days_are_civil_dates() {
+        assert_eq!(super::day(0), "1970-01-01");
+        assert_eq!(super::day(1_795_305_600), "2026-11-22");
+        assert_eq!(super::day(951_782_400), "2000-02-29");
+    }
+}

@@ -1,0 +1,464 @@
+//! The OpenAI-compatible API, served by the real embedded model.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use std::path::Path;
+
+use crate::harness::{
+    Host, INFERENCE, TARGET, assert_error_shape, into_parts, once_across_processes,
+};
+
+const MODEL: &str = "SmolLM2-135M-Instruct";
+
+/// alice: admin of team `ml` with project `vision`; returns her key.
+async fn world(host: &Host) -> String {
+    let alice = host.create_user("alice").await;
+    let (status, body) = host
+        .call("POST", "/v1/teams", &alice, Some(&json!({"name": "ml"})))
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let project = json!({"name": "vision"});
+    let (status, body) = host
+        .call("POST", "/v1/teams/ml/projects", &alice, Some(&project))
+        .await;
+    assert_eq!(status, 201, "{body}");
+    alice
+}
+
+fn ask(text: &str, extra: Value) -> Value {
+    let mut body = json!({"model": MODEL, "messages": [{"role": "user", "content": text}]});
+    body.as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
+    body
+}
+
+async fn chat(host: &Host, key: &str, body: &Value) -> (u16, Value) {
+    host.call("POST", "/v1/chat/completions", key, Some(body))
+        .await
+}
+
+fn content(body: &Value) -> String {
+    body["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// The `data:` payloads of an SSE body.
+fn events(text: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("data: ").or_else(|| l.strip_prefix("data:")))
+        .map(|d| d.trim().to_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn models_are_listed_for_callers_with_a_key() {
+    let host = Host::start();
+    let alice = host.create_user("alice").await;
+    let (status, body) = host.call("GET", "/v1/models", &alice, None).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["object"], "list");
+    let model = &body["data"][0];
+    assert_eq!(
+        (&model["id"], &model["object"], &model["root"]),
+        (&json!(MODEL), &json!("model"), &json!(MODEL))
+    );
+    assert!(
+        model["created"].is_u64() && model["owned_by"].is_string(),
+        "{model}"
+    );
+    let (status, body) = host
+        .call("GET", &format!("/v1/models/{MODEL}"), &alice, None)
+        .await;
+    assert_eq!((status, &body["id"]), (200, &json!(MODEL)));
+    let (status, body) = host.get_anon("/v1/models").await;
+    assert_eq!(status, 401);
+    assert_eq!(assert_error_shape(&body)["type"], "authentication_error");
+}
+
+#[tokio::test]
+async fn a_completion_has_usage_that_adds_up_and_is_counted_for_its_project() {
+    let host = Host::start();
+    let alice = world(&host).await;
+    let body = ask(
+        "Name three colours.",
+        json!({"max_tokens": 6, "temperature": 0}),
+    );
+    let mut totals = (0, 0);
+    for header in ["Service-Project", "OpenAI-Project"] {
+        let response = host
+            .http
+            .post(host.url("/v1/chat/completions"))
+            .bearer_auth(&alice)
+            .header(header, "ml/vision")
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let (status, reply) = into_parts(response).await;
+        assert_eq!(status, 200, "{reply}");
+        assert_eq!(reply["object"], "chat.completion");
+        assert!(reply["id"].as_str().unwrap().starts_with("chatcmpl-"));
+        assert_eq!(reply["choices"][0]["message"]["role"], "assistant");
+        assert_eq!(reply["choices"][0]["finish_reason"], "length");
+        assert!(!content(&reply).is_empty());
+        let usage = &reply["usage"];
+        let (prompt, completion) = (
+            usage["prompt_tokens"].as_u64().unwrap(),
+            usage["completion_tokens"].as_u64().unwrap(),
+        );
+        assert_eq!(completion, 6, "max_tokens is honoured");
+        assert!(
+            prompt > 10,
+            "the chat template adds a system prompt: {usage}"
+        );
+        assert_eq!(usage["total_tokens"].as_u64().unwrap(), prompt + completion);
+        totals = (totals.0 + prompt, totals.1 + completion);
+    }
+    let (status, usage) = host
+        .call("GET", "/v1/teams/ml/projects/vision/usage", &alice, None)
+        .await;
+    assert_eq!(status, 200, "{usage}");
+    assert_eq!(usage["total"]["requests"], 2);
+    assert_eq!(usage["total"]["prompt_tokens"].as_u64().unwrap(), totals.0);
+    assert_eq!(
+        usage["total"]["completion_tokens"].as_u64().unwrap(),
+        totals.1
+    );
+    assert_eq!(usage["by_model"][MODEL]["requests"], 2);
+    assert_eq!(
+        usage["rows"].as_array().unwrap().len(),
+        1,
+        "one key, one model, one day"
+    );
+    // Without a project header, usage goes to the caller, not the project.
+    let (status, _) = chat(&host, &alice, &body).await;
+    assert_eq!(status, 200);
+    let (_, after) = host
+        .call("GET", "/v1/teams/ml/projects/vision/usage", &alice, None)
+        .await;
+    assert_eq!(after["total"]["requests"], 2);
+}
+
+#[tokio::test]
+async fn a_stream_sends_role_content_finish_reason_usage_and_done() {
+    let host = Host::start();
+    let alice = world(&host).await;
+    let body = ask(
+        "Say hello.",
+        json!({"max_tokens": 8, "temperature": 0, "stream": true, "stream_options": {"include_usage": true}}),
+    );
+    let response = host
+        .http
+        .post(host.url("/v1/chat/completions"))
+        .bearer_auth(&alice)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["content-type"], "text/event-stream");
+    let data = events(&response.text().await.unwrap());
+    assert_eq!(data.last().unwrap(), "[DONE]");
+    let chunks: Vec<Value> = data[..data.len() - 1]
+        .iter()
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    for chunk in &chunks {
+        assert_eq!(chunk["object"], "chat.completion.chunk");
+        assert_eq!(chunk["id"], chunks[0]["id"], "one id across the stream");
+    }
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    let (usage_chunk, with_choices) = chunks.split_last().unwrap();
+    assert_eq!(usage_chunk["choices"], json!([]));
+    assert_eq!(usage_chunk["usage"]["completion_tokens"], 8);
+    let last = with_choices.last().unwrap();
+    assert_eq!(last["choices"][0]["finish_reason"], "length");
+    assert!(
+        with_choices[..with_choices.len() - 1]
+            .iter()
+            .all(|c| c["choices"][0]["finish_reason"].is_null())
+    );
+    assert!(
+        with_choices.iter().all(|c| c["usage"].is_null()),
+        "usage is null until the last chunk"
+    );
+    let streamed: String = with_choices
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    // The same request unstreamed gives the same text.
+    let (_, whole) = chat(
+        &host,
+        &alice,
+        &ask("Say hello.", json!({"max_tokens": 8, "temperature": 0})),
+    )
+    .await;
+    assert_eq!(streamed, content(&whole));
+}
+
+#[tokio::test]
+async fn stop_sequences_end_the_text_before_them() {
+    let host = Host::start();
+    let alice = world(&host).await;
+    let question = "Write one sentence about the sea.";
+    let (_, free) = chat(
+        &host,
+        &alice,
+        &ask(question, json!({"max_tokens": 24, "temperature": 0})),
+    )
+    .await;
+    let text = content(&free);
+    let words: Vec<&str> = text.split_whitespace().collect();
+    assert!(words.len() >= 4, "{text}");
+    let stop = format!(" {}", words[2]);
+    let cut = &text[..text.find(&stop).unwrap()];
+    for stream in [false, true] {
+        let body = ask(
+            question,
+            json!({"max_tokens": 24, "temperature": 0, "stop": [stop.clone(), "\u{1F600}never"], "stream": stream}),
+        );
+        let response = host
+            .http
+            .post(host.url("/v1/chat/completions"))
+            .bearer_auth(&alice)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let raw = response.text().await.unwrap();
+        let (got, finish) = if stream {
+            let chunks: Vec<Value> = events(&raw)
+                .iter()
+                .filter(|d| *d != "[DONE]")
+                .map(|d| serde_json::from_str(d).unwrap())
+                .collect();
+            let text: String = chunks
+                .iter()
+                .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+                .collect();
+            (
+                text,
+                chunks.last().unwrap()["choices"][0]["finish_reason"].clone(),
+            )
+        } else {
+            let reply: Value = serde_json::from_str(&raw).unwrap();
+            (
+                content(&reply),
+                reply["choices"][0]["finish_reason"].clone(),
+            )
+        };
+        assert_eq!(got, cut, "stream: {stream}");
+        assert_eq!(finish, "stop");
+    }
+}
+
+#[tokio::test]
+async fn the_same_seed_gives_the_same_text() {
+    let host = Host::start();
+    let alice = world(&host).await;
+    let mut texts = Vec::new();
+    for seed in [7, 7, 8, 9] {
+        let body = ask(
+            "Tell me a story.",
+            json!({"max_tokens": 12, "temperature": 1.0, "seed": seed}),
+        );
+        let (status, reply) = chat(&host, &alice, &body).await;
+        assert_eq!(status, 200, "{reply}");
+        texts.push(content(&reply));
+    }
+    assert_eq!(texts[0], texts[1]);
+    assert!(
+        texts[2] != texts[0] || texts[3] != texts[0],
+        "seeds change the sampling: {texts:?}"
+    );
+}
+
+#[tokio::test]
+async fn bad_requests_get_openai_error_objects() {
+    let host = Host::start();
+    let alice = world(&host).await;
+    let bob = host.create_user("bob").await;
+    let cases = [
+        (
+            json!({"model": "gpt-17", "messages": [{"role": "user", "content": "hi"}]}),
+            404,
+            None,
+        ),
+        (ask("hi", json!({"n": 2})), 400, Some("n")),
+        (
+            ask("hi", json!({"temperature": 3})),
+            400,
+            Some("temperature"),
+        ),
+        (
+            ask("hi", json!({"stop": ["a", "b", "c", "d", "e"]})),
+            400,
+            Some("stop"),
+        ),
+        (ask("hi", json!({"max_tokens": 0})), 400, Some("max_tokens")),
+        (
+            ask("hi", json!({"frobnicate": true})),
+            400,
+            Some("frobnicate"),
+        ),
+        (
+            json!({"model": MODEL, "messages": [{"role": "tool", "content": "x"}]}),
+            400,
+            Some("messages[0].role"),
+        ),
+        (
+            json!({"model": MODEL, "messages": []}),
+            400,
+            Some("messages"),
+        ),
+    ];
+    for (body, status, param) in cases {
+        let (got, reply) = chat(&host, &alice, &body).await;
+        assert_eq!(got, status, "{body} → {reply}");
+        let error = assert_error_shape(&reply);
+        if let Some(param) = param {
+            assert_eq!(error["param"], param, "{reply}");
+        }
+    }
+    let response = host
+        .http
+        .post(host.url("/v1/chat/completions"))
+        .bearer_auth(&bob)
+        .header("Service-Project", "ml/vision")
+        .json(&ask("hi", json!({})))
+        .send()
+        .await
+        .unwrap();
+    let (status, reply) = into_parts(response).await;
+    assert_eq!(status, 403, "bob is not in team ml: {reply}");
+    assert_eq!(assert_error_shape(&reply)["type"], "permission_error");
+    let (status, reply) = host.get_anon("/v1/chat/completions").await;
+    assert_eq!(status, 405, "{reply}");
+    let response = host
+        .http
+        .post(host.url("/v1/chat/completions"))
+        .bearer_auth("sk-wrong")
+        .json(&ask("hi", json!({})))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 401);
+}
+
+#[tokio::test]
+async fn a_project_over_its_concurrency_limit_gets_429_and_a_dropped_stream_frees_its_slot() {
+    let host = Host::builder()
+        .config(&format!("{INFERENCE}per_project_concurrency = 1"))
+        .start();
+    let alice = world(&host).await;
+    let long = ask(
+        "Write a long essay about rivers.",
+        json!({"max_tokens": 2000, "stream": true}),
+    );
+    let mut first = host
+        .http
+        .post(host.url("/v1/chat/completions"))
+        .bearer_auth(&alice)
+        .header("Service-Project", "ml/vision")
+        .json(&long)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(first.status(), 200);
+    first.chunk().await.unwrap().expect("a first chunk");
+    let short = ask("hi", json!({"max_tokens": 2}));
+    let request = || {
+        host.http
+            .post(host.url("/v1/chat/completions"))
+            .bearer_auth(&alice)
+            .header("Service-Project", "ml/vision")
+            .json(&short)
+    };
+    let (status, reply) = into_parts(request().send().await.unwrap()).await;
+    assert_eq!(status, 429, "{reply}");
+    assert!(
+        assert_error_shape(&reply)["message"]
+            .as_str()
+            .unwrap()
+            .contains("Concurrency limit reached")
+    );
+    // Hanging up stops generation (2,000 tokens would take a minute).
+    drop(first);
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let (status, reply) = into_parts(request().send().await.unwrap()).await;
+        if status == 200 {
+            break;
+        }
+        assert_eq!(status, 429, "{reply}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the abandoned stream kept generating"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn the_stock_openai_python_client_works() {
+    let host = Host::start();
+    let alice = world(&host).await;
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/openai_client.py");
+    let output = tokio::process::Command::new(openai_python())
+        .arg(script)
+        .arg(host.url("/v1"))
+        .arg(&alice)
+        .output()
+        .await
+        .expect("running python3");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "the openai client failed:\n{stdout}\n{stderr}\n(.ci/run installs it: pip install openai)"
+    );
+    assert!(stdout.contains("all checks passed"), "{stdout}");
+}
+
+/// A Python with the stock `openai` package: a venv in `target/`, made once.
+fn openai_python() -> String {
+    let venv = format!("{TARGET}/openai-venv");
+    let python = format!("{venv}/bin/python");
+    let run = |program: &str, args: &[&str]| {
+        let status = std::process::Command::new(program)
+            .args(args)
+            .status()
+            .unwrap_or_else(|e| panic!("running {program}: {e}"));
+        assert!(
+            status.success(),
+            "{program} {args:?} failed; the test needs python3 with venv and pip"
+        );
+    };
+    let ready = format!("{venv}/.ready");
+    once_across_processes(
+        "openai-venv",
+        || Path::new(&ready).exists(),
+        || {
+            let _ = std::fs::remove_dir_all(&venv);
+            run("python3", &["-m", "venv", &venv]);
+            run(
+                &python,
+                &[
+                    "-m",
+                    "pip",
+                    "install",
+                    "-q",
+                    "--disable-pip-version-check",
+                    "openai==2.*",
+                ],
+            );
+            std::fs::write(&ready, "").unwrap();
+        },
+    );
+    python
+}
