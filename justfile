@@ -16,10 +16,12 @@ build-plugins:
 fmt:
     cargo fmt --all
     cd plugins && cargo fmt --all
+    cd plugins/model-smollm && cargo fmt --all
 
 lint:
     cargo clippy --all-targets -- -D warnings
     cd plugins && cargo clippy --release -- -D warnings
+    cd plugins/model-smollm && cargo clippy --release -- -D warnings
 
 # Plugin runtime figures: cold load, render p50 vs native, hot swap under load.
 bench-plugins:
@@ -28,3 +30,10 @@ bench-plugins:
 # Webhook delivery figures: events/s end to end, latency at 1,000 events/s, RSS.
 bench-delivery:
     cargo bench --bench delivery
+
+# Embedded model speed through the HTTP API, beside llama.cpp (llama-cpp-python)
+# on the same GGUF with 1 and 2 threads; prints medians and ratios.
+bench-model:
+    cargo build --release
+    [ -f models/SmolLM2-135M-Instruct.Q4_1.gguf ] || target/release/switchyard model pull
+    python3 host/benches/model.py target/release/switchyard "$PWD/models/SmolLM2-135M-Instruct.Q4_1.gguf"

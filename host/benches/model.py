@@ -1,0 +1,149 @@
+"""`just bench-model`: prompt and decode speed of the embedded model through
+Switchyard's HTTP API, and of llama.cpp (llama-cpp-python) on the same GGUF
+with 1 and 2 threads, in the same run. Prints medians and the ratios.
+
+Usage: python3 model.py SWITCHYARD_BINARY MODEL_GGUF [RUNS]
+Needs `llama-cpp-python` for the llama.cpp side (skipped, with a note, if it
+is not installed).
+"""
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+binary, model_path = sys.argv[1], sys.argv[2]
+RUNS = int(sys.argv[3]) if len(sys.argv) > 3 else 5
+MODEL = "SmolLM2-135M-Instruct"
+KEY = "sk-bench-bootstrap-key-0001"
+PROMPT = (
+    "Summarise the following in one paragraph. Rivers carry water from the "
+    "mountains to the sea. Along the way they shape valleys, feed farms and "
+    "cities, and give homes to fish, birds and insects. People have built "
+    "towns beside rivers for thousands of years because rivers bring water, "
+    "food and a way to travel. Today many rivers are dammed for power, and "
+    "their health depends on how we use the land around them."
+)
+MAX_TOKENS = 128
+
+
+def measure(stream):
+    """(prompt tokens, completion tokens, seconds to first token, seconds of
+    decoding after it) from an iterator of (text, usage-or-None)."""
+    start = time.perf_counter()
+    first = last = None
+    usage = None
+    for text, u in stream:
+        now = time.perf_counter()
+        if text and first is None:
+            first = now
+        if text:
+            last = now
+        if u:
+            usage = u
+    return usage[0], usage[1], first - start, last - first
+
+
+def switchyard_stream(base):
+    body = json.dumps({
+        "model": MODEL,
+        "messages": [{"role": "user", "content": PROMPT}],
+        "max_tokens": MAX_TOKENS,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }).encode()
+    request = urllib.request.Request(
+        base + "/v1/chat/completions",
+        data=body,
+        headers={"Authorization": "Bearer " + KEY, "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request) as response:
+        for line in response:
+            line = line.decode().strip()
+            if not line.startswith("data:") or line.endswith("[DONE]"):
+                continue
+            chunk = json.loads(line[5:])
+            if chunk.get("usage"):
+                u = chunk["usage"]
+                yield "", (u["prompt_tokens"], u["completion_tokens"])
+            for choice in chunk["choices"]:
+                yield choice["delta"].get("content") or "", None
+
+
+def llama_stream(llm, prompt_tokens):
+    """llama.cpp's own stream; the prompt's token count (same template, same
+    tokenizer) is taken from Switchyard's usage."""
+    out = llm.create_chat_completion(
+        messages=[{"role": "user", "content": PROMPT}],
+        max_tokens=MAX_TOKENS,
+        temperature=0,
+        stream=True,
+    )
+    n = 0
+    for chunk in out:
+        text = chunk["choices"][0]["delta"].get("content") or ""
+        n += bool(text)
+        yield text, None
+    yield "", (prompt_tokens, n)
+
+
+def report(name, samples):
+    prompt = statistics.median(p / t for p, _, t, _ in samples)
+    decode = statistics.median((c - 1) / d for _, c, _, d in samples if d > 0)
+    print(f"{name:<28} prompt {prompt:7.1f} tok/s   decode {decode:6.1f} tok/s")
+    return prompt, decode
+
+
+def start_host(data):
+    env = dict(os.environ, SWITCHYARD_BOOTSTRAP_KEY=KEY)
+    config = os.path.join(data, "switchyard.toml")
+    with open(config, "w") as f:
+        f.write(f'[inference]\nauto_pull = false\nmodel_path = "{model_path}"\n')
+    proc = subprocess.Popen(
+        [binary, "serve", "--listen", "127.0.0.1:0", "--config", config, "--data-dir", data + "/data"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True,
+    )
+    for line in proc.stdout:
+        if line.startswith("switchyard listening on "):
+            return proc, line.split()[-1]
+    raise SystemExit("switchyard did not start")
+
+
+def main():
+    results = {}
+    prompt_tokens = 0
+    with tempfile.TemporaryDirectory() as data:
+        proc, base = start_host(data)
+        try:
+            list(switchyard_stream(base))  # warm-up: loads and re-quantizes
+            samples = [measure(switchyard_stream(base)) for _ in range(RUNS)]
+            results["switchyard (wasm)"] = report("switchyard (wasm, HTTP)", samples)
+            prompt_tokens = samples[0][0]
+        finally:
+            proc.terminate()
+            proc.wait()
+    try:
+        from llama_cpp import Llama
+    except ImportError:
+        print("llama.cpp: llama-cpp-python is not installed; `pip install llama-cpp-python` for the comparison")
+        return
+    for threads in (1, 2):
+        llm = Llama(model_path=model_path, n_threads=threads, n_ctx=2048, verbose=False)
+        list(llama_stream(llm, prompt_tokens))
+        samples = []
+        for _ in range(RUNS):
+            llm.reset()
+            samples.append(measure(llama_stream(llm, prompt_tokens)))
+        results[f"llama.cpp {threads}t"] = report(f"llama.cpp ({threads} thread{'s' if threads > 1 else ''}, in-process)", samples)
+    ours = results["switchyard (wasm)"]
+    for name in ("llama.cpp 1t", "llama.cpp 2t"):
+        theirs = results[name]
+        print(f"ratio switchyard / {name}: prompt {ours[0] / theirs[0]:.2f}x   decode {ours[1] / theirs[1]:.2f}x")
+
+
+main()
