@@ -11,6 +11,7 @@ use std::process::Command;
 const MEMBERS: &[&str] = &[
     "template-default",
     "filter-default",
+    "model-openai",
     "fixtures/misbehave",
     "fixtures/sockets",
 ];

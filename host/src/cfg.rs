@@ -56,6 +56,34 @@ pub struct InferenceConfig {
     pub timeout_ms: u64,
     /// Chat requests one project may have running or queued at once.
     pub per_project_concurrency: usize,
+    /// OpenAI-compatible servers served through the `model-openai` proxy.
+    pub upstreams: Vec<UpstreamConfig>,
+}
+
+/// One OpenAI-compatible upstream behind the `model-openai` proxy backend.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamConfig {
+    /// Names the backend in logs and errors.
+    pub name: String,
+    /// E.g. `https://api.openai.com/v1`.
+    pub base_url: String,
+    /// The environment variable holding the upstream's API key; the host
+    /// adds it to each request, the plugin never sees it.
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    /// Model ids served: `id`, or `id=upstream-id` for an alias.
+    pub models: Vec<String>,
+    /// `host:port` the plugin may call; by default the base URL's only.
+    #[serde(default)]
+    pub allow_hosts: Option<Vec<String>>,
+    /// One request must finish within this.
+    #[serde(default = "default_upstream_timeout")]
+    pub timeout_ms: u64,
+}
+
+fn default_upstream_timeout() -> u64 {
+    120_000
 }
 
 impl Default for InferenceConfig {
@@ -68,6 +96,7 @@ impl Default for InferenceConfig {
             memory_bytes: 2 << 30,
             timeout_ms: 300_000,
             per_project_concurrency: 4,
+            upstreams: Vec::new(),
         }
     }
 }

@@ -68,6 +68,9 @@ pub enum Error {
     /// The service cannot take the request right now.
     #[error("{0}")]
     Unavailable(String),
+    /// A server we forward to (an upstream model API) failed.
+    #[error("{0}")]
+    BadGateway(String),
     /// A plugin trapped or exceeded a limit. The message names the plugin and
     /// version and says what happened; it holds no secrets.
     #[error("{0}")]
@@ -104,6 +107,7 @@ impl Error {
             Error::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             Error::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
             Error::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Error::BadGateway(_) => StatusCode::BAD_GATEWAY,
             Error::PluginFailed(_) | Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -114,7 +118,10 @@ impl Error {
             Error::Unauthenticated(_) => "authentication_error",
             Error::PermissionDenied(_) => "permission_error",
             Error::RateLimited(_) => "rate_limit_error",
-            Error::Unavailable(_) | Error::PluginFailed(_) | Error::Internal(_) => "server_error",
+            Error::Unavailable(_)
+            | Error::BadGateway(_)
+            | Error::PluginFailed(_)
+            | Error::Internal(_) => "server_error",
             _ => "invalid_request_error",
         }
     }
@@ -134,6 +141,7 @@ impl Error {
             Error::RequestTimeout(_) => "request_timeout",
             Error::RateLimited(_) => "rate_limit_exceeded",
             Error::Unavailable(_) => "unavailable",
+            Error::BadGateway(_) => "upstream_error",
             Error::PluginFailed(_) => "plugin_failed",
             Error::Internal(_) => "internal_error",
         }

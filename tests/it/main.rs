@@ -14,4 +14,5 @@ mod lifecycle;
 mod openapi;
 mod plugins;
 mod teams;
+mod upstream;
 mod webhooks;

@@ -12,30 +12,38 @@ use tokio::sync::{Mutex, mpsc};
 use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
 use wasmtime::{Engine, Store};
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use crate::plugin::bindings::v0_1_0::model::{ModelBackend, ModelBackendPre};
 use crate::plugin::engine::{compile_cached, model_engine};
 use crate::plugin::state::MemoryLimiter;
 
+use super::egress::Egress;
+
+type GuestError = crate::plugin::bindings::v0_1_0::template::switchyard::plugin::types::PluginError;
+
 pub use crate::plugin::bindings::v0_1_0::model::exports::switchyard::plugin::backend::{
     ChatRequest, ChatResult, FinishReason, Message, ModelInfo,
 };
 
-/// Where and how a backend runs.
-#[derive(Debug, Clone)]
+/// Where and how a backend runs: everything it is granted.
+#[derive(Clone)]
 pub struct Setup {
     /// Name and version, for errors and logs.
     pub name: String,
-    /// The model file; its directory is preopened read-only at `/model`.
-    pub model_file: PathBuf,
-    /// The model's id.
-    pub model_id: String,
-    /// Preopened read-write at `/cache`.
-    pub cache_dir: PathBuf,
+    /// Environment variables: the backend's configuration.
+    pub env: Vec<(String, String)>,
+    /// Host directories preopened at guest paths.
+    pub preopens: Vec<(PathBuf, String, FsPerms)>,
+    /// `wasi:http` access, if any.
+    pub egress: Option<Egress>,
     /// Memory cap of the instance.
     pub memory_bytes: u64,
     /// Wall-clock limit of one call.
     pub timeout: Duration,
+    /// A fresh instance per call (stateless proxies, which then run in
+    /// parallel) rather than one long-lived instance (models with weights).
+    pub fresh_per_call: bool,
 }
 
 /// Store data of a backend instance.
@@ -43,6 +51,8 @@ pub struct BackendState {
     wasi: WasiCtx,
     table: ResourceTable,
     limiter: MemoryLimiter,
+    http: WasiHttpCtx,
+    egress: Egress,
     /// Where `output.emit` sends text during a chat call.
     output: Option<mpsc::UnboundedSender<String>>,
 }
@@ -52,6 +62,16 @@ impl WasiView for BackendState {
         WasiCtxView {
             ctx: &mut self.wasi,
             table: &mut self.table,
+        }
+    }
+}
+
+impl WasiHttpView for BackendState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView {
+            ctx: &mut self.http,
+            table: &mut self.table,
+            hooks: &mut self.egress,
         }
     }
 }
@@ -80,9 +100,15 @@ pub struct Backend {
 /// A failed backend call, already worded for the client.
 #[derive(Debug, thiserror::Error)]
 pub enum CallError {
-    /// The backend reported an error about the request or its model.
-    #[error("{0}")]
-    Reported(String),
+    /// The backend reported an error: `upstream-failed` when a server it
+    /// relies on failed, otherwise about the request.
+    #[error("{message}")]
+    Reported {
+        /// The plugin's error code.
+        code: String,
+        /// What was wrong.
+        message: String,
+    },
     /// The backend trapped or hit a limit.
     #[error("{0}")]
     Failed(String),
@@ -96,6 +122,9 @@ impl Backend {
         let component: Component = compile_cached(&engine, compile_cache, bytes)?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+        if setup.egress.is_some() {
+            wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
+        }
         ModelBackend::add_to_linker::<_, HasSelf<BackendState>>(&mut linker, |s| s)?;
         let pre = ModelBackendPre::new(linker.instantiate_pre(&component)?)?;
         Ok(Arc::new(Backend {
@@ -119,7 +148,7 @@ impl Backend {
 
     /// The backend's readiness. A backend busy with a request is ready.
     pub async fn health(&self) -> Result<(), CallError> {
-        if self.live.try_lock().is_err() {
+        if !self.setup.fresh_per_call && self.live.try_lock().is_err() {
             return Ok(());
         }
         self.call(None, async |b, s| {
@@ -146,69 +175,89 @@ impl Backend {
         f: impl AsyncFnOnce(
             &ModelBackend,
             &mut Store<BackendState>,
-        ) -> wasmtime::Result<
-            Result<
-                R,
-                crate::plugin::bindings::v0_1_0::template::switchyard::plugin::types::PluginError,
-            >,
-        >,
+        ) -> wasmtime::Result<Result<R, GuestError>>,
     ) -> Result<R, CallError> {
+        let start_failed = |e: anyhow::Error| {
+            CallError::Failed(format!("{}: could not start: {e:#}", self.setup.name))
+        };
+        if self.setup.fresh_per_call {
+            let mut live = self.instantiate().await.map_err(start_failed)?;
+            return self.run(&mut live, output, f).await.0;
+        }
         let mut slot = self.live.lock().await;
         if slot.is_none() {
-            *slot = Some(self.instantiate().await.map_err(|e| {
-                CallError::Failed(format!("{}: could not start: {e:#}", self.setup.name))
-            })?);
+            *slot = Some(self.instantiate().await.map_err(start_failed)?);
         }
-        let live = slot.as_mut().expect("set above");
+        let (result, poisoned) = self.run(slot.as_mut().expect("set above"), output, f).await;
+        if poisoned {
+            *slot = None;
+        }
+        result
+    }
+
+    /// Runs `f` under the timeout. Also says whether the instance must be
+    /// dropped: after a trap or a timeout its state is unknown.
+    async fn run<R>(
+        &self,
+        live: &mut Live,
+        output: Option<mpsc::UnboundedSender<String>>,
+        f: impl AsyncFnOnce(
+            &ModelBackend,
+            &mut Store<BackendState>,
+        ) -> wasmtime::Result<Result<R, GuestError>>,
+    ) -> (Result<R, CallError>, bool) {
         live.store.data_mut().output = output;
         let outcome =
             tokio::time::timeout(self.setup.timeout, f(&live.bindings, &mut live.store)).await;
         live.store.data_mut().output = None;
         let name = &self.setup.name;
         match outcome {
-            Ok(Ok(Ok(value))) => Ok(value),
-            Ok(Ok(Err(reported))) => Err(CallError::Reported(reported.message)),
+            Ok(Ok(Ok(value))) => (Ok(value), false),
+            Ok(Ok(Err(reported))) => (
+                Err(CallError::Reported {
+                    code: reported.code,
+                    message: reported.message,
+                }),
+                false,
+            ),
             Ok(Err(trap)) => {
-                let exceeded = live.store.data().limiter.exceeded;
-                *slot = None;
-                Err(CallError::Failed(if exceeded {
+                let message = if live.store.data().limiter.exceeded {
                     format!(
                         "{name}: exceeded its memory cap of {} MiB",
                         self.setup.memory_bytes >> 20
                     )
                 } else {
                     format!("{name}: trapped: {trap:#}")
-                }))
+                };
+                (Err(CallError::Failed(message)), true)
             }
-            Err(_) => {
-                *slot = None;
+            Err(_) => (
                 Err(CallError::Failed(format!(
                     "{name}: did not finish within {} ms",
                     self.setup.timeout.as_millis()
-                )))
-            }
+                ))),
+                true,
+            ),
         }
     }
 
     async fn instantiate(&self) -> anyhow::Result<Live> {
         let setup = &self.setup;
-        let dir = setup.model_file.parent().unwrap_or(Path::new("."));
-        let file = setup
-            .model_file
-            .file_name()
-            .map(|f| f.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        std::fs::create_dir_all(&setup.cache_dir)?;
-        let wasi = WasiCtx::builder()
-            .env("MODEL_FILE", &file)
-            .env("MODEL_ID", &setup.model_id)
-            .preopened_dir(dir, "/model", FsPerms::ReadOnly)?
-            .preopened_dir(&setup.cache_dir, "/cache", FsPerms::ReadWrite)?
-            .build();
+        let mut wasi = WasiCtx::builder();
+        for (key, value) in &setup.env {
+            wasi.env(key, value);
+        }
+        for (host, guest, perms) in &setup.preopens {
+            std::fs::create_dir_all(host)?;
+            wasi.preopened_dir(host, guest, *perms)?;
+        }
+        let wasi = wasi.build();
         let state = BackendState {
             wasi,
             table: ResourceTable::new(),
             limiter: MemoryLimiter::new(setup.memory_bytes),
+            http: WasiHttpCtx::new(),
+            egress: setup.egress.clone().unwrap_or_default(),
             output: None,
         };
         let mut store = Store::new(&self.engine, state);

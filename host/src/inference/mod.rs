@@ -10,6 +10,7 @@
 //! are running or queued at once.
 
 pub mod backend;
+pub mod egress;
 pub mod pull;
 pub mod usage;
 pub mod wire;
@@ -23,7 +24,10 @@ use tokio::sync::{mpsc, oneshot};
 
 use self::backend::{Backend, CallError, ChatRequest, ChatResult, ModelInfo, Setup};
 use self::usage::Account;
-use crate::cfg::Config;
+use wasmtime_wasi::FsPerms;
+
+use self::egress::Egress;
+use crate::cfg::{Config, UpstreamConfig};
 use crate::error::{Error, Result};
 use crate::queue::{QueueError, WorkQueue};
 use crate::store::Store;
@@ -34,9 +38,20 @@ const SMOLLM_WASM: &[u8] = include_bytes!(concat!(
     "/model_smollm.wasm"
 ));
 
+/// The upstream proxy's component.
+const OPENAI_WASM: &[u8] = include_bytes!(concat!(
+    env!("SWITCHYARD_PLUGIN_BUILD_DIR"),
+    "/model_openai.wasm"
+));
+
 /// The inference service.
 pub struct Inference {
-    backend: std::result::Result<Arc<Backend>, String>,
+    backends: Vec<Arc<Backend>>,
+    /// Model id → the backend serving it.
+    routes: HashMap<String, Arc<Backend>>,
+    /// Backends that failed to load, with why: for the system check and for
+    /// requests naming their models.
+    missing: Vec<(String, String)>,
     models: Vec<ModelInfo>,
     queue: WorkQueue,
     store: Store,
@@ -63,42 +78,63 @@ impl Inference {
         store: Store,
         queue: WorkQueue,
     ) -> Inference {
-        let icfg = &cfg.inference;
-        let setup = Setup {
-            name: format!("model-smollm@{}", env!("CARGO_PKG_VERSION")),
-            model_file: icfg.model_path.clone(),
-            model_id: icfg.model_id.clone(),
-            cache_dir: icfg
-                .cache_dir
-                .clone()
-                .unwrap_or_else(|| cfg.data_dir.join("models")),
-            memory_bytes: icfg.memory_bytes,
-            timeout: Duration::from_millis(icfg.timeout_ms),
-        };
-        let auto_pull = icfg.auto_pull;
-        let cache = compile_cache.to_path_buf();
-        let loaded = tokio::task::spawn_blocking(move || load(setup, auto_pull, &cache))
-            .await
-            .map_err(|e| e.to_string())
-            .and_then(|r| r);
-        let (backend, models) = match loaded {
-            Ok(backend) => match backend.models().await {
-                Ok(models) => (Ok(backend), models),
-                Err(e) => (Err(e.to_string()), Vec::new()),
-            },
-            Err(e) => (Err(e), Vec::new()),
-        };
-        if let Err(why) = &backend {
-            tracing::error!("inference is unavailable: {why}");
+        let mut specs = vec![(cfg.inference.model_id.clone(), smollm(cfg), SMOLLM_WASM)];
+        for upstream in &cfg.inference.upstreams {
+            match proxy(upstream) {
+                Ok(setup) => specs.push((upstream.name.clone(), setup, OPENAI_WASM)),
+                Err(e) => tracing::error!(upstream = %upstream.name, "upstream not served: {e}"),
+            }
         }
-        Inference {
-            backend,
-            models,
+        let mut inference = Inference {
+            backends: Vec::new(),
+            routes: HashMap::new(),
+            missing: Vec::new(),
+            models: Vec::new(),
             queue,
             store,
             per_project: cfg.inference.per_project_concurrency.max(1),
             running: Arc::default(),
+        };
+        let auto_pull = cfg.inference.auto_pull;
+        for (id, setup, wasm) in specs {
+            let model_file =
+                std::ptr::eq(wasm, SMOLLM_WASM).then(|| cfg.inference.model_path.clone());
+            let cache = compile_cache.to_path_buf();
+            let loaded = tokio::task::spawn_blocking(move || {
+                load(setup, wasm, model_file, auto_pull, &cache)
+            })
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|r| r);
+            let listed = match loaded {
+                Ok(backend) => backend
+                    .models()
+                    .await
+                    .map(|m| (backend, m))
+                    .map_err(|e| e.to_string()),
+                Err(e) => Err(e),
+            };
+            match listed {
+                Ok((backend, models)) => inference.add(backend, models),
+                Err(why) => {
+                    tracing::error!("inference backend for {id} is unavailable: {why}");
+                    inference.missing.push((id, why));
+                }
+            }
         }
+        inference
+    }
+
+    fn add(&mut self, backend: Arc<Backend>, models: Vec<ModelInfo>) {
+        for model in models {
+            if self.routes.contains_key(&model.id) {
+                tracing::warn!(model = %model.id, "served by two backends; the first one wins");
+                continue;
+            }
+            self.routes.insert(model.id.clone(), backend.clone());
+            self.models.push(model);
+        }
+        self.backends.push(backend);
     }
 
     /// The models served.
@@ -108,22 +144,35 @@ impl Inference {
 
     /// The system check's probe: a backend health call through the queue.
     pub async fn probe(&self) -> anyhow::Result<()> {
-        let backend = self.backend.clone().map_err(anyhow::Error::msg)?;
+        if let Some((id, why)) = self.missing.first() {
+            anyhow::bail!("the backend for {id} is unavailable: {why}");
+        }
+        let backends = self.backends.clone();
         self.queue
-            .run(async move { backend.health().await })
+            .run(async move {
+                for backend in backends {
+                    backend.health().await?;
+                }
+                Ok::<(), CallError>(())
+            })
             .await?
             .map_err(anyhow::Error::from)
     }
 
     /// Starts `request` for `account`.
     pub fn chat(&self, account: Account, request: ChatRequest) -> Result<Running> {
-        let backend = self.backend.clone().map_err(Error::Unavailable)?;
-        if !self.models.iter().any(|m| m.id == request.model) {
+        let Some(backend) = self.routes.get(&request.model).cloned() else {
+            if let Some((_, why)) = self.missing.iter().find(|(id, _)| *id == request.model) {
+                return Err(Error::Unavailable(format!(
+                    "the model '{}' is unavailable: {why}",
+                    request.model
+                )));
+            }
             return Err(Error::NotFound(format!(
                 "the model '{}' does not exist; GET /v1/models lists the models served",
                 request.model
             )));
-        }
+        };
         let slot = Slot::take(&self.running, &account.scope, self.per_project)?;
         let (text_tx, text) = mpsc::unbounded_channel();
         let (done_tx, done) = oneshot::channel();
@@ -148,8 +197,11 @@ impl Inference {
         tokio::spawn(async move {
             let outcome = match queue.run(job).await {
                 Ok(Ok(result)) => Ok(result),
-                Ok(Err(CallError::Reported(m))) => Err(Error::InvalidRequest {
-                    message: m,
+                Ok(Err(CallError::Reported { code, message })) if code == "upstream-failed" => {
+                    Err(Error::BadGateway(message))
+                }
+                Ok(Err(CallError::Reported { message, .. })) => Err(Error::InvalidRequest {
+                    message,
                     param: None,
                 }),
                 Ok(Err(CallError::Failed(m))) => Err(Error::PluginFailed(m)),
@@ -163,9 +215,85 @@ impl Inference {
     }
 }
 
-fn load(setup: Setup, auto_pull: bool, cache: &Path) -> std::result::Result<Arc<Backend>, String> {
-    let file: PathBuf = setup.model_file.clone();
-    if !file.exists() {
+/// The embedded model's grant: its model directory read-only, the cache
+/// directory read-write, and nothing else.
+fn smollm(cfg: &Config) -> Setup {
+    let icfg = &cfg.inference;
+    let file = &icfg.model_path;
+    let dir = file
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = file
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let cache = icfg
+        .cache_dir
+        .clone()
+        .unwrap_or_else(|| cfg.data_dir.join("models"));
+    Setup {
+        name: format!("model-smollm@{}", env!("CARGO_PKG_VERSION")),
+        env: vec![
+            ("MODEL_FILE".into(), name),
+            ("MODEL_ID".into(), icfg.model_id.clone()),
+        ],
+        preopens: vec![
+            (dir.to_path_buf(), "/model".into(), FsPerms::ReadOnly),
+            (cache, "/cache".into(), FsPerms::ReadWrite),
+        ],
+        egress: None,
+        memory_bytes: icfg.memory_bytes,
+        timeout: Duration::from_millis(icfg.timeout_ms),
+        fresh_per_call: false,
+    }
+}
+
+/// An upstream proxy's grant: its upstream's host only, with the key added
+/// by the host.
+fn proxy(upstream: &UpstreamConfig) -> std::result::Result<Setup, String> {
+    let url = url::Url::parse(&upstream.base_url).map_err(|e| format!("base_url: {e}"))?;
+    let host = url.host_str().ok_or("base_url has no host")?;
+    let port = url.port_or_known_default().ok_or("base_url has no port")?;
+    let bearer = match &upstream.api_key_env {
+        Some(var) => Some(
+            std::env::var(var)
+                .map_err(|_| format!("the environment variable {var} (api_key_env) is not set"))?,
+        ),
+        None => None,
+    };
+    Ok(Setup {
+        name: format!(
+            "model-openai@{} ({})",
+            env!("CARGO_PKG_VERSION"),
+            upstream.name
+        ),
+        env: vec![
+            ("UPSTREAM_URL".into(), upstream.base_url.clone()),
+            ("MODELS".into(), upstream.models.join(",")),
+        ],
+        preopens: Vec::new(),
+        egress: Some(Egress {
+            allow: upstream
+                .allow_hosts
+                .clone()
+                .unwrap_or_else(|| vec![format!("{host}:{port}")]),
+            bearer,
+        }),
+        memory_bytes: 64 << 20,
+        timeout: Duration::from_millis(upstream.timeout_ms),
+        fresh_per_call: true,
+    })
+}
+
+fn load(
+    setup: Setup,
+    wasm: &'static [u8],
+    model_file: Option<PathBuf>,
+    auto_pull: bool,
+    cache: &Path,
+) -> std::result::Result<Arc<Backend>, String> {
+    if let Some(file) = model_file.filter(|f| !f.exists()) {
         if !auto_pull {
             return Err(format!(
                 "the model file {} is missing; {}",
@@ -181,7 +309,8 @@ fn load(setup: Setup, auto_pull: bool, cache: &Path) -> std::result::Result<Arc<
             )
         })?;
     }
-    Backend::load(setup, SMOLLM_WASM, cache).map_err(|e| format!("loading model-smollm: {e:#}"))
+    let name = setup.name.clone();
+    Backend::load(setup, wasm, cache).map_err(|e| format!("loading {name}: {e:#}"))
 }
 
 /// One of a project's concurrent requests; released on drop.

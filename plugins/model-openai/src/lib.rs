@@ -1,0 +1,257 @@
+//! `model-openai`: forwards chat requests to an OpenAI-compatible upstream
+//! through `wasi:http`, streaming the reply back through `output`.
+//!
+//! The host tells it the upstream's base URL (`UPSTREAM_URL`) and the models
+//! it serves (`MODELS`: `id` or `id=upstream-id`, comma-separated). The host
+//! enforces the egress allow-list and adds the upstream's credential to each
+//! request itself, so this component never sees the key.
+
+wit_bindgen::generate!({ path: "../../wit/v0.1.0", world: "model-backend" });
+
+use exports::switchyard::plugin::backend::{
+    ChatRequest, ChatResult, FinishReason, Guest, ModelInfo,
+};
+use serde_json::{Value, json};
+use switchyard::plugin::output;
+use switchyard::plugin::types::PluginError;
+use wasip2::http::outgoing_handler;
+use wasip2::http::types::{Fields, IncomingBody, Method, OutgoingBody, OutgoingRequest, Scheme};
+
+fn err(code: &str, message: impl Into<String>) -> PluginError {
+    PluginError {
+        code: code.into(),
+        message: message.into(),
+        position: None,
+    }
+}
+
+/// (id served, id upstream) pairs.
+fn models() -> Vec<(String, String)> {
+    std::env::var("MODELS")
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|m| !m.is_empty())
+        .map(|m| match m.split_once('=') {
+            Some((id, upstream)) => (id.to_string(), upstream.to_string()),
+            None => (m.to_string(), m.to_string()),
+        })
+        .collect()
+}
+
+struct Proxy;
+
+impl Guest for Proxy {
+    fn list_models() -> Vec<ModelInfo> {
+        models()
+            .into_iter()
+            .map(|(id, _)| ModelInfo {
+                id,
+                owned_by: "upstream".into(),
+                created: 0,
+            })
+            .collect()
+    }
+
+    fn health() -> Result<(), PluginError> {
+        url().map(|_| ())
+    }
+
+    fn chat(request: ChatRequest) -> Result<ChatResult, PluginError> {
+        let upstream = models()
+            .into_iter()
+            .find(|(id, _)| *id == request.model)
+            .map(|(_, upstream)| upstream)
+            .ok_or_else(|| {
+                err(
+                    "invalid-request",
+                    format!("this backend does not serve {}", request.model),
+                )
+            })?;
+        let body = json!({
+            "model": upstream,
+            "messages": request.messages.iter().map(|m| json!({"role": m.role, "content": m.content})).collect::<Vec<_>>(),
+            "max_tokens": request.max_tokens,
+            "temperature": request.temperature,
+            "top_p": request.top_p,
+            "seed": request.seed,
+            "stop": if request.stop.is_empty() { Value::Null } else { json!(request.stop) },
+            "stream": true,
+            "stream_options": {"include_usage": true},
+        });
+        let response = post(&format!("{}/chat/completions", url()?), &body.to_string())?;
+        relay(response)
+    }
+}
+
+fn url() -> Result<String, PluginError> {
+    std::env::var("UPSTREAM_URL")
+        .map(|u| u.trim_end_matches('/').to_string())
+        .map_err(|_| err("invalid-config", "UPSTREAM_URL is not set"))
+}
+
+/// The upstream's answer: its status and its body stream.
+struct Response {
+    status: u16,
+    body: IncomingBody,
+}
+
+fn post(url: &str, body: &str) -> Result<Response, PluginError> {
+    let (scheme, rest) = url.split_once("://").ok_or_else(|| {
+        err(
+            "invalid-config",
+            format!("UPSTREAM_URL '{url}' has no scheme"),
+        )
+    })?;
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let headers = Fields::from_list(&[("content-type".into(), b"application/json".to_vec())])
+        .map_err(|e| err("upstream-failed", format!("building headers: {e:?}")))?;
+    let request = OutgoingRequest::new(headers);
+    let failed = |what: &str| {
+        err(
+            "upstream-failed",
+            format!("building the request: bad {what}"),
+        )
+    };
+    request
+        .set_method(&Method::Post)
+        .map_err(|_| failed("method"))?;
+    request
+        .set_scheme(Some(&if scheme == "https" {
+            Scheme::Https
+        } else {
+            Scheme::Http
+        }))
+        .map_err(|_| failed("scheme"))?;
+    request
+        .set_authority(Some(authority))
+        .map_err(|_| failed("authority"))?;
+    request
+        .set_path_with_query(Some(if path.is_empty() { "/" } else { path }))
+        .map_err(|_| failed("path"))?;
+    let outgoing = request.body().map_err(|_| failed("body"))?;
+    let sent = outgoing_handler::handle(request, None).map_err(|e| {
+        err(
+            "upstream-failed",
+            format!("the request to {authority} was refused: {e}"),
+        )
+    })?;
+    // A refused request closes the body stream; the response then says why.
+    let written = send_body(outgoing, body);
+    sent.subscribe().block();
+    let response = sent
+        .get()
+        .ok_or_else(|| err("upstream-failed", "no response"))?
+        .map_err(|_| err("upstream-failed", "the response was already taken"))?
+        .map_err(|e| {
+            err(
+                "upstream-failed",
+                format!("{authority} did not answer: {e}"),
+            )
+        })?;
+    written?;
+    let status = response.status();
+    let body = response
+        .consume()
+        .map_err(|_| err("upstream-failed", "reading the response"))?;
+    Ok(Response { status, body })
+}
+
+fn send_body(outgoing: OutgoingBody, body: &str) -> Result<(), PluginError> {
+    let failed = |e: String| err("upstream-failed", format!("sending the request: {e}"));
+    {
+        let stream = outgoing
+            .write()
+            .map_err(|_| failed("no body stream".into()))?;
+        for piece in body.as_bytes().chunks(4096) {
+            stream
+                .blocking_write_and_flush(piece)
+                .map_err(|e| failed(format!("{e:?}")))?;
+        }
+    }
+    OutgoingBody::finish(outgoing, None).map_err(|e| failed(e.to_string()))
+}
+
+/// Reads the upstream's event stream, emitting content as it arrives.
+fn relay(response: Response) -> Result<ChatResult, PluginError> {
+    let stream = response
+        .body
+        .stream()
+        .map_err(|_| err("upstream-failed", "reading the response"))?;
+    let mut buffer = Vec::new();
+    let mut result = ChatResult {
+        finish_reason: FinishReason::Stop,
+        prompt_tokens: 0,
+        completion_tokens: 0,
+    };
+    let mut error_body = Vec::new();
+    loop {
+        let chunk = match stream.blocking_read(16 * 1024) {
+            Ok(chunk) => chunk,
+            Err(wasip2::io::streams::StreamError::Closed) => break,
+            Err(e) => {
+                return Err(err(
+                    "upstream-failed",
+                    format!("the upstream's stream broke: {e:?}"),
+                ));
+            }
+        };
+        if response.status != 200 {
+            error_body.extend_from_slice(&chunk);
+            continue;
+        }
+        buffer.extend_from_slice(&chunk);
+        while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = buffer.drain(..=end).collect();
+            if !handle_line(&String::from_utf8_lossy(&line), &mut result)? {
+                return Ok(result);
+            }
+        }
+    }
+    if response.status != 200 {
+        let text = String::from_utf8_lossy(&error_body);
+        let message = serde_json::from_str::<Value>(&text)
+            .ok()
+            .and_then(|v| v["error"]["message"].as_str().map(str::to_string))
+            .unwrap_or_else(|| text.chars().take(300).collect());
+        return Err(err(
+            "upstream-failed",
+            format!("the upstream answered {}: {message}", response.status),
+        ));
+    }
+    Ok(result)
+}
+
+/// Handles one SSE line; false when generation should end.
+fn handle_line(line: &str, result: &mut ChatResult) -> Result<bool, PluginError> {
+    let Some(data) = line.trim().strip_prefix("data:").map(str::trim) else {
+        return Ok(true);
+    };
+    if data == "[DONE]" {
+        return Ok(false);
+    }
+    let chunk: Value = serde_json::from_str(data).map_err(|e| {
+        err(
+            "upstream-failed",
+            format!("the upstream sent a bad chunk: {e}"),
+        )
+    })?;
+    if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
+        result.prompt_tokens = usage["prompt_tokens"].as_u64().unwrap_or(0) as u32;
+        result.completion_tokens = usage["completion_tokens"].as_u64().unwrap_or(0) as u32;
+    }
+    for choice in chunk["choices"].as_array().into_iter().flatten() {
+        if let Some(text) = choice["delta"]["content"].as_str()
+            && !text.is_empty()
+            && !output::emit(text)
+        {
+            return Ok(false);
+        }
+        if choice["finish_reason"] == "length" {
+            result.finish_reason = FinishReason::Length;
+        }
+    }
+    Ok(true)
+}
+
+export!(Proxy);
