@@ -462,3 +462,23 @@ fn openai_python() -> String {
     );
     python
 }
+
+/// Prompt token counts for SmolLM2's chat template around each message, as
+/// llama.cpp encodes them (llama-cpp-python 0.3.36, same GGUF): digits one
+/// by one, byte-level BPE for any Unicode, whitespace runs kept.
+#[tokio::test]
+async fn prompts_are_tokenized_as_llama_cpp_does() {
+    let host = Host::start();
+    let alice = host.create_user("alice").await;
+    let known = [
+        ("What is the capital of France?", 37),
+        ("Compute 12345 + 678 = ?", 44),
+        ("naïve café — 東京 🚀", 42),
+        ("  spaces\tand\nlines  ", 36),
+    ];
+    for (message, tokens) in known {
+        let (status, reply) = chat(&host, &alice, &ask(message, json!({"max_tokens": 1}))).await;
+        assert_eq!(status, 200, "{reply}");
+        assert_eq!(reply["usage"]["prompt_tokens"], tokens, "{message:?}");
+    }
+}
