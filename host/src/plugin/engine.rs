@@ -89,25 +89,23 @@ pub fn compile_cached(engine: &Engine, dir: &Path, bytes: &[u8]) -> anyhow::Resu
         .write(true)
         .open(path.with_extension("lock"))?;
     lock.lock()?;
-    {
-        if path.exists() {
-            // SAFETY: the file was written by `precompile_component` of an
-            // engine with the same compatibility hash (it is in the name), in
-            // a cache directory only this host writes to.
-            match unsafe { Component::deserialize_file(engine, &path) } {
-                Ok(component) => return Ok(component),
-                Err(e) => {
-                    tracing::warn!(path = %path.display(), error = %e, "ignoring a bad cache entry")
-                }
+    if path.exists() {
+        // SAFETY: the file was written by `precompile_component` of an
+        // engine with the same compatibility hash (it is in the name), in
+        // a cache directory only this host writes to.
+        match unsafe { Component::deserialize_file(engine, &path) } {
+            Ok(component) => return Ok(component),
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "ignoring a bad cache entry")
             }
         }
-        let compiled = engine.precompile_component(bytes)?;
-        let temp = path.with_extension(format!("tmp{}", std::process::id()));
-        std::fs::write(&temp, &compiled)?;
-        std::fs::rename(&temp, &path)?;
-        // SAFETY: just produced by this engine.
-        Ok(unsafe { Component::deserialize(engine, &compiled)? })
     }
+    let compiled = engine.precompile_component(bytes)?;
+    let temp = path.with_extension(format!("tmp{}", std::process::id()));
+    std::fs::write(&temp, &compiled)?;
+    std::fs::rename(&temp, &path)?;
+    // SAFETY: just produced by this engine.
+    Ok(unsafe { Component::deserialize(engine, &compiled)? })
 }
 
 fn cache_path(engine: &Engine, dir: &Path, bytes: &[u8]) -> PathBuf {
