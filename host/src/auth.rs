@@ -134,18 +134,23 @@ pub fn list_users(store: &Store) -> Result<Vec<User>> {
 
 /// The user behind `Authorization: Bearer <key>`.
 pub fn authenticate(store: &Store, key: &str) -> Result<User> {
-    let unknown = || {
+    authenticate_key(store, key).map(|(user, _)| user)
+}
+
+/// The user behind `key`, and the key's stored record.
+pub fn authenticate_key(store: &Store, key: &str) -> Result<(User, ApiKey)> {
+    let record = key_record(store, key)?;
+    let user = store::get_json(&store.trees.users, &record.user_id)?.ok_or_else(|| {
         Error::Unauthenticated(
             "the API key is not valid; check the key or create a new one at POST /v1/me/api-keys"
                 .into(),
         )
-    };
-    let record = key_record(store, key)?;
-    store::get_json(&store.trees.users, &record.user_id)?.ok_or_else(unknown)
+    })?;
+    Ok((user, record))
 }
 
 /// The stored record of `key`.
-pub fn key_record(store: &Store, key: &str) -> Result<ApiKey> {
+fn key_record(store: &Store, key: &str) -> Result<ApiKey> {
     store::get_json(&store.trees.api_keys, hash_key(key))?.ok_or_else(|| {
         Error::Unauthenticated(
             "the API key is not valid; check the key or create a new one at POST /v1/me/api-keys"

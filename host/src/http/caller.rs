@@ -12,7 +12,25 @@ use crate::error::{Error, Result};
 /// require a valid API key.
 pub struct Caller(pub User);
 
+/// A [`Caller`] together with the id of the API key it presented, for
+/// handlers that account per key.
+pub struct KeyedCaller {
+    /// The user.
+    pub user: User,
+    /// The presented key's id.
+    pub key_id: String,
+}
+
 impl FromRequestParts<App> for Caller {
+    type Rejection = Error;
+
+    async fn from_request_parts(parts: &mut Parts, app: &App) -> Result<Self> {
+        let keyed = KeyedCaller::from_request_parts(parts, app).await?;
+        Ok(Caller(keyed.user))
+    }
+}
+
+impl FromRequestParts<App> for KeyedCaller {
     type Rejection = Error;
 
     async fn from_request_parts(parts: &mut Parts, app: &App) -> Result<Self> {
@@ -32,10 +50,14 @@ impl FromRequestParts<App> for Caller {
         let store = app.store.clone();
         let key = key.to_string();
         // sled reads are quick, but never block the runtime on disk.
-        let user = tokio::task::spawn_blocking(move || auth::authenticate(&store, &key))
-            .await
-            .map_err(|e| Error::Internal(e.into()))??;
-        Ok(Caller(user))
+        let (user, record) =
+            tokio::task::spawn_blocking(move || auth::authenticate_key(&store, &key))
+                .await
+                .map_err(|e| Error::Internal(e.into()))??;
+        Ok(KeyedCaller {
+            user,
+            key_id: record.id,
+        })
     }
 }
 

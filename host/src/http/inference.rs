@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use super::{Caller, Json};
+use super::{Caller, Json, KeyedCaller};
 use crate::app::App;
 use crate::auth::User;
 use crate::error::{Error, Result};
@@ -62,11 +62,11 @@ pub async fn show_model(
 /// `POST /v1/chat/completions`.
 pub async fn chat_completions(
     State(app): State<App>,
-    Caller(user): Caller,
+    KeyedCaller { user, key_id }: KeyedCaller,
     headers: HeaderMap,
     Json(body): Json<CompletionRequest>,
 ) -> Result<Response> {
-    let account = account(&app, &user, &headers).await?;
+    let account = account(&app, &user, key_id, &headers)?;
     let mut seed = [0u8; 8];
     let _ = getrandom::fill(&mut seed);
     let request = body.to_backend(u64::from_le_bytes(seed))?;
@@ -196,8 +196,7 @@ async fn finish(
 
 /// Who the request is billed to: the project in the header (the caller must
 /// be a member of its team), or the caller's own default project.
-async fn account(app: &App, user: &User, headers: &HeaderMap) -> Result<Account> {
-    let key_id = key_id(app, headers)?;
+fn account(app: &App, user: &User, key_id: String, headers: &HeaderMap) -> Result<Account> {
     let Some((name, value)) = PROJECT_HEADERS
         .iter()
         .find_map(|h| headers.get(*h).map(|v| (*h, v)))
@@ -229,16 +228,6 @@ async fn account(app: &App, user: &User, headers: &HeaderMap) -> Result<Account>
         scope: format!("{team}/{project}"),
         key_id,
     })
-}
-
-fn key_id(app: &App, headers: &HeaderMap) -> Result<String> {
-    let token = headers
-        .get(axum::http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().split_once(' '))
-        .map(|(_, t)| t.trim())
-        .unwrap_or_default();
-    Ok(crate::auth::key_record(&app.store, token)?.id)
 }
 
 /// `GET /v1/teams/{team}/projects/{project}/usage`: totals, by model and by

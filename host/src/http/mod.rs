@@ -29,7 +29,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, put};
 
-pub use caller::Caller;
+pub use caller::{Caller, KeyedCaller};
 use groups::{Registries, Teams};
 pub use json::Json;
 

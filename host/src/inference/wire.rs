@@ -70,7 +70,6 @@ pub enum Stop {
 pub struct InputMessage {
     pub role: String,
     pub content: Option<Content>,
-    pub name: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -241,7 +240,6 @@ impl InputMessage {
                 text
             }
         };
-        let _ = &self.name;
         Ok(Message {
             role: role.into(),
             content,
