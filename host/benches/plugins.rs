@@ -8,10 +8,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use switchyard::cfg::QueueConfig;
-use switchyard::plugin::Plugins;
 use switchyard::plugin::builtin::{self, TEMPLATE_DEFAULT};
+use switchyard::plugin::call::new_store;
+use switchyard::plugin::registry::Pre;
 use switchyard::plugin::registry::Spec;
 use switchyard::plugin::template::Variable;
+use switchyard::plugin::{Plugin, Plugins};
 
 fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -175,6 +177,7 @@ async fn run() {
         plugins.render_with(&plugin, "{}", &[]).await.unwrap();
         empty.push(started.elapsed());
     }
+    phases(&plugins, &plugin, &template, &vars).await;
     let (wasm_p50, wasm_p99) = (median(&mut wasm), percentile(&mut wasm, 0.99));
     let native_p50 = median(&mut native);
     println!(
@@ -233,4 +236,53 @@ async fn run() {
         ok.load(Ordering::Relaxed),
         failed.load(Ordering::Relaxed)
     );
+}
+
+/// Where a fresh-instance call spends its time: store, instance, the call
+/// itself (trivial and 1 KB), and dropping the store (which resets memory).
+async fn phases(plugins: &Plugins, plugin: &Plugin, template: &str, vars: &[Variable]) {
+    let Pre::Template(pre) = &plugin.pre else {
+        unreachable!()
+    };
+    let mut times: [Vec<Duration>; 5] = Default::default();
+    for i in 0..3000 {
+        let t0 = Instant::now();
+        let mut store = new_store(plugins.runtime(), plugin);
+        let t1 = Instant::now();
+        let instance = pre.instantiate_async(&mut store).await.unwrap();
+        let t2 = Instant::now();
+        let (text, vars) = if i % 2 == 0 {
+            (template, vars)
+        } else {
+            ("{}", &[][..])
+        };
+        std::hint::black_box(
+            instance
+                .switchyard_plugin_template()
+                .call_render(&mut store, text, vars)
+                .await
+                .unwrap()
+                .unwrap(),
+        );
+        let t3 = Instant::now();
+        drop(store);
+        let t4 = Instant::now();
+        times[0].push(t1 - t0);
+        times[1].push(t2 - t1);
+        times[2 + i % 2].push(t3 - t2);
+        times[4].push(t4 - t3);
+    }
+    let names = [
+        "new store",
+        "instantiate",
+        "call, 1 KB",
+        "call, \"{}\"",
+        "drop store",
+    ];
+    for (name, samples) in names.iter().zip(times.iter_mut()) {
+        println!(
+            "  phase {name:<12} p50:         {:>9.2} µs",
+            median(samples).as_secs_f64() * 1e6
+        );
+    }
 }

@@ -61,7 +61,8 @@ pub struct Plugin {
     pub loaded_at: u64,
     /// Size of the component in bytes.
     pub size_bytes: usize,
-    pub(super) pre: Pre,
+    /// The checked, pre-linked component of its kind.
+    pub pre: Pre,
     pub(super) stats: Stats,
 }
 
@@ -192,6 +193,11 @@ impl Plugins {
             plugins.load(spec).await?;
         }
         Ok(plugins)
+    }
+
+    /// The engine and linker plugins run in.
+    pub fn runtime(&self) -> &Runtime {
+        &self.runtime
     }
 
     /// The plugin named `name`, if loaded.

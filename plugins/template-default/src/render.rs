@@ -1,5 +1,8 @@
 //! The renderer itself, plain Rust so it can be unit-tested and benchmarked natively.
 
+use std::borrow::Cow;
+
+use serde::de::IgnoredAny;
 use serde_json::Value;
 
 /// A template problem, with the byte offset it is about.
@@ -78,24 +81,29 @@ fn assemble(
                 in_string,
                 whole_string,
             } => {
-                let value = lookup(template, vars, name, *at)?;
+                let raw = lookup(template, vars, name, *at)?;
+                let raw = raw.trim_matches(is_json_space);
+                check_json(raw, name)?;
                 if *whole_string || !*in_string {
                     // `"${x}"` (quotes excluded by the parser) and bare `${x}`
-                    // become the JSON value itself.
-                    out.push_str(&value.to_string());
-                } else {
-                    let text = match &value {
-                        Value::String(s) => s.clone(),
-                        Value::Null => String::new(),
-                        other => other.to_string(),
-                    };
-                    let quoted = Value::String(text).to_string();
+                    // become the JSON value itself: one complete value, so it
+                    // cannot break the structure around it.
+                    out.push_str(raw);
+                } else if raw.starts_with('"') {
+                    // A JSON string's contents are already escaped for use
+                    // inside another JSON string.
+                    out.push_str(&raw[1..raw.len() - 1]);
+                } else if raw != "null" {
+                    // A number, boolean, object or array as text: compact it,
+                    // then escape it.
+                    let compact = parse_value(raw, name)?.to_string();
+                    let quoted = Value::String(compact).to_string();
                     out.push_str(&quoted[1..quoted.len() - 1]);
                 }
             }
         }
     }
-    if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(&out) {
+    if let Err(e) = serde_json::from_str::<IgnoredAny>(&out) {
         return Err(Error {
             code: "invalid-json",
             message: format!(
@@ -107,39 +115,49 @@ fn assemble(
     Ok(out)
 }
 
-fn lookup(
+/// The JSON text of variable `name`.
+fn lookup<'v>(
     template: &str,
-    vars: &[(String, String)],
+    vars: &'v [(String, String)],
     name: &str,
     at: usize,
-) -> Result<Value, Error> {
+) -> Result<Cow<'v, str>, Error> {
     let find = |n: &str| vars.iter().find(|(k, _)| k == n).map(|(_, v)| v);
-    let raw = match find(name) {
-        Some(raw) => raw,
-        None => match name.strip_prefix("artifact_metadata.") {
-            Some(key) => {
-                let metadata = find(METADATA)
-                    .map(|m| parse_value(m, METADATA))
-                    .transpose()?;
-                return Ok(metadata
-                    .and_then(|m| m.get(key).cloned())
-                    .unwrap_or(Value::Null));
-            }
-            None => {
-                let known: Vec<String> = vars.iter().map(|(k, _)| k.clone()).collect();
-                return Err(unknown(template, name, at, &known));
-            }
-        },
+    if let Some(raw) = find(name) {
+        return Ok(Cow::Borrowed(raw));
+    }
+    let Some(key) = name.strip_prefix("artifact_metadata.") else {
+        let known: Vec<String> = vars.iter().map(|(k, _)| k.clone()).collect();
+        return Err(unknown(template, name, at, &known));
     };
-    parse_value(raw, name)
+    let metadata = find(METADATA)
+        .map(|m| parse_value(m, METADATA))
+        .transpose()?;
+    let value = metadata.as_ref().and_then(|m| m.get(key));
+    Ok(Cow::Owned(value.unwrap_or(&Value::Null).to_string()))
+}
+
+fn is_json_space(c: char) -> bool {
+    matches!(c, ' ' | '\t' | '\n' | '\r')
+}
+
+/// Checks that `raw` is exactly one JSON value, without building it.
+fn check_json(raw: &str, name: &str) -> Result<(), Error> {
+    serde_json::from_str::<IgnoredAny>(raw)
+        .map(|_| ())
+        .map_err(|e| not_json(name, e))
 }
 
 fn parse_value(raw: &str, name: &str) -> Result<Value, Error> {
-    serde_json::from_str(raw).map_err(|e| Error {
+    serde_json::from_str(raw).map_err(|e| not_json(name, e))
+}
+
+fn not_json(name: &str, e: serde_json::Error) -> Error {
+    Error {
         code: "invalid-variable",
         message: format!("the value of variable '{name}' is not JSON: {e}"),
         position: None,
-    })
+    }
 }
 
 fn unknown(template: &str, name: &str, at: usize, known: &[String]) -> Error {
@@ -319,6 +337,33 @@ mod tests {
             validate(r#"{"a": "${1x}"}"#, &[]).unwrap_err().code,
             "invalid-template"
         );
+    }
+
+    #[test]
+    fn values_of_every_json_type_are_placed_safely() {
+        let out = render(
+            r#"{"s": "n=${n} o=${o} z=${z} t=${t}", "n": ${n}, "o": "${o}"}"#,
+            &vars(&[
+                ("n", " 1.5\n"),
+                ("o", "{ \"k\": [1, \"\\\"\"] }"),
+                ("z", "null"),
+                ("t", "\"a\\u0022b\""),
+            ]),
+        )
+        .unwrap();
+        let v: Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["s"], r#"n=1.5 o={"k":[1,"\""]} z= t=a"b"#);
+        assert_eq!(v["n"], 1.5);
+        assert_eq!(v["o"]["k"][1], "\"");
+    }
+
+    #[test]
+    fn a_value_that_is_not_one_json_value_is_reported() {
+        for bad in ["\"open", "1 2", "", "\u{a0}1"] {
+            let err = render(r#"{"a": "${x}"}"#, &vars(&[("x", bad)])).unwrap_err();
+            assert_eq!(err.code, "invalid-variable", "{bad:?}");
+            assert!(err.message.contains("'x'"), "{}", err.message);
+        }
     }
 
     #[test]
