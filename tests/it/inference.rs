@@ -135,13 +135,26 @@ async fn a_completion_has_usage_that_adds_up_and_is_counted_for_its_project() {
         1,
         "one key, one model, one day"
     );
-    // Without a project header, usage goes to the caller, not the project.
-    let (status, _) = chat(&host, &alice, &body).await;
+    // Without a project header, usage goes to the caller, not the project,
+    // and the caller reads it at /v1/me/usage.
+    let (_, mine) = host.call("GET", "/v1/me/usage", &alice, None).await;
+    assert_eq!(mine["total"]["requests"], 0, "{mine}");
+    let (status, reply) = chat(&host, &alice, &body).await;
     assert_eq!(status, 200);
     let (_, after) = host
         .call("GET", "/v1/teams/ml/projects/vision/usage", &alice, None)
         .await;
     assert_eq!(after["total"]["requests"], 2);
+    let (status, mine) = host.call("GET", "/v1/me/usage", &alice, None).await;
+    assert_eq!(status, 200, "{mine}");
+    assert_eq!(mine["user"], "alice");
+    assert_eq!(mine["total"]["requests"], 1);
+    for field in ["prompt_tokens", "completion_tokens", "total_tokens"] {
+        assert_eq!(mine["total"][field], reply["usage"][field], "{field}");
+    }
+    assert_eq!(mine["by_model"][MODEL]["requests"], 1);
+    let (status, _) = host.call("GET", "/v1/me/usage", "sy-not-a-key", None).await;
+    assert_eq!(status, 401);
 }
 
 #[tokio::test]

@@ -240,12 +240,26 @@ pub async fn project_usage(
     Group::Team.require(&app.store, &user, &team, Role::Member)?;
     projects::get(&app.store, &team, &project)?;
     let rows = usage::rows(&app.store, &format!("{team}/{project}"))?;
-    Ok(axum::Json(json!({
-        "team": team,
-        "project": project,
+    let mut report = usage_report(rows);
+    report["team"] = json!(team);
+    report["project"] = json!(project);
+    Ok(axum::Json(report))
+}
+
+/// `GET /v1/me/usage`: the caller's own requests sent without a project
+/// header, in the same shape as a project's usage.
+pub async fn my_usage(State(app): State<App>, Caller(user): Caller) -> Result<axum::Json<Value>> {
+    let rows = usage::rows(&app.store, &format!("~{}", user.name))?;
+    let mut report = usage_report(rows);
+    report["user"] = json!(user.name);
+    Ok(axum::Json(report))
+}
+
+fn usage_report(rows: Vec<usage::Row>) -> Value {
+    json!({
         "total": usage::total(&rows),
         "by_model": usage::group_by(&rows, |r| &r.model),
         "by_day": usage::group_by(&rows, |r| &r.day),
         "rows": rows,
-    })))
+    })
 }

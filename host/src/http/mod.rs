@@ -47,6 +47,7 @@ pub fn router(app: App) -> Router {
         .route("/v1/me", get(me::show))
         .route("/v1/me/api-keys", get(me::list_keys).post(me::create_key))
         .route("/v1/me/api-keys/{id}", delete(me::revoke_key))
+        .route("/v1/me/usage", get(inference::my_usage))
         .route("/v1/admin/users", get(users::list).post(users::create))
         .route(
             "/v1/teams",
