@@ -31,6 +31,11 @@ bench-plugins:
 bench-delivery:
     cargo bench --bench delivery
 
+# Proxy overhead: a mock OpenAI upstream, direct and through model-openai, at
+# 500, 2,000 and 5,000 QPS; prints p50/p99 added latency.
+bench-gateway:
+    cargo bench --bench gateway
+
 # Embedded model speed through the HTTP API, beside llama.cpp (llama-cpp-python)
 # on the same GGUF with 1 and 2 threads; prints medians and ratios.
 bench-model:

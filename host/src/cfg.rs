@@ -266,9 +266,13 @@ impl Default for Queues {
                 workers: cores * 2,
                 capacity: 4096,
             },
+            // Workers bound how many chat requests run at once across all
+            // backends. A long-lived backend (the embedded model) still
+            // serves one at a time on its own instance; proxies mostly wait
+            // on the network, so one worker would serialise them.
             inference: QueueConfig {
-                workers: 1,
-                capacity: 64,
+                workers: 128,
+                capacity: 1024,
             },
         }
     }

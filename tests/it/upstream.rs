@@ -30,6 +30,13 @@ async fn completions(State(seen): State<Seen>, headers: HeaderMap, body: String)
         )
             .into_response();
     }
+    if body["model"] == "together" && !all_in_flight_together().await {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            axum::Json(json!({"error": {"message": "requests arrived one at a time"}})),
+        )
+            .into_response();
+    }
     match body["model"].as_str().unwrap() {
         "broken" => (
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -56,6 +63,18 @@ async fn completions(State(seen): State<Seen>, headers: HeaderMap, body: String)
     }
 }
 
+/// Waits up to 1 s for [`TOGETHER`] requests to be in flight at once.
+async fn all_in_flight_together() -> bool {
+    static BARRIER: std::sync::OnceLock<tokio::sync::Barrier> = std::sync::OnceLock::new();
+    let barrier = BARRIER.get_or_init(|| tokio::sync::Barrier::new(TOGETHER));
+    tokio::time::timeout(Duration::from_secs(1), barrier.wait())
+        .await
+        .is_ok()
+}
+
+/// Requests the `together` model answers only when all are in flight.
+const TOGETHER: usize = 4;
+
 async fn fake_upstream() -> (String, Seen) {
     let seen: Seen = Arc::default();
     let app = Router::new()
@@ -71,7 +90,7 @@ fn host_with(upstream: &str, extra: &str) -> Host {
     Host::builder()
         .env("FAKE_KEY", "up-key")
         .config(&format!(
-            "{INFERENCE}\n[[inference.upstreams]]\nname = \"fake\"\nbase_url = \"http://{upstream}/v1\"\napi_key_env = \"FAKE_KEY\"\nmodels = [\"fake-1=upstream-model\", \"fake-broken=broken\", \"fake-slow=slow\"]\ntimeout_ms = 1500\n{extra}"
+            "{INFERENCE}\n[[inference.upstreams]]\nname = \"fake\"\nbase_url = \"http://{upstream}/v1\"\napi_key_env = \"FAKE_KEY\"\nmodels = [\"fake-1=upstream-model\", \"fake-broken=broken\", \"fake-slow=slow\", \"fake-together=together\"]\ntimeout_ms = 1500\n{extra}"
         ))
         .start()
 }
@@ -183,6 +202,19 @@ async fn upstream_failures_and_hangs_are_clear_errors() {
     // The host still serves.
     let (status, _) = chat(&host, &alice, "fake-1", false).await;
     assert_eq!(status, 200);
+}
+
+#[tokio::test]
+async fn proxied_requests_run_side_by_side_not_one_at_a_time() {
+    let (upstream, _) = fake_upstream().await;
+    let host = host_with(&upstream, "");
+    let alice = host.create_user("alice").await;
+    // The upstream answers only once all four are in flight at once.
+    let one = || chat(&host, &alice, "fake-together", false);
+    let replies = tokio::join!(one(), one(), one(), one());
+    for (status, text) in [replies.0, replies.1, replies.2, replies.3] {
+        assert_eq!(status, 200, "{text}");
+    }
 }
 
 #[tokio::test]
