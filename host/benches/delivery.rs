@@ -9,7 +9,6 @@
 //! host's RSS. Asserts nothing about time.
 
 use std::collections::HashMap;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -17,7 +16,9 @@ use std::time::{Duration, Instant};
 use axum::body::Bytes;
 use serde_json::{Value, json};
 
-const KEY: &str = "sy_bench_operator_key_0123456789";
+mod common;
+use common::{KEY, NO_MODEL, percentile, start_host};
+
 const VERSIONS: usize = 500;
 const THROUGHPUT_EVENTS: usize = 20_000;
 const CLIENTS: usize = 64;
@@ -25,11 +26,7 @@ const RATE_EVENTS: usize = 5_000;
 const RATE_PER_SEC: u64 = 1_000;
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(run());
+    common::block_on(run());
 }
 
 /// Arrival time of each tag at the receiver.
@@ -58,50 +55,6 @@ async fn receiver(arrivals: Arrivals) -> String {
     let base = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     base
-}
-
-struct Host {
-    child: Child,
-    base: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Host {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_host() -> Host {
-    use std::io::{BufRead, BufReader};
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("switchyard.toml");
-    std::fs::write(&config, "[webhooks]\nallow_private = [\"127.0.0.0/8\"]\n").unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_switchyard"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
-        .arg(&config)
-        .arg("--data-dir")
-        .arg(dir.path().join("data"))
-        .env("SWITCHYARD_BOOTSTRAP_KEY", KEY)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawning switchyard");
-    let stdout = child.stdout.take().unwrap();
-    let mut lines = BufReader::new(stdout).lines();
-    let base = loop {
-        let line = lines.next().expect("switchyard exited").unwrap();
-        if let Some(base) = line.strip_prefix("switchyard listening on ") {
-            break base.to_string();
-        }
-    };
-    Host {
-        child,
-        base,
-        _dir: dir,
-    }
 }
 
 async fn call(http: &reqwest::Client, base: &str, method: &str, path: &str, body: Value) {
@@ -205,14 +158,12 @@ fn rss_mib(pid: u32) -> f64 {
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
-}
-
 async fn run() {
     let arrivals = Arrivals::default();
     let receiver = receiver(arrivals.clone()).await;
-    let host = start_host();
+    let host = start_host(&format!(
+        "{NO_MODEL}[webhooks]\nallow_private = [\"127.0.0.0/8\"]\n"
+    ));
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(CLIENTS)
         .build()

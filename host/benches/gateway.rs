@@ -10,22 +10,19 @@
 //! `BENCH_INFERENCE_WORKERS=N` sets the host's inference queue workers
 //! (default: the host's own default).
 
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use axum::response::IntoResponse;
 use serde_json::{Value, json};
 
-const KEY: &str = "sy_bench_operator_key_0123456789";
+mod common;
+use common::{Host, KEY, NO_MODEL, percentile, start_host};
+
 const RATES: [u64; 3] = [500, 2_000, 5_000];
 const SECONDS_PER_RATE: u64 = 4;
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(run());
+    common::block_on(run());
 }
 
 /// The mock upstream: a fixed two-token reply, streamed when asked.
@@ -58,58 +55,17 @@ async fn mock_upstream() -> String {
     format!("127.0.0.1:{}", addr.port())
 }
 
-struct Host {
-    child: Child,
-    base: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Host {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_host(upstream: &str) -> Host {
-    use std::io::{BufRead, BufReader};
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("switchyard.toml");
-    let mut text = format!(
-        "[inference]\nauto_pull = false\nmodel_path = \"{}/absent.gguf\"\nper_project_concurrency = 4096\n\
-         [[inference.upstreams]]\nname = \"mock\"\nbase_url = \"http://{upstream}/v1\"\nmodels = [\"mock\"]\n",
-        dir.path().display()
+fn start_gateway(upstream: &str) -> Host {
+    let mut config = format!(
+        "{NO_MODEL}per_project_concurrency = 4096\n\
+         [[inference.upstreams]]\nname = \"mock\"\nbase_url = \"http://{upstream}/v1\"\nmodels = [\"mock\"]\n"
     );
     if let Ok(workers) = std::env::var("BENCH_INFERENCE_WORKERS") {
-        text.push_str(&format!(
+        config.push_str(&format!(
             "[queues.inference]\nworkers = {workers}\ncapacity = 4096\n"
         ));
     }
-    std::fs::write(&config, text).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_switchyard"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
-        .arg(&config)
-        .arg("--data-dir")
-        .arg(dir.path().join("data"))
-        .env("SWITCHYARD_BOOTSTRAP_KEY", KEY)
-        .env("RUST_LOG", "error")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawning switchyard");
-    let stdout = child.stdout.take().unwrap();
-    let mut lines = BufReader::new(stdout).lines();
-    let base = loop {
-        let line = lines.next().expect("switchyard exited").unwrap();
-        if let Some(base) = line.strip_prefix("switchyard listening on ") {
-            break base.to_string();
-        }
-    };
-    Host {
-        child,
-        base,
-        _dir: dir,
-    }
+    start_host(&config)
 }
 
 /// Sends `rate` requests a second for [`SECONDS_PER_RATE`] seconds to `url`;
@@ -157,16 +113,9 @@ async fn load(http: &reqwest::Client, url: &str, rate: u64) -> (Vec<f64>, usize)
     (latencies, failed)
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
-}
-
 async fn run() {
     let upstream = mock_upstream().await;
-    let host = start_host(&upstream);
+    let host = start_gateway(&upstream);
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(1024)
         .build()

@@ -7,6 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+mod common;
+
 use switchyard::cfg::QueueConfig;
 use switchyard::plugin::builtin::{self, TEMPLATE_DEFAULT};
 use switchyard::plugin::call::new_store;
@@ -16,11 +18,7 @@ use switchyard::plugin::template::Variable;
 use switchyard::plugin::{Plugin, Plugins};
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(run());
+    common::block_on(run());
 }
 
 fn template_spec() -> Spec {

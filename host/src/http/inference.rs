@@ -202,7 +202,7 @@ fn account(app: &App, user: &User, key_id: String, headers: &HeaderMap) -> Resul
         .find_map(|h| headers.get(*h).map(|v| (*h, v)))
     else {
         return Ok(Account {
-            scope: format!("~{}", user.name),
+            scope: usage::personal_scope(&user.name),
             key_id,
         });
     };
@@ -225,7 +225,7 @@ fn account(app: &App, user: &User, key_id: String, headers: &HeaderMap) -> Resul
     }
     projects::get(&app.store, team, project)?;
     Ok(Account {
-        scope: format!("{team}/{project}"),
+        scope: usage::project_scope(team, project),
         key_id,
     })
 }
@@ -239,7 +239,7 @@ pub async fn project_usage(
 ) -> Result<axum::Json<Value>> {
     Group::Team.require(&app.store, &user, &team, Role::Member)?;
     projects::get(&app.store, &team, &project)?;
-    let rows = usage::rows(&app.store, &format!("{team}/{project}"))?;
+    let rows = usage::rows(&app.store, &usage::project_scope(&team, &project))?;
     let mut report = usage_report(rows);
     report["team"] = json!(team);
     report["project"] = json!(project);
@@ -249,7 +249,7 @@ pub async fn project_usage(
 /// `GET /v1/me/usage`: the caller's own requests sent without a project
 /// header, in the same shape as a project's usage.
 pub async fn my_usage(State(app): State<App>, Caller(user): Caller) -> Result<axum::Json<Value>> {
-    let rows = usage::rows(&app.store, &format!("~{}", user.name))?;
+    let rows = usage::rows(&app.store, &usage::personal_scope(&user.name))?;
     let mut report = usage_report(rows);
     report["user"] = json!(user.name);
     Ok(axum::Json(report))

@@ -39,6 +39,17 @@ pub struct Account {
     pub key_id: String,
 }
 
+/// The usage scope of a team's project.
+pub fn project_scope(team: &str, project: &str) -> String {
+    format!("{team}/{project}")
+}
+
+/// The usage scope of a user's requests sent without a project header.
+/// `~` cannot start a team name, so the two kinds of scope never collide.
+pub fn personal_scope(user: &str) -> String {
+    format!("~{user}")
+}
+
 /// One row of a usage report.
 #[derive(Debug, Serialize)]
 pub struct Row {

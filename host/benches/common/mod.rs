@@ -1,0 +1,85 @@
+//! What the benches share: a runtime, the real `switchyard` binary started
+//! on a loopback port, and percentiles.
+
+// Each bench is its own crate and uses only part of this module.
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::process::{Child, Command, Stdio};
+
+/// The operator key every bench host is started with.
+pub const KEY: &str = "sy_bench_operator_key_0123456789";
+
+/// Config for a host without the embedded model, so a bench neither
+/// downloads nor loads it (the host logs that it is missing).
+pub const NO_MODEL: &str = "[inference]\nauto_pull = false\nmodel_path = \"{dir}/absent.gguf\"\n";
+
+/// Runs `future` on a multi-threaded tokio runtime.
+pub fn block_on<F: Future>(future: F) -> F::Output {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(future)
+}
+
+/// A running `switchyard serve`, killed on drop.
+pub struct Host {
+    /// The process.
+    pub child: Child,
+    /// `http://127.0.0.1:PORT`.
+    pub base: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts the release binary with `config` (TOML, may mention `{dir}` for
+/// its temporary directory) and a fresh data directory.
+pub fn start_host(config: &str) -> Host {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("switchyard.toml");
+    std::fs::write(
+        &path,
+        config.replace("{dir}", &dir.path().display().to_string()),
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+        .arg(&path)
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .env("SWITCHYARD_BOOTSTRAP_KEY", KEY)
+        .env("RUST_LOG", "error")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawning switchyard");
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = BufReader::new(stdout).lines();
+    let base = loop {
+        let line = lines.next().expect("switchyard exited").unwrap();
+        if let Some(base) = line.strip_prefix("switchyard listening on ") {
+            break base.to_string();
+        }
+    };
+    Host {
+        child,
+        base,
+        _dir: dir,
+    }
+}
+
+/// The `p` quantile (0..=1) of sorted samples; NaN when there are none.
+pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
