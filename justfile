@@ -4,10 +4,12 @@
 serve:
     cargo run --release -- serve
 
-# The full test suite, as CI runs it, plus the renderer's own unit tests.
+# The full test suite, as CI runs it, plus the renderer's and the model
+# kernels' own unit tests (native builds).
 test:
     cargo test --workspace
     cd plugins && cargo test --target "$(rustc -vV | sed -n 's/^host: //p')" -p template-default
+    cd plugins/model-smollm && cargo test --target "$(rustc -vV | sed -n 's/^host: //p')"
 
 # Build the plugins workspace (host/build.rs also does this on every host build).
 build-plugins:

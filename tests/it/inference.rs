@@ -270,6 +270,24 @@ async fn stop_sequences_end_the_text_before_them() {
     }
 }
 
+/// The WASM kernels compute what candle's reference model computes on the
+/// same Q4_1 weights: its greedy reply, run natively, begins with this text.
+#[tokio::test]
+async fn greedy_replies_match_the_reference_implementation() {
+    let host = Host::start();
+    let alice = world(&host).await;
+    let body = ask(
+        "Name three colours.",
+        json!({"max_tokens": 12, "temperature": 0}),
+    );
+    let (status, reply) = chat(&host, &alice, &body).await;
+    assert_eq!(status, 200, "{reply}");
+    assert_eq!(
+        content(&reply),
+        "1. Red: This is the most obvious colour, but"
+    );
+}
+
 #[tokio::test]
 async fn the_same_seed_gives_the_same_text() {
     let host = Host::start();

@@ -7,6 +7,8 @@
 //! loaded: the host keeps this instance for the life of the process.
 
 mod generate;
+mod llama;
+mod quant;
 mod tokenizer;
 mod weights;
 
@@ -15,9 +17,7 @@ wit_bindgen::generate!({ path: "../../wit/v0.1.0", world: "model-backend" });
 use std::cell::RefCell;
 use std::path::Path;
 
-use candle_core::Device;
 use candle_core::quantized::gguf_file::Content;
-use candle_transformers::models::quantized_llama::ModelWeights;
 use exports::switchyard::plugin::backend::{ChatRequest, ChatResult, Guest, ModelInfo};
 use switchyard::plugin::types::PluginError;
 
@@ -26,7 +26,7 @@ const DEFAULT_TEMPLATE: &str = "{% for message in messages %}{% if loop.first an
 
 /// Everything loaded from the model file.
 pub struct Model {
-    weights: ModelWeights,
+    weights: llama::Llama,
     tokenizer: tokenizers::Tokenizer,
     template: String,
     eos: Vec<u32>,
@@ -73,8 +73,8 @@ fn load() -> Result<Model, String> {
         .get("llama.context_length")
         .and_then(|v| v.to_u32().ok())
         .unwrap_or(2048) as usize;
-    let weights = ModelWeights::from_gguf(content, &mut reader, &Device::Cpu)
-        .map_err(|e| format!("reading the weights: {e}"))?;
+    let weights =
+        llama::load(&content, &mut reader).map_err(|e| format!("reading the weights: {e}"))?;
     Ok(Model {
         weights,
         tokenizer,

@@ -1,9 +1,10 @@
-//! Loading the GGUF, re-quantized to Q8_0 once and cached.
+//! Loading the GGUF, with 4/5-bit tensors that have no SIMD kernel
+//! re-quantized to Q8_0 once and cached.
 //!
-//! candle has SIMD kernels for Q8_0 on wasm32 but not for the wheel's Q4_1,
-//! so Q4_1 (and other 4/5-bit) tensors are dequantized and re-quantized to
-//! Q8_0: about five times faster decoding, with the same output. The result
-//! is written to the cache directory so this happens once per model file.
+//! Q8_0 and Q4_1 (SmolLM2's wheel: every matrix) run on our own kernels
+//! ([`crate::quant`]), so such a file is read as it is. Q4_0, Q5_0 and Q5_1
+//! are dequantized and re-quantized to Q8_0, written to the cache directory
+//! so that this happens once per model file.
 
 use std::fs::File;
 use std::io::{BufReader, BufWriter};
@@ -14,6 +15,12 @@ use candle_core::{Device, Result};
 
 /// Opens `cached` if it exists, else converts `source` into it.
 pub fn open(source: &Path, cached: &Path) -> Result<(gguf_file::Content, BufReader<File>)> {
+    let mut reader = BufReader::new(File::open(source)?);
+    let content = gguf_file::Content::read(&mut reader)?;
+    let slow = |t: &gguf_file::TensorInfo| needs_requantizing(t.ggml_dtype, t.shape.dims());
+    if !content.tensor_infos.values().any(slow) {
+        return Ok((content, reader));
+    }
     if !cached.exists() {
         convert(source, cached)?;
     }
@@ -53,13 +60,14 @@ fn convert(source: &Path, cached: &Path) -> Result<()> {
 }
 
 fn requantize(tensor: QTensor) -> Result<QTensor> {
-    let slow = matches!(
-        tensor.dtype(),
-        GgmlDType::Q4_0 | GgmlDType::Q4_1 | GgmlDType::Q5_0 | GgmlDType::Q5_1
-    );
-    let row = tensor.shape().dims().last().copied().unwrap_or(0);
-    if !slow || row % GgmlDType::Q8_0.block_size() != 0 {
+    if !needs_requantizing(tensor.dtype(), tensor.shape().dims()) {
         return Ok(tensor);
     }
     QTensor::quantize(&tensor.dequantize(&Device::Cpu)?, GgmlDType::Q8_0)
+}
+
+fn needs_requantizing(dtype: GgmlDType, dims: &[usize]) -> bool {
+    let slow = matches!(dtype, GgmlDType::Q4_0 | GgmlDType::Q5_0 | GgmlDType::Q5_1);
+    let row = dims.last().copied().unwrap_or(0);
+    slow && row % GgmlDType::Q8_0.block_size() == 0
 }

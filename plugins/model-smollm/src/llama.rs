@@ -1,0 +1,240 @@
+//! The llama architecture's forward pass, with a key/value cache.
+//!
+//! The same computation as candle-transformers' `quantized_llama`, op for op,
+//! but its matrix products run on [`Matrix`], which candle's model cannot be
+//! given. The token embedding is read from the (tied) quantized matrix row by
+//! row instead of being kept dequantized (113 MiB of f32 for SmolLM2).
+
+use std::io::{Read, Seek};
+use std::sync::Arc;
+
+use candle_core::quantized::gguf_file::Content;
+use candle_core::quantized::{QMatMul, QTensor};
+use candle_core::{D, DType, Device, IndexOp, Module, Result, Tensor, bail};
+use candle_transformers::quantized_nn::RmsNorm;
+use candle_transformers::utils::{build_causal_mask, repeat_kv};
+
+use crate::quant::Matrix;
+
+/// The longest context the rotary tables cover.
+const MAX_SEQ_LEN: usize = 4096;
+
+/// A loaded model.
+pub struct Llama {
+    embedding: Embedding,
+    layers: Vec<Layer>,
+    norm: RmsNorm,
+    output: QMatMul,
+}
+
+enum Embedding {
+    /// Rows dequantized as they are looked up.
+    Rows(Arc<Matrix>),
+    /// A type without a kernel here: dequantized whole.
+    Dense(Tensor),
+}
+
+struct Layer {
+    q: QMatMul,
+    k: QMatMul,
+    v: QMatMul,
+    o: QMatMul,
+    gate: QMatMul,
+    down: QMatMul,
+    up: QMatMul,
+    attention_norm: RmsNorm,
+    ffn_norm: RmsNorm,
+    heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    cos: Tensor,
+    sin: Tensor,
+    cache: Option<(Tensor, Tensor)>,
+}
+
+/// Reads the model's tensors (all matrices Q8_0) from a GGUF file.
+pub fn load<R: Read + Seek>(content: &Content, reader: &mut R) -> Result<Llama> {
+    let meta = |key: &str| match content.metadata.get(key) {
+        Some(value) => value.to_u32().map(|v| v as usize),
+        None => bail!("the model file has no {key}"),
+    };
+    let heads = meta("llama.attention.head_count")?;
+    let kv_heads = meta("llama.attention.head_count_kv")?;
+    let embedding_length = meta("llama.embedding_length")?;
+    let rope_dim = meta("llama.rope.dimension_count")?;
+    let eps = f64::from(
+        content
+            .metadata
+            .get("llama.attention.layer_norm_rms_epsilon")
+            .map_or(Ok(1e-5), |v| v.to_f32())?,
+    );
+    let freq_base = content
+        .metadata
+        .get("llama.rope.freq_base")
+        .map_or(Ok(10_000.0), |v| v.to_f32())?;
+    let (cos, sin) = rotary_tables(rope_dim, freq_base)?;
+    let mut tensor = |name: &str| content.tensor(reader, name, &Device::Cpu);
+    let token_embd = tensor("token_embd.weight")?;
+    let (embedding, tied) = match Matrix::from_qtensor(&token_embd)? {
+        Some(m) => {
+            let m = Arc::new(m);
+            (
+                Embedding::Rows(m.clone()),
+                QMatMul::from_qtensor(m.to_qtensor()?)?,
+            )
+        }
+        None => (
+            Embedding::Dense(token_embd.dequantize(&Device::Cpu)?),
+            QMatMul::from_qtensor(token_embd)?,
+        ),
+    };
+    let output = match tensor("output.weight") {
+        Ok(t) => matmul(t)?,
+        Err(_) => tied,
+    };
+    let norm = RmsNorm::from_qtensor(tensor("output_norm.weight")?, eps)?;
+    let mut layers = Vec::new();
+    for i in 0..meta("llama.block_count")? {
+        let mut get = |part: &str| tensor(&format!("blk.{i}.{part}.weight"));
+        layers.push(Layer {
+            q: matmul(get("attn_q")?)?,
+            k: matmul(get("attn_k")?)?,
+            v: matmul(get("attn_v")?)?,
+            o: matmul(get("attn_output")?)?,
+            gate: matmul(get("ffn_gate")?)?,
+            down: matmul(get("ffn_down")?)?,
+            up: matmul(get("ffn_up")?)?,
+            attention_norm: RmsNorm::from_qtensor(get("attn_norm")?, eps)?,
+            ffn_norm: RmsNorm::from_qtensor(get("ffn_norm")?, eps)?,
+            heads,
+            kv_heads,
+            head_dim: embedding_length / heads,
+            cos: cos.clone(),
+            sin: sin.clone(),
+            cache: None,
+        });
+    }
+    Ok(Llama {
+        embedding,
+        layers,
+        norm,
+        output,
+    })
+}
+
+/// A product on our kernels where there is one, else on candle's.
+fn matmul(tensor: QTensor) -> Result<QMatMul> {
+    match Matrix::from_qtensor(&tensor)? {
+        Some(m) => QMatMul::from_qtensor(Arc::new(m).to_qtensor()?),
+        None => QMatMul::from_qtensor(tensor),
+    }
+}
+
+fn rotary_tables(dim: usize, base: f32) -> Result<(Tensor, Tensor)> {
+    let theta: Vec<f32> = (0..dim)
+        .step_by(2)
+        .map(|i| 1f32 / base.powf(i as f32 / dim as f32))
+        .collect();
+    let theta = Tensor::new(theta.as_slice(), &Device::Cpu)?;
+    let angles = Tensor::arange(0, MAX_SEQ_LEN as u32, &Device::Cpu)?
+        .to_dtype(DType::F32)?
+        .reshape((MAX_SEQ_LEN, 1))?
+        .matmul(&theta.reshape((1, theta.elem_count()))?)?;
+    Ok((angles.cos()?, angles.sin()?))
+}
+
+impl Llama {
+    /// Forgets the previous sequence.
+    pub fn clear_kv_cache(&mut self) {
+        for layer in &mut self.layers {
+            layer.cache = None;
+        }
+    }
+
+    /// The logits after `ids` (shape (1, n)) placed at `position`.
+    pub fn forward(&mut self, ids: &Tensor, position: usize) -> Result<Tensor> {
+        let (_, len) = ids.dims2()?;
+        if position + len > MAX_SEQ_LEN {
+            bail!("the sequence would be longer than {MAX_SEQ_LEN} tokens");
+        }
+        let mask = match len {
+            1 => None,
+            _ => Some(build_causal_mask(len, position, &Device::Cpu)?),
+        };
+        let mut x = self.embed(ids)?;
+        for layer in &mut self.layers {
+            let attention =
+                layer.attention(&layer.attention_norm.forward(&x)?, mask.as_ref(), position)?;
+            let x1 = (attention + &x)?;
+            let ffn = layer.ffn(&layer.ffn_norm.forward(&x1)?)?;
+            x = (ffn + x1)?;
+        }
+        let x = self.norm.forward(&x)?.i((.., len - 1, ..))?;
+        self.output.forward(&x)
+    }
+
+    fn embed(&self, ids: &Tensor) -> Result<Tensor> {
+        let ids = ids.flatten_all()?;
+        match &self.embedding {
+            Embedding::Rows(matrix) => {
+                let ids = ids.to_vec1::<u32>()?;
+                let mut rows = Vec::with_capacity(ids.len() * matrix.cols());
+                for &id in &ids {
+                    matrix.dequantize_row(id as usize, &mut rows)?;
+                }
+                Tensor::from_vec(rows, (1, ids.len(), matrix.cols()), &Device::Cpu)
+            }
+            Embedding::Dense(table) => table.index_select(&ids, 0)?.unsqueeze(0),
+        }
+    }
+}
+
+impl Layer {
+    fn attention(&mut self, x: &Tensor, mask: Option<&Tensor>, position: usize) -> Result<Tensor> {
+        let (batch, len, width) = x.dims3()?;
+        let heads =
+            |t: Tensor, n: usize| t.reshape((batch, len, n, self.head_dim))?.transpose(1, 2);
+        let q = heads(self.q.forward(x)?, self.heads)?;
+        let k = heads(self.k.forward(x)?, self.kv_heads)?;
+        let v = heads(self.v.forward(x)?, self.kv_heads)?.contiguous()?;
+        let q = self.rotate(&q, position)?;
+        let k = self.rotate(&k, position)?;
+        let (k, v) = match &self.cache {
+            Some((k0, v0)) if position > 0 => {
+                (Tensor::cat(&[k0, &k], 2)?, Tensor::cat(&[v0, &v], 2)?)
+            }
+            _ => (k, v),
+        };
+        self.cache = Some((k.clone(), v.clone()));
+        let groups = self.heads / self.kv_heads;
+        let k = repeat_kv(k, groups)?;
+        let v = repeat_kv(v, groups)?;
+        let scores = (q.matmul(&k.t()?)? / (self.head_dim as f64).sqrt())?;
+        let scores = match mask {
+            Some(mask) => {
+                let mask = mask.broadcast_as(scores.shape())?;
+                let minus_infinity = Tensor::new(f32::NEG_INFINITY, &Device::Cpu)?
+                    .broadcast_as(scores.shape().dims())?;
+                mask.where_cond(&minus_infinity, &scores)?
+            }
+            None => scores,
+        };
+        let weights = candle_nn::ops::softmax_last_dim(&scores)?;
+        let y = weights.matmul(&v.contiguous()?)?;
+        let y = y.transpose(1, 2)?.reshape((batch, len, width))?;
+        self.o.forward(&y)
+    }
+
+    /// Rotary position embedding, interleaved as llama GGUFs store it.
+    fn rotate(&self, x: &Tensor, position: usize) -> Result<Tensor> {
+        let len = x.dim(D::Minus2)?;
+        let cos = self.cos.narrow(0, position, len)?;
+        let sin = self.sin.narrow(0, position, len)?;
+        candle_nn::rotary_emb::rope_i(&x.contiguous()?, &cos, &sin)
+    }
+
+    fn ffn(&self, x: &Tensor) -> Result<Tensor> {
+        let gate = candle_nn::ops::silu(&self.gate.forward(x)?)?;
+        self.down.forward(&(gate * self.up.forward(x)?)?)
+    }
+}
