@@ -4,8 +4,9 @@
 //! candle's own kernels convert two f16 scales in software for every
 //! 32-value block (wasm has no f16 instructions), and have no SIMD kernel at
 //! all for Q4_1, the format SmolLM2's wheel ships. Here scales are widened
-//! to f32 once, at load, and the kernels take four weight rows at a time, so
-//! each activation block is loaded once per four rows:
+//! to f32 once, at load, and rows are stored in groups of four, interleaved
+//! block by block, so a kernel takes four rows at a time along one pointer
+//! and loads each activation block once per four rows:
 //! - Q8_0 (the tied embedding / output matrix): 16-bit multiply-adds, summed
 //!   in the same order as candle's kernel, so bit for bit the same results;
 //! - Q4_1 (every other matrix): relaxed SIMD's 8-bit dot product, which takes
@@ -21,68 +22,101 @@ use half::f16;
 
 /// Values per block; each block has its own scale.
 const BLOCK: usize = 32;
+/// Rows a kernel takes at once, and the rows of a group in the layout.
+const GROUP: usize = 4;
 
-/// A row-major matrix of quantized rows of `cols` values.
+/// A row-major matrix of quantized rows of `cols` values, stored in groups
+/// of four rows. Per group and block: the four rows' f32 scales, for Q4_1
+/// their four f32 minimums, then each row's block of values. A kernel walks
+/// one pointer through a group.
 pub struct Matrix {
     rows: usize,
     cols: usize,
-    /// Per block: x = scale · q (+ min, for Q4_1).
-    scales: Vec<f32>,
     kind: Kind,
+    data: Vec<u8>,
 }
 
+#[derive(Clone, Copy, PartialEq)]
 enum Kind {
-    /// One signed byte per value.
-    Q8 { quants: Vec<i8> },
-    /// Two unsigned nibbles per byte: value j of a block in the low nibble
-    /// of byte j, value j + 16 in the high nibble.
-    Q4_1 { mins: Vec<f32>, nibbles: Vec<u8> },
+    /// x = scale · q; one signed byte per value.
+    Q8,
+    /// x = scale · q + min; two unsigned nibbles per byte: value j of a
+    /// block in the low nibble of byte j, value j + 16 in the high nibble.
+    Q4_1,
+}
+
+impl Kind {
+    /// Bytes of one row's values in a block.
+    fn values(self) -> usize {
+        match self {
+            Kind::Q8 => BLOCK,
+            Kind::Q4_1 => BLOCK / 2,
+        }
+    }
+
+    /// Bytes of a group's block: scales (and minimums), then values.
+    fn stride(self) -> usize {
+        self.header() + GROUP * self.values()
+    }
+
+    fn header(self) -> usize {
+        match self {
+            Kind::Q8 => 4 * GROUP,
+            Kind::Q4_1 => 8 * GROUP,
+        }
+    }
+}
+
+fn f32_at(bytes: &[u8], at: usize) -> f32 {
+    f32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
 }
 
 impl Matrix {
-    /// Converts a GGUF tensor of shape (rows, cols), if it is Q8_0 or Q4_1;
-    /// `None` for types without a kernel here.
+    /// Converts a GGUF tensor of shape (rows, cols) if it is Q8_0 or Q4_1
+    /// with whole groups and blocks; `None` for anything else.
     pub fn from_qtensor(tensor: &QTensor) -> Result<Option<Matrix>> {
         let (rows, cols) = tensor.shape().dims2()?;
-        let dtype = tensor.dtype();
-        if !matches!(dtype, GgmlDType::Q8_0 | GgmlDType::Q4_1) || cols % BLOCK != 0 {
+        let kind = match tensor.dtype() {
+            GgmlDType::Q8_0 => Kind::Q8,
+            GgmlDType::Q4_1 => Kind::Q4_1,
+            _ => return Ok(None),
+        };
+        if cols % BLOCK != 0 || rows % GROUP != 0 {
             return Ok(None);
         }
-        let data = tensor.data()?;
-        let blocks = rows * cols / BLOCK;
-        if data.len() != blocks * dtype.type_size() {
+        let source = tensor.data()?;
+        let size = tensor.dtype().type_size();
+        let blocks = cols / BLOCK;
+        if source.len() != rows * blocks * size {
             bail!(
-                "a {dtype:?} tensor of {rows}x{cols} holds {} bytes",
-                data.len()
+                "a {:?} tensor of {rows}x{cols} holds {} bytes",
+                tensor.dtype(),
+                source.len()
             );
         }
-        let half = |b: &[u8]| f16::from_le_bytes([b[0], b[1]]).to_f32();
-        let mut scales = Vec::with_capacity(blocks);
-        let kind = match dtype {
-            GgmlDType::Q8_0 => {
-                let mut quants = Vec::with_capacity(rows * cols);
-                for block in data.chunks_exact(dtype.type_size()) {
-                    scales.push(half(block));
-                    quants.extend(block[2..].iter().map(|&q| q as i8));
+        let half = |at: usize| f16::from_le_bytes([source[at], source[at + 1]]).to_f32();
+        let mut data = Vec::with_capacity(rows / GROUP * blocks * kind.stride());
+        for group in 0..rows / GROUP {
+            for b in 0..blocks {
+                let at = |r: usize| ((group * GROUP + r) * blocks + b) * size;
+                for r in 0..GROUP {
+                    data.extend(half(at(r)).to_le_bytes());
                 }
-                Kind::Q8 { quants }
-            }
-            _ => {
-                let mut mins = Vec::with_capacity(blocks);
-                let mut nibbles = Vec::with_capacity(rows * cols / 2);
-                for block in data.chunks_exact(dtype.type_size()) {
-                    scales.push(half(block));
-                    mins.push(half(&block[2..]));
-                    nibbles.extend_from_slice(&block[4..]);
+                if kind == Kind::Q4_1 {
+                    for r in 0..GROUP {
+                        data.extend(half(at(r) + 2).to_le_bytes());
+                    }
                 }
-                Kind::Q4_1 { mins, nibbles }
+                for r in 0..GROUP {
+                    data.extend_from_slice(&source[at(r) + size - kind.values()..at(r) + size]);
+                }
             }
-        };
+        }
         Ok(Some(Matrix {
             rows,
             cols,
-            scales,
             kind,
+            data,
         }))
     }
 
@@ -102,39 +136,27 @@ impl Matrix {
         if row >= self.rows {
             bail!("row {row} of a matrix of {} rows", self.rows);
         }
-        let blocks = self.cols / BLOCK;
-        let scales = &self.scales[row * blocks..(row + 1) * blocks];
-        match &self.kind {
-            Kind::Q8 { quants } => {
-                let quants = &quants[row * self.cols..(row + 1) * self.cols];
-                for (block, &d) in quants.chunks_exact(BLOCK).zip(scales) {
-                    out.extend(block.iter().map(|&q| q as f32 * d));
-                }
-            }
-            Kind::Q4_1 { mins, nibbles } => {
-                let nibbles = &nibbles[row * self.cols / 2..(row + 1) * self.cols / 2];
-                let mins = &mins[row * blocks..(row + 1) * blocks];
-                for ((block, &d), &m) in nibbles.chunks_exact(BLOCK / 2).zip(scales).zip(mins) {
-                    out.extend(block.iter().map(|&q| (q & 0x0F) as f32 * d + m));
-                    out.extend(block.iter().map(|&q| (q >> 4) as f32 * d + m));
+        let (group, r) = (self.group(row / GROUP), row % GROUP);
+        let kind = self.kind;
+        for block in group.chunks_exact(kind.stride()) {
+            let scale = f32_at(block, 4 * r);
+            let values = &block[kind.header() + r * kind.values()..][..kind.values()];
+            match kind {
+                Kind::Q8 => out.extend(values.iter().map(|&q| q as i8 as f32 * scale)),
+                Kind::Q4_1 => {
+                    let min = f32_at(block, 4 * (GROUP + r));
+                    out.extend(values.iter().map(|&q| (q & 0x0F) as f32 * scale + min));
+                    out.extend(values.iter().map(|&q| (q >> 4) as f32 * scale + min));
                 }
             }
         }
         Ok(())
     }
 
-    /// Row `row`'s scales, and the bytes of its values.
-    fn row(&self, row: usize) -> Row<'_> {
-        let blocks = self.cols / BLOCK;
-        let scales = &self.scales[row * blocks..(row + 1) * blocks];
-        match &self.kind {
-            Kind::Q8 { quants } => Row::Q8(&quants[row * self.cols..(row + 1) * self.cols], scales),
-            Kind::Q4_1 { mins, nibbles } => Row::Q4_1(
-                &nibbles[row * self.cols / 2..(row + 1) * self.cols / 2],
-                scales,
-                &mins[row * blocks..(row + 1) * blocks],
-            ),
-        }
+    /// The bytes of group `g` (rows 4g..4g+4).
+    fn group(&self, g: usize) -> &[u8] {
+        let size = self.cols / BLOCK * self.kind.stride();
+        &self.data[g * size..(g + 1) * size]
     }
 
     /// `dst[i][j]` = the dot product of activation row `i` with row `j`.
@@ -142,39 +164,15 @@ impl Matrix {
         let activations = Activations::quantize(&lhs[..m * k], k);
         for (i, out) in dst.chunks_exact_mut(n).take(m).enumerate() {
             let a = activations.row(i);
-            let mut j = 0;
-            while j + 4 <= n {
-                out[j..j + 4].copy_from_slice(&self.dot4([j, j + 1, j + 2, j + 3], &a));
-                j += 4;
-            }
-            for (j, out) in out.iter_mut().enumerate().skip(j) {
-                *out = self.dot4([j; 4], &a)[0];
+            for (g, out) in out.chunks_exact_mut(GROUP).enumerate() {
+                let group = self.group(g);
+                out.copy_from_slice(&match self.kind {
+                    Kind::Q8 => kernel::q8(group, &a),
+                    Kind::Q4_1 => kernel::q4_1(group, &a),
+                });
             }
         }
     }
-
-    fn dot4(&self, rows: [usize; 4], a: &ActivationRow) -> [f32; 4] {
-        match rows.map(|r| self.row(r)) {
-            [
-                Row::Q8(q0, s0),
-                Row::Q8(q1, s1),
-                Row::Q8(q2, s2),
-                Row::Q8(q3, s3),
-            ] => kernel::q8([(q0, s0), (q1, s1), (q2, s2), (q3, s3)], a),
-            [
-                Row::Q4_1(q0, s0, m0),
-                Row::Q4_1(q1, s1, m1),
-                Row::Q4_1(q2, s2, m2),
-                Row::Q4_1(q3, s3, m3),
-            ] => kernel::q4_1([(q0, s0, m0), (q1, s1, m1), (q2, s2, m2), (q3, s3, m3)], a),
-            _ => unreachable!("a matrix has one kind"),
-        }
-    }
-}
-
-enum Row<'a> {
-    Q8(&'a [i8], &'a [f32]),
-    Q4_1(&'a [u8], &'a [f32], &'a [f32]),
 }
 
 /// Activations quantized the way candle quantizes them for a Q8_0 product:
@@ -228,37 +226,49 @@ impl Activations {
     }
 }
 
-/// The dot products, with SIMD when the target has it. Each takes four
-/// weight rows of the activation row's length.
+/// The four dot products of a group's rows with an activation row, with
+/// SIMD when the target has it, else the same sums one value at a time.
 mod kernel {
-    use super::{ActivationRow, BLOCK};
+    use super::{ActivationRow, BLOCK, GROUP, Kind};
+
+    /// Checks the lengths every kernel's unchecked reads rely on.
+    fn check(group: &[u8], a: &ActivationRow, kind: Kind) -> usize {
+        let blocks = a.scales.len();
+        assert!(a.quants.len() == blocks * BLOCK && a.sums.len() == blocks);
+        assert_eq!(group.len(), blocks * kind.stride());
+        blocks
+    }
 
     #[cfg(target_feature = "simd128")]
-    pub fn q8(rows: [(&[i8], &[f32]); 4], a: &ActivationRow) -> [f32; 4] {
+    pub fn q8(group: &[u8], a: &ActivationRow) -> [f32; 4] {
         use core::arch::wasm32::*;
-        let blocks = a.scales.len();
-        for (q, s) in rows {
-            assert!(q.len() == a.quants.len() && s.len() == blocks);
-        }
-        assert_eq!(a.quants.len(), blocks * BLOCK);
-        let mut acc = [f32x4_splat(0.0); 4];
-        // SAFETY: block `b` reads bytes 32b..32b+32 of rows whose length,
-        // 32·blocks, is checked above, and scale `b` of `blocks`.
+        let blocks = check(group, a, Kind::Q8);
+        let mut acc = [f32x4_splat(0.0); GROUP];
+        // SAFETY: block `b` reads bytes 144b..144b+144 of the group and
+        // 32b..32b+32 of the activations, lengths checked above.
         unsafe {
+            let mut w = group.as_ptr();
             for b in 0..blocks {
                 let p = a.quants.as_ptr().add(b * BLOCK);
                 let x = [0, 8, 16, 24].map(|o| i16x8_load_extend_i8x8(p.add(o)));
-                let sa = *a.scales.get_unchecked(b);
-                for (r, (q, s)) in rows.iter().enumerate() {
-                    let w = q.as_ptr().add(b * BLOCK);
-                    let mut sum = i32x4_dot_i16x8(i16x8_load_extend_i8x8(w), x[0]);
+                let d = f32x4_mul(v128_load(w.cast()), f32x4_splat(*a.scales.get_unchecked(b)));
+                let d = [
+                    i32x4_shuffle::<0, 0, 0, 0>(d, d),
+                    i32x4_shuffle::<1, 1, 1, 1>(d, d),
+                    i32x4_shuffle::<2, 2, 2, 2>(d, d),
+                    i32x4_shuffle::<3, 3, 3, 3>(d, d),
+                ];
+                let q = w.add(16).cast::<i8>();
+                for r in 0..GROUP {
+                    let q = q.add(r * BLOCK);
+                    let mut sum = i32x4_dot_i16x8(i16x8_load_extend_i8x8(q), x[0]);
                     for (o, &x) in [8, 16, 24].iter().zip(&x[1..]) {
-                        let y = i16x8_load_extend_i8x8(w.add(*o));
+                        let y = i16x8_load_extend_i8x8(q.add(*o));
                         sum = i32x4_add(sum, i32x4_dot_i16x8(y, x));
                     }
-                    let scale = f32x4_splat(*s.get_unchecked(b) * sa);
-                    acc[r] = f32x4_add(acc[r], f32x4_mul(f32x4_convert_i32x4(sum), scale));
+                    acc[r] = f32x4_add(acc[r], f32x4_mul(f32x4_convert_i32x4(sum), d[r]));
                 }
+                w = w.add(Kind::Q8.stride());
             }
         }
         acc.map(|v| {
@@ -269,59 +279,74 @@ mod kernel {
         })
     }
 
-    /// The same sums without SIMD, lane by lane, for other targets.
     #[cfg(not(target_feature = "simd128"))]
-    pub fn q8(rows: [(&[i8], &[f32]); 4], a: &ActivationRow) -> [f32; 4] {
-        rows.map(|(q, s)| {
-            let mut lanes = [0f32; 4];
-            let blocks = q.chunks_exact(BLOCK).zip(a.quants.chunks_exact(BLOCK));
-            for ((w, x), (&ws, &sa)) in blocks.zip(s.iter().zip(a.scales)) {
+    pub fn q8(group: &[u8], a: &ActivationRow) -> [f32; 4] {
+        let blocks = check(group, a, Kind::Q8);
+        let mut lanes = [[0f32; 4]; GROUP];
+        for (b, block) in group
+            .chunks_exact(Kind::Q8.stride())
+            .enumerate()
+            .take(blocks)
+        {
+            let x = &a.quants[b * BLOCK..(b + 1) * BLOCK];
+            for (r, lanes) in lanes.iter_mut().enumerate() {
+                let w = &block[Kind::Q8.header() + r * BLOCK..][..BLOCK];
                 let mut sums = [0i32; 4];
                 for (i, (&w, &x)) in w.iter().zip(x).enumerate() {
                     // Lane (i mod 8) / 2, as i32x4.dot_i16x8 sums.
-                    sums[i % 8 / 2] += i32::from(w) * i32::from(x);
+                    sums[i % 8 / 2] += i32::from(w as i8) * i32::from(x);
                 }
+                let scale = super::f32_at(block, 4 * r) * a.scales[b];
                 for (lane, sum) in lanes.iter_mut().zip(sums) {
-                    *lane += sum as f32 * (ws * sa);
+                    *lane += sum as f32 * scale;
                 }
             }
-            lanes[0] + lanes[1] + lanes[2] + lanes[3]
-        })
+        }
+        lanes.map(|l| l[0] + l[1] + l[2] + l[3])
     }
 
     #[cfg(all(target_feature = "simd128", target_feature = "relaxed-simd"))]
-    pub fn q4_1(rows: [(&[u8], &[f32], &[f32]); 4], a: &ActivationRow) -> [f32; 4] {
+    pub fn q4_1(group: &[u8], a: &ActivationRow) -> [f32; 4] {
         use core::arch::wasm32::*;
-        let blocks = a.scales.len();
-        for (q, s, m) in rows {
-            assert!(q.len() * 2 == a.quants.len() && s.len() == blocks && m.len() == blocks);
-        }
-        assert!(a.quants.len() == blocks * BLOCK && a.sums.len() == blocks);
-        let mut acc = [f32x4_splat(0.0); 4];
-        let mut mins = [0f32; 4];
+        let blocks = check(group, a, Kind::Q4_1);
+        let mut acc = [f32x4_splat(0.0); GROUP];
+        let mut mins = f32x4_splat(0.0);
         let low = u8x16_splat(0x0F);
-        // SAFETY: block `b` reads bytes 32b..32b+32 of the activations and
-        // 16b..16b+16 of each row, whose lengths are checked above, and
-        // entry `b` of slices of `blocks` entries.
+        // SAFETY: block `b` reads bytes 96b..96b+96 of the group, 32b..32b+32
+        // of the activations and entry `b` of theirs sums and scales,
+        // lengths checked above.
         unsafe {
+            let mut w = group.as_ptr();
             for b in 0..blocks {
                 let p = a.quants.as_ptr().add(b * BLOCK);
                 let (x0, x1) = (v128_load(p.cast()), v128_load(p.add(16).cast()));
-                let sa = *a.scales.get_unchecked(b);
-                let sum = *a.sums.get_unchecked(b);
-                for (r, (q, s, m)) in rows.iter().enumerate() {
-                    let w = v128_load(q.as_ptr().add(b * BLOCK / 2).cast());
+                let d = f32x4_mul(v128_load(w.cast()), f32x4_splat(*a.scales.get_unchecked(b)));
+                let m = v128_load(w.add(16).cast());
+                mins = f32x4_add(mins, f32x4_mul(m, f32x4_splat(*a.sums.get_unchecked(b))));
+                let d = [
+                    i32x4_shuffle::<0, 0, 0, 0>(d, d),
+                    i32x4_shuffle::<1, 1, 1, 1>(d, d),
+                    i32x4_shuffle::<2, 2, 2, 2>(d, d),
+                    i32x4_shuffle::<3, 3, 3, 3>(d, d),
+                ];
+                for (r, d) in d.iter().enumerate() {
+                    let q = v128_load(w.add(32 + r * BLOCK / 2).cast());
                     // Nibbles are 0..=15, inside the unsigned operand's
                     // 7-bit range, so every lowering gives the exact sum.
                     let dot =
-                        i32x4_relaxed_dot_i8x16_i7x16_add(x0, v128_and(w, low), i32x4_splat(0));
-                    let dot = i32x4_relaxed_dot_i8x16_i7x16_add(x1, u8x16_shr(w, 4), dot);
-                    let scale = f32x4_splat(*s.get_unchecked(b) * sa);
-                    acc[r] = f32x4_add(acc[r], f32x4_mul(f32x4_convert_i32x4(dot), scale));
-                    mins[r] += *m.get_unchecked(b) * sum;
+                        i32x4_relaxed_dot_i8x16_i7x16_add(x0, v128_and(q, low), i32x4_splat(0));
+                    let dot = i32x4_relaxed_dot_i8x16_i7x16_add(x1, u8x16_shr(q, 4), dot);
+                    acc[r] = f32x4_add(acc[r], f32x4_mul(f32x4_convert_i32x4(dot), *d));
                 }
+                w = w.add(Kind::Q4_1.stride());
             }
         }
+        let mins = [
+            f32x4_extract_lane::<0>(mins),
+            f32x4_extract_lane::<1>(mins),
+            f32x4_extract_lane::<2>(mins),
+            f32x4_extract_lane::<3>(mins),
+        ];
         let mut out = [0f32; 4];
         for ((out, v), min) in out.iter_mut().zip(acc).zip(mins) {
             *out = f32x4_extract_lane::<0>(v)
@@ -333,15 +358,19 @@ mod kernel {
         out
     }
 
-    /// Without relaxed SIMD: the same sums, one value at a time.
     #[cfg(not(all(target_feature = "simd128", target_feature = "relaxed-simd")))]
-    pub fn q4_1(rows: [(&[u8], &[f32], &[f32]); 4], a: &ActivationRow) -> [f32; 4] {
-        rows.map(|(q, s, m)| {
-            let mut total = 0f32;
-            let mut mins = 0f32;
-            let blocks = q.chunks_exact(BLOCK / 2).zip(a.quants.chunks_exact(BLOCK));
-            for (b, (w, x)) in blocks.enumerate() {
-                let (x0, x1) = x.split_at(BLOCK / 2);
+    pub fn q4_1(group: &[u8], a: &ActivationRow) -> [f32; 4] {
+        let blocks = check(group, a, Kind::Q4_1);
+        let mut out = [0f32; GROUP];
+        let mut mins = [0f32; GROUP];
+        for (b, block) in group
+            .chunks_exact(Kind::Q4_1.stride())
+            .enumerate()
+            .take(blocks)
+        {
+            let (x0, x1) = a.quants[b * BLOCK..(b + 1) * BLOCK].split_at(BLOCK / 2);
+            for r in 0..GROUP {
+                let w = &block[Kind::Q4_1.header() + r * BLOCK / 2..][..BLOCK / 2];
                 let dot: i32 = w
                     .iter()
                     .zip(x0.iter().zip(x1))
@@ -349,11 +378,11 @@ mod kernel {
                         i32::from(w & 0x0F) * i32::from(x0) + i32::from(w >> 4) * i32::from(x1)
                     })
                     .sum();
-                total += dot as f32 * (s[b] * a.scales[b]);
-                mins += m[b] * a.sums[b];
+                out[r] += dot as f32 * (super::f32_at(block, 4 * r) * a.scales[b]);
+                mins[r] += super::f32_at(block, 4 * (GROUP + r)) * a.sums[b];
             }
-            total + mins
-        })
+        }
+        [0, 1, 2, 3].map(|r| out[r] + mins[r])
     }
 }
 
@@ -363,8 +392,8 @@ struct Storage(Arc<Matrix>);
 impl QuantizedType for Storage {
     fn dtype(&self) -> GgmlDType {
         match self.0.kind {
-            Kind::Q8 { .. } => GgmlDType::Q8_0,
-            Kind::Q4_1 { .. } => GgmlDType::Q4_1,
+            Kind::Q8 => GgmlDType::Q8_0,
+            Kind::Q4_1 => GgmlDType::Q4_1,
         }
     }
 
@@ -404,15 +433,11 @@ impl QuantizedType for Storage {
     }
 
     fn storage_size_in_bytes(&self) -> usize {
-        let values = match &self.0.kind {
-            Kind::Q8 { quants } => quants.len(),
-            Kind::Q4_1 { mins, nibbles } => nibbles.len() + 4 * mins.len(),
-        };
-        values + 4 * self.0.scales.len()
+        self.0.data.len()
     }
 
     fn as_ptr(&self) -> *const u8 {
-        self.0.scales.as_ptr().cast()
+        self.0.data.as_ptr()
     }
 
     fn block_size(&self) -> usize {
@@ -449,7 +474,7 @@ mod tests {
     /// (a swapped nibble or a misplaced scale is far outside it).
     #[test]
     fn products_match_the_dequantized_weights() {
-        let (m, k, n) = (3, 96, 7);
+        let (m, k, n) = (3, 96, 8);
         for dtype in [GgmlDType::Q8_0, GgmlDType::Q4_1] {
             let weights = Tensor::from_vec(values(n * k, 37), (n, k), &Device::Cpu).unwrap();
             let quantized = QTensor::quantize(&weights, dtype).unwrap();
@@ -479,9 +504,12 @@ mod tests {
     }
 
     #[test]
-    fn other_types_are_left_to_candle() {
-        let weights = Tensor::from_vec(values(64, 7), (2, 32), &Device::Cpu).unwrap();
+    fn other_types_and_shapes_are_left_to_candle() {
+        let weights = Tensor::from_vec(values(128, 7), (4, 32), &Device::Cpu).unwrap();
         let quantized = QTensor::quantize(&weights, GgmlDType::Q4_0).unwrap();
+        assert!(Matrix::from_qtensor(&quantized).unwrap().is_none());
+        let weights = Tensor::from_vec(values(96, 7), (3, 32), &Device::Cpu).unwrap();
+        let quantized = QTensor::quantize(&weights, GgmlDType::Q8_0).unwrap();
         assert!(Matrix::from_qtensor(&quantized).unwrap().is_none());
     }
 }
