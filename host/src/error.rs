@@ -37,6 +37,10 @@ pub enum Error {
     /// The object or route does not exist (or is not visible to the caller).
     #[error("{0}")]
     NotFound(String),
+    /// The request names a model that is not served (OpenAI's
+    /// `model_not_found`, with `param: "model"`).
+    #[error("{0}")]
+    ModelNotFound(String),
     /// The route exists but not for this method.
     #[error("method {method} is not allowed on {path}; allowed: {allowed}")]
     MethodNotAllowed {
@@ -99,7 +103,7 @@ impl Error {
             Error::InvalidRequest { .. } | Error::InvalidJson { .. } => StatusCode::BAD_REQUEST,
             Error::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
             Error::PermissionDenied(_) => StatusCode::FORBIDDEN,
-            Error::NotFound(_) => StatusCode::NOT_FOUND,
+            Error::NotFound(_) | Error::ModelNotFound(_) => StatusCode::NOT_FOUND,
             Error::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             Error::Conflict(_) => StatusCode::CONFLICT,
             Error::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
@@ -134,6 +138,7 @@ impl Error {
             Error::Unauthenticated(_) => "invalid_api_key",
             Error::PermissionDenied(_) => "permission_denied",
             Error::NotFound(_) => "not_found",
+            Error::ModelNotFound(_) => "model_not_found",
             Error::MethodNotAllowed { .. } => "method_not_allowed",
             Error::Conflict(_) => "conflict",
             Error::PayloadTooLarge { .. } => "payload_too_large",
@@ -152,6 +157,7 @@ impl Error {
             Error::InvalidRequest { param, .. } | Error::InvalidJson { param, .. } => {
                 param.as_deref()
             }
+            Error::ModelNotFound(_) => Some("model"),
             _ => None,
         }
     }

@@ -318,7 +318,7 @@ async fn bad_requests_get_openai_error_objects() {
         (
             json!({"model": "gpt-17", "messages": [{"role": "user", "content": "hi"}]}),
             404,
-            None,
+            Some("model"),
         ),
         (ask("hi", json!({"n": 2})), 400, Some("n")),
         (
@@ -354,6 +354,9 @@ async fn bad_requests_get_openai_error_objects() {
         let error = assert_error_shape(&reply);
         if let Some(param) = param {
             assert_eq!(error["param"], param, "{reply}");
+        }
+        if status == 404 {
+            assert_eq!(error["code"], "model_not_found", "{reply}");
         }
     }
     let response = host
@@ -454,6 +457,87 @@ async fn the_stock_openai_python_client_works() {
         "the openai client failed:\n{stdout}\n{stderr}\n(.ci/run installs it: pip install openai)"
     );
     assert!(stdout.contains("all checks passed"), "{stdout}");
+}
+
+/// The stock Rust client, `async-openai`, pointed at our base URL.
+#[tokio::test]
+async fn the_stock_async_openai_client_works() {
+    use async_openai::Client;
+    use async_openai::config::OpenAIConfig;
+    use async_openai::error::OpenAIError;
+    use async_openai::types::chat::{
+        ChatCompletionRequestUserMessageArgs, ChatCompletionStreamOptions,
+        CreateChatCompletionRequestArgs, FinishReason,
+    };
+    use futures_util::StreamExt;
+
+    let host = Host::start();
+    let alice = world(&host).await;
+    let config = OpenAIConfig::new()
+        .with_api_base(host.url("/v1"))
+        .with_api_key(&alice)
+        .with_project_id("ml/vision");
+    let client = Client::with_config(config);
+
+    let models = client.models().list().await.expect("listing models");
+    assert!(
+        models.data.iter().any(|m| m.id == MODEL),
+        "{:?}",
+        models.data
+    );
+
+    let message = ChatCompletionRequestUserMessageArgs::default()
+        .content("Name three colours.")
+        .build()
+        .unwrap();
+    let request = || {
+        CreateChatCompletionRequestArgs::default()
+            .model(MODEL)
+            .messages([message.clone().into()])
+            .max_completion_tokens(12u32)
+            .temperature(0.0)
+            .to_owned()
+    };
+    let reply = client
+        .chat()
+        .create(request().build().unwrap())
+        .await
+        .unwrap();
+    let text = reply.choices[0].message.content.clone().unwrap();
+    assert_eq!(text, "1. Red: This is the most obvious colour, but");
+    assert_eq!(reply.choices[0].finish_reason, Some(FinishReason::Length));
+    let usage = reply.usage.expect("usage");
+    assert_eq!(usage.completion_tokens, 12);
+    assert_eq!(usage.total_tokens, usage.prompt_tokens + 12);
+
+    let streamed = request()
+        .stream_options(ChatCompletionStreamOptions {
+            include_usage: Some(true),
+            include_obfuscation: None,
+        })
+        .build()
+        .unwrap();
+    let mut stream = client.chat().create_stream(streamed).await.unwrap();
+    let (mut pieces, mut last_usage, mut finish) = (String::new(), None, None);
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.expect("a stream chunk");
+        for choice in &chunk.choices {
+            pieces.push_str(choice.delta.content.as_deref().unwrap_or(""));
+            finish = finish.or(choice.finish_reason);
+        }
+        last_usage = chunk.usage.or(last_usage);
+    }
+    assert_eq!(pieces, text);
+    assert_eq!(finish, Some(FinishReason::Length));
+    assert_eq!(last_usage.expect("the usage chunk"), usage);
+
+    let unknown = request().model("gpt-17").build().unwrap();
+    match client.chat().create(unknown).await {
+        Err(OpenAIError::ApiError(e)) => {
+            assert_eq!(e.code.as_deref(), Some("model_not_found"), "{e:?}")
+        }
+        other => panic!("expected an API error, got {other:?}"),
+    }
 }
 
 /// A Python with the stock `openai` package: a venv in `target/`, made once.

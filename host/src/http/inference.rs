@@ -53,7 +53,7 @@ pub async fn show_model(
         .find(|m| m.id == id)
         .map(|m| axum::Json(model_object(m)))
         .ok_or_else(|| {
-            Error::NotFound(format!(
+            Error::ModelNotFound(format!(
                 "the model '{id}' does not exist; GET /v1/models lists the models served"
             ))
         })

@@ -168,7 +168,7 @@ impl Inference {
                     request.model
                 )));
             }
-            return Err(Error::NotFound(format!(
+            return Err(Error::ModelNotFound(format!(
                 "the model '{}' does not exist; GET /v1/models lists the models served",
                 request.model
             )));
