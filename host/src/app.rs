@@ -46,6 +46,16 @@ impl App {
             .clone()
             .unwrap_or_else(|| cfg.data_dir.join("cache"));
         let plugins = Plugins::start(&cache_dir, &cfg.queues.plugin).await?;
+        // Built-in backends first: they reserve their model ids before any
+        // backend plugin in the directory is loaded.
+        let inference = Inference::start(
+            &cfg,
+            &cache_dir,
+            store.clone(),
+            WorkQueue::start("inference", &cfg.queues.inference),
+            plugins.clone(),
+        )
+        .await;
         let watcher = Watcher::new(&cfg.plugins_dir, plugins.clone());
         watcher.scan().await;
         watcher.spawn(Duration::from_millis(cfg.plugins.watch_interval_ms));
@@ -60,13 +70,6 @@ impl App {
             sender.clone(),
             cfg.delivery.clone(),
         );
-        let inference = Inference::start(
-            &cfg,
-            &cache_dir,
-            store.clone(),
-            WorkQueue::start("inference", &cfg.queues.inference),
-        )
-        .await;
         let app = App {
             dispatcher,
             sender,

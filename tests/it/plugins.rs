@@ -650,6 +650,27 @@ fn plugin_check_validates_and_dry_runs_a_component() {
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("wasi:sockets/tcp"), "{stderr}");
+
+    // A model backend is checked with its manifest's grant and lists its models.
+    let backend = format!("{}/model_openai.wasm", env!("SWITCHYARD_PLUGIN_BUILD_DIR"));
+    let manifest = dir.path().join("team-llm.toml");
+    std::fs::write(
+        &manifest,
+        "kind = \"model-backend\"\nversion = \"1\"\n[backend]\nallow_hosts = [\"127.0.0.1:9\"]\n\
+         env = { UPSTREAM_URL = \"http://127.0.0.1:9/v1\", MODELS = \"team-llm=llama\" }\n",
+    )
+    .unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args(["plugin", "check", &backend, "--manifest"])
+        .arg(&manifest)
+        .env("SWITCHYARD_PLUGIN_CACHE_DIR", dir.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["kind"], "model-backend");
+    assert_eq!(report["models"], json!(["team-llm"]));
 }
 
 #[tokio::test]

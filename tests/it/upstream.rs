@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use serde_json::{Value, json};
 
-use crate::harness::{Host, INFERENCE, assert_error_shape};
+use crate::harness::{Host, INFERENCE, assert_error_shape, plugin_wasm};
 
 /// What the upstream received: (authorization header, body).
 type Seen = Arc<Mutex<Vec<(String, Value)>>>;
@@ -229,4 +229,156 @@ async fn a_host_outside_the_allow_list_is_denied() {
         seen.lock().unwrap().is_empty(),
         "nothing reached the upstream"
     );
+}
+
+/// The upload query granting `model_openai.wasm` the fake upstream, serving
+/// `models` (`id=upstream-id`, comma-separated).
+fn backend_query(upstream: &str, version: &str, models: &str) -> String {
+    let env_models: String = url::form_urlencoded::byte_serialize(models.as_bytes()).collect();
+    format!(
+        "kind=model-backend&version={version}&allow_hosts={upstream}&api_key_env=FAKE_KEY&per_call=true\
+         &env.UPSTREAM_URL=http://{upstream}/v1&env.MODELS={env_models}"
+    )
+}
+
+async fn model_ids(host: &Host, key: &str) -> Vec<String> {
+    let (_, models) = host.call("GET", "/v1/models", key, None).await;
+    models["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn operators_load_replace_and_remove_model_backends_at_runtime() {
+    let (upstream, seen) = fake_upstream().await;
+    let host = host_with(&upstream, "");
+    let alice = host.create_user("alice").await;
+    let wasm = plugin_wasm("model_openai");
+
+    let query = backend_query(&upstream, "1.0.0", "team-llm=upstream-model");
+    let (status, body) = host.upload_plugin("team-llm", &query, wasm.clone()).await;
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(body["kind"], "model-backend");
+    assert_eq!(body["models"], json!(["team-llm"]));
+    assert!(model_ids(&host, &alice).await.contains(&"team-llm".into()));
+
+    let (status, text) = chat(&host, &alice, "team-llm", false).await;
+    assert_eq!(status, 200, "{text}");
+    let reply: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(reply["model"], "team-llm");
+    assert_eq!(reply["choices"][0]["message"]["content"], "Hello");
+    let (auth, sent) = seen.lock().unwrap().last().cloned().unwrap();
+    assert_eq!(
+        auth, "Bearer up-key",
+        "the host adds the credential it holds"
+    );
+    assert_eq!(sent["model"], "upstream-model");
+    let (_, usage) = host.call("GET", "/v1/me/usage", &alice, None).await;
+    assert_eq!(usage["by_model"]["team-llm"]["total_tokens"], 13, "{usage}");
+    let (_, info) = host.get("/v1/admin/plugins/team-llm").await;
+    assert_eq!(info["calls"], 1, "{info}");
+
+    // A replacement swaps the models served; the old id is gone.
+    let query = backend_query(&upstream, "2.0.0", "team-llm-2=upstream-model");
+    let (status, body) = host.upload_plugin("team-llm", &query, wasm.clone()).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["replaced"]["version"], "1.0.0");
+    let ids = model_ids(&host, &alice).await;
+    assert!(
+        ids.contains(&"team-llm-2".into()) && !ids.contains(&"team-llm".into()),
+        "{ids:?}"
+    );
+    let (status, text) = chat(&host, &alice, "team-llm", false).await;
+    assert_eq!(status, 404, "{text}");
+    assert_eq!(chat(&host, &alice, "team-llm-2", true).await.0, 200);
+
+    // Model ids belong to one backend: a built-in's or another plugin's are refused.
+    for taken in ["fake-1=upstream-model", "team-llm-2=upstream-model"] {
+        let query = backend_query(&upstream, "1", taken);
+        let (status, body) = host.upload_plugin("other-llm", &query, wasm.clone()).await;
+        assert_eq!(status, 409, "{body}");
+        let message = assert_error_shape(&body)["message"].as_str().unwrap();
+        assert!(message.contains("already served by"), "{message}");
+    }
+
+    // Removing it stops serving its models.
+    let (status, _) = host.delete("/v1/admin/plugins/team-llm").await;
+    assert_eq!(status, 204);
+    assert_eq!(chat(&host, &alice, "team-llm-2", false).await.0, 404);
+}
+
+#[tokio::test]
+async fn backend_uploads_are_checked_before_anything_is_served() {
+    let (upstream, seen) = fake_upstream().await;
+    let host = host_with(&upstream, "");
+    let wasm = plugin_wasm("model_openai");
+    let grantless =
+        format!("kind=model-backend&version=1&env.UPSTREAM_URL=http://{upstream}/v1&env.MODELS=x");
+    let unset_key = backend_query(&upstream, "1", "x").replace("FAKE_KEY", "NO_SUCH_KEY");
+    let cases = [
+        // HTTP without an allow-list to use it with.
+        (grantless.as_str(), wasm.clone(), 400, "allow_hosts"),
+        // A credential the host does not have.
+        (unset_key.as_str(), wasm.clone(), 400, "NO_SUCH_KEY"),
+        // A payload template is not a model backend.
+        (
+            "kind=model-backend&version=1",
+            plugin_wasm("template_default"),
+            400,
+            "model-backend world",
+        ),
+        // Grants are for backends only.
+        (
+            "kind=payload-template&version=1&allow_hosts=a.example:443",
+            plugin_wasm("template_default"),
+            400,
+            "model-backend",
+        ),
+        (
+            "kind=model-backend&version=1&allow_hosts=a.example",
+            wasm.clone(),
+            400,
+            "host:port",
+        ),
+    ];
+    for (query, wasm, want, says) in cases {
+        let (status, body) = host.upload_plugin("bad-llm", query, wasm).await;
+        assert_eq!(status, want, "{query}: {body}");
+        let message = assert_error_shape(&body)["message"].as_str().unwrap();
+        assert!(message.contains(says), "{query}: {message}");
+    }
+    assert_eq!(host.get("/v1/admin/plugins/bad-llm").await.0, 404);
+    assert!(seen.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_backend_in_the_plugins_directory_is_served_from_start() {
+    let (upstream, _) = fake_upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("dir-llm.wasm"), plugin_wasm("model_openai")).unwrap();
+    std::fs::write(
+        dir.path().join("dir-llm.toml"),
+        format!(
+            "kind = \"model-backend\"\nversion = \"3.1.0\"\n[limits]\ntimeout_ms = 5000\n\
+             [backend]\nallow_hosts = [\"{upstream}\"]\napi_key_env = \"FAKE_KEY\"\nper_call = true\n\
+             env = {{ UPSTREAM_URL = \"http://{upstream}/v1\", MODELS = \"dir-llm=upstream-model\" }}\n"
+        ),
+    )
+    .unwrap();
+    let host = Host::builder()
+        .env("FAKE_KEY", "up-key")
+        .env("SWITCHYARD_PLUGINS_DIR", dir.path().to_str().unwrap())
+        .config(INFERENCE)
+        .start();
+    let alice = host.create_user("alice").await;
+    let (status, info) = host.get("/v1/admin/plugins/dir-llm").await;
+    assert_eq!(status, 200, "{info}");
+    assert_eq!(info["source"], "directory");
+    assert_eq!(info["limits"]["timeout_ms"], 5000);
+    let (status, text) = chat(&host, &alice, "dir-llm", false).await;
+    assert_eq!(status, 200, "{text}");
+    assert!(text.contains("Hello"), "{text}");
 }

@@ -2,18 +2,19 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
+use std::collections::BTreeMap;
+
+use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::json::{WasmBody, parse};
-use super::query::Query;
 use super::{Caller, Json};
 use crate::app::App;
 use crate::error::{Error, Result};
 use crate::plugin::input::{FilterInput, TemplateInput};
-use crate::plugin::manifest::{LimitOverrides, validate_name, validate_version};
+use crate::plugin::manifest::{BackendGrant, LimitOverrides, validate_name, validate_version};
 use crate::plugin::registry::Spec;
 use crate::plugin::{Kind, Plugin, Source, builtin};
 
@@ -23,7 +24,7 @@ fn require_operator(caller: &Caller) -> Result<()> {
 
 /// What the API shows of a plugin.
 pub fn describe(plugin: &Plugin) -> Value {
-    json!({
+    let mut shown = json!({
         "name": plugin.name,
         "kind": plugin.kind,
         "version": plugin.version,
@@ -35,7 +36,12 @@ pub fn describe(plugin: &Plugin) -> Value {
         "calls": plugin.stats().calls(),
         "failures": plugin.stats().failures(),
         "p50_us": plugin.stats().p50_us(),
-    })
+    });
+    if let Some(served) = plugin.served() {
+        let ids: Vec<&str> = served.models.iter().map(|m| m.id.as_str()).collect();
+        shown["models"] = json!(ids);
+    }
+    shown
 }
 
 pub async fn list(State(app): State<App>, caller: Caller) -> Result<axum::Json<Value>> {
@@ -75,26 +81,91 @@ pub struct Upload {
     memory_mb: Option<u64>,
     cpu_ms: Option<u64>,
     timeout_ms: Option<u64>,
+    /// Model backends: `host:port` authorities, comma-separated.
+    allow_hosts: Option<String>,
+    /// Model backends: the host variable holding the upstream credential.
+    api_key_env: Option<String>,
+    /// Model backends: a fresh instance per call.
+    per_call: Option<bool>,
+}
+
+impl Upload {
+    /// Parses the query: the fields above, and `env.NAME=value` pairs, which
+    /// are a model backend's environment.
+    fn parse(query: &str) -> Result<(Upload, BTreeMap<String, String>)> {
+        let (env, rest): (Vec<_>, Vec<_>) = url::form_urlencoded::parse(query.as_bytes())
+            .into_owned()
+            .partition(|(key, _)| key.starts_with("env."));
+        let rest = url::form_urlencoded::Serializer::new(String::new())
+            .extend_pairs(rest)
+            .finish();
+        let upload = serde_urlencoded::from_str(&rest).map_err(|e| Error::InvalidRequest {
+            message: format!("invalid query parameters: {e}"),
+            param: None,
+        })?;
+        let env = env
+            .into_iter()
+            .map(|(key, value)| (key["env.".len()..].to_string(), value))
+            .collect();
+        Ok((upload, env))
+    }
+
+    /// The backend grant these parameters describe, if any were given.
+    fn grant(&self, env: BTreeMap<String, String>) -> Option<BackendGrant> {
+        let given = !env.is_empty()
+            || self.allow_hosts.is_some()
+            || self.api_key_env.is_some()
+            || self.per_call.is_some();
+        given.then(|| BackendGrant {
+            env,
+            allow_hosts: self
+                .allow_hosts
+                .iter()
+                .flat_map(|hosts| hosts.split(','))
+                .map(|h| h.trim().to_string())
+                .filter(|h| !h.is_empty())
+                .collect(),
+            api_key_env: self.api_key_env.clone(),
+            per_call: self.per_call.unwrap_or(false),
+        })
+    }
 }
 
 /// `PUT /v1/admin/plugins/{name}?kind=…&version=…[&memory_mb=…&cpu_ms=…&timeout_ms=…]`
-/// with the component as an `application/wasm` body. The component is
-/// compiled and checked before it replaces anything; on failure the old
-/// version keeps serving.
+/// with the component as an `application/wasm` body; a model backend also
+/// takes `allow_hosts`, `api_key_env`, `per_call` and `env.NAME=value`, as in
+/// a manifest's `[backend]`. The component is compiled and checked before it
+/// replaces anything; on failure the old version keeps serving.
 pub async fn upload(
     State(app): State<App>,
     caller: Caller,
     Path(name): Path<String>,
-    Query(params): Query<Upload>,
+    RawQuery(query): RawQuery,
     WasmBody(bytes): WasmBody,
 ) -> Result<(StatusCode, axum::Json<Value>)> {
     require_operator(&caller)?;
+    let (params, env) = Upload::parse(query.as_deref().unwrap_or_default())?;
     validate_name(&name).map_err(|m| Error::invalid("name", m))?;
     validate_version(&params.version).map_err(|m| Error::invalid("version", m))?;
     let kind: Kind = params
         .kind
         .parse()
         .map_err(|m: String| Error::invalid("kind", m))?;
+    let grant = params.grant(env);
+    match &grant {
+        Some(_) if kind != Kind::ModelBackend => {
+            return Err(Error::invalid(
+                "kind",
+                format!(
+                    "allow_hosts, api_key_env, per_call and env.* are for model-backend plugins, and this one is a {kind}"
+                ),
+            ));
+        }
+        Some(grant) => grant
+            .validate()
+            .map_err(|m| Error::invalid("allow_hosts", m))?,
+        None => {}
+    }
     let previous = app.plugins.get(&name);
     if let Some(old) = previous.as_ref().filter(|old| old.kind != kind) {
         return Err(Error::Conflict(format!(
@@ -115,6 +186,7 @@ pub async fn upload(
             .apply(kind),
         ),
         source: Source::Upload,
+        grant,
         bytes: bytes.to_vec(),
     };
     let plugin = app.plugins.load(spec).await?;
@@ -178,5 +250,11 @@ pub async fn invoke(
                 .await?;
             Ok(axum::Json(json!({"matches": matches})))
         }
+        Kind::ModelBackend => Err(Error::invalid(
+            "name",
+            format!(
+                "'{name}' is a model backend: chat with its models through POST /v1/chat/completions"
+            ),
+        )),
     }
 }

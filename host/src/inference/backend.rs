@@ -16,7 +16,9 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use crate::plugin::bindings::v0_1_0::model::{ModelBackend, ModelBackendPre};
 use crate::plugin::engine::{compile_cached, model_engine};
+use crate::plugin::manifest::BackendGrant;
 use crate::plugin::state::MemoryLimiter;
+use crate::plugin::{Kind, Limits, capabilities};
 
 use super::egress::Egress;
 
@@ -44,6 +46,33 @@ pub struct Setup {
     /// A fresh instance per call (stateless proxies, which then run in
     /// parallel) rather than one long-lived instance (models with weights).
     pub fresh_per_call: bool,
+}
+
+impl Setup {
+    /// The setup an operator's grant describes: its environment, its
+    /// network allow-list with the credential read from the host's
+    /// environment now, no files, and `limits`' memory cap and timeout.
+    pub fn granted(name: String, grant: &BackendGrant, limits: &Limits) -> Result<Setup, String> {
+        let bearer = match &grant.api_key_env {
+            Some(var) => Some(std::env::var(var).map_err(|_| {
+                format!("the environment variable {var} (api_key_env) is not set on the host")
+            })?),
+            None => None,
+        };
+        let egress = (!grant.allow_hosts.is_empty()).then(|| Egress {
+            allow: grant.allow_hosts.clone(),
+            bearer,
+        });
+        Ok(Setup {
+            name,
+            env: grant.env.clone().into_iter().collect(),
+            preopens: Vec::new(),
+            egress,
+            memory_bytes: limits.memory_bytes,
+            timeout: limits.timeout(),
+            fresh_per_call: grant.per_call,
+        })
+    }
 }
 
 /// Store data of a backend instance.
@@ -120,13 +149,21 @@ impl Backend {
         let engine = model_engine()?;
         std::fs::create_dir_all(compile_cache)?;
         let component: Component = compile_cached(&engine, compile_cache, bytes)?;
+        check_imports(&engine, &component, setup.egress.is_some())?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
         if setup.egress.is_some() {
             wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
         }
         ModelBackend::add_to_linker::<_, HasSelf<BackendState>>(&mut linker, |s| s)?;
-        let pre = ModelBackendPre::new(linker.instantiate_pre(&component)?)?;
+        let pre = linker
+            .instantiate_pre(&component)
+            .and_then(ModelBackendPre::new)
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "it does not implement the model-backend world of switchyard:plugin@0.1.0: {e:#}"
+                )
+            })?;
         Ok(Arc::new(Backend {
             setup,
             engine,
@@ -268,4 +305,29 @@ impl Backend {
         let bindings = self.pre.instantiate_async(&mut store).await?;
         Ok(Live { store, bindings })
     }
+}
+
+/// Refuses imports outside the model-backend kind, and `wasi:http` without an
+/// allow-list to use it with.
+fn check_imports(engine: &Engine, component: &Component, egress: bool) -> anyhow::Result<()> {
+    let ty = component.component_type();
+    let imports: Vec<&str> = ty.imports(engine).map(|(name, _)| name).collect();
+    let denied = capabilities::disallowed_imports(Kind::ModelBackend, imports.iter().copied());
+    if !denied.is_empty() {
+        anyhow::bail!(
+            "model backends may not import {}; remove those imports",
+            denied.join(", ")
+        );
+    }
+    let http: Vec<&str> = imports
+        .into_iter()
+        .filter(|i| i.starts_with("wasi:http/"))
+        .collect();
+    if !egress && !http.is_empty() {
+        anyhow::bail!(
+            "it imports {} but is granted no network; list the hosts it may call in allow_hosts",
+            http.join(", ")
+        );
+    }
+    Ok(())
 }

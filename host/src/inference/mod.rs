@@ -26,9 +26,10 @@ use self::backend::{Backend, CallError, ChatRequest, ChatResult, ModelInfo, Setu
 use self::usage::Account;
 use wasmtime_wasi::FsPerms;
 
-use self::egress::Egress;
 use crate::cfg::{Config, UpstreamConfig};
 use crate::error::{Error, Result};
+use crate::plugin::manifest::BackendGrant;
+use crate::plugin::{Kind, Limits, Plugin, Plugins};
 use crate::queue::{QueueError, WorkQueue};
 use crate::store::Store;
 
@@ -57,6 +58,8 @@ pub struct Inference {
     store: Store,
     per_project: usize,
     running: Arc<Mutex<HashMap<String, usize>>>,
+    /// Where operators' backend plugins are loaded.
+    plugins: Arc<Plugins>,
 }
 
 /// A chat request under way: text as it is generated, then the outcome.
@@ -77,6 +80,7 @@ impl Inference {
         compile_cache: &Path,
         store: Store,
         queue: WorkQueue,
+        plugins: Arc<Plugins>,
     ) -> Inference {
         let mut specs = vec![(cfg.inference.model_id.clone(), smollm(cfg), SMOLLM_WASM)];
         for upstream in &cfg.inference.upstreams {
@@ -94,6 +98,7 @@ impl Inference {
             store,
             per_project: cfg.inference.per_project_concurrency.max(1),
             running: Arc::default(),
+            plugins,
         };
         let auto_pull = cfg.inference.auto_pull;
         for (id, setup, wasm) in specs {
@@ -122,6 +127,12 @@ impl Inference {
                 }
             }
         }
+        let configured = cfg.inference.upstreams.iter().flat_map(|u| &u.models);
+        let ids = configured
+            .map(|m| m.split('=').next().unwrap_or(m).to_string())
+            .chain([cfg.inference.model_id.clone()])
+            .chain(inference.routes.keys().cloned());
+        inference.plugins.reserve_models(ids);
         inference
     }
 
@@ -137,9 +148,11 @@ impl Inference {
         self.backends.push(backend);
     }
 
-    /// The models served.
-    pub fn models(&self) -> &[ModelInfo] {
-        &self.models
+    /// The models served: the built-in backends', then the plugins'.
+    pub fn models(&self) -> Vec<ModelInfo> {
+        let mut models = self.models.clone();
+        models.extend(self.plugins.backend_models());
+        models
     }
 
     /// The system check's probe: a backend health call through the queue.
@@ -147,7 +160,13 @@ impl Inference {
         if let Some((id, why)) = self.missing.first() {
             anyhow::bail!("the backend for {id} is unavailable: {why}");
         }
-        let backends = self.backends.clone();
+        let mut backends = self.backends.clone();
+        let plugins = self.plugins.list();
+        backends.extend(
+            plugins
+                .iter()
+                .filter_map(|p| Some(p.served()?.backend.clone())),
+        );
         self.queue
             .run(async move {
                 for backend in backends {
@@ -161,18 +180,7 @@ impl Inference {
 
     /// Starts `request` for `account`.
     pub fn chat(&self, account: Account, request: ChatRequest) -> Result<Running> {
-        let Some(backend) = self.routes.get(&request.model).cloned() else {
-            if let Some((_, why)) = self.missing.iter().find(|(id, _)| *id == request.model) {
-                return Err(Error::Unavailable(format!(
-                    "the model '{}' is unavailable: {why}",
-                    request.model
-                )));
-            }
-            return Err(Error::ModelNotFound(format!(
-                "the model '{}' does not exist; GET /v1/models lists the models served",
-                request.model
-            )));
-        };
+        let (backend, plugin) = self.route(&request.model)?;
         let slot = Slot::take(&self.running, &account.scope, self.per_project)?;
         let (text_tx, text) = mpsc::unbounded_channel();
         let (done_tx, done) = oneshot::channel();
@@ -180,7 +188,12 @@ impl Inference {
         let queue = self.queue.clone();
         let job = async move {
             let model = request.model.clone();
+            let started = std::time::Instant::now();
             let result = backend.chat(request, text_tx).await;
+            if let Some(plugin) = plugin {
+                let failed = matches!(result, Err(CallError::Failed(_)));
+                plugin.stats().record(started.elapsed(), failed);
+            }
             if let Ok(r) = &result
                 && let Err(e) = usage::record(
                     &store,
@@ -212,6 +225,28 @@ impl Inference {
             let _ = done_tx.send(outcome);
         });
         Ok(Running { text, done })
+    }
+}
+
+impl Inference {
+    /// The backend serving `model` (and its plugin, if it is one).
+    fn route(&self, model: &str) -> Result<(Arc<Backend>, Option<Arc<Plugin>>)> {
+        if let Some(backend) = self.routes.get(model) {
+            return Ok((backend.clone(), None));
+        }
+        if let Some(plugin) = self.plugins.backend_for(model)
+            && let Some(served) = plugin.served()
+        {
+            return Ok((served.backend.clone(), Some(plugin)));
+        }
+        if let Some((_, why)) = self.missing.iter().find(|(id, _)| id == model) {
+            return Err(Error::Unavailable(format!(
+                "the model '{model}' is unavailable: {why}"
+            )));
+        }
+        Err(Error::ModelNotFound(format!(
+            "the model '{model}' does not exist; GET /v1/models lists the models served"
+        )))
     }
 }
 
@@ -255,35 +290,30 @@ fn proxy(upstream: &UpstreamConfig) -> std::result::Result<Setup, String> {
     let url = url::Url::parse(&upstream.base_url).map_err(|e| format!("base_url: {e}"))?;
     let host = url.host_str().ok_or("base_url has no host")?;
     let port = url.port_or_known_default().ok_or("base_url has no port")?;
-    let bearer = match &upstream.api_key_env {
-        Some(var) => Some(
-            std::env::var(var)
-                .map_err(|_| format!("the environment variable {var} (api_key_env) is not set"))?,
-        ),
-        None => None,
+    let grant = BackendGrant {
+        env: [
+            ("UPSTREAM_URL".to_string(), upstream.base_url.clone()),
+            ("MODELS".to_string(), upstream.models.join(",")),
+        ]
+        .into(),
+        allow_hosts: upstream
+            .allow_hosts
+            .clone()
+            .unwrap_or_else(|| vec![format!("{host}:{port}")]),
+        api_key_env: upstream.api_key_env.clone(),
+        per_call: true,
     };
-    Ok(Setup {
-        name: format!(
-            "model-openai@{} ({})",
-            env!("CARGO_PKG_VERSION"),
-            upstream.name
-        ),
-        env: vec![
-            ("UPSTREAM_URL".into(), upstream.base_url.clone()),
-            ("MODELS".into(), upstream.models.join(",")),
-        ],
-        preopens: Vec::new(),
-        egress: Some(Egress {
-            allow: upstream
-                .allow_hosts
-                .clone()
-                .unwrap_or_else(|| vec![format!("{host}:{port}")]),
-            bearer,
-        }),
+    let limits = Limits {
         memory_bytes: 64 << 20,
-        timeout: Duration::from_millis(upstream.timeout_ms),
-        fresh_per_call: true,
-    })
+        timeout_ms: upstream.timeout_ms,
+        ..Limits::default_for(Kind::ModelBackend)
+    };
+    let name = format!(
+        "model-openai@{} ({})",
+        env!("CARGO_PKG_VERSION"),
+        upstream.name
+    );
+    Setup::granted(name, &grant, &limits)
 }
 
 fn load(

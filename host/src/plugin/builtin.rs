@@ -39,6 +39,7 @@ pub fn specs() -> Vec<Spec> {
         version: env!("CARGO_PKG_VERSION").to_string(),
         limits: None,
         source: Source::Builtin,
+        grant: None,
         bytes: bytes.to_vec(),
     })
     .collect()

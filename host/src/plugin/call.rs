@@ -112,5 +112,8 @@ pub fn prepare(
             Pre::Template(template::PayloadTemplatePre::new(instance_pre).map_err(world)?)
         }
         Kind::EventFilter => Pre::Filter(filter::EventFilterPre::new(instance_pre).map_err(world)?),
+        Kind::ModelBackend => {
+            return Err("model backends are loaded by the inference service".into());
+        }
     })
 }

@@ -33,6 +33,9 @@ const BASE: &[&str] = &[
 fn extra(kind: Kind) -> &'static [&'static str] {
     match kind {
         Kind::PayloadTemplate | Kind::EventFilter => &[],
+        // The network only as `wasi:http`, and only to hosts its grant lists
+        // (see `inference::egress`); never raw sockets.
+        Kind::ModelBackend => &["switchyard:plugin/output", "wasi:http/*"],
     }
 }
 
@@ -82,6 +85,19 @@ mod tests {
     fn filters_may_not_import_model_output() {
         let imports = ["switchyard:plugin/output@0.1.0"];
         assert_eq!(disallowed_imports(Kind::EventFilter, imports).len(), 1);
+    }
+
+    #[test]
+    fn model_backends_may_emit_and_use_http_but_not_sockets() {
+        let imports = [
+            "switchyard:plugin/output@0.1.0",
+            "wasi:http/outgoing-handler@0.2.4",
+            "wasi:sockets/tcp@0.2.4",
+        ];
+        assert_eq!(
+            disallowed_imports(Kind::ModelBackend, imports),
+            ["wasi:sockets/tcp@0.2.4"]
+        );
     }
 
     #[test]

@@ -52,7 +52,7 @@ pub async fn check(
     )
     .await?;
     let candidates = kind.map_or_else(
-        || vec![Kind::PayloadTemplate, Kind::EventFilter],
+        || vec![Kind::PayloadTemplate, Kind::EventFilter, Kind::ModelBackend],
         |k| vec![k],
     );
     let mut failures = Vec::new();
@@ -65,6 +65,7 @@ pub async fn check(
                 .map_or("dev".into(), |m| m.version.clone()),
             limits: manifest.as_ref().map(|m| m.limits.apply(kind)),
             source: Source::Directory,
+            grant: manifest.as_ref().and_then(|m| m.backend.clone()),
             bytes: bytes.clone(),
         };
         match plugins.check(spec).await {
@@ -76,6 +77,10 @@ pub async fn check(
                     "sha256": plugin.sha256,
                     "limits": plugin.limits,
                 });
+                if let Some(served) = plugin.served() {
+                    let ids: Vec<&str> = served.models.iter().map(|m| m.id.as_str()).collect();
+                    report["models"] = json!(ids);
+                }
                 if let Some(input) = input {
                     report["result"] = run(&plugins, &plugin, input).await?;
                 }
@@ -110,5 +115,8 @@ async fn run(plugins: &Plugins, plugin: &super::Plugin, input: &Path) -> anyhow:
                 .map_err(failed)?;
             Ok(json!({"matches": matches}))
         }
+        Kind::ModelBackend => bail!(
+            "a model backend takes no input here: check lists its models; load it and call /v1/chat/completions to chat"
+        ),
     }
 }

@@ -67,6 +67,11 @@ impl Runtime {
     pub fn compile(&self, bytes: &[u8]) -> anyhow::Result<Component> {
         compile_cached(&self.engine, &self.cache_dir, bytes)
     }
+
+    /// Where compiled code is cached.
+    pub fn cache_dir(&self) -> &Path {
+        &self.cache_dir
+    }
 }
 
 /// The engine for model backends: long-lived instances holding hundreds of

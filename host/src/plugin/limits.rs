@@ -30,13 +30,21 @@ pub struct Limits {
 }
 
 impl Limits {
-    /// Safe defaults for each kind: templates and filters are small and quick.
+    /// Safe defaults for each kind: templates and filters are small and
+    /// quick; a model backend may hold weights and generate for minutes.
+    /// A backend yields to the host every tick, so only its wall-clock
+    /// `timeout_ms` bounds a call; `cpu_ms` does not apply to it.
     pub fn default_for(kind: Kind) -> Limits {
         match kind {
             Kind::PayloadTemplate | Kind::EventFilter => Limits {
                 memory_bytes: 64 << 20,
                 cpu_ms: 100,
                 timeout_ms: 1_000,
+            },
+            Kind::ModelBackend => Limits {
+                memory_bytes: 512 << 20,
+                cpu_ms: 120_000,
+                timeout_ms: 120_000,
             },
         }
     }

@@ -2,13 +2,20 @@
 //! The upload API takes the same fields as query parameters.
 //!
 //! ```toml
-//! kind = "payload-template"   # or "event-filter"
+//! kind = "payload-template"   # or "event-filter", "model-backend"
 //! version = "1.0.0"
 //! [limits]                    # optional; defaults depend on the kind
 //! memory_mb = 32
 //! cpu_ms = 50
 //! timeout_ms = 500
+//! [backend]                   # model backends only: what they are granted
+//! env = { UPSTREAM_URL = "https://api.example.com/v1" }
+//! allow_hosts = ["api.example.com:443"]
+//! api_key_env = "EXAMPLE_API_KEY"
+//! per_call = true
 //! ```
+
+use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
@@ -25,6 +32,58 @@ pub struct Manifest {
     /// Overrides of the kind's default limits.
     #[serde(default)]
     pub limits: LimitOverrides,
+    /// A model backend's grant.
+    #[serde(default)]
+    pub backend: Option<BackendGrant>,
+}
+
+/// What a model backend is granted beyond WASI basics. Nothing by default:
+/// no environment, no network.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackendGrant {
+    /// Its configuration, given to it as environment variables.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// `host:port` authorities it may call over `wasi:http`.
+    #[serde(default)]
+    pub allow_hosts: Vec<String>,
+    /// The host's environment variable holding the credential the host adds
+    /// to its requests as `Authorization: Bearer …`; the backend never sees it.
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    /// A fresh instance for every call, so calls run side by side (for
+    /// stateless proxies), instead of one long-lived instance that loads its
+    /// weights once and serves one call at a time.
+    #[serde(default)]
+    pub per_call: bool,
+}
+
+impl BackendGrant {
+    /// Checks the grant's values.
+    pub fn validate(&self) -> Result<(), String> {
+        for key in self.env.keys() {
+            if key.is_empty() || key.contains(['=', '\0']) {
+                return Err(format!(
+                    "'{key}' is not a valid environment variable name for env"
+                ));
+            }
+        }
+        for host in &self.allow_hosts {
+            let port = host.rsplit_once(':').map(|(h, p)| (h, p.parse::<u16>()));
+            if !matches!(port, Some((h, Ok(_))) if !h.is_empty()) {
+                return Err(format!(
+                    "allow_hosts entry '{host}' is not host:port, e.g. api.example.com:443"
+                ));
+            }
+        }
+        if self.api_key_env.is_some() && self.allow_hosts.is_empty() {
+            return Err(
+                "api_key_env needs allow_hosts: a credential is only sent to allowed hosts".into(),
+            );
+        }
+        Ok(())
+    }
 }
 
 /// Limits an operator may set; unset ones take the kind's default.
@@ -57,8 +116,17 @@ impl Manifest {
     /// Parses manifest text.
     pub fn parse(text: &str) -> Result<Manifest, String> {
         let manifest: Manifest = toml::from_str(text).map_err(|e| e.to_string())?;
-        manifest.kind()?;
+        let kind = manifest.kind()?;
         validate_version(&manifest.version)?;
+        match &manifest.backend {
+            Some(_) if kind != Kind::ModelBackend => {
+                return Err(format!(
+                    "[backend] is only for model-backend plugins, and this one is a {kind}"
+                ));
+            }
+            Some(grant) => grant.validate()?,
+            None => {}
+        }
         Ok(manifest)
     }
 
@@ -121,6 +189,38 @@ mod tests {
                 .unwrap_err()
                 .contains("colour")
         );
+    }
+
+    #[test]
+    fn backend_grants_are_checked() {
+        let m = Manifest::parse(
+            "kind = \"model-backend\"\nversion = \"1\"\n[backend]\nenv = { A = \"b\" }\nallow_hosts = [\"api.example.com:443\"]\napi_key_env = \"KEY\"",
+        )
+        .unwrap();
+        let grant = m.backend.unwrap();
+        assert_eq!(grant.env["A"], "b");
+        assert!(!grant.per_call);
+        for (bad, says) in [
+            (
+                "kind = \"event-filter\"\nversion = \"1\"\n[backend]",
+                "only for model-backend",
+            ),
+            (
+                "kind = \"model-backend\"\nversion = \"1\"\n[backend]\nallow_hosts = [\"api.example.com\"]",
+                "host:port",
+            ),
+            (
+                "kind = \"model-backend\"\nversion = \"1\"\n[backend]\napi_key_env = \"K\"",
+                "needs allow_hosts",
+            ),
+            (
+                "kind = \"model-backend\"\nversion = \"1\"\n[backend]\nnetwork = true",
+                "network",
+            ),
+        ] {
+            let error = Manifest::parse(bad).unwrap_err();
+            assert!(error.contains(says), "{error}");
+        }
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! - [`limits`]: memory, CPU and wall-clock limits per call.
 //! - [`registry`]: loaded plugins by name, swapped atomically.
 //! - [`call`]: running one call under its limits.
-//! - [`template`] and [`filter`]: the typed calls of each kind.
+//! - [`template`], [`filter`] and [`model`]: the typed calls of each kind.
 //! - [`builtin`], [`manifest`] and [`watch`]: where plugins come from.
 
 pub mod bindings;
@@ -18,6 +18,7 @@ pub mod filter;
 pub mod input;
 pub mod limits;
 pub mod manifest;
+pub mod model;
 pub mod registry;
 pub mod state;
 pub mod template;
@@ -39,6 +40,8 @@ pub enum Kind {
     PayloadTemplate,
     /// `event-filter`: decides whether an event fires an automation.
     EventFilter,
+    /// `model-backend`: serves chat models behind the OpenAI-compatible API.
+    ModelBackend,
 }
 
 impl Kind {
@@ -47,6 +50,7 @@ impl Kind {
         match self {
             Kind::PayloadTemplate => "payload-template",
             Kind::EventFilter => "event-filter",
+            Kind::ModelBackend => "model-backend",
         }
     }
 }
@@ -64,8 +68,9 @@ impl FromStr for Kind {
         match s {
             "payload-template" => Ok(Kind::PayloadTemplate),
             "event-filter" => Ok(Kind::EventFilter),
+            "model-backend" => Ok(Kind::ModelBackend),
             other => Err(format!(
-                "unknown plugin kind '{other}'; expected payload-template or event-filter"
+                "unknown plugin kind '{other}'; expected payload-template, event-filter or model-backend"
             )),
         }
     }
@@ -111,6 +116,9 @@ pub enum PluginError {
         /// Why.
         message: String,
     },
+    /// The plugin would clash with what is already served.
+    #[error("{0}")]
+    Conflict(String),
     /// The plugin work queue refused or lost the job.
     #[error("{0}")]
     Queue(String),
@@ -126,6 +134,7 @@ impl From<PluginError> for crate::error::Error {
             },
             PluginError::NotLoaded { .. } => Error::NotFound(e.to_string()),
             PluginError::Failed { .. } => Error::PluginFailed(e.to_string()),
+            PluginError::Conflict(message) => Error::Conflict(message),
             PluginError::Queue(message) => Error::Unavailable(message),
         }
     }

@@ -18,6 +18,7 @@ use sha2::{Digest, Sha256};
 
 use super::bindings::v0_1_0::{filter, template};
 use super::engine::Runtime;
+use super::manifest::BackendGrant;
 use super::state::State;
 use super::{Kind, Limits, PluginError};
 use crate::cfg::QueueConfig;
@@ -41,6 +42,8 @@ pub enum Pre {
     Template(template::PayloadTemplatePre<State>),
     /// An `event-filter`.
     Filter(filter::EventFilterPre<State>),
+    /// A `model-backend`, instantiated, with the models it serves.
+    Backend(super::model::Served),
 }
 
 /// One loaded plugin.
@@ -78,6 +81,8 @@ pub struct Spec {
     pub limits: Option<Limits>,
     /// Where it came from.
     pub source: Source,
+    /// What a model backend is granted; `None` grants nothing.
+    pub grant: Option<BackendGrant>,
     /// The component.
     pub bytes: Vec<u8>,
 }
@@ -93,7 +98,7 @@ pub struct Stats {
 const RECENT: usize = 1024;
 
 impl Stats {
-    pub(super) fn record(&self, took: Duration, failed: bool) {
+    pub(crate) fn record(&self, took: Duration, failed: bool) {
         let n = self.calls.fetch_add(1, Ordering::Relaxed) as usize;
         if failed {
             self.failures.fetch_add(1, Ordering::Relaxed);
@@ -167,6 +172,8 @@ impl Plugin {
 pub struct Plugins {
     pub(super) runtime: Arc<Runtime>,
     loaded: ArcSwap<HashMap<String, Arc<Plugin>>>,
+    /// Model ids the built-in backends serve, which plugins may not take.
+    pub(super) reserved_models: Mutex<Vec<String>>,
     /// Serialises writers; readers never wait.
     write: Mutex<()>,
     /// Every plugin call runs on this queue (`cpu_queue` in the system check).
@@ -181,6 +188,7 @@ impl Plugins {
         Ok(Arc::new(Plugins {
             runtime,
             loaded: ArcSwap::default(),
+            reserved_models: Mutex::default(),
             write: Mutex::new(()),
             queue: WorkQueue::start("plugin", queue),
         }))
@@ -228,6 +236,7 @@ impl Plugins {
         let plugin = Arc::new(self.build(spec).await?);
         let _guard = self.write.lock().unwrap_or_else(|p| p.into_inner());
         let mut next = HashMap::clone(&self.loaded.load());
+        self.check_model_ids(&plugin, &next)?;
         next.insert(plugin.name.clone(), plugin.clone());
         self.loaded.store(Arc::new(next));
         tracing::info!(plugin = %plugin.id(), kind = %plugin.kind, sha256 = %plugin.sha256, "plugin loaded");
@@ -259,20 +268,29 @@ impl Plugins {
             .limits
             .unwrap_or_else(|| Limits::default_for(spec.kind));
         limits.validate().map_err(load_error)?;
-        let runtime = self.runtime.clone();
         let kind = spec.kind;
-        let bytes = spec.bytes;
-        let (pre, sha256, size_bytes) = tokio::task::spawn_blocking(move || {
-            let sha256 = hex::encode(Sha256::digest(&bytes));
-            let component = runtime
-                .compile(&bytes)
-                .map_err(|e| format!("it is not a valid WebAssembly component: {e:#}"))?;
-            let pre = super::call::prepare(&runtime, kind, &component)?;
-            Ok::<_, String>((pre, sha256, bytes.len()))
-        })
-        .await
-        .map_err(|e| load_error(format!("compilation crashed: {e}")))?
-        .map_err(load_error)?;
+        let sha256 = hex::encode(Sha256::digest(&spec.bytes));
+        let size_bytes = spec.bytes.len();
+        let pre = if kind == Kind::ModelBackend {
+            let grant = spec.grant.unwrap_or_default();
+            Pre::Backend(
+                self.build_backend(&id, &grant, &limits, spec.bytes)
+                    .await
+                    .map_err(load_error)?,
+            )
+        } else {
+            let runtime = self.runtime.clone();
+            let bytes = spec.bytes;
+            tokio::task::spawn_blocking(move || {
+                let component = runtime
+                    .compile(&bytes)
+                    .map_err(|e| format!("it is not a valid WebAssembly component: {e:#}"))?;
+                super::call::prepare(&runtime, kind, &component)
+            })
+            .await
+            .map_err(|e| load_error(format!("compilation crashed: {e}")))?
+            .map_err(load_error)?
+        };
         Ok(Plugin {
             name: spec.name,
             kind,

@@ -122,6 +122,7 @@ impl Watcher {
             version: manifest.version.clone(),
             limits: Some(manifest.limits.apply(kind)),
             source: Source::Directory,
+            grant: manifest.backend.clone(),
             bytes,
         };
         self.plugins
