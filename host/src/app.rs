@@ -50,7 +50,6 @@ impl App {
         // backend plugin in the directory is loaded.
         let inference = Inference::start(
             &cfg,
-            &cache_dir,
             store.clone(),
             WorkQueue::start("inference", &cfg.queues.inference),
             plugins.clone(),

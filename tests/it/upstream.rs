@@ -1,11 +1,12 @@
 //! The `model-openai` proxy backend against a fake OpenAI-compatible
 //! upstream (an outside system, so a test double is fair).
 
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
@@ -13,16 +14,23 @@ use serde_json::{Value, json};
 
 use crate::harness::{Host, INFERENCE, assert_error_shape, plugin_wasm};
 
-/// What the upstream received: (authorization header, body).
-type Seen = Arc<Mutex<Vec<(String, Value)>>>;
+/// What the upstream received: (authorization header, body, client port).
+type Seen = Arc<Mutex<Vec<(String, Value, u16)>>>;
 
-async fn completions(State(seen): State<Seen>, headers: HeaderMap, body: String) -> Response {
+async fn completions(
+    State(seen): State<Seen>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    body: String,
+) -> Response {
     let body: Value = serde_json::from_str(&body).unwrap();
     let auth = headers
         .get("authorization")
         .map(|v| v.to_str().unwrap().to_string())
         .unwrap_or_default();
-    seen.lock().unwrap().push((auth.clone(), body.clone()));
+    seen.lock()
+        .unwrap()
+        .push((auth.clone(), body.clone(), peer.port()));
     if auth != "Bearer up-key" {
         return (
             StatusCode::UNAUTHORIZED,
@@ -41,6 +49,11 @@ async fn completions(State(seen): State<Seen>, headers: HeaderMap, body: String)
         "broken" => (
             StatusCode::INTERNAL_SERVER_ERROR,
             axum::Json(json!({"error": {"message": "upstream exploded"}})),
+        )
+            .into_response(),
+        "redirect" => (
+            StatusCode::TEMPORARY_REDIRECT,
+            [("location", "http://198.51.100.7/v1/chat/completions")],
         )
             .into_response(),
         "slow" => {
@@ -82,6 +95,7 @@ async fn fake_upstream() -> (String, Seen) {
         .with_state(seen.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
+    let app = app.into_make_service_with_connect_info::<SocketAddr>();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     (format!("127.0.0.1:{}", addr.port()), seen)
 }
@@ -90,7 +104,7 @@ fn host_with(upstream: &str, extra: &str) -> Host {
     Host::builder()
         .env("FAKE_KEY", "up-key")
         .config(&format!(
-            "{INFERENCE}\n[[inference.upstreams]]\nname = \"fake\"\nbase_url = \"http://{upstream}/v1\"\napi_key_env = \"FAKE_KEY\"\nmodels = [\"fake-1=upstream-model\", \"fake-broken=broken\", \"fake-slow=slow\", \"fake-together=together\"]\ntimeout_ms = 1500\n{extra}"
+            "{INFERENCE}\n[[inference.upstreams]]\nname = \"fake\"\nbase_url = \"http://{upstream}/v1\"\napi_key_env = \"FAKE_KEY\"\nmodels = [\"fake-1=upstream-model\", \"fake-broken=broken\", \"fake-slow=slow\", \"fake-together=together\", \"fake-redirect=redirect\"]\ntimeout_ms = 1500\n{extra}"
         ))
         .start()
 }
@@ -137,7 +151,7 @@ async fn the_proxy_forwards_whole_and_streamed_completions_with_the_host_held_ke
     );
     {
         let seen = seen.lock().unwrap();
-        let (auth, body) = seen.last().unwrap();
+        let (auth, body, _) = seen.last().unwrap();
         assert_eq!(auth, "Bearer up-key", "the host adds the upstream key");
         assert_eq!(body["model"], "upstream-model", "the alias is resolved");
         assert_eq!(body["messages"], json!([{"role": "user", "content": "hi"}]));
@@ -202,6 +216,33 @@ async fn upstream_failures_and_hangs_are_clear_errors() {
     // The host still serves.
     let (status, _) = chat(&host, &alice, "fake-1", false).await;
     assert_eq!(status, 200);
+}
+
+#[tokio::test]
+async fn upstream_connections_are_reused_and_redirects_not_followed() {
+    let (upstream, seen) = fake_upstream().await;
+    let host = host_with(&upstream, "");
+    let alice = host.create_user("alice").await;
+    for _ in 0..3 {
+        let (status, text) = chat(&host, &alice, "fake-1", false).await;
+        assert_eq!(status, 200, "{text}");
+    }
+    let ports: Vec<u16> = seen.lock().unwrap().iter().map(|s| s.2).collect();
+    assert_eq!(
+        ports, [ports[0]; 3],
+        "one upstream connection serves one request after another"
+    );
+
+    // A redirect could lead off the allow-list, so it goes back to the
+    // backend as it came, and the proxy reports it.
+    let (status, text) = chat(&host, &alice, "fake-redirect", false).await;
+    assert_eq!(status, 502, "{text}");
+    assert!(text.contains("307"), "{text}");
+    assert_eq!(
+        seen.lock().unwrap().len(),
+        4,
+        "nothing followed the redirect"
+    );
 }
 
 #[tokio::test]
@@ -270,7 +311,7 @@ async fn operators_load_replace_and_remove_model_backends_at_runtime() {
     let reply: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(reply["model"], "team-llm");
     assert_eq!(reply["choices"][0]["message"]["content"], "Hello");
-    let (auth, sent) = seen.lock().unwrap().last().cloned().unwrap();
+    let (auth, sent, _) = seen.lock().unwrap().last().cloned().unwrap();
     assert_eq!(
         auth, "Bearer up-key",
         "the host adds the credential it holds"

@@ -4,7 +4,7 @@
 //! memory or time leaves the instance in an unknown state, so it is dropped
 //! and the next call starts a fresh one.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,7 +15,7 @@ use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use crate::plugin::bindings::v0_1_0::model::{ModelBackend, ModelBackendPre};
-use crate::plugin::engine::{compile_cached, model_engine};
+use crate::plugin::engine::{Runtime, compile_cached, model_engine};
 use crate::plugin::manifest::BackendGrant;
 use crate::plugin::state::MemoryLimiter;
 use crate::plugin::{Kind, Limits, capabilities};
@@ -144,11 +144,19 @@ pub enum CallError {
 }
 
 impl Backend {
-    /// Compiles (or loads from `compile_cache`) and links `bytes`. Blocking.
-    pub fn load(setup: Setup, bytes: &[u8], compile_cache: &Path) -> anyhow::Result<Arc<Backend>> {
-        let engine = model_engine()?;
-        std::fs::create_dir_all(compile_cache)?;
-        let component: Component = compile_cached(&engine, compile_cache, bytes)?;
+    /// Compiles (or loads from the runtime's cache) and links `bytes`.
+    /// Blocking.
+    ///
+    /// A backend with a fresh instance per call shares the plugin runtime's
+    /// pooled engine, where instantiating is cheap; a long-lived one gets an
+    /// engine that allocates its large memory on demand.
+    pub fn load(setup: Setup, bytes: &[u8], runtime: &Runtime) -> anyhow::Result<Arc<Backend>> {
+        let engine = if setup.fresh_per_call {
+            runtime.engine.clone()
+        } else {
+            model_engine()?
+        };
+        let component: Component = compile_cached(&engine, runtime.cache_dir(), bytes)?;
         check_imports(&engine, &component, setup.egress.is_some())?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;

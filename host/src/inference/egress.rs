@@ -1,10 +1,18 @@
 //! What a model backend may reach over `wasi:http`: only the hosts on its
 //! allow-list, and with the upstream's credential added by the host, so the
 //! component never holds the key (and may not set `Authorization` itself).
+//!
+//! Requests go out through one pooled client for the whole process, so a
+//! backend that gets a fresh instance per call still reuses connections
+//! (and TLS sessions) to its upstream. The client follows no redirects and
+//! uses no proxy: either would send the request somewhere the allow-list
+//! did not approve.
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
 
 use axum::http::{HeaderName, HeaderValue, header};
+use http_body_util::{BodyDataStream, BodyExt};
 use wasmtime_wasi_http::{
     DEFAULT_FORBIDDEN_HEADERS, Error, ForbiddenHeaderFilter, RequestOptions, WasiBody,
     WasiHttpHooks,
@@ -54,7 +62,7 @@ impl WasiHttpHooks for Egress {
         &mut self,
         mut request: axum::http::Request<WasiBody>,
         options: Option<RequestOptions>,
-        fut: Box<dyn Future<Output = Result<(), Error>> + Send>,
+        _response_errors: Box<dyn Future<Output = Result<(), Error>> + Send>,
     ) -> Sent {
         let authority = request
             .uri()
@@ -71,8 +79,59 @@ impl WasiHttpHooks for Egress {
         {
             request.headers_mut().insert(header::AUTHORIZATION, value);
         }
-        let default = wasmtime_wasi_http::default_hooks();
-        default.send_request(request, options, fut)
+        Box::new(send(request, options))
+    }
+}
+
+/// Connections to upstreams, kept open between calls.
+static CLIENT: LazyLock<reqwest::Client> = LazyLock::new(|| {
+    reqwest::Client::builder()
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
+        .pool_max_idle_per_host(256)
+        .build()
+        .expect("a client without TLS roots or proxies to load cannot fail")
+});
+
+/// Sends `request` on the pooled client. The response body streams to the
+/// guest; the connection returns to the pool once the guest has read it.
+async fn send(
+    request: axum::http::Request<WasiBody>,
+    options: Option<RequestOptions>,
+) -> Result<
+    (
+        axum::http::Response<WasiBody>,
+        Box<dyn Future<Output = Result<(), Error>> + Send>,
+    ),
+    Error,
+> {
+    let (parts, body) = request.into_parts();
+    let request = axum::http::Request::from_parts(
+        parts,
+        reqwest::Body::wrap_stream(BodyDataStream::new(body)),
+    );
+    let request = reqwest::Request::try_from(request).map_err(|_| Error::HttpRequestUriInvalid)?;
+    let first_byte = options
+        .and_then(|o| o.first_byte_timeout)
+        .unwrap_or(Duration::from_secs(600));
+    let response = tokio::time::timeout(first_byte, CLIENT.execute(request))
+        .await
+        .map_err(|_| Error::ConnectionReadTimeout)?
+        .map_err(failed)?;
+    let response =
+        axum::http::Response::from(response).map(|body| body.map_err(failed).boxed_unsync());
+    let done: Box<dyn Future<Output = Result<(), Error>> + Send> = Box::new(async { Ok(()) });
+    Ok((response, done))
+}
+
+/// A client error in `wasi:http`'s terms.
+fn failed(e: reqwest::Error) -> Error {
+    if e.is_timeout() {
+        Error::ConnectionReadTimeout
+    } else if e.is_connect() {
+        Error::ConnectionRefused
+    } else {
+        Error::InternalError(Some(format!("{e:#}")))
     }
 }
 

@@ -28,6 +28,7 @@ use wasmtime_wasi::FsPerms;
 
 use crate::cfg::{Config, UpstreamConfig};
 use crate::error::{Error, Result};
+use crate::plugin::engine::Runtime;
 use crate::plugin::manifest::BackendGrant;
 use crate::plugin::{Kind, Limits, Plugin, Plugins};
 use crate::queue::{QueueError, WorkQueue};
@@ -77,7 +78,6 @@ impl Inference {
     /// with a message saying what to run, and the rest of the host serving.
     pub async fn start(
         cfg: &Config,
-        compile_cache: &Path,
         store: Store,
         queue: WorkQueue,
         plugins: Arc<Plugins>,
@@ -104,9 +104,9 @@ impl Inference {
         for (id, setup, wasm) in specs {
             let model_file =
                 std::ptr::eq(wasm, SMOLLM_WASM).then(|| cfg.inference.model_path.clone());
-            let cache = compile_cache.to_path_buf();
+            let plugins = inference.plugins.clone();
             let loaded = tokio::task::spawn_blocking(move || {
-                load(setup, wasm, model_file, auto_pull, &cache)
+                load(setup, wasm, model_file, auto_pull, plugins.runtime())
             })
             .await
             .map_err(|e| e.to_string())
@@ -321,7 +321,7 @@ fn load(
     wasm: &'static [u8],
     model_file: Option<PathBuf>,
     auto_pull: bool,
-    cache: &Path,
+    runtime: &Runtime,
 ) -> std::result::Result<Arc<Backend>, String> {
     if let Some(file) = model_file.filter(|f| !f.exists()) {
         if !auto_pull {
@@ -340,7 +340,7 @@ fn load(
         })?;
     }
     let name = setup.name.clone();
-    Backend::load(setup, wasm, cache).map_err(|e| format!("loading {name}: {e:#}"))
+    Backend::load(setup, wasm, runtime).map_err(|e| format!("loading {name}: {e:#}"))
 }
 
 /// One of a project's concurrent requests; released on drop.

@@ -41,8 +41,8 @@ impl Plugins {
         bytes: Vec<u8>,
     ) -> Result<Served, String> {
         let setup = Setup::granted(id.to_string(), grant, limits)?;
-        let cache = self.runtime.cache_dir().to_path_buf();
-        let backend = tokio::task::spawn_blocking(move || Backend::load(setup, &bytes, &cache))
+        let runtime = self.runtime.clone();
+        let backend = tokio::task::spawn_blocking(move || Backend::load(setup, &bytes, &runtime))
             .await
             .map_err(|e| format!("compilation crashed: {e}"))?
             .map_err(|e| format!("{e:#}"))?;
