@@ -21,11 +21,17 @@ fn main() {
     common::block_on(run());
 }
 
+/// `template-default` as built in, or the component at `BENCH_TEMPLATE_WASM`
+/// in its place (to measure a variant under the same name and load).
 fn template_spec() -> Spec {
-    builtin::specs()
+    let mut spec = builtin::specs()
         .into_iter()
         .find(|s| s.name == TEMPLATE_DEFAULT)
-        .unwrap()
+        .unwrap();
+    if let Ok(path) = std::env::var("BENCH_TEMPLATE_WASM") {
+        spec.bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("reading {path}: {e}"));
+    }
+    spec
 }
 
 /// A ~1 KB repository-dispatch style template using 12 variables.

@@ -384,6 +384,13 @@ async fn backend_uploads_are_checked_before_anything_is_served() {
             400,
             "host:port",
         ),
+        // The host's own keys cannot be handed to a backend's upstream.
+        (
+            "kind=model-backend&version=1&allow_hosts=a.example:443&api_key_env=SWITCHYARD_MASTER_KEY",
+            wasm.clone(),
+            400,
+            "host's own",
+        ),
     ];
     for (query, wasm, want, says) in cases {
         let (status, body) = host.upload_plugin("bad-llm", query, wasm).await;

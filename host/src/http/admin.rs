@@ -163,7 +163,7 @@ pub async fn upload(
         }
         Some(grant) => grant
             .validate()
-            .map_err(|m| Error::invalid("allow_hosts", m))?,
+            .map_err(|e| Error::invalid(e.field, e.message))?,
         None => {}
     }
     let previous = app.plugins.get(&name);

@@ -226,9 +226,7 @@ impl Inference {
         });
         Ok(Running { text, done })
     }
-}
 
-impl Inference {
     /// The backend serving `model` (and its plugin, if it is one).
     fn route(&self, model: &str) -> Result<(Arc<Backend>, Option<Arc<Plugin>>)> {
         if let Some(backend) = self.routes.get(model) {

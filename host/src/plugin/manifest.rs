@@ -60,30 +60,51 @@ pub struct BackendGrant {
 }
 
 impl BackendGrant {
-    /// Checks the grant's values.
-    pub fn validate(&self) -> Result<(), String> {
+    /// Checks the grant's values. An error names the field that is wrong.
+    pub fn validate(&self) -> Result<(), GrantError> {
+        let error = |field, message| Err(GrantError { field, message });
         for key in self.env.keys() {
             if key.is_empty() || key.contains(['=', '\0']) {
-                return Err(format!(
-                    "'{key}' is not a valid environment variable name for env"
-                ));
+                return error(
+                    "env",
+                    format!("'{key}' is not a valid environment variable name"),
+                );
             }
         }
         for host in &self.allow_hosts {
             let port = host.rsplit_once(':').map(|(h, p)| (h, p.parse::<u16>()));
             if !matches!(port, Some((h, Ok(_))) if !h.is_empty()) {
-                return Err(format!(
-                    "allow_hosts entry '{host}' is not host:port, e.g. api.example.com:443"
-                ));
+                return error(
+                    "allow_hosts",
+                    format!("'{host}' is not host:port, e.g. api.example.com:443"),
+                );
             }
         }
-        if self.api_key_env.is_some() && self.allow_hosts.is_empty() {
-            return Err(
+        match &self.api_key_env {
+            Some(_) if self.allow_hosts.is_empty() => error(
+                "api_key_env",
                 "api_key_env needs allow_hosts: a credential is only sent to allowed hosts".into(),
-            );
+            ),
+            // The host's own keys (bootstrap, master) must not be sendable.
+            Some(var) if var.starts_with("SWITCHYARD_") => error(
+                "api_key_env",
+                format!(
+                    "'{var}' is one of the host's own variables; name the upstream's credential"
+                ),
+            ),
+            _ => Ok(()),
         }
-        Ok(())
     }
+}
+
+/// A grant field with a bad value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct GrantError {
+    /// `env`, `allow_hosts` or `api_key_env`.
+    pub field: &'static str,
+    /// What is wrong with it.
+    pub message: String,
 }
 
 /// Limits an operator may set; unset ones take the kind's default.
@@ -124,7 +145,7 @@ impl Manifest {
                     "[backend] is only for model-backend plugins, and this one is a {kind}"
                 ));
             }
-            Some(grant) => grant.validate()?,
+            Some(grant) => grant.validate().map_err(|e| format!("[backend] {e}"))?,
             None => {}
         }
         Ok(manifest)
