@@ -6,7 +6,7 @@
 
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use anyhow::Context;
 use sha2::{Digest, Sha256};
@@ -74,11 +74,16 @@ impl Runtime {
     }
 }
 
-/// The engine for model backends: long-lived instances holding hundreds of
+/// The engine for long-lived model backends: instances holding hundreds of
 /// MiB of weights, so memories are allocated on demand rather than from the
 /// pool sized for many small template and filter instances. Epoch ticks let
-/// a generating model yield to tokio.
+/// a generating model yield to tokio. One engine (and one epoch thread)
+/// serves every such backend.
 pub fn model_engine() -> anyhow::Result<Engine> {
+    static ENGINE: OnceLock<Engine> = OnceLock::new();
+    if let Some(engine) = ENGINE.get() {
+        return Ok(engine.clone());
+    }
     let mut config = Config::new();
     config
         .wasm_component_model(true)
@@ -86,8 +91,13 @@ pub fn model_engine() -> anyhow::Result<Engine> {
         .allocation_strategy(InstanceAllocationStrategy::OnDemand);
     let engine =
         Engine::new(&config).map_err(|e| anyhow::anyhow!("configuring wasmtime: {e:#}"))?;
-    start_ticker(&engine);
-    Ok(engine)
+    // Two first callers may race: only the engine that is kept gets a ticker.
+    Ok(ENGINE
+        .get_or_init(|| {
+            start_ticker(&engine);
+            engine
+        })
+        .clone())
 }
 
 /// Compiles `bytes` for `engine`, or loads the compilation cached in `dir`
