@@ -6,12 +6,12 @@
 
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, Once, OnceLock};
 
 use anyhow::Context;
 use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, Linker};
-use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+use wasmtime::{Config, Engine, EngineWeak, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 use super::limits::{EPOCH_TICK, MAX_MEMORY_BYTES};
 use super::state::State;
@@ -140,17 +140,33 @@ fn cache_path(engine: &Engine, dir: &Path, bytes: &[u8]) -> PathBuf {
     dir.join(format!("{content}-{engine:016x}.cwasm"))
 }
 
-/// Advances the epoch every tick, until the engine is dropped.
+/// Advances `engine`'s epoch every tick until it is dropped. One thread ticks
+/// every engine: each extra thread waking every millisecond costs the host
+/// context switches under load.
 fn start_ticker(engine: &Engine) {
-    let weak = engine.weak();
-    std::thread::Builder::new()
-        .name("wasm-epoch".into())
-        .spawn(move || {
-            while let Some(engine) = weak.upgrade() {
-                engine.increment_epoch();
-                drop(engine);
-                std::thread::sleep(EPOCH_TICK);
-            }
-        })
-        .expect("starting the epoch thread");
+    static ENGINES: Mutex<Vec<EngineWeak>> = Mutex::new(Vec::new());
+    static THREAD: Once = Once::new();
+    ENGINES
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(engine.weak());
+    THREAD.call_once(|| {
+        std::thread::Builder::new()
+            .name("wasm-epoch".into())
+            .spawn(|| {
+                loop {
+                    let mut engines = ENGINES.lock().unwrap_or_else(|p| p.into_inner());
+                    engines.retain(|weak| match weak.upgrade() {
+                        Some(engine) => {
+                            engine.increment_epoch();
+                            true
+                        }
+                        None => false,
+                    });
+                    drop(engines);
+                    std::thread::sleep(EPOCH_TICK);
+                }
+            })
+            .expect("starting the epoch thread");
+    });
 }
