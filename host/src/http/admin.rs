@@ -38,8 +38,7 @@ pub fn describe(plugin: &Plugin) -> Value {
         "p50_us": plugin.stats().p50_us(),
     });
     if let Some(served) = plugin.served() {
-        let ids: Vec<&str> = served.models.iter().map(|m| m.id.as_str()).collect();
-        shown["models"] = json!(ids);
+        shown["models"] = json!(served.model_ids());
     }
     shown
 }

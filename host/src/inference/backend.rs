@@ -318,16 +318,9 @@ impl Backend {
 /// Refuses imports outside the model-backend kind, and `wasi:http` without an
 /// allow-list to use it with.
 fn check_imports(engine: &Engine, component: &Component, egress: bool) -> anyhow::Result<()> {
-    let ty = component.component_type();
-    let imports: Vec<&str> = ty.imports(engine).map(|(name, _)| name).collect();
-    let denied = capabilities::disallowed_imports(Kind::ModelBackend, imports.iter().copied());
-    if !denied.is_empty() {
-        anyhow::bail!(
-            "model backends may not import {}; remove those imports",
-            denied.join(", ")
-        );
-    }
-    let http: Vec<&str> = imports
+    let imports =
+        capabilities::check(engine, Kind::ModelBackend, component).map_err(anyhow::Error::msg)?;
+    let http: Vec<String> = imports
         .into_iter()
         .filter(|i| i.starts_with("wasi:http/"))
         .collect();

@@ -39,17 +39,13 @@ impl Egress {
     }
 }
 
-type Sent = Box<
-    dyn Future<
-            Output = Result<
-                (
-                    axum::http::Response<WasiBody>,
-                    Box<dyn Future<Output = Result<(), Error>> + Send>,
-                ),
-                Error,
-            >,
-        > + Send,
->;
+/// A response, and a future that reports errors in sending the request body.
+type Reply = (
+    axum::http::Response<WasiBody>,
+    Box<dyn Future<Output = Result<(), Error>> + Send>,
+);
+
+type Sent = Box<dyn Future<Output = Result<Reply, Error>> + Send>;
 
 impl WasiHttpHooks for Egress {
     fn forbidden_header_filter(&mut self) -> ForbiddenHeaderFilter {
@@ -98,13 +94,7 @@ static CLIENT: LazyLock<reqwest::Client> = LazyLock::new(|| {
 async fn send(
     request: axum::http::Request<WasiBody>,
     options: Option<RequestOptions>,
-) -> Result<
-    (
-        axum::http::Response<WasiBody>,
-        Box<dyn Future<Output = Result<(), Error>> + Send>,
-    ),
-    Error,
-> {
+) -> Result<Reply, Error> {
     let (parts, body) = request.into_parts();
     let request = axum::http::Request::from_parts(
         parts,

@@ -91,15 +91,7 @@ pub fn prepare(
 ) -> Result<super::registry::Pre, String> {
     use super::bindings::v0_1_0::{filter, template};
     use super::registry::Pre;
-    let ty = component.component_type();
-    let imports: Vec<&str> = ty.imports(&runtime.engine).map(|(name, _)| name).collect();
-    let denied = super::capabilities::disallowed_imports(kind, imports);
-    if !denied.is_empty() {
-        return Err(format!(
-            "plugins of kind {kind} may not import {}; remove those imports ({kind} plugins get no network and no host access beyond WASI basics)",
-            denied.join(", ")
-        ));
-    }
+    super::capabilities::check(&runtime.engine, kind, component)?;
     let instance_pre = runtime
         .linker
         .instantiate_pre(component)

@@ -7,6 +7,9 @@
 //! arguments and no network, so the filesystem imports Rust's std pulls in find
 //! nothing to open.
 
+use wasmtime::Engine;
+use wasmtime::component::Component;
+
 use super::Kind;
 
 /// WASI interfaces any plugin may import (`*` allows the whole package).
@@ -37,6 +40,29 @@ fn extra(kind: Kind) -> &'static [&'static str] {
         // (see `inference::egress`); never raw sockets.
         Kind::ModelBackend => &["switchyard:plugin/output", "wasi:http/*"],
     }
+}
+
+/// The component's imports, or why its kind may not have them.
+pub fn check(engine: &Engine, kind: Kind, component: &Component) -> Result<Vec<String>, String> {
+    let ty = component.component_type();
+    let imports: Vec<String> = ty
+        .imports(engine)
+        .map(|(name, _)| name.to_string())
+        .collect();
+    let denied = disallowed_imports(kind, imports.iter().map(String::as_str));
+    if denied.is_empty() {
+        return Ok(imports);
+    }
+    let why = match kind {
+        Kind::PayloadTemplate | Kind::EventFilter => {
+            "they get no network and no host access beyond WASI basics"
+        }
+        Kind::ModelBackend => "they reach the network only through wasi:http, to the hosts granted",
+    };
+    Err(format!(
+        "plugins of kind {kind} may not import {}; remove those imports ({why})",
+        denied.join(", ")
+    ))
 }
 
 /// The imports of a component that its kind does not allow.

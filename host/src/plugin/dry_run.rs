@@ -78,8 +78,7 @@ pub async fn check(
                     "limits": plugin.limits,
                 });
                 if let Some(served) = plugin.served() {
-                    let ids: Vec<&str> = served.models.iter().map(|m| m.id.as_str()).collect();
-                    report["models"] = json!(ids);
+                    report["models"] = json!(served.model_ids());
                 }
                 if let Some(input) = input {
                     report["result"] = run(&plugins, &plugin, input).await?;

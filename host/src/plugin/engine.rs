@@ -136,8 +136,13 @@ fn cache_path(engine: &Engine, dir: &Path, bytes: &[u8]) -> PathBuf {
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     engine.precompile_compatibility_hash().hash(&mut hasher);
     let engine = hasher.finish();
-    let content = hex::encode(Sha256::digest(bytes));
-    dir.join(format!("{content}-{engine:016x}.cwasm"))
+    dir.join(format!("{}-{engine:016x}.cwasm", content_hash(bytes)))
+}
+
+/// The hex SHA-256 of a component: its cache key, and what listings show.
+/// Blocking: a component may be tens of MiB.
+pub fn content_hash(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
 }
 
 /// Advances `engine`'s epoch every tick until it is dropped. One thread ticks

@@ -21,6 +21,18 @@ pub struct Served {
     pub models: Vec<ModelInfo>,
 }
 
+impl Served {
+    /// Whether `model` is one of its ids.
+    pub fn serves(&self, model: &str) -> bool {
+        self.models.iter().any(|m| m.id == model)
+    }
+
+    /// Its model ids.
+    pub fn model_ids(&self) -> Vec<&str> {
+        self.models.iter().map(|m| m.id.as_str()).collect()
+    }
+}
+
 impl Plugin {
     /// The backend, if this plugin is one.
     pub fn served(&self) -> Option<&Served> {
@@ -32,20 +44,23 @@ impl Plugin {
 }
 
 impl Plugins {
-    /// Loads a backend plugin granted `grant` and lists its models.
+    /// Loads a backend plugin granted `grant` and lists its models; also
+    /// returns the component's SHA-256.
     pub(super) async fn build_backend(
         &self,
         id: &str,
         grant: &BackendGrant,
         limits: &Limits,
         bytes: Vec<u8>,
-    ) -> Result<Served, String> {
+    ) -> Result<(String, Served), String> {
         let setup = Setup::granted(id.to_string(), grant, limits)?;
         let runtime = self.runtime.clone();
-        let backend = tokio::task::spawn_blocking(move || Backend::load(setup, &bytes, &runtime))
-            .await
-            .map_err(|e| format!("compilation crashed: {e}"))?
-            .map_err(|e| format!("{e:#}"))?;
+        let (sha256, backend) = tokio::task::spawn_blocking(move || {
+            let backend = Backend::load(setup, &bytes, &runtime).map_err(|e| format!("{e:#}"))?;
+            Ok::<_, String>((super::engine::content_hash(&bytes), backend))
+        })
+        .await
+        .map_err(|e| format!("compilation crashed: {e}"))??;
         let models = backend
             .models()
             .await
@@ -53,7 +68,7 @@ impl Plugins {
         if models.is_empty() {
             return Err("it lists no models; list-models must return at least one".into());
         }
-        Ok(Served { backend, models })
+        Ok((sha256, Served { backend, models }))
     }
 
     /// Model ids the built-in backends serve; plugins may not take them.
@@ -66,10 +81,9 @@ impl Plugins {
 
     /// The backend plugin serving `model`.
     pub fn backend_for(&self, model: &str) -> Option<Arc<Plugin>> {
-        self.list().into_iter().find(|p| {
-            p.served()
-                .is_some_and(|s| s.models.iter().any(|m| m.id == model))
-        })
+        self.list()
+            .into_iter()
+            .find(|p| p.served().is_some_and(|s| s.serves(model)))
     }
 
     /// The models backend plugins serve, by plugin name.
@@ -103,11 +117,7 @@ impl Plugins {
                 loaded
                     .values()
                     .filter(|other| other.name != plugin.name)
-                    .find(|other| {
-                        other
-                            .served()
-                            .is_some_and(|s| s.models.iter().any(|m| m.id == model.id))
-                    })
+                    .find(|other| other.served().is_some_and(|s| s.serves(&model.id)))
                     .map(|other| format!("plugin '{}'", other.name))
             };
             if let Some(owner) = owner {

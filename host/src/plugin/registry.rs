@@ -14,10 +14,9 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 
 use super::bindings::v0_1_0::{filter, template};
-use super::engine::Runtime;
+use super::engine::{Runtime, content_hash};
 use super::manifest::BackendGrant;
 use super::state::State;
 use super::{Kind, Limits, PluginError};
@@ -269,15 +268,14 @@ impl Plugins {
             .unwrap_or_else(|| Limits::default_for(spec.kind));
         limits.validate().map_err(load_error)?;
         let kind = spec.kind;
-        let sha256 = hex::encode(Sha256::digest(&spec.bytes));
         let size_bytes = spec.bytes.len();
-        let pre = if kind == Kind::ModelBackend {
+        let (sha256, pre) = if kind == Kind::ModelBackend {
             let grant = spec.grant.unwrap_or_default();
-            Pre::Backend(
-                self.build_backend(&id, &grant, &limits, spec.bytes)
-                    .await
-                    .map_err(load_error)?,
-            )
+            let (sha256, served) = self
+                .build_backend(&id, &grant, &limits, spec.bytes)
+                .await
+                .map_err(load_error)?;
+            (sha256, Pre::Backend(served))
         } else {
             let runtime = self.runtime.clone();
             let bytes = spec.bytes;
@@ -285,7 +283,8 @@ impl Plugins {
                 let component = runtime
                     .compile(&bytes)
                     .map_err(|e| format!("it is not a valid WebAssembly component: {e:#}"))?;
-                super::call::prepare(&runtime, kind, &component)
+                let pre = super::call::prepare(&runtime, kind, &component)?;
+                Ok::<_, String>((content_hash(&bytes), pre))
             })
             .await
             .map_err(|e| load_error(format!("compilation crashed: {e}")))?
