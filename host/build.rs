@@ -1,5 +1,8 @@
-//! Builds the plugins workspace (`plugins/`) for wasm32-wasip2, so the host can
-//! embed its built-in plugins and the tests can load the fixtures.
+//! Builds the plugins workspace (`plugins/`) and collects its components in
+//! one directory, so the host can embed its built-in plugins and the tests can
+//! load the fixtures. Everything is built for wasm32-wasip2 except
+//! template-default, which imports nothing and is built for
+//! wasm32-unknown-unknown (see `plugins/.cargo/config.toml`).
 //!
 //! The nested cargo gets its own target directory (two cargos sharing one
 //! would wait on each other's lock) and none of the outer cargo's `CARGO_*`
@@ -38,29 +41,46 @@ fn main() {
     for path in ["Cargo.toml", "Cargo.lock", "src", ".cargo/config.toml"] {
         rerun_if_changed(&model.join(path));
     }
-    build(&plugins, &target_dir);
-    build(&model, &target_dir);
-    let out = target_dir.join("wasm32-wasip2").join("release");
+    const WASIP2: &str = "wasm32-wasip2";
+    const BARE: &str = "wasm32-unknown-unknown";
+    build(
+        &plugins,
+        &target_dir,
+        WASIP2,
+        &["--workspace", "--exclude", "template-default"],
+    );
+    build(&plugins, &target_dir, BARE, &["-p", "template-default"]);
+    build(&model, &target_dir, WASIP2, &[]);
+    let out = target_dir.join("components");
+    std::fs::create_dir_all(&out).unwrap();
+    for target in [WASIP2, BARE] {
+        collect(&target_dir.join(target).join("release"), &out);
+    }
     println!(
         "cargo:rustc-env=SWITCHYARD_PLUGIN_BUILD_DIR={}",
         out.display()
     );
 }
 
-/// `cargo build --release` of the workspace at `dir` for wasm32-wasip2.
-fn build(dir: &Path, target_dir: &Path) {
+/// Copies the components built in `release` into `out`.
+fn collect(release: &Path, out: &Path) {
+    for entry in std::fs::read_dir(release).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "wasm") {
+            std::fs::copy(&path, out.join(path.file_name().unwrap())).unwrap();
+        }
+    }
+}
+
+/// `cargo build --release` of the workspace at `dir` for `target`.
+fn build(dir: &Path, target_dir: &Path, target: &str, packages: &[&str]) {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut command = Command::new(cargo);
     command
         .current_dir(dir)
-        .args([
-            "build",
-            "--release",
-            "--locked",
-            "--target",
-            "wasm32-wasip2",
-            "--target-dir",
-        ])
+        .args(["build", "--release", "--locked", "--target", target])
+        .args(packages)
+        .arg("--target-dir")
         .arg(target_dir);
     for (key, _) in std::env::vars_os() {
         let key = key.to_string_lossy();
@@ -76,8 +96,8 @@ fn build(dir: &Path, target_dir: &Path) {
         .unwrap_or_else(|e| panic!("running cargo to build {}: {e}", dir.display()));
     assert!(
         status.success(),
-        "building {} for wasm32-wasip2 failed ({status}); is the target installed? \
-         `rustup target add wasm32-wasip2`",
+        "building {} for {target} failed ({status}); is the target installed? \
+         `rustup target add {target}`",
         dir.display()
     );
 }

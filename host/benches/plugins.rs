@@ -21,17 +21,23 @@ fn main() {
     common::block_on(run());
 }
 
-/// `template-default` as built in, or the component at `BENCH_TEMPLATE_WASM`
-/// in its place (to measure a variant under the same name and load).
+/// `template-default` as built in.
 fn template_spec() -> Spec {
-    let mut spec = builtin::specs()
+    builtin::specs()
         .into_iter()
         .find(|s| s.name == TEMPLATE_DEFAULT)
-        .unwrap();
-    if let Ok(path) = std::env::var("BENCH_TEMPLATE_WASM") {
-        spec.bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("reading {path}: {e}"));
-    }
-    spec
+        .unwrap()
+}
+
+/// The component at `BENCH_TEMPLATE_WASM`, if set: a variant of the renderer
+/// to compare with the built-in. Its calls alternate with the built-in's, so
+/// the machine's swings in speed (2 shared cores) fall on both alike.
+fn variant_spec() -> Option<Spec> {
+    let path = std::env::var("BENCH_TEMPLATE_WASM").ok()?;
+    let mut spec = template_spec();
+    spec.name = "template-variant".into();
+    spec.bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("reading {path}: {e}"));
+    Some(spec)
 }
 
 /// A ~1 KB repository-dispatch style template using 12 variables.
@@ -138,29 +144,48 @@ async fn run() {
         reference,
         "wasm and native agree"
     );
-    const CALLS: usize = 3000;
+    const CALLS: usize = 5000;
+    let variant = match variant_spec() {
+        Some(spec) => {
+            let name = spec.name.clone();
+            plugins.load(spec).await.unwrap();
+            plugins.get(&name)
+        }
+        None => None,
+    };
+    let contenders: Vec<&Plugin> = std::iter::once(&*plugin)
+        .chain(variant.as_deref())
+        .collect();
     for _ in 0..300 {
-        plugins
-            .render_with(&plugin, &template, &vars)
-            .await
-            .unwrap();
+        for p in &contenders {
+            plugins.render_with(p, &template, &vars).await.unwrap();
+        }
     }
-    let mut wasm = Vec::with_capacity(CALLS);
-    for _ in 0..CALLS {
-        let started = Instant::now();
-        plugins
-            .render_with(&plugin, &template, &vars)
-            .await
-            .unwrap();
-        wasm.push(started.elapsed());
-    }
+    // Native renders alternate with the WASM ones, so the ratio compares
+    // calls made under the same conditions.
+    let mut times: Vec<Vec<Duration>> = vec![Vec::with_capacity(CALLS); contenders.len()];
     let mut native = Vec::with_capacity(CALLS);
     for _ in 0..CALLS {
+        for (p, samples) in contenders.iter().zip(&mut times) {
+            let started = Instant::now();
+            let out = plugins.render_with(p, &template, &vars).await.unwrap();
+            samples.push(started.elapsed());
+            assert_eq!(out, reference, "{} renders as the built-in does", p.id());
+        }
         let started = Instant::now();
         std::hint::black_box(
             template_default::render(std::hint::black_box(&template), &pairs).unwrap(),
         );
         native.push(started.elapsed());
+    }
+    let mut wasm = times.swap_remove(0);
+    if let Some(mut variant) = times.pop() {
+        println!(
+            "variant {}, interleaved: p50 {:.2} µs against the built-in's {:.2} µs",
+            std::env::var("BENCH_TEMPLATE_WASM").unwrap(),
+            median(&mut variant).as_secs_f64() * 1e6,
+            median(&mut wasm).as_secs_f64() * 1e6,
+        );
     }
     // Building the per-call WASI context alone.
     let mut contexts = Vec::with_capacity(CALLS);

@@ -82,6 +82,32 @@ async fn hostile_values_cannot_break_or_inject_into_the_json() {
 }
 
 #[tokio::test]
+async fn template_default_renders_large_and_deeply_nested_payloads() {
+    let host = Host::start();
+    // The renderer starts with 256 KiB of memory and 64 KiB of stack: a
+    // 1.5 MB payload has to grow the memory, and 100 levels of nesting must
+    // fit the stack.
+    let long = "x".repeat(100_000);
+    let deep = format!("{}{}", "[".repeat(100), "]".repeat(100));
+    let template = format!(
+        r#"{{"parts": [{}], "version": "${{artifact_version}}"}}"#,
+        vec![r#""${alias}""#; 15].join(", ")
+    );
+    let (status, body) = host
+        .invoke(
+            "template-default",
+            &json!({"template": template,
+                    "variables": {"alias": long, "artifact_version": serde_json::from_str::<Value>(&deep).unwrap()}}),
+        )
+        .await;
+    assert_eq!(status, 200, "{}", &body.to_string()[..500]);
+    let parts = body["output"]["parts"].as_array().unwrap();
+    assert_eq!(parts.len(), 15);
+    assert!(parts.iter().all(|p| p.as_str() == Some(long.as_str())));
+    assert_eq!(body["output"]["version"].to_string(), deep);
+}
+
+#[tokio::test]
 async fn unknown_variables_and_invalid_templates_are_reported_with_position() {
     let host = Host::start();
     let (status, body) = host

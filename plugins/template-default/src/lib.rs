@@ -10,6 +10,8 @@
 //! key `KEY` of the `artifact_metadata` object (a missing key is null/empty).
 //! The output is parsed as JSON before it is returned.
 
+#[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+mod arena;
 mod render;
 
 #[cfg(target_arch = "wasm32")]
