@@ -162,13 +162,29 @@ impl Matrix {
     /// `dst[i][j]` = the dot product of activation row `i` with row `j`.
     fn matmul(&self, (m, k, n): (usize, usize, usize), lhs: &[f32], dst: &mut [f32]) {
         let activations = Activations::quantize(&lhs[..m * k], k);
-        for (i, out) in dst.chunks_exact_mut(n).take(m).enumerate() {
-            let a = activations.row(i);
+        // Prompt evaluation multiplies many rows by the same weights: Q4_1
+        // takes two rows at a time, unpacking each weight block once for both.
+        let pairs = if self.kind == Kind::Q4_1 { m / 2 } else { 0 };
+        let (paired, single) = dst[..m * n].split_at_mut(pairs * 2 * n);
+        for (i, out) in paired.chunks_exact_mut(2 * n).enumerate() {
+            let (first, second) = out.split_at_mut(n);
+            let rows = [activations.row(2 * i), activations.row(2 * i + 1)];
+            let outs = first
+                .chunks_exact_mut(GROUP)
+                .zip(second.chunks_exact_mut(GROUP));
+            for (g, (first, second)) in outs.enumerate() {
+                let [a, b] = kernel::q4_1(self.group(g), [&rows[0], &rows[1]]);
+                first.copy_from_slice(&a);
+                second.copy_from_slice(&b);
+            }
+        }
+        for (i, out) in single.chunks_exact_mut(n).enumerate() {
+            let a = activations.row(2 * pairs + i);
             for (g, out) in out.chunks_exact_mut(GROUP).enumerate() {
                 let group = self.group(g);
                 out.copy_from_slice(&match self.kind {
                     Kind::Q8 => kernel::q8(group, &a),
-                    Kind::Q4_1 => kernel::q4_1(group, &a),
+                    Kind::Q4_1 => kernel::q4_1(group, [&a])[0],
                 });
             }
         }
@@ -252,12 +268,7 @@ mod kernel {
                 let p = a.quants.as_ptr().add(b * BLOCK);
                 let x = [0, 8, 16, 24].map(|o| i16x8_load_extend_i8x8(p.add(o)));
                 let d = f32x4_mul(v128_load(w.cast()), f32x4_splat(*a.scales.get_unchecked(b)));
-                let d = [
-                    i32x4_shuffle::<0, 0, 0, 0>(d, d),
-                    i32x4_shuffle::<1, 1, 1, 1>(d, d),
-                    i32x4_shuffle::<2, 2, 2, 2>(d, d),
-                    i32x4_shuffle::<3, 3, 3, 3>(d, d),
-                ];
+                let d = lanes(d);
                 let q = w.add(16).cast::<i8>();
                 for r in 0..GROUP {
                     let q = q.add(r * BLOCK);
@@ -305,61 +316,82 @@ mod kernel {
         lanes.map(|l| l[0] + l[1] + l[2] + l[3])
     }
 
+    /// Each lane of `v` across a whole vector.
+    #[cfg(target_feature = "simd128")]
+    fn lanes(v: core::arch::wasm32::v128) -> [core::arch::wasm32::v128; 4] {
+        use core::arch::wasm32::i32x4_shuffle;
+        [
+            i32x4_shuffle::<0, 0, 0, 0>(v, v),
+            i32x4_shuffle::<1, 1, 1, 1>(v, v),
+            i32x4_shuffle::<2, 2, 2, 2>(v, v),
+            i32x4_shuffle::<3, 3, 3, 3>(v, v),
+        ]
+    }
+
+    /// The group's four products with each of `N` activation rows. Every row
+    /// gets the same operations in the same order whatever `N`, so two rows
+    /// at once give the results one at a time would.
     #[cfg(all(target_feature = "simd128", target_feature = "relaxed-simd"))]
-    pub fn q4_1(group: &[u8], a: &ActivationRow) -> [f32; 4] {
+    pub fn q4_1<const N: usize>(group: &[u8], xs: [&ActivationRow; N]) -> [[f32; 4]; N] {
         use core::arch::wasm32::*;
-        let blocks = check(group, a, Kind::Q4_1);
-        let mut acc = [f32x4_splat(0.0); GROUP];
-        let mut mins = f32x4_splat(0.0);
+        let blocks = xs.iter().fold(0, |_, a| check(group, a, Kind::Q4_1));
+        let mut acc = [[f32x4_splat(0.0); GROUP]; N];
+        let mut mins = [f32x4_splat(0.0); N];
         let low = u8x16_splat(0x0F);
         // SAFETY: block `b` reads bytes 96b..96b+96 of the group, 32b..32b+32
-        // of the activations and entry `b` of theirs sums and scales,
+        // of each row's activations and entry `b` of its sums and scales,
         // lengths checked above.
         unsafe {
             let mut w = group.as_ptr();
             for b in 0..blocks {
-                let p = a.quants.as_ptr().add(b * BLOCK);
-                let (x0, x1) = (v128_load(p.cast()), v128_load(p.add(16).cast()));
-                let d = f32x4_mul(v128_load(w.cast()), f32x4_splat(*a.scales.get_unchecked(b)));
+                let scales = v128_load(w.cast());
                 let m = v128_load(w.add(16).cast());
-                mins = f32x4_add(mins, f32x4_mul(m, f32x4_splat(*a.sums.get_unchecked(b))));
-                let d = [
-                    i32x4_shuffle::<0, 0, 0, 0>(d, d),
-                    i32x4_shuffle::<1, 1, 1, 1>(d, d),
-                    i32x4_shuffle::<2, 2, 2, 2>(d, d),
-                    i32x4_shuffle::<3, 3, 3, 3>(d, d),
-                ];
-                for (r, d) in d.iter().enumerate() {
+                let mut x = [(scales, scales); N];
+                let mut d = [[scales; GROUP]; N];
+                for (k, a) in xs.iter().enumerate() {
+                    let p = a.quants.as_ptr().add(b * BLOCK);
+                    x[k] = (v128_load(p.cast()), v128_load(p.add(16).cast()));
+                    d[k] = lanes(f32x4_mul(scales, f32x4_splat(*a.scales.get_unchecked(b))));
+                    let sum = f32x4_splat(*a.sums.get_unchecked(b));
+                    mins[k] = f32x4_add(mins[k], f32x4_mul(m, sum));
+                }
+                for r in 0..GROUP {
                     let q = v128_load(w.add(32 + r * BLOCK / 2).cast());
                     // Nibbles are 0..=15, inside the unsigned operand's
                     // 7-bit range, so every lowering gives the exact sum.
-                    let dot =
-                        i32x4_relaxed_dot_i8x16_i7x16_add(x0, v128_and(q, low), i32x4_splat(0));
-                    let dot = i32x4_relaxed_dot_i8x16_i7x16_add(x1, u8x16_shr(q, 4), dot);
-                    acc[r] = f32x4_add(acc[r], f32x4_mul(f32x4_convert_i32x4(dot), *d));
+                    let (lo, hi) = (v128_and(q, low), u8x16_shr(q, 4));
+                    for k in 0..N {
+                        let dot = i32x4_relaxed_dot_i8x16_i7x16_add(x[k].0, lo, i32x4_splat(0));
+                        let dot = i32x4_relaxed_dot_i8x16_i7x16_add(x[k].1, hi, dot);
+                        let product = f32x4_mul(f32x4_convert_i32x4(dot), d[k][r]);
+                        acc[k][r] = f32x4_add(acc[k][r], product);
+                    }
                 }
                 w = w.add(Kind::Q4_1.stride());
             }
         }
-        let mins = [
-            f32x4_extract_lane::<0>(mins),
-            f32x4_extract_lane::<1>(mins),
-            f32x4_extract_lane::<2>(mins),
-            f32x4_extract_lane::<3>(mins),
-        ];
-        let mut out = [0f32; 4];
-        for ((out, v), min) in out.iter_mut().zip(acc).zip(mins) {
-            *out = f32x4_extract_lane::<0>(v)
-                + f32x4_extract_lane::<1>(v)
-                + f32x4_extract_lane::<2>(v)
-                + f32x4_extract_lane::<3>(v)
-                + min;
+        let mut out = [[0f32; 4]; N];
+        for k in 0..N {
+            let mins = lanes(mins[k]);
+            for r in 0..GROUP {
+                let v = acc[k][r];
+                out[k][r] = f32x4_extract_lane::<0>(v)
+                    + f32x4_extract_lane::<1>(v)
+                    + f32x4_extract_lane::<2>(v)
+                    + f32x4_extract_lane::<3>(v)
+                    + f32x4_extract_lane::<0>(mins[r]);
+            }
         }
         out
     }
 
     #[cfg(not(all(target_feature = "simd128", target_feature = "relaxed-simd")))]
-    pub fn q4_1(group: &[u8], a: &ActivationRow) -> [f32; 4] {
+    pub fn q4_1<const N: usize>(group: &[u8], xs: [&ActivationRow; N]) -> [[f32; 4]; N] {
+        xs.map(|a| q4_1_row(group, a))
+    }
+
+    #[cfg(not(all(target_feature = "simd128", target_feature = "relaxed-simd")))]
+    fn q4_1_row(group: &[u8], a: &ActivationRow) -> [f32; 4] {
         let blocks = check(group, a, Kind::Q4_1);
         let mut out = [0f32; GROUP];
         let mut mins = [0f32; GROUP];
