@@ -6,15 +6,12 @@
 //! through each queue to prove its workers are alive.
 
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use tokio::sync::{Mutex, mpsc, oneshot};
+use tokio::sync::Semaphore;
 
 use crate::cfg::QueueConfig;
-
-type Job = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// Why a job did not run.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -32,85 +29,75 @@ pub enum QueueError {
     Dropped(&'static str),
 }
 
-/// A bounded queue served by a fixed set of worker tasks.
+/// A bounded queue: at most `workers` jobs run at once, at most `capacity`
+/// wait for their turn, and more are refused at once.
+///
+/// A job takes a permit and runs as a task of its own; there are no worker
+/// tasks to hand it to, so a job starts without waking one, which under load
+/// is most of what a queue costs.
 #[derive(Clone)]
 pub struct WorkQueue {
     name: &'static str,
-    tx: mpsc::Sender<Job>,
-    // Held here too, so the channel stays open even with zero workers.
-    _rx: Arc<Mutex<mpsc::Receiver<Job>>>,
+    permits: Arc<Semaphore>,
     waiting: Arc<AtomicUsize>,
     workers: usize,
     capacity: usize,
 }
 
 impl WorkQueue {
-    /// Starts `cfg.workers` workers. Must be called inside a tokio runtime.
+    /// Starts a queue with `cfg.workers` concurrent jobs and a backlog of `cfg.capacity`.
     pub fn start(name: &'static str, cfg: &QueueConfig) -> WorkQueue {
-        let capacity = cfg.capacity.max(1);
-        let (tx, rx) = mpsc::channel::<Job>(capacity);
-        let rx = Arc::new(Mutex::new(rx));
-        let waiting = Arc::new(AtomicUsize::new(0));
         if cfg.workers == 0 {
             tracing::warn!(
                 queue = name,
                 "queue has no workers: its jobs will never run"
             );
         }
-        for _ in 0..cfg.workers {
-            let rx = rx.clone();
-            let waiting = waiting.clone();
-            tokio::spawn(async move {
-                loop {
-                    let job = rx.lock().await.recv().await;
-                    let Some(job) = job else { break };
-                    waiting.fetch_sub(1, Ordering::Relaxed);
-                    job.await;
-                }
-            });
-        }
         WorkQueue {
             name,
-            tx,
-            _rx: rx,
-            waiting,
+            permits: Arc::new(Semaphore::new(cfg.workers.min(Semaphore::MAX_PERMITS))),
+            waiting: Arc::new(AtomicUsize::new(0)),
             workers: cfg.workers,
-            capacity,
+            capacity: cfg.capacity.max(1),
         }
     }
 
-    /// Runs `job` on one of the queue's workers and returns its output.
+    /// Runs `job` when a worker is free; refuses at once if the backlog is full.
     pub async fn run<T, F>(&self, job: F) -> Result<T, QueueError>
     where
         F: Future<Output = T> + Send + 'static,
         T: Send + 'static,
     {
-        let (done, result) = oneshot::channel();
-        let job: Job = Box::pin(async move {
-            let _ = done.send(job.await);
-        });
-        self.waiting.fetch_add(1, Ordering::Relaxed);
-        if self.tx.try_send(job).is_err() {
+        if self.waiting.fetch_add(1, Ordering::Relaxed) >= self.capacity {
             self.waiting.fetch_sub(1, Ordering::Relaxed);
             return Err(QueueError::Full {
                 queue: self.name,
                 capacity: self.capacity,
             });
         }
-        result.await.map_err(|_| QueueError::Dropped(self.name))
+        let permit = self.permits.clone().acquire_owned().await;
+        self.waiting.fetch_sub(1, Ordering::Relaxed);
+        let permit = permit.map_err(|_| QueueError::Dropped(self.name))?;
+        // Its own task, so the job finishes even if the caller goes away.
+        let task = tokio::spawn(async move {
+            let output = job.await;
+            drop(permit);
+            output
+        });
+        task.await.map_err(|_| QueueError::Dropped(self.name))
     }
 
-    /// Jobs accepted but not yet picked up by a worker.
+    /// Jobs waiting for a worker.
     pub fn waiting(&self) -> usize {
         self.waiting.load(Ordering::Relaxed)
     }
 
-    /// The number of workers.
+    /// Workers (jobs that may run at once).
     pub fn workers(&self) -> usize {
         self.workers
     }
 
-    /// The queue's name, as used in logs and errors.
+    /// The queue's name.
     pub fn name(&self) -> &'static str {
         self.name
     }
@@ -151,5 +138,51 @@ mod tests {
             q.run(async {}).await,
             Err(QueueError::Full { .. })
         ));
+    }
+
+    #[tokio::test]
+    async fn a_job_that_panics_is_reported_and_its_worker_serves_on() {
+        let q = WorkQueue::start(
+            "t",
+            &QueueConfig {
+                workers: 1,
+                capacity: 4,
+            },
+        );
+        assert_eq!(
+            q.run(async { panic!("a job failing") }).await,
+            Err::<(), _>(QueueError::Dropped("t"))
+        );
+        let next = tokio::time::timeout(std::time::Duration::from_secs(5), q.run(async { 7 }));
+        assert_eq!(next.await, Ok(Ok(7)), "the one worker still runs jobs");
+    }
+
+    #[tokio::test]
+    async fn no_more_jobs_than_workers_run_at_once() {
+        let q = WorkQueue::start(
+            "t",
+            &QueueConfig {
+                workers: 2,
+                capacity: 16,
+            },
+        );
+        let running = Arc::new(AtomicUsize::new(0));
+        let most = Arc::new(AtomicUsize::new(0));
+        let jobs = (0..8).map(|_| {
+            let (q, running, most) = (q.clone(), running.clone(), most.clone());
+            tokio::spawn(async move {
+                q.run(async move {
+                    let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                    running.fetch_sub(1, Ordering::SeqCst);
+                })
+                .await
+            })
+        });
+        for job in jobs.collect::<Vec<_>>() {
+            assert_eq!(job.await.unwrap(), Ok(()));
+        }
+        assert_eq!(most.load(Ordering::SeqCst), 2);
     }
 }
