@@ -3,7 +3,7 @@
 //! Plugin work and inference each go through a [`WorkQueue`]: a fixed number
 //! of workers and a bounded backlog. A full backlog refuses new work at once
 //! instead of letting memory grow, and the system check sends a probe job
-//! through each queue to prove its workers are alive.
+//! through each queue to prove it still runs jobs.
 
 use std::future::Future;
 use std::sync::Arc;
