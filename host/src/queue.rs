@@ -75,16 +75,19 @@ impl WorkQueue {
                 capacity: self.capacity,
             });
         }
-        let permit = self.permits.clone().acquire_owned().await;
-        self.waiting.fetch_sub(1, Ordering::Relaxed);
-        let permit = permit.map_err(|_| QueueError::Dropped(self.name))?;
-        // Its own task, so the job finishes even if the caller goes away.
+        // Accepted work is a task of its own from here on, so it waits its
+        // turn and runs even if the caller stops waiting for the result.
+        let (permits, waiting) = (self.permits.clone(), self.waiting.clone());
         let task = tokio::spawn(async move {
-            let output = job.await;
-            drop(permit);
-            output
+            let permit = permits.acquire_owned().await;
+            waiting.fetch_sub(1, Ordering::Relaxed);
+            let _permit = permit.ok()?;
+            Some(job.await)
         });
-        task.await.map_err(|_| QueueError::Dropped(self.name))
+        match task.await {
+            Ok(Some(output)) => Ok(output),
+            _ => Err(QueueError::Dropped(self.name)),
+        }
     }
 
     /// Jobs waiting for a worker.
@@ -184,5 +187,37 @@ mod tests {
             assert_eq!(job.await.unwrap(), Ok(()));
         }
         assert_eq!(most.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn an_accepted_job_runs_even_if_its_caller_stops_waiting() {
+        let q = WorkQueue::start(
+            "t",
+            &QueueConfig {
+                workers: 1,
+                capacity: 4,
+            },
+        );
+        let (release, hold) = tokio::sync::oneshot::channel::<()>();
+        let busy = tokio::spawn({
+            let q = q.clone();
+            async move { q.run(async move { hold.await.ok() }).await }
+        });
+        while q.waiting() != 0 || q.permits.available_permits() != 0 {
+            tokio::task::yield_now().await;
+        }
+        let (ran, done) = tokio::sync::oneshot::channel();
+        let short = std::time::Duration::from_millis(20);
+        let gave_up = tokio::time::timeout(short, q.run(async move { ran.send(()).ok() }));
+        assert!(gave_up.await.is_err(), "the one worker is busy");
+        release.send(()).unwrap();
+        busy.await.unwrap().unwrap();
+        let waited = tokio::time::timeout(std::time::Duration::from_secs(5), done);
+        assert_eq!(
+            waited.await.map(|r| r.is_ok()),
+            Ok(true),
+            "the job still ran"
+        );
+        assert_eq!(q.waiting(), 0);
     }
 }
