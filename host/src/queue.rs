@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::sync::Semaphore;
+use tokio::task::JoinHandle;
 
 use crate::cfg::QueueConfig;
 
@@ -62,8 +63,24 @@ impl WorkQueue {
         }
     }
 
-    /// Runs `job` when a worker is free; refuses at once if the backlog is full.
+    /// Runs `job` when a worker is free and waits for its output; refuses
+    /// at once if the backlog is full.
     pub async fn run<T, F>(&self, job: F) -> Result<T, QueueError>
+    where
+        F: Future<Output = T> + Send + 'static,
+        T: Send + 'static,
+    {
+        match self.submit(job)?.await {
+            Ok(Some(output)) => Ok(output),
+            _ => Err(QueueError::Dropped(self.name)),
+        }
+    }
+
+    /// Accepts `job`, or refuses it at once if the backlog is full. An
+    /// accepted job is a task of its own from here on: it waits its turn
+    /// and runs whether or not anyone awaits the handle, which yields `None`
+    /// only if the host is stopping before the job got a worker.
+    pub fn submit<T, F>(&self, job: F) -> Result<JoinHandle<Option<T>>, QueueError>
     where
         F: Future<Output = T> + Send + 'static,
         T: Send + 'static,
@@ -75,19 +92,13 @@ impl WorkQueue {
                 capacity: self.capacity,
             });
         }
-        // Accepted work is a task of its own from here on, so it waits its
-        // turn and runs even if the caller stops waiting for the result.
         let (permits, waiting) = (self.permits.clone(), self.waiting.clone());
-        let task = tokio::spawn(async move {
+        Ok(tokio::spawn(async move {
             let permit = permits.acquire_owned().await;
             waiting.fetch_sub(1, Ordering::Relaxed);
             let _permit = permit.ok()?;
             Some(job.await)
-        });
-        match task.await {
-            Ok(Some(output)) => Ok(output),
-            _ => Err(QueueError::Dropped(self.name)),
-        }
+        }))
     }
 
     /// Jobs waiting for a worker.

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use std::path::Path;
 
 use crate::harness::{
-    Host, INFERENCE, TARGET, assert_error_shape, into_parts, once_across_processes,
+    Host, INFERENCE, OPERATOR_KEY, TARGET, assert_error_shape, into_parts, once_across_processes,
 };
 
 const MODEL: &str = "SmolLM2-135M-Instruct";
@@ -382,6 +382,44 @@ async fn bad_requests_get_openai_error_objects() {
         .await
         .unwrap();
     assert_eq!(response.status(), 401);
+}
+
+#[tokio::test]
+async fn a_full_inference_queue_answers_429_at_once() {
+    // No workers and room for one: whichever request comes first waits
+    // forever, and the other is refused at once.
+    let host = Host::builder()
+        .config(&format!(
+            "{INFERENCE}\n[queues.inference]\nworkers = 0\ncapacity = 1\n"
+        ))
+        .start();
+    let request = || {
+        host.http
+            .post(host.url("/v1/chat/completions"))
+            .bearer_auth(OPERATOR_KEY)
+            .json(&ask("hi", json!({"max_tokens": 2})))
+            .timeout(Duration::from_secs(3))
+            .send()
+    };
+    let (first, second) = tokio::join!(request(), async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        request().await
+    });
+    let refused = match (first, second) {
+        (Ok(refused), Err(waited)) | (Err(waited), Ok(refused)) => {
+            assert!(waited.is_timeout(), "{waited}");
+            refused
+        }
+        (first, second) => panic!("one request must wait and one be refused: {first:?} {second:?}"),
+    };
+    let (status, reply) = into_parts(refused).await;
+    assert_eq!(status, 429, "{reply}");
+    let error = assert_error_shape(&reply);
+    assert_eq!(error["type"], "rate_limit_error", "{reply}");
+    assert!(
+        error["message"].as_str().unwrap().contains("queue is full"),
+        "{reply}"
+    );
 }
 
 #[tokio::test]

@@ -31,7 +31,7 @@ use crate::error::{Error, Result};
 use crate::plugin::engine::Runtime;
 use crate::plugin::manifest::BackendGrant;
 use crate::plugin::{Kind, Limits, Plugin, Plugins};
-use crate::queue::{QueueError, WorkQueue};
+use crate::queue::WorkQueue;
 use crate::store::Store;
 
 /// The embedded backend's component.
@@ -178,14 +178,16 @@ impl Inference {
             .map_err(anyhow::Error::from)
     }
 
-    /// Starts `request` for `account`.
+    /// Starts `request` for `account`; refuses at once when the project is
+    /// at its concurrency limit or the queue is full.
     pub fn chat(&self, account: Account, request: ChatRequest) -> Result<Running> {
         let (backend, plugin) = self.route(&request.model)?;
         let slot = Slot::take(&self.running, &account.scope, self.per_project)?;
         let (text_tx, text) = mpsc::unbounded_channel();
         let (done_tx, done) = oneshot::channel();
         let store = self.store.clone();
-        let queue = self.queue.clone();
+        // The job reports its own outcome, so no task waits on it. If it
+        // panics, `done` closes and the caller reports the job dropped.
         let job = async move {
             let model = request.model.clone();
             let started = std::time::Instant::now();
@@ -205,25 +207,12 @@ impl Inference {
             {
                 tracing::error!(error = %e, "recording usage failed");
             }
-            result
-        };
-        tokio::spawn(async move {
-            let outcome = match queue.run(job).await {
-                Ok(Ok(result)) => Ok(result),
-                Ok(Err(CallError::Reported { code, message })) if code == "upstream-failed" => {
-                    Err(Error::BadGateway(message))
-                }
-                Ok(Err(CallError::Reported { message, .. })) => Err(Error::InvalidRequest {
-                    message,
-                    param: None,
-                }),
-                Ok(Err(CallError::Failed(m))) => Err(Error::PluginFailed(m)),
-                Err(e @ QueueError::Full { .. }) => Err(Error::RateLimited(e.to_string())),
-                Err(e) => Err(Error::Unavailable(e.to_string())),
-            };
             drop(slot);
-            let _ = done_tx.send(outcome);
-        });
+            let _ = done_tx.send(result.map_err(call_error));
+        };
+        self.queue
+            .submit(job)
+            .map_err(|e| Error::RateLimited(e.to_string()))?;
         Ok(Running { text, done })
     }
 
@@ -245,6 +234,20 @@ impl Inference {
         Err(Error::ModelNotFound(format!(
             "the model '{model}' does not exist; GET /v1/models lists the models served"
         )))
+    }
+}
+
+/// A failed backend call as the client sees it.
+fn call_error(e: CallError) -> Error {
+    match e {
+        CallError::Reported { code, message } if code == "upstream-failed" => {
+            Error::BadGateway(message)
+        }
+        CallError::Reported { message, .. } => Error::InvalidRequest {
+            message,
+            param: None,
+        },
+        CallError::Failed(m) => Error::PluginFailed(m),
     }
 }
 
