@@ -1,14 +1,20 @@
 //! Proxy overhead (`just bench-gateway`): a fast local mock of an
 //! OpenAI-compatible upstream, called directly and through the real
-//! `switchyard` binary's `model-openai` backend, in the same run, at fixed
-//! request rates (open loop: latency counts from each request's scheduled
-//! start, so a stalled server cannot hide its backlog).
+//! `switchyard` binary's `model-openai` backend, at fixed request rates
+//! (open loop: latency counts from each request's scheduled start, so a
+//! stalled server cannot hide its backlog). Both paths get `rate` requests a
+//! second at the same moments, so a stall of this noisy machine hits both
+//! alike instead of deciding the difference.
 //!
-//! Prints p50/p99 of both paths and the added latency at each rate, and how
-//! many requests failed. Asserts nothing about time.
+//! Prints p50/p99 of both paths, the added latency at each rate, the host's
+//! CPU time per proxied request, and how many requests failed. Asserts
+//! nothing about time.
 //!
 //! `BENCH_INFERENCE_WORKERS=N` sets the host's inference queue workers
-//! (default: the host's own default).
+//! (default: the host's own default); `BENCH_SWITCHYARD=FILE` runs another
+//! build of the host, to compare two builds in one session;
+//! `BENCH_HOLD=1` prints both urls and the host's pid after the warm-up and
+//! keeps them up until Ctrl-C, for profiling under an outside load (`wrk`).
 
 use std::time::{Duration, Instant};
 
@@ -16,7 +22,7 @@ use axum::response::IntoResponse;
 use serde_json::{Value, json};
 
 mod common;
-use common::{Host, KEY, NO_MODEL, percentile, start_host};
+use common::{Host, KEY, NO_MODEL, cpu_seconds, percentile, start_host};
 
 const RATES: [u64; 3] = [500, 2_000, 5_000];
 const SECONDS_PER_RATE: u64 = 4;
@@ -68,49 +74,62 @@ fn start_gateway(upstream: &str) -> Host {
     start_host(&config)
 }
 
-/// Sends `rate` requests a second for [`SECONDS_PER_RATE`] seconds to `url`;
-/// returns the sorted latencies of the successes (ms) and the failures.
-async fn load(http: &reqwest::Client, url: &str, rate: u64) -> (Vec<f64>, usize) {
+/// Sends `rate` requests a second to each of `urls` for
+/// [`SECONDS_PER_RATE`] seconds, all of them at the same scheduled times, so
+/// every path is measured under the same conditions of the machine. Returns
+/// each url's sorted latencies of the successes (ms) and its failures.
+async fn load(http: &reqwest::Client, urls: &[&str], rate: u64) -> Vec<(Vec<f64>, usize)> {
     let body =
         json!({"model": "mock", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2});
     let total = rate * SECONDS_PER_RATE;
     let interval = Duration::from_secs_f64(1.0 / rate as f64);
     let started = Instant::now();
-    let mut calls = Vec::with_capacity(total as usize);
+    let mut calls = Vec::with_capacity(total as usize * urls.len());
     for i in 0..total {
         let due = started + interval * i as u32;
         tokio::time::sleep_until(due.into()).await;
-        let (http, url, body) = (http.clone(), url.to_string(), body.clone());
-        calls.push(tokio::spawn(async move {
-            let outcome = match http.post(url).bearer_auth(KEY).json(&body).send().await {
-                Ok(r) if r.status().is_success() => {
-                    r.bytes().await.map(|_| ()).map_err(|e| e.to_string())
-                }
-                Ok(r) => Err(format!(
-                    "{} {}",
-                    r.status(),
-                    r.text().await.unwrap_or_default()
-                )),
-                Err(e) => Err(e.to_string()),
-            };
-            outcome.map(|()| due.elapsed().as_secs_f64() * 1e3)
-        }));
+        // Alternate which path goes first within a tick.
+        for k in 0..urls.len() {
+            let which = (k + i as usize) % urls.len();
+            let (http, url, body) = (http.clone(), urls[which].to_string(), body.clone());
+            calls.push((which, tokio::spawn(call(http, url, body, due))));
+        }
     }
-    let mut latencies = Vec::with_capacity(calls.len());
-    let mut failed = 0;
-    for call in calls {
+    let mut results = vec![(Vec::with_capacity(total as usize), 0); urls.len()];
+    for (which, call) in calls {
+        let (latencies, failed) = &mut results[which];
         match call.await.unwrap() {
             Ok(ms) => latencies.push(ms),
             Err(why) => {
-                if failed == 0 {
-                    eprintln!("first failure at {rate} QPS: {why}");
+                if *failed == 0 {
+                    eprintln!("first failure on {} at {rate} QPS: {why}", urls[which]);
                 }
-                failed += 1
+                *failed += 1
             }
         }
     }
-    latencies.sort_by(f64::total_cmp);
-    (latencies, failed)
+    for (latencies, _) in &mut results {
+        latencies.sort_by(f64::total_cmp);
+    }
+    results
+}
+
+/// One request; its latency from `due` in ms, or why it failed.
+async fn call(
+    http: reqwest::Client,
+    url: String,
+    body: Value,
+    due: Instant,
+) -> Result<f64, String> {
+    match http.post(url).bearer_auth(KEY).json(&body).send().await {
+        Ok(r) if r.status().is_success() => r.bytes().await.map_err(|e| e.to_string())?,
+        Ok(r) => {
+            let status = r.status();
+            return Err(format!("{status} {}", r.text().await.unwrap_or_default()));
+        }
+        Err(e) => return Err(e.to_string()),
+    };
+    Ok(due.elapsed().as_secs_f64() * 1e3)
 }
 
 async fn run() {
@@ -123,29 +142,45 @@ async fn run() {
     let direct = format!("http://{upstream}/v1/chat/completions");
     let proxied = format!("{}/v1/chat/completions", host.base);
     // Warm both paths: connections, the compiled plugin, the key cache.
-    for url in [&direct, &proxied] {
-        let (ok, failed) = load(&http, url, 200).await;
+    for (url, (ok, failed)) in [&direct, &proxied]
+        .iter()
+        .zip(load(&http, &[&direct, &proxied], 200).await)
+    {
         assert!(
             failed == 0 && !ok.is_empty(),
             "warm-up failed on {url}: {failed} failures"
         );
     }
+    if std::env::var_os("BENCH_HOLD").is_some() {
+        println!(
+            "direct {direct}\nproxied {proxied}\nhost pid {}",
+            host.child.id()
+        );
+        println!("holding both up for profiling; Ctrl-C ends");
+        let _ = tokio::signal::ctrl_c().await;
+        return;
+    }
     println!(
-        "bench-gateway: {SECONDS_PER_RATE} s per rate, open loop, latency from scheduled start (ms)"
+        "bench-gateway: {SECONDS_PER_RATE} s per rate, open loop, both paths at once, latency from scheduled start (ms)"
     );
     println!(
-        "{:>6} | {:>17} | {:>17} | {:>17} | failed",
-        "QPS", "direct p50 / p99", "proxied p50 / p99", "added p50 / p99"
+        "{:>6} | {:>17} | {:>17} | {:>17} | {:>12} | failed",
+        "QPS", "direct p50 / p99", "proxied p50 / p99", "added p50 / p99", "host CPU/req"
     );
     for rate in RATES {
-        let (d, d_failed) = load(&http, &direct, rate).await;
-        let (p, p_failed) = load(&http, &proxied, rate).await;
+        let cpu_before = cpu_seconds(host.child.id());
+        let mut paths = load(&http, &[&direct, &proxied], rate).await.into_iter();
+        let cpu = cpu_seconds(host.child.id())
+            .zip(cpu_before)
+            .map(|(after, before)| (after - before) * 1e6 / (rate * SECONDS_PER_RATE) as f64);
+        let ((d, d_failed), (p, p_failed)) = (paths.next().unwrap(), paths.next().unwrap());
         let (d50, d99) = (percentile(&d, 0.5), percentile(&d, 0.99));
         let (p50, p99) = (percentile(&p, 0.5), percentile(&p, 0.99));
         println!(
-            "{rate:>6} | {d50:>7.3} / {d99:>7.3} | {p50:>7.3} / {p99:>7.3} | {:>7.3} / {:>7.3} | direct {d_failed}, proxied {p_failed} of {}",
+            "{rate:>6} | {d50:>7.3} / {d99:>7.3} | {p50:>7.3} / {p99:>7.3} | {:>7.3} / {:>7.3} | {:>9.0} µs | direct {d_failed}, proxied {p_failed} of {}",
             p50 - d50,
             p99 - d99,
+            cpu.unwrap_or(f64::NAN),
             rate * SECONDS_PER_RATE
         );
     }

@@ -50,7 +50,10 @@ pub fn start_host(config: &str) -> Host {
         config.replace("{dir}", &dir.path().display().to_string()),
     )
     .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_switchyard"))
+    // BENCH_SWITCHYARD runs another build, to compare two in one session.
+    let binary = std::env::var_os("BENCH_SWITCHYARD")
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_switchyard").into());
+    let mut child = Command::new(binary)
         .args(["serve", "--listen", "127.0.0.1:0", "--config"])
         .arg(&path)
         .arg("--data-dir")
@@ -82,4 +85,15 @@ pub fn percentile(sorted: &[f64], p: f64) -> f64 {
         return f64::NAN;
     }
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+/// CPU time (user + system) the process `pid` has used, in seconds, read
+/// from `/proc`; `None` where there is no `/proc`.
+pub fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    // USER_HZ is 100 on every Linux target Rust supports.
+    Some(ticks / 100.0)
 }
