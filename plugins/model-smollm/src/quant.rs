@@ -359,10 +359,15 @@ mod kernel {
                     let q = v128_load(w.add(32 + r * BLOCK / 2).cast());
                     // Nibbles are 0..=15, inside the unsigned operand's
                     // 7-bit range, so every lowering gives the exact sum.
+                    // A pair of products is at most 2 * 127 * 15, so both
+                    // halves' pairs add up in 16 bits before widening.
                     let (lo, hi) = (v128_and(q, low), u8x16_shr(q, 4));
                     for k in 0..N {
-                        let dot = i32x4_relaxed_dot_i8x16_i7x16_add(x[k].0, lo, i32x4_splat(0));
-                        let dot = i32x4_relaxed_dot_i8x16_i7x16_add(x[k].1, hi, dot);
+                        let pairs = i16x8_add(
+                            i16x8_relaxed_dot_i8x16_i7x16(x[k].0, lo),
+                            i16x8_relaxed_dot_i8x16_i7x16(x[k].1, hi),
+                        );
+                        let dot = i32x4_extadd_pairwise_i16x8(pairs);
                         let product = f32x4_mul(f32x4_convert_i32x4(dot), d[k][r]);
                         acc[k][r] = f32x4_add(acc[k][r], product);
                     }
