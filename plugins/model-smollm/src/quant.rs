@@ -403,14 +403,17 @@ mod kernel {
         ]
     }
 
-    /// The group's four products with each of `N` activation rows. Every row
-    /// gets the same operations in the same order whatever `N`, so two rows
-    /// at once give the results one at a time would.
+    /// The group's four products with each of `N` activation rows. Each
+    /// block's integer dot product is summed exactly, then scaled and added
+    /// in block order, as `q4_1_row` does one value at a time; so every
+    /// row's result is the same whatever `N`, and the same as the scalar
+    /// version's.
     #[cfg(all(target_feature = "simd128", target_feature = "relaxed-simd"))]
     pub fn q4_1<const N: usize>(group: &[u8], xs: [&ActivationRow; N]) -> [[f32; 4]; N] {
         use core::arch::wasm32::*;
         let blocks = xs.iter().fold(0, |_, a| check(group, a, Kind::Q4_1));
-        let mut acc = [[f32x4_splat(0.0); GROUP]; N];
+        // Lane r of each vector belongs to the group's row r.
+        let mut acc = [f32x4_splat(0.0); N];
         let mut mins = [f32x4_splat(0.0); N];
         let low = u8x16_splat(0x0F);
         // SAFETY: block `b` reads bytes 96b..96b+96 of the group, 32b..32b+32
@@ -421,48 +424,60 @@ mod kernel {
             for b in 0..blocks {
                 let scales = v128_load(w.cast());
                 let m = v128_load(w.add(16).cast());
-                let mut x = [(scales, scales); N];
-                let mut d = [[scales; GROUP]; N];
+                // Nibbles are 0..=15, inside the unsigned operand's 7-bit
+                // range, so every lowering gives the exact sum.
+                let nibbles: [(v128, v128); GROUP] = std::array::from_fn(|r| {
+                    let q = v128_load(w.add(32 + r * BLOCK / 2).cast());
+                    (v128_and(q, low), u8x16_shr(q, 4))
+                });
                 for (k, a) in xs.iter().enumerate() {
                     let p = a.quants.as_ptr().add(b * BLOCK);
-                    x[k] = (v128_load(p.cast()), v128_load(p.add(16).cast()));
-                    d[k] = lanes(f32x4_mul(scales, f32x4_splat(*a.scales.get_unchecked(b))));
-                    let sum = f32x4_splat(*a.sums.get_unchecked(b));
-                    mins[k] = f32x4_add(mins[k], f32x4_mul(m, sum));
-                }
-                for r in 0..GROUP {
-                    let q = v128_load(w.add(32 + r * BLOCK / 2).cast());
-                    // Nibbles are 0..=15, inside the unsigned operand's
-                    // 7-bit range, so every lowering gives the exact sum.
+                    let x = (v128_load(p.cast()), v128_load(p.add(16).cast()));
                     // A pair of products is at most 2 * 127 * 15, so both
                     // halves' pairs add up in 16 bits before widening.
-                    let (lo, hi) = (v128_and(q, low), u8x16_shr(q, 4));
-                    for k in 0..N {
-                        let pairs = i16x8_add(
-                            i16x8_relaxed_dot_i8x16_i7x16(x[k].0, lo),
-                            i16x8_relaxed_dot_i8x16_i7x16(x[k].1, hi),
-                        );
-                        let dot = i32x4_extadd_pairwise_i16x8(pairs);
-                        let product = f32x4_mul(f32x4_convert_i32x4(dot), d[k][r]);
-                        acc[k][r] = f32x4_add(acc[k][r], product);
-                    }
+                    let dots = nibbles.map(|(lo, hi)| {
+                        i32x4_extadd_pairwise_i16x8(i16x8_add(
+                            i16x8_relaxed_dot_i8x16_i7x16(x.0, lo),
+                            i16x8_relaxed_dot_i8x16_i7x16(x.1, hi),
+                        ))
+                    });
+                    let d = f32x4_mul(scales, f32x4_splat(*a.scales.get_unchecked(b)));
+                    let product = f32x4_mul(f32x4_convert_i32x4(totals(dots)), d);
+                    acc[k] = f32x4_add(acc[k], product);
+                    let sum = f32x4_splat(*a.sums.get_unchecked(b));
+                    mins[k] = f32x4_add(mins[k], f32x4_mul(m, sum));
                 }
                 w = w.add(Kind::Q4_1.stride());
             }
         }
-        let mut out = [[0f32; 4]; N];
-        for k in 0..N {
-            let mins = lanes(mins[k]);
-            for r in 0..GROUP {
-                let v = acc[k][r];
-                out[k][r] = f32x4_extract_lane::<0>(v)
-                    + f32x4_extract_lane::<1>(v)
-                    + f32x4_extract_lane::<2>(v)
-                    + f32x4_extract_lane::<3>(v)
-                    + f32x4_extract_lane::<0>(mins[r]);
-            }
-        }
-        out
+        std::array::from_fn(|k| {
+            let v = f32x4_add(acc[k], mins[k]);
+            [
+                f32x4_extract_lane::<0>(v),
+                f32x4_extract_lane::<1>(v),
+                f32x4_extract_lane::<2>(v),
+                f32x4_extract_lane::<3>(v),
+            ]
+        })
+    }
+
+    /// Lane r of the result is the sum of `v[r]`'s four lanes (exact: the
+    /// sums of a block fit in i32 many times over).
+    #[cfg(target_feature = "simd128")]
+    fn totals(v: [core::arch::wasm32::v128; 4]) -> core::arch::wasm32::v128 {
+        use core::arch::wasm32::*;
+        let s01 = i32x4_add(
+            i32x4_shuffle::<0, 4, 1, 5>(v[0], v[1]),
+            i32x4_shuffle::<2, 6, 3, 7>(v[0], v[1]),
+        );
+        let s23 = i32x4_add(
+            i32x4_shuffle::<0, 4, 1, 5>(v[2], v[3]),
+            i32x4_shuffle::<2, 6, 3, 7>(v[2], v[3]),
+        );
+        i32x4_add(
+            i32x4_shuffle::<0, 1, 4, 5>(s01, s23),
+            i32x4_shuffle::<2, 3, 6, 7>(s01, s23),
+        )
     }
 
     #[cfg(not(all(target_feature = "simd128", target_feature = "relaxed-simd")))]
