@@ -165,21 +165,18 @@ impl Matrix {
         // Prompt evaluation multiplies many rows by the same weights: Q4_1
         // takes two rows at a time, unpacking each weight block once for both.
         let pairs = if self.kind == Kind::Q4_1 { m / 2 } else { 0 };
-        let (paired, single) = dst[..m * n].split_at_mut(pairs * 2 * n);
-        for (i, out) in paired.chunks_exact_mut(2 * n).enumerate() {
-            let (first, second) = out.split_at_mut(n);
+        for i in 0..pairs {
             let rows = [activations.row(2 * i), activations.row(2 * i + 1)];
-            let outs = first
-                .chunks_exact_mut(GROUP)
-                .zip(second.chunks_exact_mut(GROUP));
-            for (g, (first, second)) in outs.enumerate() {
-                let [a, b] = kernel::q4_1(self.group(g), [&rows[0], &rows[1]]);
-                first.copy_from_slice(&a);
-                second.copy_from_slice(&b);
+            for g in 0..n / GROUP {
+                let products = kernel::q4_1(self.group(g), [&rows[0], &rows[1]]);
+                for (r, product) in products.iter().enumerate() {
+                    let at = (2 * i + r) * n + g * GROUP;
+                    dst[at..at + GROUP].copy_from_slice(product);
+                }
             }
         }
-        for (i, out) in single.chunks_exact_mut(n).enumerate() {
-            let a = activations.row(2 * pairs + i);
+        for (i, out) in dst[..m * n].chunks_exact_mut(n).enumerate().skip(2 * pairs) {
+            let a = activations.row(i);
             for (g, out) in out.chunks_exact_mut(GROUP).enumerate() {
                 let group = self.group(g);
                 out.copy_from_slice(&match self.kind {
