@@ -17,6 +17,7 @@ const MEMBERS: &[&str] = &[
     "model-openai",
     "fixtures/misbehave",
     "fixtures/sockets",
+    "fixtures/remember",
 ];
 
 fn main() {

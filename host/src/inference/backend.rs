@@ -1,8 +1,8 @@
-//! A model-backend plugin: one long-lived instance, so weights load once.
+//! A model-backend plugin and its instances, kept as its [`Instances`] says.
 //!
-//! Calls are serialised on the instance. A call that traps, runs out of
-//! memory or time leaves the instance in an unknown state, so it is dropped
-//! and the next call starts a fresh one.
+//! A call that traps, runs out of memory or time leaves its instance in an
+//! unknown state, so that instance is dropped and the next call starts a
+//! fresh one.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -43,10 +43,32 @@ pub struct Setup {
     pub memory_bytes: u64,
     /// Wall-clock limit of one call.
     pub timeout: Duration,
-    /// A fresh instance per call (stateless proxies, which then run in
-    /// parallel) rather than one long-lived instance (models with weights).
-    pub fresh_per_call: bool,
+    /// How instances are kept between calls.
+    pub instances: Instances,
 }
+
+/// How a backend's instances are kept between calls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Instances {
+    /// One long-lived instance that serves one call at a time, so a model
+    /// loads its weights once.
+    Single,
+    /// A fresh instance for every call: calls run side by side and share no
+    /// state.
+    PerCall,
+    /// Calls run side by side on warm instances, each reused only for
+    /// calls of the team it first served. For the host's own stateless
+    /// upstream proxy, whose requests spent a tenth of their time being
+    /// instantiated and torn down.
+    PerTeam,
+}
+
+/// Warm instances a [`Instances::PerTeam`] backend keeps, across all teams.
+const MAX_IDLE: usize = 64;
+
+/// Calls an instance serves before it is replaced, so nothing a guest
+/// accumulates can grow for ever.
+const MAX_CALLS: u32 = 1_000;
 
 impl Setup {
     /// The setup an operator's grant describes: its environment, its
@@ -70,7 +92,11 @@ impl Setup {
             egress,
             memory_bytes: limits.memory_bytes,
             timeout: limits.timeout(),
-            fresh_per_call: grant.per_call,
+            instances: if grant.per_call {
+                Instances::PerCall
+            } else {
+                Instances::Single
+            },
         })
     }
 }
@@ -116,6 +142,7 @@ impl crate::plugin::bindings::v0_1_0::model::switchyard::plugin::output::Host fo
 struct Live {
     store: Store<BackendState>,
     bindings: ModelBackend,
+    calls: u32,
 }
 
 /// A loaded backend component.
@@ -123,8 +150,15 @@ pub struct Backend {
     setup: Setup,
     engine: Engine,
     pre: ModelBackendPre<BackendState>,
+    /// The instance of a [`Instances::Single`] backend.
     live: Mutex<Option<Live>>,
+    /// Idle instances of a [`Instances::PerTeam`] backend with the team
+    /// each serves, the most recently used last.
+    idle: std::sync::Mutex<Vec<(String, Live)>>,
 }
+
+/// The team of the host's own calls (listing models, health checks).
+const HOST: &str = "";
 
 /// A failed backend call, already worded for the client.
 #[derive(Debug, thiserror::Error)]
@@ -147,14 +181,13 @@ impl Backend {
     /// Compiles (or loads from the runtime's cache) and links `bytes`.
     /// Blocking.
     ///
-    /// A backend with a fresh instance per call shares the plugin runtime's
-    /// pooled engine, where instantiating is cheap; a long-lived one gets an
-    /// engine that allocates its large memory on demand.
+    /// A backend with many instances shares the plugin runtime's pooled
+    /// engine, where instantiating is cheap; a long-lived one gets an engine
+    /// that allocates its large memory on demand.
     pub fn load(setup: Setup, bytes: &[u8], runtime: &Runtime) -> anyhow::Result<Arc<Backend>> {
-        let engine = if setup.fresh_per_call {
-            runtime.engine.clone()
-        } else {
-            model_engine()?
+        let engine = match setup.instances {
+            Instances::Single => model_engine()?,
+            Instances::PerCall | Instances::PerTeam => runtime.engine.clone(),
         };
         let component: Component = compile_cached(&engine, runtime.cache_dir(), bytes)?;
         check_imports(&engine, &component, setup.egress.is_some())?;
@@ -177,12 +210,13 @@ impl Backend {
             engine,
             pre,
             live: Mutex::new(None),
+            idle: std::sync::Mutex::new(Vec::new()),
         }))
     }
 
     /// The models the backend serves.
     pub async fn models(&self) -> Result<Vec<ModelInfo>, CallError> {
-        self.call(None, async |b, s| {
+        self.call(HOST, None, async |b, s| {
             b.switchyard_plugin_backend()
                 .call_list_models(s)
                 .await
@@ -193,22 +227,24 @@ impl Backend {
 
     /// The backend's readiness. A backend busy with a request is ready.
     pub async fn health(&self) -> Result<(), CallError> {
-        if !self.setup.fresh_per_call && self.live.try_lock().is_err() {
+        if self.setup.instances == Instances::Single && self.live.try_lock().is_err() {
             return Ok(());
         }
-        self.call(None, async |b, s| {
+        self.call(HOST, None, async |b, s| {
             b.switchyard_plugin_backend().call_health(s).await
         })
         .await
     }
 
-    /// Generates a reply, sending text to `output` as it is made.
+    /// Generates a reply for `team`'s request, sending text to `output` as
+    /// it is made.
     pub async fn chat(
         &self,
+        team: &str,
         request: ChatRequest,
         output: mpsc::UnboundedSender<String>,
     ) -> Result<ChatResult, CallError> {
-        self.call(Some(output), async move |b, s| {
+        self.call(team, Some(output), async move |b, s| {
             b.switchyard_plugin_backend().call_chat(s, &request).await
         })
         .await
@@ -216,6 +252,7 @@ impl Backend {
 
     async fn call<R>(
         &self,
+        team: &str,
         output: Option<mpsc::UnboundedSender<String>>,
         f: impl AsyncFnOnce(
             &ModelBackend,
@@ -225,19 +262,59 @@ impl Backend {
         let start_failed = |e: anyhow::Error| {
             CallError::Failed(format!("{}: could not start: {e:#}", self.setup.name))
         };
-        if self.setup.fresh_per_call {
-            let mut live = self.instantiate().await.map_err(start_failed)?;
-            return self.run(&mut live, output, f).await.0;
+        match self.setup.instances {
+            Instances::PerCall => {
+                let mut live = self.instantiate().await.map_err(start_failed)?;
+                self.run(&mut live, output, f).await.0
+            }
+            Instances::PerTeam => {
+                let mut live = match self.take_idle(team) {
+                    Some(live) => live,
+                    None => self.instantiate().await.map_err(start_failed)?,
+                };
+                let (result, poisoned) = self.run(&mut live, output, f).await;
+                if !poisoned {
+                    self.put_idle(team, live);
+                }
+                result
+            }
+            Instances::Single => {
+                let mut slot = self.live.lock().await;
+                if slot.is_none() {
+                    *slot = Some(self.instantiate().await.map_err(start_failed)?);
+                }
+                let (result, poisoned) =
+                    self.run(slot.as_mut().expect("set above"), output, f).await;
+                if poisoned {
+                    *slot = None;
+                }
+                result
+            }
         }
-        let mut slot = self.live.lock().await;
-        if slot.is_none() {
-            *slot = Some(self.instantiate().await.map_err(start_failed)?);
+    }
+
+    /// The most recently used idle instance that served `team`.
+    fn take_idle(&self, team: &str) -> Option<Live> {
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        let at = idle.iter().rposition(|(t, _)| t == team)?;
+        Some(idle.remove(at).1)
+    }
+
+    /// Keeps `live` for `team`'s next call, unless it is worn out; the
+    /// least recently used instance goes when too many are idle.
+    fn put_idle(&self, team: &str, mut live: Live) {
+        live.calls += 1;
+        if live.calls >= MAX_CALLS {
+            return;
         }
-        let (result, poisoned) = self.run(slot.as_mut().expect("set above"), output, f).await;
-        if poisoned {
-            *slot = None;
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        idle.push((team.to_string(), live));
+        if idle.len() > MAX_IDLE {
+            // Dropped outside the lock: tearing down a store takes a while.
+            let oldest = idle.remove(0);
+            drop(idle);
+            drop(oldest);
         }
-        result
     }
 
     /// Runs `f` under the timeout. Also says whether the instance must be
@@ -311,7 +388,11 @@ impl Backend {
         // keep serving meanwhile. Time is bounded by the call's timeout.
         store.epoch_deadline_async_yield_and_update(1);
         let bindings = self.pre.instantiate_async(&mut store).await?;
-        Ok(Live { store, bindings })
+        Ok(Live {
+            store,
+            bindings,
+            calls: 0,
+        })
     }
 }
 
@@ -331,4 +412,75 @@ fn check_imports(engine: &Engine, component: &Component, egress: bool) -> anyhow
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The `remember` fixture, whose reply is every message its instance
+    /// has seen.
+    fn remember(instances: Instances, runtime: &Runtime) -> Arc<Backend> {
+        let bytes = std::fs::read(concat!(
+            env!("SWITCHYARD_PLUGIN_BUILD_DIR"),
+            "/remember.wasm"
+        ))
+        .unwrap();
+        let setup = Setup {
+            name: "remember@0.1.0".into(),
+            env: Vec::new(),
+            preopens: Vec::new(),
+            egress: None,
+            memory_bytes: 64 << 20,
+            timeout: Duration::from_secs(10),
+            instances,
+        };
+        Backend::load(setup, &bytes, runtime).unwrap()
+    }
+
+    async fn reply(backend: &Backend, team: &str, text: &str) -> String {
+        let request = ChatRequest {
+            model: "remember".into(),
+            messages: vec![Message {
+                role: "user".into(),
+                content: text.into(),
+            }],
+            max_tokens: None,
+            temperature: None,
+            top_p: None,
+            seed: None,
+            stop: Vec::new(),
+        };
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        backend.chat(team, request, tx).await.unwrap();
+        rx.recv().await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn per_team_instances_serve_only_their_own_team() {
+        let cache = tempfile::tempdir().unwrap();
+        let runtime = Runtime::new(cache.path()).unwrap();
+        let backend = remember(Instances::PerTeam, &runtime);
+        assert_eq!(reply(&backend, "red", "one").await, "one");
+        assert_eq!(
+            reply(&backend, "red", "two").await,
+            "one two",
+            "red's instance is kept for red"
+        );
+        assert_eq!(
+            reply(&backend, "blue", "three").await,
+            "three",
+            "blue must not get red's instance"
+        );
+        assert_eq!(reply(&backend, "red", "four").await, "one two four");
+    }
+
+    #[tokio::test]
+    async fn per_call_instances_share_nothing() {
+        let cache = tempfile::tempdir().unwrap();
+        let runtime = Runtime::new(cache.path()).unwrap();
+        let backend = remember(Instances::PerCall, &runtime);
+        assert_eq!(reply(&backend, "red", "one").await, "one");
+        assert_eq!(reply(&backend, "red", "two").await, "two");
+    }
 }

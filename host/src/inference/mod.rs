@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
-use self::backend::{Backend, CallError, ChatRequest, ChatResult, ModelInfo, Setup};
+use self::backend::{Backend, CallError, ChatRequest, ChatResult, Instances, ModelInfo, Setup};
 use self::usage::Account;
 use wasmtime_wasi::FsPerms;
 
@@ -191,7 +191,7 @@ impl Inference {
         let job = async move {
             let model = request.model.clone();
             let started = std::time::Instant::now();
-            let result = backend.chat(request, text_tx).await;
+            let result = backend.chat(account.team(), request, text_tx).await;
             if let Some(plugin) = plugin {
                 let failed = matches!(result, Err(CallError::Failed(_)));
                 plugin.stats().record(started.elapsed(), failed);
@@ -281,12 +281,12 @@ fn smollm(cfg: &Config) -> Setup {
         egress: None,
         memory_bytes: icfg.memory_bytes,
         timeout: Duration::from_millis(icfg.timeout_ms),
-        fresh_per_call: false,
+        instances: Instances::Single,
     }
 }
 
 /// An upstream proxy's grant: its upstream's host only, with the key added
-/// by the host.
+/// by the host; warm instances reused within a team.
 fn proxy(upstream: &UpstreamConfig) -> std::result::Result<Setup, String> {
     let url = url::Url::parse(&upstream.base_url).map_err(|e| format!("base_url: {e}"))?;
     let host = url.host_str().ok_or("base_url has no host")?;
@@ -314,7 +314,10 @@ fn proxy(upstream: &UpstreamConfig) -> std::result::Result<Setup, String> {
         env!("CARGO_PKG_VERSION"),
         upstream.name
     );
-    Setup::granted(name, &grant, &limits)
+    Ok(Setup {
+        instances: Instances::PerTeam,
+        ..Setup::granted(name, &grant, &limits)?
+    })
 }
 
 fn load(

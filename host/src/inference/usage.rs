@@ -39,6 +39,14 @@ pub struct Account {
     pub key_id: String,
 }
 
+impl Account {
+    /// Whose data the request carries: the team of a project scope, or the
+    /// user of a personal one.
+    pub fn team(&self) -> &str {
+        self.scope.split('/').next().unwrap_or_default()
+    }
+}
+
 /// The usage scope of a team's project.
 pub fn project_scope(team: &str, project: &str) -> String {
     format!("{team}/{project}")
