@@ -6,6 +6,7 @@
 //! the model's id in `MODEL_ID`. Weights load on the first call and stay
 //! loaded: the host keeps this instance for the life of the process.
 
+mod activation;
 mod generate;
 mod llama;
 mod quant;

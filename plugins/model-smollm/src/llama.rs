@@ -234,7 +234,7 @@ impl Layer {
     }
 
     fn ffn(&self, x: &Tensor) -> Result<Tensor> {
-        let gate = candle_nn::ops::silu(&self.gate.forward(x)?)?;
-        self.down.forward(&(gate * self.up.forward(x)?)?)
+        let hidden = crate::activation::swiglu(&self.gate.forward(x)?, &self.up.forward(x)?)?;
+        self.down.forward(&hidden)
     }
 }
