@@ -329,6 +329,9 @@ impl Backend {
         ) -> wasmtime::Result<Result<R, GuestError>>,
     ) -> (Result<R, CallError>, bool) {
         live.store.data_mut().output = output;
+        // A kept instance's deadline passed while it sat idle; without a
+        // fresh one the call would yield to tokio before doing anything.
+        live.store.set_epoch_deadline(1);
         let outcome =
             tokio::time::timeout(self.setup.timeout, f(&live.bindings, &mut live.store)).await;
         live.store.data_mut().output = None;
