@@ -423,7 +423,9 @@ mod tests {
 
     /// The `remember` fixture, whose reply is every message its instance
     /// has seen.
-    fn remember(instances: Instances, runtime: &Runtime) -> Arc<Backend> {
+    fn remember(instances: Instances) -> Arc<Backend> {
+        let cache = tempfile::tempdir().unwrap();
+        let runtime = Runtime::new(cache.path()).unwrap();
         let bytes = std::fs::read(concat!(
             env!("SWITCHYARD_PLUGIN_BUILD_DIR"),
             "/remember.wasm"
@@ -438,7 +440,7 @@ mod tests {
             timeout: Duration::from_secs(10),
             instances,
         };
-        Backend::load(setup, &bytes, runtime).unwrap()
+        Backend::load(setup, &bytes, &runtime).unwrap()
     }
 
     async fn reply(backend: &Backend, team: &str, text: &str) -> String {
@@ -461,9 +463,7 @@ mod tests {
 
     #[tokio::test]
     async fn per_team_instances_serve_only_their_own_team() {
-        let cache = tempfile::tempdir().unwrap();
-        let runtime = Runtime::new(cache.path()).unwrap();
-        let backend = remember(Instances::PerTeam, &runtime);
+        let backend = remember(Instances::PerTeam);
         assert_eq!(reply(&backend, "red", "one").await, "one");
         assert_eq!(
             reply(&backend, "red", "two").await,
@@ -480,9 +480,7 @@ mod tests {
 
     #[tokio::test]
     async fn per_call_instances_share_nothing() {
-        let cache = tempfile::tempdir().unwrap();
-        let runtime = Runtime::new(cache.path()).unwrap();
-        let backend = remember(Instances::PerCall, &runtime);
+        let backend = remember(Instances::PerCall);
         assert_eq!(reply(&backend, "red", "one").await, "one");
         assert_eq!(reply(&backend, "red", "two").await, "two");
     }
