@@ -67,6 +67,18 @@ impl Kind {
     }
 }
 
+/// The four f32 lanes of `v`, in order.
+#[cfg(target_feature = "simd128")]
+fn f32_lanes(v: core::arch::wasm32::v128) -> [f32; 4] {
+    use core::arch::wasm32::f32x4_extract_lane;
+    [
+        f32x4_extract_lane::<0>(v),
+        f32x4_extract_lane::<1>(v),
+        f32x4_extract_lane::<2>(v),
+        f32x4_extract_lane::<3>(v),
+    ]
+}
+
 fn f32_at(bytes: &[u8], at: usize) -> f32 {
     f32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
 }
@@ -269,13 +281,7 @@ mod rounding {
             let x = unsafe { v128_load(x.as_ptr().cast()) };
             m = f32x4_max(m, f32x4_abs(x));
         }
-        let lanes = [
-            f32x4_extract_lane::<0>(m),
-            f32x4_extract_lane::<1>(m),
-            f32x4_extract_lane::<2>(m),
-            f32x4_extract_lane::<3>(m),
-        ];
-        lanes.iter().fold(0f32, |a, &b| a.max(b))
+        super::f32_lanes(m).iter().fold(0f32, |a, &b| a.max(b))
     }
 
     /// Writes the rounded values to `out`; returns their sum. `x - trunc(x)`
@@ -355,10 +361,8 @@ mod kernel {
             }
         }
         acc.map(|v| {
-            f32x4_extract_lane::<0>(v)
-                + f32x4_extract_lane::<1>(v)
-                + f32x4_extract_lane::<2>(v)
-                + f32x4_extract_lane::<3>(v)
+            let [a, b, c, d] = super::f32_lanes(v);
+            a + b + c + d
         })
     }
 
@@ -447,15 +451,7 @@ mod kernel {
                 w = w.add(Kind::Q4_1.stride());
             }
         }
-        std::array::from_fn(|k| {
-            let v = f32x4_add(acc[k], mins[k]);
-            [
-                f32x4_extract_lane::<0>(v),
-                f32x4_extract_lane::<1>(v),
-                f32x4_extract_lane::<2>(v),
-                f32x4_extract_lane::<3>(v),
-            ]
-        })
+        std::array::from_fn(|k| super::f32_lanes(f32x4_add(acc[k], mins[k])))
     }
 
     /// Lane r of the result is the sum of `v[r]`'s four lanes (exact: the
