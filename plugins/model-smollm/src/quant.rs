@@ -173,28 +173,31 @@ impl Matrix {
 
     /// `dst[i][j]` = the dot product of activation row `i` with row `j`.
     fn matmul(&self, (m, k, n): (usize, usize, usize), lhs: &[f32], dst: &mut [f32]) {
-        let activations = Activations::quantize(&lhs[..m * k], k);
         // Prompt evaluation multiplies many rows by the same weights: Q4_1
         // takes two rows at a time, unpacking each weight block once for both.
-        let pairs = if self.kind == Kind::Q4_1 { m / 2 } else { 0 };
-        for i in 0..pairs {
-            let rows = [activations.row(2 * i), activations.row(2 * i + 1)];
-            for g in 0..n / GROUP {
-                let products = kernel::q4_1(self.group(g), [&rows[0], &rows[1]]);
-                for (r, product) in products.iter().enumerate() {
-                    let at = (2 * i + r) * n + g * GROUP;
-                    dst[at..at + GROUP].copy_from_slice(product);
-                }
+        let pack = if self.kind == Kind::Q4_1 { 2 } else { 1 };
+        let activations = Activations::quantize(&lhs[..m * k], k, pack);
+        for (p, out) in dst[..m * n].chunks_mut(pack * n).enumerate() {
+            let a = activations.pack(p);
+            match (self.kind, out.len() / n) {
+                (Kind::Q8, _) => self.products(a, out, |g, a| [kernel::q8(g, a)]),
+                (Kind::Q4_1, 2) => self.products(a, out, kernel::q4_1::<2>),
+                (Kind::Q4_1, _) => self.products(a, out, kernel::q4_1::<1>),
             }
         }
-        for (i, out) in dst[..m * n].chunks_exact_mut(n).enumerate().skip(2 * pairs) {
-            let a = activations.row(i);
-            for (g, out) in out.chunks_exact_mut(GROUP).enumerate() {
-                let group = self.group(g);
-                out.copy_from_slice(&match self.kind {
-                    Kind::Q8 => kernel::q8(group, &a),
-                    Kind::Q4_1 => kernel::q4_1(group, [&a])[0],
-                });
+    }
+
+    /// Fills `out`, N rows of `self.rows` values, with `kernel`'s products
+    /// of a pack of N activation rows with every group.
+    fn products<const N: usize>(
+        &self,
+        pack: &[u8],
+        out: &mut [f32],
+        kernel: impl Fn(&[u8], &[u8]) -> [[f32; GROUP]; N],
+    ) {
+        for g in 0..self.rows / GROUP {
+            for (r, product) in kernel(self.group(g), pack).iter().enumerate() {
+                out[r * self.rows + g * GROUP..][..GROUP].copy_from_slice(product);
             }
         }
     }
@@ -202,51 +205,50 @@ impl Matrix {
 
 /// Activations quantized the way candle quantizes them for a Q8_0 product:
 /// per block, scale = max |x| / 127 rounded to f16, and x / scale rounded.
+/// Rows are packed `pack` at a time (the last pack may hold fewer) so that a
+/// kernel walks one pointer: per block, a 16-byte header of each row's scale
+/// then each row's `scale · Σ quants` (for Q4_1's minimum), then each row's
+/// quants.
 struct Activations {
     cols: usize,
-    scales: Vec<f32>,
-    /// Per block, scale · the sum of its quants (for Q4_1's minimum).
-    sums: Vec<f32>,
-    quants: Vec<i8>,
-}
-
-struct ActivationRow<'a> {
-    quants: &'a [i8],
-    scales: &'a [f32],
-    sums: &'a [f32],
+    pack: usize,
+    data: Vec<u8>,
 }
 
 impl Activations {
-    fn quantize(xs: &[f32], cols: usize) -> Activations {
-        let blocks = xs.len() / BLOCK;
-        let mut scales = Vec::with_capacity(blocks);
-        let mut sums = Vec::with_capacity(blocks);
-        let mut quants = Vec::with_capacity(xs.len());
-        for block in xs.chunks_exact(BLOCK) {
-            let scale = rounding::max_abs(block) / 127.0;
-            let inverse = if scale != 0.0 { 1.0 / scale } else { 0.0 };
-            let scale = f16::from_f32(scale).to_f32();
-            let mut q = [0i8; BLOCK];
-            let sum = rounding::round_to_i8(block, inverse, &mut q);
-            quants.extend_from_slice(&q);
-            scales.push(scale);
-            sums.push(scale * sum as f32);
-        }
-        Activations {
-            cols,
-            scales,
-            sums,
-            quants,
-        }
+    /// Bytes of one block of a pack of `rows` rows.
+    const fn stride(rows: usize) -> usize {
+        16 + rows * BLOCK
     }
 
-    fn row(&self, row: usize) -> ActivationRow<'_> {
-        let blocks = self.cols / BLOCK;
-        ActivationRow {
-            quants: &self.quants[row * self.cols..(row + 1) * self.cols],
-            scales: &self.scales[row * blocks..(row + 1) * blocks],
-            sums: &self.sums[row * blocks..(row + 1) * blocks],
+    fn quantize(xs: &[f32], cols: usize, pack: usize) -> Activations {
+        assert!((1..=2).contains(&pack), "the header holds two rows");
+        let mut data = Vec::with_capacity(xs.len() / BLOCK * Self::stride(pack));
+        for rows in xs.chunks(pack * cols) {
+            let n = rows.len() / cols;
+            for b in 0..cols / BLOCK {
+                let mut header = [0f32; 4];
+                let mut quants = [[0i8; BLOCK]; 2];
+                for r in 0..n {
+                    let block = &rows[r * cols + b * BLOCK..][..BLOCK];
+                    let scale = rounding::max_abs(block) / 127.0;
+                    let inverse = if scale != 0.0 { 1.0 / scale } else { 0.0 };
+                    let sum = rounding::round_to_i8(block, inverse, &mut quants[r]);
+                    header[r] = f16::from_f32(scale).to_f32();
+                    header[n + r] = header[r] * sum as f32;
+                }
+                data.extend(header.iter().flat_map(|h| h.to_le_bytes()));
+                data.extend(quants[..n].iter().flatten().map(|&q| q as u8));
+            }
         }
+        Activations { cols, pack, data }
+    }
+
+    /// The bytes of pack `p`.
+    fn pack(&self, p: usize) -> &[u8] {
+        let size = self.cols / BLOCK * Self::stride(self.pack);
+        let rest = &self.data[p * size..];
+        &rest[..size.min(rest.len())]
     }
 }
 
@@ -323,41 +325,55 @@ mod rounding {
 /// The four dot products of a group's rows with an activation row, with
 /// SIMD when the target has it, else the same sums one value at a time.
 mod kernel {
-    use super::{ActivationRow, BLOCK, GROUP, Kind};
+    use super::{Activations, BLOCK, GROUP, Kind};
 
-    /// Checks the lengths every kernel's unchecked reads rely on.
-    fn check(group: &[u8], a: &ActivationRow, kind: Kind) -> usize {
-        let blocks = a.scales.len();
-        assert!(a.quants.len() == blocks * BLOCK && a.sums.len() == blocks);
+    /// Checks the lengths every kernel's unchecked reads rely on; returns
+    /// the number of blocks.
+    fn check(group: &[u8], pack: &[u8], kind: Kind, rows: usize) -> usize {
+        let blocks = pack.len() / Activations::stride(rows);
+        assert_eq!(pack.len(), blocks * Activations::stride(rows));
         assert_eq!(group.len(), blocks * kind.stride());
         blocks
     }
 
+    /// Lane `i` of `v` across a whole vector (one `pshufd` on x86, where a
+    /// load-and-splat of an f32 takes three instructions).
     #[cfg(target_feature = "simd128")]
-    pub fn q8(group: &[u8], a: &ActivationRow) -> [f32; 4] {
+    fn lane(v: core::arch::wasm32::v128, i: usize) -> core::arch::wasm32::v128 {
+        use core::arch::wasm32::i32x4_shuffle;
+        match i {
+            0 => i32x4_shuffle::<0, 0, 0, 0>(v, v),
+            1 => i32x4_shuffle::<1, 1, 1, 1>(v, v),
+            2 => i32x4_shuffle::<2, 2, 2, 2>(v, v),
+            _ => i32x4_shuffle::<3, 3, 3, 3>(v, v),
+        }
+    }
+
+    #[cfg(target_feature = "simd128")]
+    pub fn q8(group: &[u8], pack: &[u8]) -> [f32; 4] {
         use core::arch::wasm32::*;
-        let blocks = check(group, a, Kind::Q8);
+        let blocks = check(group, pack, Kind::Q8, 1);
         let mut acc = [f32x4_splat(0.0); GROUP];
-        // SAFETY: block `b` reads bytes 144b..144b+144 of the group and
-        // 32b..32b+32 of the activations, lengths checked above.
+        // SAFETY: each block reads `Kind::Q8.stride()` bytes of the group and
+        // `Activations::stride(1)` of the pack, lengths checked above.
         unsafe {
-            let mut w = group.as_ptr();
-            for b in 0..blocks {
-                let p = a.quants.as_ptr().add(b * BLOCK);
-                let x = [0, 8, 16, 24].map(|o| i16x8_load_extend_i8x8(p.add(o)));
-                let d = f32x4_mul(v128_load(w.cast()), f32x4_splat(*a.scales.get_unchecked(b)));
-                let d = lanes(d);
+            let (mut w, mut p) = (group.as_ptr(), pack.as_ptr());
+            for _ in 0..blocks {
+                let q = p.add(16);
+                let x = [0, 8, 16, 24].map(|o| i16x8_load_extend_i8x8(q.add(o).cast()));
+                let d = f32x4_mul(v128_load(w.cast()), lane(v128_load(p.cast()), 0));
                 let q = w.add(16).cast::<i8>();
-                for r in 0..GROUP {
+                for (r, acc) in acc.iter_mut().enumerate() {
                     let q = q.add(r * BLOCK);
                     let mut sum = i32x4_dot_i16x8(i16x8_load_extend_i8x8(q), x[0]);
                     for (o, &x) in [8, 16, 24].iter().zip(&x[1..]) {
                         let y = i16x8_load_extend_i8x8(q.add(*o));
                         sum = i32x4_add(sum, i32x4_dot_i16x8(y, x));
                     }
-                    acc[r] = f32x4_add(acc[r], f32x4_mul(f32x4_convert_i32x4(sum), d[r]));
+                    *acc = f32x4_add(*acc, f32x4_mul(f32x4_convert_i32x4(sum), lane(d, r)));
                 }
                 w = w.add(Kind::Q8.stride());
+                p = p.add(Activations::stride(1));
             }
         }
         acc.map(|v| {
@@ -367,23 +383,24 @@ mod kernel {
     }
 
     #[cfg(not(target_feature = "simd128"))]
-    pub fn q8(group: &[u8], a: &ActivationRow) -> [f32; 4] {
-        let blocks = check(group, a, Kind::Q8);
+    pub fn q8(group: &[u8], pack: &[u8]) -> [f32; 4] {
+        let blocks = check(group, pack, Kind::Q8, 1);
         let mut lanes = [[0f32; 4]; GROUP];
-        for (b, block) in group
+        let packs = pack.chunks_exact(Activations::stride(1));
+        for (block, a) in group
             .chunks_exact(Kind::Q8.stride())
-            .enumerate()
+            .zip(packs)
             .take(blocks)
         {
-            let x = &a.quants[b * BLOCK..(b + 1) * BLOCK];
+            let x = &a[16..];
             for (r, lanes) in lanes.iter_mut().enumerate() {
                 let w = &block[Kind::Q8.header() + r * BLOCK..][..BLOCK];
                 let mut sums = [0i32; 4];
                 for (i, (&w, &x)) in w.iter().zip(x).enumerate() {
                     // Lane (i mod 8) / 2, as i32x4.dot_i16x8 sums.
-                    sums[i % 8 / 2] += i32::from(w as i8) * i32::from(x);
+                    sums[i % 8 / 2] += i32::from(w as i8) * i32::from(x as i8);
                 }
-                let scale = super::f32_at(block, 4 * r) * a.scales[b];
+                let scale = super::f32_at(block, 4 * r) * super::f32_at(a, 0);
                 for (lane, sum) in lanes.iter_mut().zip(sums) {
                     *lane += sum as f32 * scale;
                 }
@@ -392,114 +409,110 @@ mod kernel {
         lanes.map(|l| l[0] + l[1] + l[2] + l[3])
     }
 
-    /// Each lane of `v` across a whole vector.
-    #[cfg(target_feature = "simd128")]
-    fn lanes(v: core::arch::wasm32::v128) -> [core::arch::wasm32::v128; 4] {
-        use core::arch::wasm32::i32x4_shuffle;
-        [
-            i32x4_shuffle::<0, 0, 0, 0>(v, v),
-            i32x4_shuffle::<1, 1, 1, 1>(v, v),
-            i32x4_shuffle::<2, 2, 2, 2>(v, v),
-            i32x4_shuffle::<3, 3, 3, 3>(v, v),
-        ]
-    }
-
-    /// The group's four products with each of `N` activation rows. Each
-    /// block's integer dot product is summed exactly, then scaled and added
-    /// in block order, as `q4_1_row` does one value at a time; so every
-    /// row's result is the same whatever `N`, and the same as the scalar
-    /// version's.
+    /// The group's four products with each of a pack's `N` activation rows.
+    /// Each block's integer dot product is summed exactly, then scaled and
+    /// added in block order, as `q4_1_row` does one value at a time; so
+    /// every row's result is the same whatever `N`, and the same as the
+    /// scalar version's.
     #[cfg(all(target_feature = "simd128", target_feature = "relaxed-simd"))]
-    pub fn q4_1<const N: usize>(group: &[u8], xs: [&ActivationRow; N]) -> [[f32; 4]; N] {
+    pub fn q4_1<const N: usize>(group: &[u8], pack: &[u8]) -> [[f32; 4]; N] {
         use core::arch::wasm32::*;
-        let blocks = xs.iter().fold(0, |_, a| check(group, a, Kind::Q4_1));
+        let blocks = check(group, pack, Kind::Q4_1, N);
         // Lane r of each vector belongs to the group's row r.
         let mut acc = [f32x4_splat(0.0); N];
         let mut mins = [f32x4_splat(0.0); N];
         let low = u8x16_splat(0x0F);
-        // SAFETY: block `b` reads bytes 96b..96b+96 of the group, 32b..32b+32
-        // of each row's activations and entry `b` of its sums and scales,
-        // lengths checked above.
+        // SAFETY: each block reads `Kind::Q4_1.stride()` bytes of the group
+        // and `Activations::stride(N)` of the pack, lengths checked above.
         unsafe {
-            let mut w = group.as_ptr();
-            for b in 0..blocks {
+            let (mut w, mut p) = (group.as_ptr(), pack.as_ptr());
+            for _ in 0..blocks {
                 let scales = v128_load(w.cast());
                 let m = v128_load(w.add(16).cast());
+                let header = v128_load(p.cast());
                 // Nibbles are 0..=15, inside the unsigned operand's 7-bit
                 // range, so every lowering gives the exact sum.
                 let nibbles: [(v128, v128); GROUP] = std::array::from_fn(|r| {
                     let q = v128_load(w.add(32 + r * BLOCK / 2).cast());
                     (v128_and(q, low), u8x16_shr(q, 4))
                 });
-                for (k, a) in xs.iter().enumerate() {
-                    let p = a.quants.as_ptr().add(b * BLOCK);
-                    let x = (v128_load(p.cast()), v128_load(p.add(16).cast()));
-                    // A pair of products is at most 2 * 127 * 15, so both
-                    // halves' pairs add up in 16 bits before widening.
+                for k in 0..N {
+                    let q = p.add(16 + k * BLOCK);
+                    let x = (v128_load(q.cast()), v128_load(q.add(16).cast()));
                     let dots = nibbles.map(|(lo, hi)| {
-                        i32x4_extadd_pairwise_i16x8(i16x8_add(
+                        i16x8_add(
                             i16x8_relaxed_dot_i8x16_i7x16(x.0, lo),
                             i16x8_relaxed_dot_i8x16_i7x16(x.1, hi),
-                        ))
+                        )
                     });
-                    let d = f32x4_mul(scales, f32x4_splat(*a.scales.get_unchecked(b)));
+                    let d = f32x4_mul(scales, lane(header, k));
                     let product = f32x4_mul(f32x4_convert_i32x4(totals(dots)), d);
                     acc[k] = f32x4_add(acc[k], product);
-                    let sum = f32x4_splat(*a.sums.get_unchecked(b));
-                    mins[k] = f32x4_add(mins[k], f32x4_mul(m, sum));
+                    mins[k] = f32x4_add(mins[k], f32x4_mul(m, lane(header, N + k)));
                 }
                 w = w.add(Kind::Q4_1.stride());
+                p = p.add(Activations::stride(N));
             }
         }
         std::array::from_fn(|k| super::f32_lanes(f32x4_add(acc[k], mins[k])))
     }
 
-    /// Lane r of the result is the sum of `v[r]`'s four lanes (exact: the
-    /// sums of a block fit in i32 many times over).
+    /// Lane r of the result is the sum of `v[r]`'s eight i16 lanes, exact.
+    /// A lane holds four products of at most 127 * 15, so sums of four lanes
+    /// still fit in 16 bits (30,480); only the last pairs widen to 32. Two
+    /// halving steps over row pairs take 8 instructions on x86 where widening
+    /// each row first took 13.
     #[cfg(target_feature = "simd128")]
     fn totals(v: [core::arch::wasm32::v128; 4]) -> core::arch::wasm32::v128 {
         use core::arch::wasm32::*;
-        let s01 = i32x4_add(
-            i32x4_shuffle::<0, 4, 1, 5>(v[0], v[1]),
-            i32x4_shuffle::<2, 6, 3, 7>(v[0], v[1]),
+        // Row a's lanes 0..4 plus 4..8, then row b's.
+        let halve = |a, b| i16x8_add(i64x2_shuffle::<0, 2>(a, b), i64x2_shuffle::<1, 3>(a, b));
+        let (s01, s23) = (halve(v[0], v[1]), halve(v[2], v[3]));
+        // Pairs of lanes 0,1 plus 2,3 of each row, rows in order.
+        let pairs = i16x8_add(
+            i32x4_shuffle::<0, 2, 4, 6>(s01, s23),
+            i32x4_shuffle::<1, 3, 5, 7>(s01, s23),
         );
-        let s23 = i32x4_add(
-            i32x4_shuffle::<0, 4, 1, 5>(v[2], v[3]),
-            i32x4_shuffle::<2, 6, 3, 7>(v[2], v[3]),
-        );
-        i32x4_add(
-            i32x4_shuffle::<0, 1, 4, 5>(s01, s23),
-            i32x4_shuffle::<2, 3, 6, 7>(s01, s23),
-        )
+        i32x4_extadd_pairwise_i16x8(pairs)
     }
 
     #[cfg(not(all(target_feature = "simd128", target_feature = "relaxed-simd")))]
-    pub fn q4_1<const N: usize>(group: &[u8], xs: [&ActivationRow; N]) -> [[f32; 4]; N] {
-        xs.map(|a| q4_1_row(group, a))
+    pub fn q4_1<const N: usize>(group: &[u8], pack: &[u8]) -> [[f32; 4]; N] {
+        let blocks = check(group, pack, Kind::Q4_1, N);
+        let packs = pack.chunks_exact(Activations::stride(N));
+        let blocks = || {
+            group
+                .chunks_exact(Kind::Q4_1.stride())
+                .zip(packs.clone())
+                .take(blocks)
+        };
+        std::array::from_fn(|k| q4_1_row(blocks(), k, N))
     }
 
+    /// Row `k` of each of a pack of `rows` rows' blocks, against each
+    /// weight block.
     #[cfg(not(all(target_feature = "simd128", target_feature = "relaxed-simd")))]
-    fn q4_1_row(group: &[u8], a: &ActivationRow) -> [f32; 4] {
-        let blocks = check(group, a, Kind::Q4_1);
+    fn q4_1_row<'a>(
+        blocks: impl Iterator<Item = (&'a [u8], &'a [u8])>,
+        k: usize,
+        rows: usize,
+    ) -> [f32; 4] {
         let mut out = [0f32; GROUP];
         let mut mins = [0f32; GROUP];
-        for (b, block) in group
-            .chunks_exact(Kind::Q4_1.stride())
-            .enumerate()
-            .take(blocks)
-        {
-            let (x0, x1) = a.quants[b * BLOCK..(b + 1) * BLOCK].split_at(BLOCK / 2);
+        for (block, a) in blocks {
+            let (x0, x1) = a[16 + k * BLOCK..][..BLOCK].split_at(BLOCK / 2);
             for r in 0..GROUP {
                 let w = &block[Kind::Q4_1.header() + r * BLOCK / 2..][..BLOCK / 2];
                 let dot: i32 = w
                     .iter()
                     .zip(x0.iter().zip(x1))
                     .map(|(&w, (&x0, &x1))| {
-                        i32::from(w & 0x0F) * i32::from(x0) + i32::from(w >> 4) * i32::from(x1)
+                        i32::from(w & 0x0F) * i32::from(x0 as i8)
+                            + i32::from(w >> 4) * i32::from(x1 as i8)
                     })
                     .sum();
-                out[r] += dot as f32 * (super::f32_at(block, 4 * r) * a.scales[b]);
-                mins[r] += super::f32_at(block, 4 * (GROUP + r)) * a.sums[b];
+                out[r] += dot as f32 * (super::f32_at(block, 4 * r) * super::f32_at(a, 4 * k));
+                mins[r] += super::f32_at(block, 4 * (GROUP + r)) * super::f32_at(a, 4 * (rows + k));
             }
         }
         [0, 1, 2, 3].map(|r| out[r] + mins[r])
