@@ -607,7 +607,7 @@ mod tests {
     /// (a swapped nibble or a misplaced scale is far outside it).
     #[test]
     fn products_match_the_dequantized_weights() {
-        let (m, k, n) = (3, 96, 8);
+        let (m, k, n) = (5, 96, 8);
         for dtype in [GgmlDType::Q8_0, GgmlDType::Q4_1] {
             let weights = Tensor::from_vec(values(n * k, 37), (n, k), &Device::Cpu).unwrap();
             let quantized = QTensor::quantize(&weights, dtype).unwrap();
