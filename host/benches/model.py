@@ -115,34 +115,36 @@ def start_host(data):
 
 
 def main():
-    results = {}
-    prompt_tokens = 0
+    """Rounds alternate Switchyard and llama.cpp (1 and 2 threads), so a
+    drift in this machine's speed over the run falls on every side alike
+    instead of on whichever ran last."""
+    try:
+        from llama_cpp import Llama
+    except ImportError:
+        Llama = None
+        print("llama.cpp: llama-cpp-python is not installed; `pip install llama-cpp-python` for the comparison")
     with tempfile.TemporaryDirectory() as data:
         proc, base = start_host(data)
         try:
             list(switchyard_stream(base))  # warm-up: loads and re-quantizes
-            samples = [measure(switchyard_stream(base)) for _ in range(RUNS)]
-            results["switchyard (wasm)"] = report("switchyard (wasm, HTTP)", samples)
-            prompt_tokens = samples[0][0]
+            prompt_tokens = measure(switchyard_stream(base))[0]
+            sides = {"switchyard (wasm, HTTP)": lambda: switchyard_stream(base)}
+            if Llama:
+                for threads in (1, 2):
+                    llm = Llama(model_path=model_path, n_threads=threads, n_ctx=2048, verbose=False)
+                    list(llama_stream(llm, prompt_tokens))  # warm-up
+                    name = f"llama.cpp ({threads} thread{'s' if threads > 1 else ''}, in-process)"
+                    sides[name] = lambda llm=llm: (llm.reset(), llama_stream(llm, prompt_tokens))[1]
+            samples = {name: [] for name in sides}
+            for _ in range(RUNS):
+                for name, stream in sides.items():
+                    samples[name].append(measure(stream()))
         finally:
             proc.terminate()
             proc.wait()
-    try:
-        from llama_cpp import Llama
-    except ImportError:
-        print("llama.cpp: llama-cpp-python is not installed; `pip install llama-cpp-python` for the comparison")
-        return
-    for threads in (1, 2):
-        llm = Llama(model_path=model_path, n_threads=threads, n_ctx=2048, verbose=False)
-        list(llama_stream(llm, prompt_tokens))
-        samples = []
-        for _ in range(RUNS):
-            llm.reset()
-            samples.append(measure(llama_stream(llm, prompt_tokens)))
-        results[f"llama.cpp {threads}t"] = report(f"llama.cpp ({threads} thread{'s' if threads > 1 else ''}, in-process)", samples)
-    ours = results["switchyard (wasm)"]
-    for name in ("llama.cpp 1t", "llama.cpp 2t"):
-        theirs = results[name]
+    results = [report(name, s) for name, s in samples.items()]
+    ours = results[0]
+    for name, theirs in zip(["llama.cpp 1t", "llama.cpp 2t"], results[1:]):
         print(f"ratio switchyard / {name}: prompt {ours[0] / theirs[0]:.2f}x   decode {ours[1] / theirs[1]:.2f}x")
 
 
