@@ -16,8 +16,6 @@ import tempfile
 import time
 import urllib.request
 
-binary, model_path = sys.argv[1], sys.argv[2]
-RUNS = int(sys.argv[3]) if len(sys.argv) > 3 else 5
 MODEL = "SmolLM2-135M-Instruct"
 KEY = "sk-bench-bootstrap-key-0001"
 PROMPT = (
@@ -99,7 +97,9 @@ def report(name, samples):
     return prompt, decode
 
 
-def start_host(data):
+def start_host(binary, model_path, data):
+    """Starts `binary` on an ephemeral port with its data in `data`; returns
+    the process and its base URL."""
     env = dict(os.environ, SWITCHYARD_BOOTSTRAP_KEY=KEY)
     config = os.path.join(data, "switchyard.toml")
     with open(config, "w") as f:
@@ -114,7 +114,7 @@ def start_host(data):
     raise SystemExit("switchyard did not start")
 
 
-def main():
+def main(binary, model_path, runs):
     """Rounds alternate Switchyard and llama.cpp (1 and 2 threads), so a
     drift in this machine's speed over the run falls on every side alike
     instead of on whichever ran last."""
@@ -124,7 +124,7 @@ def main():
         Llama = None
         print("llama.cpp: llama-cpp-python is not installed; `pip install llama-cpp-python` for the comparison")
     with tempfile.TemporaryDirectory() as data:
-        proc, base = start_host(data)
+        proc, base = start_host(binary, model_path, data)
         try:
             list(switchyard_stream(base))  # warm-up: loads and re-quantizes
             prompt_tokens = measure(switchyard_stream(base))[0]
@@ -136,7 +136,7 @@ def main():
                     name = f"llama.cpp ({threads} thread{'s' if threads > 1 else ''}, in-process)"
                     sides[name] = lambda llm=llm: (llm.reset(), llama_stream(llm, prompt_tokens))[1]
             samples = {name: [] for name in sides}
-            for _ in range(RUNS):
+            for _ in range(runs):
                 for name, stream in sides.items():
                     samples[name].append(measure(stream()))
         finally:
@@ -148,4 +148,5 @@ def main():
         print(f"ratio switchyard / {name}: prompt {ours[0] / theirs[0]:.2f}x   decode {ours[1] / theirs[1]:.2f}x")
 
 
-main()
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 5)

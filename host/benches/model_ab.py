@@ -8,47 +8,19 @@ Prints each build's median prompt tok/s and the median per-round ratio B/A.
 """
 
 import json
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
 
-binaries, model_path = sys.argv[1:3], sys.argv[3]
-ROUNDS = int(sys.argv[4]) if len(sys.argv) > 4 else 20
-KEY = "sk-bench-bootstrap-key-0001"
-PROMPT = (
-    "Summarise the following in one paragraph. Rivers carry water from the "
-    "mountains to the sea. Along the way they shape valleys, feed farms and "
-    "cities, and give homes to fish, birds and insects. People have built "
-    "towns beside rivers for thousands of years because rivers bring water, "
-    "food and a way to travel. Today many rivers are dammed for power, and "
-    "their health depends on how we use the land around them."
-)
-
-
-def start(binary, data):
-    """Starts `binary` on an ephemeral port; returns (process, base URL)."""
-    config = os.path.join(data, "switchyard.toml")
-    with open(config, "w") as f:
-        f.write(f'[inference]\nauto_pull = false\nmodel_path = "{model_path}"\n')
-    proc = subprocess.Popen(
-        [binary, "serve", "--listen", "127.0.0.1:0", "--config", config, "--data-dir", data + "/data"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-        env=dict(os.environ, SWITCHYARD_BOOTSTRAP_KEY=KEY),
-    )
-    for line in proc.stdout:
-        if line.startswith("switchyard listening on "):
-            return proc, line.split()[-1]
-    raise SystemExit(f"{binary} did not start")
+from model import KEY, MODEL, PROMPT, start_host
 
 
 def prompt_speed(base):
     """Prompt tokens per second of one request for a single token."""
     body = json.dumps({
-        "model": "SmolLM2-135M-Instruct",
+        "model": MODEL,
         "messages": [{"role": "user", "content": PROMPT}],
         "max_tokens": 1,
         "temperature": 0,
@@ -63,16 +35,16 @@ def prompt_speed(base):
     return usage["prompt_tokens"] / (time.perf_counter() - start_time)
 
 
-def main():
+def main(binaries, model_path, rounds):
     with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
-        hosts = [start(binary, data) for binary, data in zip(binaries, (a, b))]
+        hosts = [start_host(binary, model_path, data) for binary, data in zip(binaries, (a, b))]
         try:
             bases = [base for _, base in hosts]
             for base in bases:
                 for _ in range(3):  # warm-up: loads and re-quantizes
                     prompt_speed(base)
             speeds = [[], []]
-            for i in range(ROUNDS):
+            for i in range(rounds):
                 order = (0, 1) if i % 2 == 0 else (1, 0)
                 for side in order:
                     speeds[side].append(prompt_speed(bases[side]))
@@ -85,7 +57,8 @@ def main():
     ratios = [b / a for a, b in zip(*speeds)]
     ahead = sum(r > 1 for r in ratios)
     print(f"B/A per round: median {statistics.median(ratios):.3f}x "
-          f"(from {min(ratios):.3f} to {max(ratios):.3f}; B ahead in {ahead} of {ROUNDS})")
+          f"(from {min(ratios):.3f} to {max(ratios):.3f}; B ahead in {ahead} of {rounds})")
 
 
-main()
+if __name__ == "__main__":
+    main(sys.argv[1:3], sys.argv[3], int(sys.argv[4]) if len(sys.argv) > 4 else 20)
