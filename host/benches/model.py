@@ -90,6 +90,15 @@ def llama_stream(llm, prompt_tokens):
     yield "", (prompt_tokens, n)
 
 
+def fresh_llama_stream(llm, prompt_tokens):
+    """A function starting a llama.cpp stream from an empty context, so
+    every request evaluates the whole prompt, as Switchyard's do."""
+    def stream():
+        llm.reset()
+        return llama_stream(llm, prompt_tokens)
+    return stream
+
+
 def report(name, samples):
     prompt = statistics.median(p / t for p, _, t, _ in samples)
     decode = statistics.median((c - 1) / d for _, c, _, d in samples if d > 0)
@@ -134,7 +143,7 @@ def main(binary, model_path, runs):
                     llm = Llama(model_path=model_path, n_threads=threads, n_ctx=2048, verbose=False)
                     list(llama_stream(llm, prompt_tokens))  # warm-up
                     name = f"llama.cpp ({threads} thread{'s' if threads > 1 else ''}, in-process)"
-                    sides[name] = lambda llm=llm: (llm.reset(), llama_stream(llm, prompt_tokens))[1]
+                    sides[name] = fresh_llama_stream(llm, prompt_tokens)
             samples = {name: [] for name in sides}
             for _ in range(runs):
                 for name, stream in sides.items():

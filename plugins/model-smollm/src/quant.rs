@@ -215,10 +215,13 @@ struct Activations {
     data: Vec<u8>,
 }
 
+/// Bytes of a pack's block header: two rows' scales and scaled sums.
+const HEADER: usize = 16;
+
 impl Activations {
     /// Bytes of one block of a pack of `rows` rows.
     const fn stride(rows: usize) -> usize {
-        16 + rows * BLOCK
+        HEADER + rows * BLOCK
     }
 
     fn quantize(xs: &[f32], cols: usize, pack: usize) -> Activations {
@@ -325,7 +328,7 @@ mod rounding {
 /// The four dot products of a group's rows with an activation row, with
 /// SIMD when the target has it, else the same sums one value at a time.
 mod kernel {
-    use super::{Activations, BLOCK, GROUP, Kind};
+    use super::{Activations, BLOCK, GROUP, HEADER, Kind};
 
     /// Checks the lengths every kernel's unchecked reads rely on; returns
     /// the number of blocks.
@@ -359,7 +362,7 @@ mod kernel {
         unsafe {
             let (mut w, mut p) = (group.as_ptr(), pack.as_ptr());
             for _ in 0..blocks {
-                let q = p.add(16);
+                let q = p.add(HEADER);
                 let x = [0, 8, 16, 24].map(|o| i16x8_load_extend_i8x8(q.add(o).cast()));
                 let d = f32x4_mul(v128_load(w.cast()), lane(v128_load(p.cast()), 0));
                 let q = w.add(16).cast::<i8>();
@@ -392,7 +395,7 @@ mod kernel {
             .zip(packs)
             .take(blocks)
         {
-            let x = &a[16..];
+            let x = &a[HEADER..];
             for (r, lanes) in lanes.iter_mut().enumerate() {
                 let w = &block[Kind::Q8.header() + r * BLOCK..][..BLOCK];
                 let mut sums = [0i32; 4];
@@ -437,7 +440,7 @@ mod kernel {
                     (v128_and(q, low), u8x16_shr(q, 4))
                 });
                 for k in 0..N {
-                    let q = p.add(16 + k * BLOCK);
+                    let q = p.add(HEADER + k * BLOCK);
                     let x = (v128_load(q.cast()), v128_load(q.add(16).cast()));
                     let dots = nibbles.map(|(lo, hi)| {
                         i16x8_add(
@@ -500,7 +503,7 @@ mod kernel {
         let mut out = [0f32; GROUP];
         let mut mins = [0f32; GROUP];
         for (block, a) in blocks {
-            let (x0, x1) = a[16 + k * BLOCK..][..BLOCK].split_at(BLOCK / 2);
+            let (x0, x1) = a[HEADER + k * BLOCK..][..BLOCK].split_at(BLOCK / 2);
             for r in 0..GROUP {
                 let w = &block[Kind::Q4_1.header() + r * BLOCK / 2..][..BLOCK / 2];
                 let dot: i32 = w
