@@ -110,7 +110,8 @@ fn host_with(upstream: &str, extra: &str) -> Host {
 }
 
 async fn chat(host: &Host, key: &str, model: &str, stream: bool) -> (u16, String) {
-    let body = json!({"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5, "stream": stream});
+    let body = json!({"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5,
+        "temperature": 0.7, "top_p": 0.9, "seed": 7, "stop": ["\n\n"], "stream": stream});
     let response = host
         .http
         .post(host.url("/v1/chat/completions"))
@@ -156,6 +157,14 @@ async fn the_proxy_forwards_whole_and_streamed_completions_with_the_host_held_ke
         assert_eq!(body["model"], "upstream-model", "the alias is resolved");
         assert_eq!(body["messages"], json!([{"role": "user", "content": "hi"}]));
         assert_eq!(body["max_tokens"], 5);
+        // Sampling values arrive as the client wrote them, not widened
+        // from f32 (0.699999988079071).
+        assert_eq!(body["temperature"], json!(0.7));
+        assert_eq!(body["top_p"], json!(0.9));
+        assert_eq!(body["seed"], 7);
+        assert_eq!(body["stop"], json!(["\n\n"]));
+        assert_eq!(body["stream"], true, "the proxy always streams upstream");
+        assert_eq!(body["stream_options"], json!({"include_usage": true}));
     }
 
     let (status, text) = chat(&host, &alice, "fake-1", true).await;

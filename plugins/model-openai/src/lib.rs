@@ -11,7 +11,11 @@ wit_bindgen::generate!({ path: "../../wit/v0.1.0", world: "model-backend" });
 use exports::switchyard::plugin::backend::{
     ChatRequest, ChatResult, FinishReason, Guest, ModelInfo,
 };
-use serde_json::{Value, json};
+use std::borrow::Cow;
+use std::sync::OnceLock;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use switchyard::plugin::output;
 use switchyard::plugin::types::PluginError;
 use wasip2::http::outgoing_handler;
@@ -25,18 +29,23 @@ fn err(code: &str, message: impl Into<String>) -> PluginError {
     }
 }
 
-/// (id served, id upstream) pairs.
-fn models() -> Vec<(String, String)> {
-    std::env::var("MODELS")
-        .unwrap_or_default()
-        .split(',')
-        .map(str::trim)
-        .filter(|m| !m.is_empty())
-        .map(|m| match m.split_once('=') {
-            Some((id, upstream)) => (id.to_string(), upstream.to_string()),
-            None => (m.to_string(), m.to_string()),
-        })
-        .collect()
+/// (id served, id upstream) pairs, read from the environment once per
+/// instance: a warm instance serves many calls, and each read copies the
+/// whole environment in from the host.
+fn models() -> &'static [(String, String)] {
+    static MODELS: OnceLock<Vec<(String, String)>> = OnceLock::new();
+    MODELS.get_or_init(|| {
+        std::env::var("MODELS")
+            .unwrap_or_default()
+            .split(',')
+            .map(str::trim)
+            .filter(|m| !m.is_empty())
+            .map(|m| match m.split_once('=') {
+                Some((id, upstream)) => (id.to_string(), upstream.to_string()),
+                None => (m.to_string(), m.to_string()),
+            })
+            .collect()
+    })
 }
 
 struct Proxy;
@@ -44,9 +53,9 @@ struct Proxy;
 impl Guest for Proxy {
     fn list_models() -> Vec<ModelInfo> {
         models()
-            .into_iter()
+            .iter()
             .map(|(id, _)| ModelInfo {
-                id,
+                id: id.clone(),
                 owned_by: "upstream".into(),
                 created: 0,
             })
@@ -59,7 +68,7 @@ impl Guest for Proxy {
 
     fn chat(request: ChatRequest) -> Result<ChatResult, PluginError> {
         let upstream = models()
-            .into_iter()
+            .iter()
             .find(|(id, _)| *id == request.model)
             .map(|(_, upstream)| upstream)
             .ok_or_else(|| {
@@ -68,26 +77,103 @@ impl Guest for Proxy {
                     format!("this backend does not serve {}", request.model),
                 )
             })?;
-        let body = json!({
-            "model": upstream,
-            "messages": request.messages.iter().map(|m| json!({"role": m.role, "content": m.content})).collect::<Vec<_>>(),
-            "max_tokens": request.max_tokens,
-            "temperature": request.temperature,
-            "top_p": request.top_p,
-            "seed": request.seed,
-            "stop": if request.stop.is_empty() { Value::Null } else { json!(request.stop) },
-            "stream": true,
-            "stream_options": {"include_usage": true},
-        });
-        let response = post(&format!("{}/chat/completions", url()?), &body.to_string())?;
+        let body = UpstreamRequest {
+            model: upstream,
+            messages: request
+                .messages
+                .iter()
+                .map(|m| UpstreamMessage {
+                    role: &m.role,
+                    content: &m.content,
+                })
+                .collect(),
+            max_tokens: request.max_tokens,
+            temperature: request.temperature,
+            top_p: request.top_p,
+            seed: request.seed,
+            stop: (!request.stop.is_empty()).then_some(&request.stop),
+            stream: true,
+            stream_options: StreamOptions {
+                include_usage: true,
+            },
+        };
+        let body = serde_json::to_string(&body).map_err(|e| {
+            err(
+                "invalid-request",
+                format!("encoding the request failed: {e}"),
+            )
+        })?;
+        let response = post(&format!("{}/chat/completions", url()?), &body)?;
         relay(response)
     }
 }
 
-fn url() -> Result<String, PluginError> {
-    std::env::var("UPSTREAM_URL")
-        .map(|u| u.trim_end_matches('/').to_string())
-        .map_err(|_| err("invalid-config", "UPSTREAM_URL is not set"))
+fn url() -> Result<&'static str, PluginError> {
+    static URL: OnceLock<Option<String>> = OnceLock::new();
+    URL.get_or_init(|| {
+        std::env::var("UPSTREAM_URL")
+            .ok()
+            .map(|u| u.trim_end_matches('/').to_string())
+    })
+    .as_deref()
+    .ok_or_else(|| err("invalid-config", "UPSTREAM_URL is not set"))
+}
+
+/// The body sent upstream: always streamed, with usage in the last chunk.
+#[derive(Serialize)]
+struct UpstreamRequest<'a> {
+    model: &'a str,
+    messages: Vec<UpstreamMessage<'a>>,
+    max_tokens: Option<u32>,
+    temperature: Option<f32>,
+    top_p: Option<f32>,
+    seed: Option<u64>,
+    stop: Option<&'a Vec<String>>,
+    stream: bool,
+    stream_options: StreamOptions,
+}
+
+#[derive(Serialize)]
+struct UpstreamMessage<'a> {
+    role: &'a str,
+    content: &'a str,
+}
+
+#[derive(Serialize)]
+struct StreamOptions {
+    include_usage: bool,
+}
+
+/// One `chat.completion.chunk`, only the fields read here. Content is
+/// borrowed from the line unless it holds escapes.
+#[derive(Deserialize)]
+struct Chunk<'a> {
+    #[serde(default, borrow)]
+    choices: Option<Vec<Choice<'a>>>,
+    #[serde(default)]
+    usage: Option<Usage>,
+}
+
+#[derive(Deserialize)]
+struct Choice<'a> {
+    #[serde(default, borrow)]
+    delta: Option<Delta<'a>>,
+    #[serde(default)]
+    finish_reason: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct Delta<'a> {
+    #[serde(default, borrow)]
+    content: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct Usage {
+    #[serde(default)]
+    prompt_tokens: u32,
+    #[serde(default)]
+    completion_tokens: u32,
 }
 
 /// The upstream's answer: its status and its body stream.
@@ -230,24 +316,24 @@ fn handle_line(line: &str, result: &mut ChatResult) -> Result<bool, PluginError>
     if data == "[DONE]" {
         return Ok(false);
     }
-    let chunk: Value = serde_json::from_str(data).map_err(|e| {
+    let chunk: Chunk = serde_json::from_str(data).map_err(|e| {
         err(
             "upstream-failed",
             format!("the upstream sent a bad chunk: {e}"),
         )
     })?;
-    if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
-        result.prompt_tokens = usage["prompt_tokens"].as_u64().unwrap_or(0) as u32;
-        result.completion_tokens = usage["completion_tokens"].as_u64().unwrap_or(0) as u32;
+    if let Some(usage) = chunk.usage {
+        result.prompt_tokens = usage.prompt_tokens;
+        result.completion_tokens = usage.completion_tokens;
     }
-    for choice in chunk["choices"].as_array().into_iter().flatten() {
-        if let Some(text) = choice["delta"]["content"].as_str()
+    for choice in chunk.choices.into_iter().flatten() {
+        if let Some(text) = choice.delta.and_then(|d| d.content)
             && !text.is_empty()
-            && !output::emit(text)
+            && !output::emit(&text)
         {
             return Ok(false);
         }
-        if choice["finish_reason"] == "length" {
+        if choice.finish_reason.as_deref() == Some("length") {
             result.finish_reason = FinishReason::Length;
         }
     }
