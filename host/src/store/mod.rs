@@ -109,8 +109,10 @@ pub struct Trees {
 #[derive(Clone)]
 pub struct Store {
     db: sled::Db,
-    /// The trees, for modules that own a record type.
-    pub trees: Trees,
+    /// The trees, for modules that own a record type. Shared, so that
+    /// cloning a store (every request does) is one reference count, not
+    /// one per tree.
+    pub trees: Arc<Trees>,
     commits: Arc<GroupCommit>,
 }
 
@@ -165,7 +167,7 @@ impl Store {
         };
         let store = Store {
             db,
-            trees,
+            trees: Arc::new(trees),
             commits: Arc::default(),
         };
         store.migrate()?;
