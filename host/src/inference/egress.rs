@@ -12,7 +12,10 @@ use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use axum::http::{HeaderName, HeaderValue, header};
-use http_body_util::{BodyDataStream, BodyExt};
+use http_body_util::BodyExt;
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
 use wasmtime_wasi_http::{
     DEFAULT_FORBIDDEN_HEADERS, Error, ForbiddenHeaderFilter, RequestOptions, WasiBody,
     WasiHttpHooks,
@@ -79,14 +82,28 @@ impl WasiHttpHooks for Egress {
     }
 }
 
-/// Connections to upstreams, kept open between calls.
-static CLIENT: LazyLock<reqwest::Client> = LazyLock::new(|| {
-    reqwest::Client::builder()
-        .no_proxy()
-        .redirect(reqwest::redirect::Policy::none())
+/// The pooled client: plain HTTP and HTTPS (rustls, the webpki roots),
+/// HTTP/1.1.
+type Client = hyper_util::client::legacy::Client<HttpsConnector<HttpConnector>, WasiBody>;
+
+/// Connections to upstreams, kept open between calls. hyper's own client,
+/// not reqwest: requests arrive here already as `http` types, and reqwest
+/// re-parses every URI as a `url::Url` and runs redirect and proxy layers
+/// we turn off anyway.
+static CLIENT: LazyLock<Client> = LazyLock::new(|| {
+    let mut http = HttpConnector::new();
+    // The scheme is checked against the allow-list; the TLS layer below
+    // handles https.
+    http.enforce_http(false);
+    http.set_nodelay(true);
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_webpki_roots()
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(http);
+    hyper_util::client::legacy::Client::builder(TokioExecutor::new())
         .pool_max_idle_per_host(256)
-        .build()
-        .expect("a client without TLS roots or proxies to load cannot fail")
+        .build(connector)
 });
 
 /// Sends `request` on the pooled client. The response body streams to the
@@ -95,30 +112,21 @@ async fn send(
     request: axum::http::Request<WasiBody>,
     options: Option<RequestOptions>,
 ) -> Result<Reply, Error> {
-    let (parts, body) = request.into_parts();
-    let request = axum::http::Request::from_parts(
-        parts,
-        reqwest::Body::wrap_stream(BodyDataStream::new(body)),
-    );
-    let request = reqwest::Request::try_from(request).map_err(|_| Error::HttpRequestUriInvalid)?;
     let first_byte = options
         .and_then(|o| o.first_byte_timeout)
         .unwrap_or(Duration::from_secs(600));
-    let response = tokio::time::timeout(first_byte, CLIENT.execute(request))
+    let response = tokio::time::timeout(first_byte, CLIENT.request(request))
         .await
         .map_err(|_| Error::ConnectionReadTimeout)?
         .map_err(failed)?;
-    let response =
-        axum::http::Response::from(response).map(|body| body.map_err(failed).boxed_unsync());
+    let response = response.map(|body| body.map_err(Error::from).boxed_unsync());
     let done: Box<dyn Future<Output = Result<(), Error>> + Send> = Box::new(async { Ok(()) });
     Ok((response, done))
 }
 
 /// A client error in `wasi:http`'s terms.
-fn failed(e: reqwest::Error) -> Error {
-    if e.is_timeout() {
-        Error::ConnectionReadTimeout
-    } else if e.is_connect() {
+fn failed(e: hyper_util::client::legacy::Error) -> Error {
+    if e.is_connect() {
         Error::ConnectionRefused
     } else {
         Error::InternalError(Some(format!("{e:#}")))
@@ -143,6 +151,13 @@ mod tests {
         assert!(egress.allows("127.0.0.1:8000", false));
         assert!(!egress.allows("127.0.0.1:8001", false));
         assert!(!egress.allows("api.example.com.evil.net", true));
+    }
+
+    #[test]
+    fn the_client_builds_with_a_tls_stack() {
+        // Building picks rustls' crypto provider from the enabled features;
+        // with none, or two, it panics on the first request instead.
+        LazyLock::force(&CLIENT);
     }
 
     #[test]
