@@ -34,7 +34,8 @@ bench-delivery:
     cargo bench --bench delivery
 
 # Proxy overhead: a mock OpenAI upstream, direct and through model-openai, at
-# 500, 2,000 and 5,000 QPS; prints p50/p99 added latency.
+# 500, 2,000 and 5,000 QPS in 5 rounds; prints p50/p99 added latency per
+# round and their medians.
 bench-gateway:
     cargo bench --bench gateway
 

@@ -7,9 +7,13 @@
 //! alike instead of deciding the difference.
 //!
 //! Prints p50/p99 of both paths, the added latency at each rate, the host's
-//! CPU time per proxied request, and how many requests failed. Asserts
-//! nothing about time.
+//! CPU time per proxied request, and how many requests failed, for each of
+//! [`ROUNDS`] rounds (rates taken in turn, so a slow minute of the machine
+//! spreads over all of them), then the median added p50 and p99 per rate:
+//! one run's p99 swings with this machine's stalls. Asserts nothing about
+//! time.
 //!
+//! `BENCH_ROUNDS=N` sets the rounds (default 5).
 //! `BENCH_INFERENCE_WORKERS=N` sets the host's inference queue workers
 //! (default: the host's own default); `BENCH_SWITCHYARD=FILE` runs another
 //! build of the host, to compare two builds in one session;
@@ -26,6 +30,8 @@ use common::{Host, KEY, NO_MODEL, cpu_seconds, percentile, start_host};
 
 const RATES: [u64; 3] = [500, 2_000, 5_000];
 const SECONDS_PER_RATE: u64 = 4;
+/// Rounds over all rates, unless `BENCH_ROUNDS` says otherwise.
+const ROUNDS: usize = 5;
 
 fn main() {
     common::block_on(run());
@@ -160,28 +166,60 @@ async fn run() {
         let _ = tokio::signal::ctrl_c().await;
         return;
     }
+    let rounds = std::env::var("BENCH_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(ROUNDS)
+        .max(1);
     println!(
-        "bench-gateway: {SECONDS_PER_RATE} s per rate, open loop, both paths at once, latency from scheduled start (ms)"
+        "bench-gateway: {rounds} rounds, {SECONDS_PER_RATE} s per rate, open loop, both paths at once, latency from scheduled start (ms)"
     );
     println!(
         "{:>6} | {:>17} | {:>17} | {:>17} | {:>12} | failed",
         "QPS", "direct p50 / p99", "proxied p50 / p99", "added p50 / p99", "host CPU/req"
     );
-    for rate in RATES {
-        let cpu_before = cpu_seconds(host.child.id());
-        let mut paths = load(&http, &[&direct, &proxied], rate).await.into_iter();
-        let cpu = cpu_seconds(host.child.id())
-            .zip(cpu_before)
-            .map(|(after, before)| (after - before) * 1e6 / (rate * SECONDS_PER_RATE) as f64);
-        let ((d, d_failed), (p, p_failed)) = (paths.next().unwrap(), paths.next().unwrap());
-        let (d50, d99) = (percentile(&d, 0.5), percentile(&d, 0.99));
-        let (p50, p99) = (percentile(&p, 0.5), percentile(&p, 0.99));
+    // Per rate, each round's added (p50, p99).
+    let mut added = vec![Vec::new(); RATES.len()];
+    for _ in 0..rounds {
+        for (rate, added) in RATES.into_iter().zip(&mut added) {
+            added.push(measure(&http, &host, &direct, &proxied, rate).await);
+        }
+    }
+    println!("median of {rounds} rounds, added p50 / p99 (ms):");
+    for (rate, added) in RATES.into_iter().zip(added) {
+        let (mut p50s, mut p99s): (Vec<f64>, Vec<f64>) = added.into_iter().unzip();
+        p50s.sort_by(f64::total_cmp);
+        p99s.sort_by(f64::total_cmp);
         println!(
-            "{rate:>6} | {d50:>7.3} / {d99:>7.3} | {p50:>7.3} / {p99:>7.3} | {:>7.3} / {:>7.3} | {:>9.0} µs | direct {d_failed}, proxied {p_failed} of {}",
-            p50 - d50,
-            p99 - d99,
-            cpu.unwrap_or(f64::NAN),
-            rate * SECONDS_PER_RATE
+            "{rate:>6} | {:>7.3} / {:>7.3}",
+            percentile(&p50s, 0.5),
+            percentile(&p99s, 0.5)
         );
     }
+}
+
+/// One rate's run: prints its line, returns the added (p50, p99).
+async fn measure(
+    http: &reqwest::Client,
+    host: &Host,
+    direct: &str,
+    proxied: &str,
+    rate: u64,
+) -> (f64, f64) {
+    let cpu_before = cpu_seconds(host.child.id());
+    let mut paths = load(http, &[direct, proxied], rate).await.into_iter();
+    let cpu = cpu_seconds(host.child.id())
+        .zip(cpu_before)
+        .map(|(after, before)| (after - before) * 1e6 / (rate * SECONDS_PER_RATE) as f64);
+    let ((d, d_failed), (p, p_failed)) = (paths.next().unwrap(), paths.next().unwrap());
+    let (d50, d99) = (percentile(&d, 0.5), percentile(&d, 0.99));
+    let (p50, p99) = (percentile(&p, 0.5), percentile(&p, 0.99));
+    println!(
+        "{rate:>6} | {d50:>7.3} / {d99:>7.3} | {p50:>7.3} / {p99:>7.3} | {:>7.3} / {:>7.3} | {:>9.0} µs | direct {d_failed}, proxied {p_failed} of {}",
+        p50 - d50,
+        p99 - d99,
+        cpu.unwrap_or(f64::NAN),
+        rate * SECONDS_PER_RATE
+    );
+    (p50 - d50, p99 - d99)
 }
