@@ -422,8 +422,8 @@ mod tests {
     use super::*;
 
     /// The `remember` fixture, whose reply is every message its instance
-    /// has seen.
-    fn remember(instances: Instances) -> Arc<Backend> {
+    /// has seen, and its compile cache, which must outlive it.
+    fn remember(instances: Instances) -> (Arc<Backend>, tempfile::TempDir) {
         let cache = tempfile::tempdir().unwrap();
         let runtime = Runtime::new(cache.path()).unwrap();
         let bytes = std::fs::read(concat!(
@@ -440,7 +440,7 @@ mod tests {
             timeout: Duration::from_secs(10),
             instances,
         };
-        Backend::load(setup, &bytes, &runtime).unwrap()
+        (Backend::load(setup, &bytes, &runtime).unwrap(), cache)
     }
 
     async fn reply(backend: &Backend, team: &str, text: &str) -> String {
@@ -463,7 +463,7 @@ mod tests {
 
     #[tokio::test]
     async fn per_team_instances_serve_only_their_own_team() {
-        let backend = remember(Instances::PerTeam);
+        let (backend, _cache) = remember(Instances::PerTeam);
         assert_eq!(reply(&backend, "red", "one").await, "one");
         assert_eq!(
             reply(&backend, "red", "two").await,
@@ -480,7 +480,7 @@ mod tests {
 
     #[tokio::test]
     async fn per_call_instances_share_nothing() {
-        let backend = remember(Instances::PerCall);
+        let (backend, _cache) = remember(Instances::PerCall);
         assert_eq!(reply(&backend, "red", "one").await, "one");
         assert_eq!(reply(&backend, "red", "two").await, "two");
     }
