@@ -29,13 +29,23 @@ fn err(code: &str, message: impl Into<String>) -> PluginError {
     }
 }
 
-/// (id served, id upstream) pairs, read from the environment once per
-/// instance: a warm instance serves many calls, and each read copies the
-/// whole environment in from the host.
-fn models() -> &'static [(String, String)] {
-    static MODELS: OnceLock<Vec<(String, String)>> = OnceLock::new();
-    MODELS.get_or_init(|| {
-        std::env::var("MODELS")
+/// What the host configured, read from the environment once per instance:
+/// a warm instance serves many calls, and each read copies the whole
+/// environment in from the host.
+struct Config {
+    /// `UPSTREAM_URL` without a trailing slash.
+    url: Option<String>,
+    /// (id served, id upstream) pairs from `MODELS`.
+    models: Vec<(String, String)>,
+}
+
+fn config() -> &'static Config {
+    static CONFIG: OnceLock<Config> = OnceLock::new();
+    CONFIG.get_or_init(|| Config {
+        url: std::env::var("UPSTREAM_URL")
+            .ok()
+            .map(|u| u.trim_end_matches('/').to_string()),
+        models: std::env::var("MODELS")
             .unwrap_or_default()
             .split(',')
             .map(str::trim)
@@ -44,7 +54,7 @@ fn models() -> &'static [(String, String)] {
                 Some((id, upstream)) => (id.to_string(), upstream.to_string()),
                 None => (m.to_string(), m.to_string()),
             })
-            .collect()
+            .collect(),
     })
 }
 
@@ -52,7 +62,8 @@ struct Proxy;
 
 impl Guest for Proxy {
     fn list_models() -> Vec<ModelInfo> {
-        models()
+        config()
+            .models
             .iter()
             .map(|(id, _)| ModelInfo {
                 id: id.clone(),
@@ -67,7 +78,8 @@ impl Guest for Proxy {
     }
 
     fn chat(request: ChatRequest) -> Result<ChatResult, PluginError> {
-        let upstream = models()
+        let upstream = config()
+            .models
             .iter()
             .find(|(id, _)| *id == request.model)
             .map(|(_, upstream)| upstream)
@@ -109,14 +121,10 @@ impl Guest for Proxy {
 }
 
 fn url() -> Result<&'static str, PluginError> {
-    static URL: OnceLock<Option<String>> = OnceLock::new();
-    URL.get_or_init(|| {
-        std::env::var("UPSTREAM_URL")
-            .ok()
-            .map(|u| u.trim_end_matches('/').to_string())
-    })
-    .as_deref()
-    .ok_or_else(|| err("invalid-config", "UPSTREAM_URL is not set"))
+    config()
+        .url
+        .as_deref()
+        .ok_or_else(|| err("invalid-config", "UPSTREAM_URL is not set"))
 }
 
 /// The body sent upstream: always streamed, with usage in the last chunk.
@@ -148,23 +156,21 @@ struct StreamOptions {
 /// borrowed from the line unless it holds escapes.
 #[derive(Deserialize)]
 struct Chunk<'a> {
-    #[serde(default, borrow)]
+    #[serde(borrow)]
     choices: Option<Vec<Choice<'a>>>,
-    #[serde(default)]
     usage: Option<Usage>,
 }
 
 #[derive(Deserialize)]
 struct Choice<'a> {
-    #[serde(default, borrow)]
+    #[serde(borrow)]
     delta: Option<Delta<'a>>,
-    #[serde(default)]
     finish_reason: Option<Cow<'a, str>>,
 }
 
 #[derive(Deserialize)]
 struct Delta<'a> {
-    #[serde(default, borrow)]
+    #[serde(borrow)]
     content: Option<Cow<'a, str>>,
 }
 
