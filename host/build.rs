@@ -18,6 +18,7 @@ const MEMBERS: &[&str] = &[
     "fixtures/misbehave",
     "fixtures/sockets",
     "fixtures/remember",
+    "fixtures/halves",
 ];
 
 fn main() {

@@ -56,6 +56,10 @@ pub struct InferenceConfig {
     pub timeout_ms: u64,
     /// Chat requests one project may have running or queued at once.
     pub per_project_concurrency: usize,
+    /// Run a second instance of the embedded model on another core, and
+    /// split prompt evaluation's matrix products (and the output layer's)
+    /// with it. Twice the memory.
+    pub second_instance: bool,
     /// OpenAI-compatible servers served through the `model-openai` proxy.
     pub upstreams: Vec<UpstreamConfig>,
 }
@@ -96,6 +100,7 @@ impl Default for InferenceConfig {
             memory_bytes: 2 << 30,
             timeout_ms: 300_000,
             per_project_concurrency: 4,
+            second_instance: true,
             upstreams: Vec::new(),
         }
     }

@@ -15,12 +15,16 @@ use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use crate::plugin::bindings::v0_1_0::model::{ModelBackend, ModelBackendPre};
+use crate::plugin::bindings::v0_1_0::model_parallel::{
+    ModelBackendParallel, ModelBackendParallelPre,
+};
 use crate::plugin::engine::{Runtime, compile_cached, model_engine};
 use crate::plugin::manifest::BackendGrant;
 use crate::plugin::state::MemoryLimiter;
 use crate::plugin::{Kind, Limits, capabilities};
 
 use super::egress::Egress;
+use super::parallel::{self, Parallel};
 
 type GuestError = crate::plugin::bindings::v0_1_0::template::switchyard::plugin::types::PluginError;
 
@@ -45,6 +49,9 @@ pub struct Setup {
     pub timeout: Duration,
     /// How instances are kept between calls.
     pub instances: Instances,
+    /// For an [`Instances::Single`] backend that exports `worker`: keep a
+    /// second instance on a thread of its own, for its `parallel` calls.
+    pub second_instance: bool,
 }
 
 /// How a backend's instances are kept between calls.
@@ -97,6 +104,8 @@ impl Setup {
             } else {
                 Instances::Single
             },
+            // Twice the memory: for the host's own model only, for now.
+            second_instance: false,
         })
     }
 }
@@ -110,6 +119,8 @@ pub struct BackendState {
     egress: Egress,
     /// Where `output.emit` sends text during a chat call.
     output: Option<mpsc::UnboundedSender<String>>,
+    /// The second instance, for `parallel` calls.
+    parallel: Option<Parallel>,
 }
 
 impl WasiView for BackendState {
@@ -139,6 +150,45 @@ impl crate::plugin::bindings::v0_1_0::model::switchyard::plugin::output::Host fo
     }
 }
 
+impl crate::plugin::bindings::v0_1_0::model_parallel::switchyard::plugin::parallel::Host
+    for BackendState
+{
+    async fn start(&mut self, task: Vec<u8>) -> bool {
+        self.parallel.as_mut().is_some_and(|p| p.start(task))
+    }
+
+    async fn finish(&mut self) -> Result<Vec<u8>, String> {
+        match &mut self.parallel {
+            Some(p) => p.finish().await,
+            None => Err("this instance has no second instance: start returned false".into()),
+        }
+    }
+}
+
+/// A backend's second instance, as its thread runs it.
+struct SecondInstance {
+    store: Store<BackendState>,
+    bindings: ModelBackendParallel,
+    name: String,
+    timeout: Duration,
+}
+
+impl parallel::Worker for SecondInstance {
+    async fn run(&mut self, task: Vec<u8>) -> Result<parallel::Reply, String> {
+        self.store.set_epoch_deadline(1);
+        let worker = self.bindings.switchyard_plugin_worker();
+        let name = &self.name;
+        match tokio::time::timeout(self.timeout, worker.call_run(&mut self.store, &task)).await {
+            Ok(Ok(reply)) => Ok(reply),
+            Ok(Err(trap)) => Err(format!("{name}: the second instance trapped: {trap:#}")),
+            Err(_) => Err(format!(
+                "{name}: the second instance did not finish a task within {} ms",
+                self.timeout.as_millis()
+            )),
+        }
+    }
+}
+
 struct Live {
     store: Store<BackendState>,
     bindings: ModelBackend,
@@ -150,6 +200,9 @@ pub struct Backend {
     setup: Setup,
     engine: Engine,
     pre: ModelBackendPre<BackendState>,
+    /// The same, for a backend that exports `worker` and is given a second
+    /// instance.
+    pre_parallel: Option<ModelBackendParallelPre<BackendState>>,
     /// The instance of a [`Instances::Single`] backend.
     live: Mutex<Option<Live>>,
     /// Idle instances of a [`Instances::PerTeam`] backend with the team
@@ -197,18 +250,28 @@ impl Backend {
             wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
         }
         ModelBackend::add_to_linker::<_, HasSelf<BackendState>>(&mut linker, |s| s)?;
-        let pre = linker
-            .instantiate_pre(&component)
-            .and_then(ModelBackendPre::new)
-            .map_err(|e| {
-                anyhow::anyhow!(
-                    "it does not implement the model-backend world of switchyard:plugin@0.1.0: {e:#}"
-                )
-            })?;
+        crate::plugin::bindings::v0_1_0::model_parallel::switchyard::plugin::parallel::add_to_linker::<
+            _,
+            HasSelf<BackendState>,
+        >(&mut linker, |s| s)?;
+        let instance_pre = linker.instantiate_pre(&component)?;
+        let pre = ModelBackendPre::new(instance_pre.clone()).map_err(|e| {
+            anyhow::anyhow!(
+                "it does not implement the model-backend world of switchyard:plugin@0.1.0: {e:#}"
+            )
+        })?;
+        let exports_worker = component
+            .get_export_index(None, "switchyard:plugin/worker@0.1.0")
+            .is_some();
+        let pre_parallel =
+            (setup.instances == Instances::Single && setup.second_instance && exports_worker)
+                .then(|| ModelBackendParallelPre::new(instance_pre))
+                .transpose()?;
         Ok(Arc::new(Backend {
             setup,
             engine,
             pre,
+            pre_parallel,
             live: Mutex::new(None),
             idle: std::sync::Mutex::new(Vec::new()),
         }))
@@ -366,7 +429,30 @@ impl Backend {
         }
     }
 
+    /// A fresh instance, with its second instance if it gets one.
     async fn instantiate(&self) -> anyhow::Result<Live> {
+        let mut store = self.store()?;
+        if let Some(pre) = &self.pre_parallel {
+            let mut second = self.store()?;
+            let bindings = pre.instantiate_async(&mut second).await?;
+            let worker = SecondInstance {
+                store: second,
+                bindings,
+                name: self.setup.name.clone(),
+                timeout: self.setup.timeout,
+            };
+            store.data_mut().parallel = Some(Parallel::spawn(&self.setup.name, worker));
+        }
+        let bindings = self.pre.instantiate_async(&mut store).await?;
+        Ok(Live {
+            store,
+            bindings,
+            calls: 0,
+        })
+    }
+
+    /// A store for an instance, with the setup's grants and limits.
+    fn store(&self) -> anyhow::Result<Store<BackendState>> {
         let setup = &self.setup;
         let mut wasi = WasiCtx::builder();
         for (key, value) in &setup.env {
@@ -384,18 +470,14 @@ impl Backend {
             http: WasiHttpCtx::new(),
             egress: setup.egress.clone().unwrap_or_default(),
             output: None,
+            parallel: None,
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limiter);
         // Yield to tokio every tick: generation is long, and the host must
         // keep serving meanwhile. Time is bounded by the call's timeout.
         store.epoch_deadline_async_yield_and_update(1);
-        let bindings = self.pre.instantiate_async(&mut store).await?;
-        Ok(Live {
-            store,
-            bindings,
-            calls: 0,
-        })
+        Ok(store)
     }
 }
 
@@ -424,28 +506,35 @@ mod tests {
     /// The `remember` fixture, whose reply is every message its instance
     /// has seen, and its compile cache, which must outlive it.
     fn remember(instances: Instances) -> (Arc<Backend>, tempfile::TempDir) {
+        fixture("remember", instances, false)
+    }
+
+    /// Fixture `name`, loaded as `instances` says, and its compile cache.
+    fn fixture(
+        name: &str,
+        instances: Instances,
+        second_instance: bool,
+    ) -> (Arc<Backend>, tempfile::TempDir) {
         let cache = tempfile::tempdir().unwrap();
         let runtime = Runtime::new(cache.path()).unwrap();
-        let bytes = std::fs::read(concat!(
-            env!("SWITCHYARD_PLUGIN_BUILD_DIR"),
-            "/remember.wasm"
-        ))
-        .unwrap();
+        let path = format!("{}/{name}.wasm", env!("SWITCHYARD_PLUGIN_BUILD_DIR"));
+        let bytes = std::fs::read(path).unwrap();
         let setup = Setup {
-            name: "remember@0.1.0".into(),
+            name: format!("{name}@0.1.0"),
             env: Vec::new(),
             preopens: Vec::new(),
             egress: None,
             memory_bytes: 64 << 20,
             timeout: Duration::from_secs(10),
             instances,
+            second_instance,
         };
         (Backend::load(setup, &bytes, &runtime).unwrap(), cache)
     }
 
     async fn reply(backend: &Backend, team: &str, text: &str) -> String {
         let request = ChatRequest {
-            model: "remember".into(),
+            model: String::new(),
             messages: vec![Message {
                 role: "user".into(),
                 content: text.into(),
@@ -483,5 +572,62 @@ mod tests {
         let (backend, _cache) = remember(Instances::PerCall);
         assert_eq!(reply(&backend, "red", "one").await, "one");
         assert_eq!(reply(&backend, "red", "two").await, "two");
+    }
+
+    /// The `halves` fixture's reply to `text` once its second instance is
+    /// ready (it gets ready in the background), split into the first
+    /// instance's id and the rest.
+    async fn halves_reply(backend: &Backend, text: &str) -> (String, String) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let reply = reply(backend, "red", text).await;
+            let (main, theirs) = reply.split_once("; ").unwrap();
+            if theirs != "no second instance" || tokio::time::Instant::now() > deadline {
+                return (main.to_string(), theirs.to_string());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_second_instance_does_the_work_handed_to_it() {
+        let (backend, _cache) = fixture("halves", Instances::Single, true);
+        let (main, theirs) = halves_reply(&backend, "sum").await;
+        let (done, by) = theirs.split_once(" by ").unwrap();
+        assert_eq!(done, "sum done", "{theirs}");
+        assert_ne!(format!("main {by}"), main, "done by another instance");
+        let (again, theirs) = halves_reply(&backend, "more").await;
+        assert_eq!(again, main, "the first instance is kept");
+        assert_eq!(theirs, format!("more done by {by}"), "and so is the second");
+    }
+
+    #[tokio::test]
+    async fn a_second_instance_that_traps_leaves_the_first_working_alone() {
+        let (backend, _cache) = fixture("halves", Instances::Single, true);
+        let (main, theirs) = halves_reply(&backend, "trap").await;
+        assert!(
+            theirs.starts_with("failed: halves@0.1.0: the second instance trapped"),
+            "{theirs}"
+        );
+        let (again, theirs) = halves_reply(&backend, "sum").await;
+        assert_eq!(again, main, "the first instance is not harmed");
+        assert_eq!(theirs, "no second instance");
+    }
+
+    #[tokio::test]
+    async fn only_a_single_backend_given_the_setting_gets_a_second_instance() {
+        for (instances, second) in [
+            (Instances::Single, false),
+            (Instances::PerTeam, true),
+            (Instances::PerCall, true),
+        ] {
+            let (backend, _cache) = fixture("halves", instances, second);
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let reply = reply(&backend, "red", "sum").await;
+            assert!(
+                reply.ends_with("; no second instance"),
+                "{instances:?}: {reply}"
+            );
+        }
     }
 }

@@ -11,6 +11,7 @@
 
 pub mod backend;
 pub mod egress;
+pub mod parallel;
 pub mod pull;
 pub mod usage;
 pub mod wire;
@@ -282,6 +283,7 @@ fn smollm(cfg: &Config) -> Setup {
         memory_bytes: icfg.memory_bytes,
         timeout: Duration::from_millis(icfg.timeout_ms),
         instances: Instances::Single,
+        second_instance: icfg.second_instance,
     }
 }
 

@@ -38,7 +38,11 @@ fn extra(kind: Kind) -> &'static [&'static str] {
         Kind::PayloadTemplate | Kind::EventFilter => &[],
         // The network only as `wasi:http`, and only to hosts its grant lists
         // (see `inference::egress`); never raw sockets.
-        Kind::ModelBackend => &["switchyard:plugin/output", "wasi:http/*"],
+        Kind::ModelBackend => &[
+            "switchyard:plugin/output",
+            "switchyard:plugin/parallel",
+            "wasi:http/*",
+        ],
     }
 }
 
@@ -108,15 +112,19 @@ mod tests {
     }
 
     #[test]
-    fn filters_may_not_import_model_output() {
-        let imports = ["switchyard:plugin/output@0.1.0"];
-        assert_eq!(disallowed_imports(Kind::EventFilter, imports).len(), 1);
+    fn filters_may_not_import_model_output_or_parallel() {
+        let imports = [
+            "switchyard:plugin/output@0.1.0",
+            "switchyard:plugin/parallel@0.1.0",
+        ];
+        assert_eq!(disallowed_imports(Kind::EventFilter, imports).len(), 2);
     }
 
     #[test]
-    fn model_backends_may_emit_and_use_http_but_not_sockets() {
+    fn model_backends_may_emit_split_work_and_use_http_but_not_sockets() {
         let imports = [
             "switchyard:plugin/output@0.1.0",
+            "switchyard:plugin/parallel@0.1.0",
             "wasi:http/outgoing-handler@0.2.4",
             "wasi:sockets/tcp@0.2.4",
         ];

@@ -33,3 +33,20 @@ pub mod model {
         with: { "switchyard:plugin/types": super::template::switchyard::plugin::types },
     });
 }
+
+/// The `model-backend-parallel` world: a model backend that splits its work
+/// with a second instance of itself. Only what it adds is generated here:
+/// the `parallel` import (async: `finish` waits for the other thread) and
+/// the `worker` export.
+pub mod model_parallel {
+    wasmtime::component::bindgen!({
+        path: "../wit/v0.1.0",
+        world: "model-backend-parallel",
+        imports: { default: async },
+        exports: { default: async },
+        with: {
+            "switchyard:plugin/types": super::template::switchyard::plugin::types,
+            "switchyard:plugin/output": super::model::switchyard::plugin::output,
+        },
+    });
+}
