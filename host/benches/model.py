@@ -1,6 +1,9 @@
 """`just bench-model`: prompt and decode speed of the embedded model through
 Switchyard's HTTP API, and of llama.cpp (llama-cpp-python) on the same GGUF
-with 1 and 2 threads, in the same run. Prints medians and the ratios.
+with 1 and 2 threads, in the same run. Switchyard runs twice: with one
+instance of the model (one core, `second_instance = false`) and with the
+default second instance (two cores). Prints medians and the ratios, each
+Switchyard side against llama.cpp on as many threads.
 
 Usage: python3 model.py SWITCHYARD_BINARY MODEL_GGUF [RUNS]
 Needs `llama-cpp-python` for the llama.cpp side (skipped, with a note, if it
@@ -106,13 +109,15 @@ def report(name, samples):
     return prompt, decode
 
 
-def start_host(binary, model_path, data):
+def start_host(binary, model_path, data, second_instance=True):
     """Starts `binary` on an ephemeral port with its data in `data`; returns
     the process and its base URL."""
     env = dict(os.environ, SWITCHYARD_BOOTSTRAP_KEY=KEY)
     config = os.path.join(data, "switchyard.toml")
     with open(config, "w") as f:
         f.write(f'[inference]\nauto_pull = false\nmodel_path = "{model_path}"\n')
+        if not second_instance:
+            f.write("second_instance = false\n")
     proc = subprocess.Popen(
         [binary, "serve", "--listen", "127.0.0.1:0", "--config", config, "--data-dir", data + "/data"],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True,
@@ -132,12 +137,16 @@ def main(binary, model_path, runs):
     except ImportError:
         Llama = None
         print("llama.cpp: llama-cpp-python is not installed; `pip install llama-cpp-python` for the comparison")
-    with tempfile.TemporaryDirectory() as data:
-        proc, base = start_host(binary, model_path, data)
+    with tempfile.TemporaryDirectory() as one, tempfile.TemporaryDirectory() as two:
+        hosts = [start_host(binary, model_path, one, False), start_host(binary, model_path, two)]
         try:
-            list(switchyard_stream(base))  # warm-up: loads and re-quantizes
-            prompt_tokens = measure(switchyard_stream(base))[0]
-            sides = {"switchyard (wasm, HTTP)": lambda: switchyard_stream(base)}
+            sides = {}
+            for (_, base), cores in zip(hosts, (1, 2)):
+                for _ in range(2):  # warm-up: loads the weights (both instances)
+                    list(switchyard_stream(base))
+                prompt_tokens = measure(switchyard_stream(base))[0]
+                name = f"switchyard, {cores} core{'s' if cores > 1 else ''} (wasm, HTTP)"
+                sides[name] = lambda base=base: switchyard_stream(base)
             if Llama:
                 for threads in (1, 2):
                     llm = Llama(model_path=model_path, n_threads=threads, n_ctx=2048, verbose=False)
@@ -149,12 +158,13 @@ def main(binary, model_path, runs):
                 for name, stream in sides.items():
                     samples[name].append(measure(stream()))
         finally:
-            proc.terminate()
-            proc.wait()
+            for proc, _ in hosts:
+                proc.terminate()
+                proc.wait()
     results = [report(name, s) for name, s in samples.items()]
-    ours = results[0]
-    for name, theirs in zip(["llama.cpp 1t", "llama.cpp 2t"], results[1:]):
-        print(f"ratio switchyard / {name}: prompt {ours[0] / theirs[0]:.2f}x   decode {ours[1] / theirs[1]:.2f}x")
+    for threads, (ours, theirs) in enumerate(zip(results[:2], results[2:]), start=1):
+        print(f"ratio switchyard {threads} core{'s' if threads > 1 else ''} / llama.cpp {threads}t: "
+              f"prompt {ours[0] / theirs[0]:.2f}x   decode {ours[1] / theirs[1]:.2f}x")
 
 
 if __name__ == "__main__":

@@ -5,15 +5,19 @@
 //! directory read-write at `/cache`, and names the file in `MODEL_FILE` and
 //! the model's id in `MODEL_ID`. Weights load on the first call and stay
 //! loaded: the host keeps this instance for the life of the process.
+//!
+//! The host may keep a second instance on another core (the `parallel`
+//! import): large matrix products hand half their rows to it (`split`).
 
 mod activation;
 mod generate;
 mod llama;
 mod quant;
+mod split;
 mod tokenizer;
 mod weights;
 
-wit_bindgen::generate!({ path: "../../wit/v0.1.0", world: "model-backend" });
+wit_bindgen::generate!({ path: "../../wit/v0.1.0", world: "model-backend-parallel" });
 
 use std::cell::RefCell;
 use std::path::Path;
@@ -132,6 +136,17 @@ impl Guest for SmolLm {
             )));
         }
         with_model(|model| generate::chat(model, &request))
+    }
+}
+
+/// The second instance's side: the same model, given products to compute.
+impl exports::switchyard::plugin::worker::Guest for SmolLm {
+    fn run(task: Vec<u8>) -> Result<Vec<u8>, String> {
+        let result = with_model(|model| match task.is_empty() {
+            true => Ok(Vec::new()),
+            false => split::run(model.weights.matrices(), &task),
+        });
+        result.map_err(|e| e.message)
     }
 }
 

@@ -14,7 +14,7 @@ use candle_core::{D, DType, Device, IndexOp, Module, Result, Tensor, bail};
 use candle_transformers::quantized_nn::RmsNorm;
 use candle_transformers::utils::{build_causal_mask, repeat_kv};
 
-use crate::quant::Matrix;
+use crate::quant::{Matrix, Registry};
 
 /// The longest context the rotary tables cover.
 const MAX_SEQ_LEN: usize = 4096;
@@ -25,6 +25,7 @@ pub struct Llama {
     layers: Vec<Layer>,
     norm: RmsNorm,
     output: QMatMul,
+    matrices: Registry,
 }
 
 enum Embedding {
@@ -74,10 +75,11 @@ pub fn load<R: Read + Seek>(content: &Content, reader: &mut R) -> Result<Llama> 
         .map_or(Ok(10_000.0), |v| v.to_f32())?;
     let (cos, sin) = rotary_tables(rope_dim, freq_base)?;
     let mut tensor = |name: &str| content.tensor(reader, name, &Device::Cpu);
+    let mut matrices = Registry::default();
     let token_embd = tensor("token_embd.weight")?;
     let (embedding, tied) = match Matrix::from_qtensor(&token_embd)? {
         Some(m) => {
-            let m = Arc::new(m);
+            let m = matrices.add(m);
             (
                 Embedding::Rows(m.clone()),
                 QMatMul::from_qtensor(m.to_qtensor()?)?,
@@ -89,7 +91,7 @@ pub fn load<R: Read + Seek>(content: &Content, reader: &mut R) -> Result<Llama> 
         ),
     };
     let output = match tensor("output.weight") {
-        Ok(t) => matmul(t)?,
+        Ok(t) => matmul(t, &mut matrices)?,
         Err(_) => tied,
     };
     let norm = RmsNorm::from_qtensor(tensor("output_norm.weight")?, eps)?;
@@ -97,13 +99,13 @@ pub fn load<R: Read + Seek>(content: &Content, reader: &mut R) -> Result<Llama> 
     for i in 0..meta("llama.block_count")? {
         let mut get = |part: &str| tensor(&format!("blk.{i}.{part}.weight"));
         layers.push(Layer {
-            q: matmul(get("attn_q")?)?,
-            k: matmul(get("attn_k")?)?,
-            v: matmul(get("attn_v")?)?,
-            o: matmul(get("attn_output")?)?,
-            gate: matmul(get("ffn_gate")?)?,
-            down: matmul(get("ffn_down")?)?,
-            up: matmul(get("ffn_up")?)?,
+            q: matmul(get("attn_q")?, &mut matrices)?,
+            k: matmul(get("attn_k")?, &mut matrices)?,
+            v: matmul(get("attn_v")?, &mut matrices)?,
+            o: matmul(get("attn_output")?, &mut matrices)?,
+            gate: matmul(get("ffn_gate")?, &mut matrices)?,
+            down: matmul(get("ffn_down")?, &mut matrices)?,
+            up: matmul(get("ffn_up")?, &mut matrices)?,
             attention_norm: RmsNorm::from_qtensor(get("attn_norm")?, eps)?,
             ffn_norm: RmsNorm::from_qtensor(get("ffn_norm")?, eps)?,
             heads,
@@ -119,13 +121,14 @@ pub fn load<R: Read + Seek>(content: &Content, reader: &mut R) -> Result<Llama> 
         layers,
         norm,
         output,
+        matrices,
     })
 }
 
 /// A product on our kernels where there is one, else on candle's.
-fn matmul(tensor: QTensor) -> Result<QMatMul> {
+fn matmul(tensor: QTensor, matrices: &mut Registry) -> Result<QMatMul> {
     match Matrix::from_qtensor(&tensor)? {
-        Some(m) => QMatMul::from_qtensor(Arc::new(m).to_qtensor()?),
+        Some(m) => QMatMul::from_qtensor(matrices.add(m).to_qtensor()?),
         None => QMatMul::from_qtensor(tensor),
     }
 }
@@ -144,6 +147,11 @@ fn rotary_tables(dim: usize, base: f32) -> Result<(Tensor, Tensor)> {
 }
 
 impl Llama {
+    /// The matrices our kernels multiply by, in load order.
+    pub fn matrices(&self) -> &Registry {
+        &self.matrices
+    }
+
     /// Forgets the previous sequence.
     pub fn clear_kv_cache(&mut self) {
         for layer in &mut self.layers {

@@ -14,6 +14,7 @@
 //!   every weight once per token, so half the bytes of Q8_0 is most of the
 //!   speed.
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use candle_core::quantized::{GgmlDType, QStorage, QTensor, QuantizedType};
@@ -23,7 +24,12 @@ use half::f16;
 /// Values per block; each block has its own scale.
 const BLOCK: usize = 32;
 /// Rows a kernel takes at once, and the rows of a group in the layout.
-const GROUP: usize = 4;
+pub const GROUP: usize = 4;
+/// Products of at least this many multiply-adds are split with the host's
+/// second instance: every product of prompt evaluation, and the output
+/// layer's for each token. Handing half over and back costs tens of
+/// microseconds; this much work takes about a millisecond.
+const SPLIT_WORK: usize = 1 << 22;
 
 /// A row-major matrix of quantized rows of `cols` values, stored in groups
 /// of four rows. Per group and block: the four rows' f32 scales, for Q4_1
@@ -34,6 +40,28 @@ pub struct Matrix {
     cols: usize,
     kind: Kind,
     data: Vec<u8>,
+    /// Its index in the model's [`Registry`], if it is in one.
+    id: Option<usize>,
+}
+
+/// The model's matrices in load order. The second instance loads the same
+/// file the same way, so an index names the same matrix in both.
+#[derive(Default)]
+pub struct Registry(Vec<Arc<Matrix>>);
+
+impl Registry {
+    /// Adds `matrix` under the next index.
+    pub fn add(&mut self, mut matrix: Matrix) -> Arc<Matrix> {
+        matrix.id = Some(self.0.len());
+        let matrix = Arc::new(matrix);
+        self.0.push(matrix.clone());
+        matrix
+    }
+
+    /// The matrix added `id`th.
+    pub fn get(&self, id: usize) -> Option<&Matrix> {
+        self.0.get(id).map(|m| &**m)
+    }
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -129,6 +157,7 @@ impl Matrix {
             cols,
             kind,
             data,
+            id: None,
         }))
     }
 
@@ -141,6 +170,11 @@ impl Matrix {
     /// The values in each row.
     pub fn cols(&self) -> usize {
         self.cols
+    }
+
+    /// Its groups of four rows.
+    pub fn groups(&self) -> usize {
+        self.rows / GROUP
     }
 
     /// Appends row `row`, dequantized, to `out`.
@@ -172,32 +206,76 @@ impl Matrix {
     }
 
     /// `dst[i][j]` = the dot product of activation row `i` with row `j`.
+    /// A large product's second half of the rows goes to the second
+    /// instance, if there is one; if it fails, this one does that half too.
     fn matmul(&self, (m, k, n): (usize, usize, usize), lhs: &[f32], dst: &mut [f32]) {
         // Prompt evaluation multiplies many rows by the same weights: Q4_1
         // takes two rows at a time, unpacking each weight block once for both.
         let pack = if self.kind == Kind::Q4_1 { 2 } else { 1 };
         let activations = Activations::quantize(&lhs[..m * k], k, pack);
-        for (p, out) in dst[..m * n].chunks_mut(pack * n).enumerate() {
+        let dst = &mut dst[..m * n];
+        let all = 0..self.groups();
+        let handed = match self.id {
+            Some(id) if m * k * n >= SPLIT_WORK && all.len() >= 2 => {
+                let theirs = all.len() / 2..all.end;
+                crate::split::hand_over(id, theirs.clone(), &activations).then_some(theirs)
+            }
+            _ => None,
+        };
+        let Some(theirs) = handed else {
+            return self.products(&activations, all, dst, n, 0);
+        };
+        self.products(&activations, 0..theirs.start, dst, n, 0);
+        let width = theirs.len() * GROUP;
+        if !crate::split::take_back(dst, n, width) {
+            self.products(&activations, theirs, dst, n, 0);
+        }
+    }
+
+    /// Fills `out`, the activations' rows of `stride` values, with their
+    /// products with the rows of `groups`; group g's four products go to
+    /// columns 4g - `first` onwards.
+    pub fn products(
+        &self,
+        activations: &Activations,
+        groups: Range<usize>,
+        out: &mut [f32],
+        stride: usize,
+        first: usize,
+    ) {
+        let at = |g: usize| g * GROUP - first;
+        for (p, out) in out.chunks_mut(activations.pack * stride).enumerate() {
             let a = activations.pack(p);
-            match (self.kind, out.len() / n) {
-                (Kind::Q8, _) => self.products(a, out, |g, a| [kernel::q8(g, a)]),
-                (Kind::Q4_1, 2) => self.products(a, out, kernel::q4_1::<2>),
-                (Kind::Q4_1, _) => self.products(a, out, kernel::q4_1::<1>),
+            let groups = groups.clone();
+            match (self.kind, out.len() / stride) {
+                (Kind::Q8, _) => {
+                    self.pack_products(a, groups, out, stride, at, |g, a| [kernel::q8(g, a)])
+                }
+                (Kind::Q4_1, 2) => {
+                    self.pack_products(a, groups, out, stride, at, kernel::q4_1::<2>)
+                }
+                (Kind::Q4_1, _) => {
+                    self.pack_products(a, groups, out, stride, at, kernel::q4_1::<1>)
+                }
             }
         }
     }
 
-    /// Fills `out`, N rows of `self.rows` values, with `kernel`'s products
-    /// of a pack of N activation rows with every group.
-    fn products<const N: usize>(
+    /// Fills `out`, N rows of `stride` values, with `kernel`'s products of
+    /// a pack of N activation rows with `groups`, group g's at column
+    /// `at(g)`.
+    fn pack_products<const N: usize>(
         &self,
         pack: &[u8],
+        groups: Range<usize>,
         out: &mut [f32],
+        stride: usize,
+        at: impl Fn(usize) -> usize,
         kernel: impl Fn(&[u8], &[u8]) -> [[f32; GROUP]; N],
     ) {
-        for g in 0..self.rows / GROUP {
+        for g in groups {
             for (r, product) in kernel(self.group(g), pack).iter().enumerate() {
-                out[r * self.rows + g * GROUP..][..GROUP].copy_from_slice(product);
+                out[r * stride + at(g)..][..GROUP].copy_from_slice(product);
             }
         }
     }
@@ -209,7 +287,8 @@ impl Matrix {
 /// kernel walks one pointer: per block, a 16-byte header of each row's scale
 /// then each row's `scale · Σ quants` (for Q4_1's minimum), then each row's
 /// quants.
-struct Activations {
+pub struct Activations {
+    rows: usize,
     cols: usize,
     pack: usize,
     data: Vec<u8>,
@@ -224,7 +303,18 @@ impl Activations {
         HEADER + rows * BLOCK
     }
 
-    fn quantize(xs: &[f32], cols: usize, pack: usize) -> Activations {
+    /// Bytes of `rows` rows of `cols` values packed `pack` at a time.
+    const fn size(rows: usize, cols: usize, pack: usize) -> usize {
+        let blocks = cols / BLOCK;
+        let last = match rows % pack {
+            0 => 0,
+            n => blocks * Self::stride(n),
+        };
+        rows / pack * blocks * Self::stride(pack) + last
+    }
+
+    /// Rows of `cols` values from `xs`, packed `pack` (1 or 2) at a time.
+    pub fn quantize(xs: &[f32], cols: usize, pack: usize) -> Activations {
         assert!((1..=2).contains(&pack), "the header holds two rows");
         let mut data = Vec::with_capacity(xs.len() / BLOCK * Self::stride(pack));
         for rows in xs.chunks(pack * cols) {
@@ -244,7 +334,30 @@ impl Activations {
                 data.extend(quants[..n].iter().flatten().map(|&q| q as u8));
             }
         }
-        Activations { cols, pack, data }
+        Activations {
+            rows: xs.len() / cols,
+            cols,
+            pack,
+            data,
+        }
+    }
+
+    /// Activations as [`Activations::parts`] gave them, if they are whole.
+    pub fn from_parts(rows: usize, cols: usize, pack: usize, data: Vec<u8>) -> Option<Activations> {
+        let whole = (1..=2).contains(&pack)
+            && cols.is_multiple_of(BLOCK)
+            && data.len() == Self::size(rows, cols, pack);
+        whole.then_some(Activations {
+            rows,
+            cols,
+            pack,
+            data,
+        })
+    }
+
+    /// Rows, values per row, rows per pack, and the packed bytes.
+    pub fn parts(&self) -> (usize, usize, usize, &[u8]) {
+        (self.rows, self.cols, self.pack, &self.data)
     }
 
     /// The bytes of pack `p`.
