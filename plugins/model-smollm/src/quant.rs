@@ -707,15 +707,22 @@ impl QuantizedType for Storage {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use candle_core::quantized::QMatMul;
     use candle_core::{Device, Module, Tensor};
 
-    fn values(n: usize, seed: usize) -> Vec<f32> {
+    /// `n` test values from -50/17 to 50/17, varied by `seed`.
+    pub(crate) fn values(n: usize, seed: usize) -> Vec<f32> {
         (0..n)
             .map(|i| ((i * seed % 101) as f32 - 50.0) / 17.0)
             .collect()
+    }
+
+    /// A matrix of `n` rows of `k` test values, quantized to `dtype`.
+    pub(crate) fn quantized(n: usize, k: usize, dtype: GgmlDType) -> QTensor {
+        let weights = Tensor::from_vec(values(n * k, 37), (n, k), &Device::Cpu).unwrap();
+        QTensor::quantize(&weights, dtype).unwrap()
     }
 
     /// Products on our layout against exact products of the dequantized
@@ -725,8 +732,7 @@ mod tests {
     fn products_match_the_dequantized_weights() {
         let (m, k, n) = (5, 96, 8);
         for dtype in [GgmlDType::Q8_0, GgmlDType::Q4_1] {
-            let weights = Tensor::from_vec(values(n * k, 37), (n, k), &Device::Cpu).unwrap();
-            let quantized = QTensor::quantize(&weights, dtype).unwrap();
+            let quantized = quantized(n, k, dtype);
             let exact = quantized.dequantize(&Device::Cpu).unwrap();
             let exact: Vec<Vec<f32>> = exact.to_vec2().unwrap();
             let matrix = Arc::new(Matrix::from_qtensor(&quantized).unwrap().unwrap());

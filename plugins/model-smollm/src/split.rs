@@ -96,14 +96,8 @@ mod host {
 mod tests {
     use super::*;
     use crate::quant::Matrix;
-    use candle_core::quantized::{GgmlDType, QTensor};
-    use candle_core::{Device, Tensor};
-
-    fn values(n: usize, seed: usize) -> Vec<f32> {
-        (0..n)
-            .map(|i| ((i * seed % 101) as f32 - 50.0) / 17.0)
-            .collect()
-    }
+    use crate::quant::tests::{quantized, values};
+    use candle_core::quantized::GgmlDType;
 
     /// The second instance's half is the same, bit for bit, as the same
     /// columns of the whole product, for both kinds and both pack sizes
@@ -112,10 +106,12 @@ mod tests {
     fn a_handed_over_half_matches_the_whole_product() {
         let (m, k, n) = (5, 96, 16);
         for dtype in [GgmlDType::Q8_0, GgmlDType::Q4_1] {
-            let weights = Tensor::from_vec(values(n * k, 37), (n, k), &Device::Cpu).unwrap();
-            let quantized = QTensor::quantize(&weights, dtype).unwrap();
             let mut matrices = Registry::default();
-            matrices.add(Matrix::from_qtensor(&quantized).unwrap().unwrap());
+            matrices.add(
+                Matrix::from_qtensor(&quantized(n, k, dtype))
+                    .unwrap()
+                    .unwrap(),
+            );
             let matrix = matrices.get(0).unwrap();
             let pack = if dtype == GgmlDType::Q4_1 { 2 } else { 1 };
             let activations = Activations::quantize(&values(m * k, 53), k, pack);
@@ -133,10 +129,9 @@ mod tests {
 
     #[test]
     fn tasks_that_do_not_fit_are_refused() {
-        let weights = Tensor::from_vec(values(8 * 32, 7), (8, 32), &Device::Cpu).unwrap();
-        let quantized = QTensor::quantize(&weights, GgmlDType::Q8_0).unwrap();
         let mut matrices = Registry::default();
-        matrices.add(Matrix::from_qtensor(&quantized).unwrap().unwrap());
+        let matrix = quantized(8, 32, GgmlDType::Q8_0);
+        matrices.add(Matrix::from_qtensor(&matrix).unwrap().unwrap());
         let activations = Activations::quantize(&values(32, 3), 32, 1);
         assert!(run(&matrices, &task(1, 0..1, &activations)).is_err());
         assert!(run(&matrices, &task(0, 1..3, &activations)).is_err());
