@@ -254,12 +254,13 @@ impl Backend {
             _,
             HasSelf<BackendState>,
         >(&mut linker, |s| s)?;
-        let instance_pre = linker.instantiate_pre(&component)?;
-        let pre = ModelBackendPre::new(instance_pre.clone()).map_err(|e| {
+        let not_a_backend = |e: wasmtime::Error| {
             anyhow::anyhow!(
                 "it does not implement the model-backend world of switchyard:plugin@0.1.0: {e:#}"
             )
-        })?;
+        };
+        let instance_pre = linker.instantiate_pre(&component).map_err(not_a_backend)?;
+        let pre = ModelBackendPre::new(instance_pre.clone()).map_err(not_a_backend)?;
         let exports_worker = component
             .get_export_index(None, "switchyard:plugin/worker@0.1.0")
             .is_some();
