@@ -121,6 +121,8 @@ pub struct BackendState {
     output: Option<mpsc::UnboundedSender<String>>,
     /// The second instance, for `parallel` calls.
     parallel: Option<Parallel>,
+    /// In a second instance, during a task: where `parallel.send` goes.
+    parts: Option<parallel::Parts>,
 }
 
 impl WasiView for BackendState {
@@ -160,10 +162,23 @@ impl crate::plugin::bindings::v0_1_0::model_parallel::switchyard::plugin::parall
     async fn finish(&mut self) -> Result<Vec<u8>, String> {
         match &mut self.parallel {
             Some(p) => p.finish().await,
-            None => Err("this instance has no second instance: start returned false".into()),
+            None => Err(NO_SECOND_INSTANCE.into()),
         }
     }
+
+    async fn receive(&mut self) -> Result<Vec<u8>, String> {
+        match &mut self.parallel {
+            Some(p) => p.receive().await,
+            None => Err(NO_SECOND_INSTANCE.into()),
+        }
+    }
+
+    async fn send(&mut self, part: Vec<u8>) -> bool {
+        self.parts.as_ref().is_some_and(|tx| tx.send(part).is_ok())
+    }
 }
+
+const NO_SECOND_INSTANCE: &str = "this instance has no second instance: start returned false";
 
 /// A backend's second instance, as its thread runs it.
 struct SecondInstance {
@@ -174,11 +189,19 @@ struct SecondInstance {
 }
 
 impl parallel::Worker for SecondInstance {
-    async fn run(&mut self, task: Vec<u8>) -> Result<parallel::Reply, String> {
+    async fn run(
+        &mut self,
+        task: Vec<u8>,
+        parts: parallel::Parts,
+    ) -> Result<parallel::Reply, String> {
         self.store.set_epoch_deadline(1);
+        self.store.data_mut().parts = Some(parts);
         let worker = self.bindings.switchyard_plugin_worker();
+        let run = tokio::time::timeout(self.timeout, worker.call_run(&mut self.store, &task)).await;
+        // Dropping the sender tells `receive` that no more parts come.
+        self.store.data_mut().parts = None;
         let name = &self.name;
-        match tokio::time::timeout(self.timeout, worker.call_run(&mut self.store, &task)).await {
+        match run {
             Ok(Ok(reply)) => Ok(reply),
             Ok(Err(trap)) => Err(format!("{name}: the second instance trapped: {trap:#}")),
             Err(_) => Err(format!(
@@ -472,6 +495,7 @@ impl Backend {
             egress: setup.egress.clone().unwrap_or_default(),
             output: None,
             parallel: None,
+            parts: None,
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limiter);
@@ -600,6 +624,24 @@ mod tests {
         let (again, theirs) = halves_reply(&backend, "more").await;
         assert_eq!(again, main, "the first instance is kept");
         assert_eq!(theirs, format!("more done by {by}"), "and so is the second");
+    }
+
+    #[tokio::test]
+    async fn parts_a_second_instance_sends_come_in_order_before_its_result() {
+        let (backend, _cache) = fixture("halves", Instances::Single, true);
+        let (_, theirs) = halves_reply(&backend, "parts 3").await;
+        let rest = theirs.strip_prefix("part 0, part 1, part 2, parts 3 done by ");
+        assert!(rest.is_some(), "{theirs}");
+        let (_, theirs) = halves_reply(&backend, "sum").await;
+        assert!(
+            theirs.starts_with("sum done by "),
+            "none from a task that sends none"
+        );
+        let (_, theirs) = halves_reply(&backend, "parts 2 trap").await;
+        assert!(
+            theirs.starts_with("part 0, part 1, failed: halves@0.1.0: the second instance trapped"),
+            "parts sent before a trap still arrive: {theirs}"
+        );
     }
 
     #[tokio::test]

@@ -6,6 +6,10 @@
 //! on the host's: a task woken from a running task waits in that worker's
 //! slot until the waker yields, so both halves would run on one core.
 //!
+//! A task may pass parts of its result on before it ends (`send` in the
+//! second instance, `receive` in the first): a model can hand over a layer
+//! at a time, and the first instance goes on with each as it comes.
+//!
 //! The second instance is told to get ready (load its weights) as soon as it
 //! starts, and takes work only once it is: before that, `start` answers
 //! false and the first instance does the work itself. A task that traps or
@@ -14,32 +18,47 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use tokio::sync::oneshot::error::TryRecvError;
 use tokio::sync::{mpsc, oneshot};
 
-/// How long `finish` waits for the second instance on the spot before it
+/// How long `finish` and `receive` wait for the second instance on the spot before it
 /// lets the thread sleep.
 const SPIN: Duration = Duration::from_micros(500);
 
 /// A task's result, or what the guest reported as wrong with it.
 pub type Reply = Result<Vec<u8>, String>;
 
+/// Where a running task's parts go, in the second instance.
+pub type Parts = mpsc::UnboundedSender<Vec<u8>>;
+
 /// Runs tasks in the second instance.
 pub trait Worker: Send + 'static {
-    /// Runs `task`. `Err` when the instance trapped or timed out and must
-    /// not be used again.
-    fn run(&mut self, task: Vec<u8>) -> impl Future<Output = Result<Reply, String>>;
+    /// Runs `task`, passing the parts it sends to `parts`. `Err` when the
+    /// instance trapped or timed out and must not be used again.
+    fn run(&mut self, task: Vec<u8>, parts: Parts) -> impl Future<Output = Result<Reply, String>>;
+}
+
+/// A task for the second instance, with the ends its result goes to.
+struct Job {
+    task: Vec<u8>,
+    reply: oneshot::Sender<Reply>,
+    parts: Parts,
+}
+
+/// The first instance's ends of the task it has out.
+struct Pending {
+    reply: oneshot::Receiver<Reply>,
+    parts: mpsc::UnboundedReceiver<Vec<u8>>,
 }
 
 /// The first instance's end: the second instance's queue, and the task it
 /// is waiting for.
 pub struct Parallel {
-    tasks: mpsc::Sender<(Vec<u8>, oneshot::Sender<Reply>)>,
+    tasks: mpsc::Sender<Job>,
     ready: Arc<AtomicBool>,
-    pending: Option<oneshot::Receiver<Reply>>,
+    pending: Option<Pending>,
 }
 
 impl Parallel {
@@ -69,43 +88,76 @@ impl Parallel {
         if self.pending.is_some() || !self.ready.load(Ordering::Acquire) {
             return false;
         }
-        let (reply, pending) = oneshot::channel();
-        if self.tasks.try_send((task, reply)).is_err() {
+        let (reply, reply_end) = oneshot::channel();
+        let (parts, parts_end) = mpsc::unbounded_channel();
+        if self.tasks.try_send(Job { task, reply, parts }).is_err() {
             return false;
         }
-        self.pending = Some(pending);
+        self.pending = Some(Pending {
+            reply: reply_end,
+            parts: parts_end,
+        });
         true
     }
 
     /// Waits for the task `start` handed out.
     pub async fn finish(&mut self) -> Reply {
-        let Some(mut pending) = self.pending.take() else {
-            return Err("no task is out: call start first, and finish once per start".into());
+        let Some(Pending { mut reply, .. }) = self.pending.take() else {
+            return Err(NOTHING_OUT.into());
         };
         let stopped = || Err("the second instance stopped".into());
-        // The other half mostly comes within a few hundred microseconds of
-        // this one; waiting for it here saves waking this thread up.
-        let spin_until = Instant::now() + SPIN;
-        loop {
-            match pending.try_recv() {
-                Ok(reply) => return reply,
-                Err(TryRecvError::Closed) => return stopped(),
-                Err(TryRecvError::Empty) if Instant::now() < spin_until => std::hint::spin_loop(),
-                Err(TryRecvError::Empty) => break,
-            }
+        let polled = spin(|| match reply.try_recv() {
+            Ok(reply) => Poll::Ready(reply),
+            Err(oneshot::error::TryRecvError::Closed) => Poll::Ready(stopped()),
+            Err(oneshot::error::TryRecvError::Empty) => Poll::Pending,
+        });
+        match polled {
+            Some(reply) => reply,
+            None => reply.await.unwrap_or_else(|_| stopped()),
         }
-        pending.await.unwrap_or_else(|_| stopped())
+    }
+
+    /// Waits for the next part the task out sends; an error once it has
+    /// ended with none left.
+    pub async fn receive(&mut self) -> Reply {
+        let Some(Pending { parts, .. }) = &mut self.pending else {
+            return Err(NOTHING_OUT.into());
+        };
+        let ended = || Err("the task has ended and sent no more parts: call finish".into());
+        let polled = spin(|| match parts.try_recv() {
+            Ok(part) => Poll::Ready(Ok(part)),
+            Err(mpsc::error::TryRecvError::Disconnected) => Poll::Ready(ended()),
+            Err(mpsc::error::TryRecvError::Empty) => Poll::Pending,
+        });
+        match polled {
+            Some(part) => part,
+            None => match parts.recv().await {
+                Some(part) => Ok(part),
+                None => ended(),
+            },
+        }
+    }
+}
+
+const NOTHING_OUT: &str = "no task is out: call start first, and finish once per start";
+
+/// Polls `poll` on the spot for up to [`SPIN`]: the other half mostly comes
+/// within a few hundred microseconds, and waiting here saves waking this
+/// thread up. `None` if it has not come by then.
+fn spin<T>(mut poll: impl FnMut() -> Poll<T>) -> Option<T> {
+    let until = Instant::now() + SPIN;
+    loop {
+        match poll() {
+            Poll::Ready(value) => return Some(value),
+            Poll::Pending if Instant::now() < until => std::hint::spin_loop(),
+            Poll::Pending => return None,
+        }
     }
 }
 
 /// The second instance's thread: gets ready, then runs tasks until the
 /// first instance's end is dropped or a task breaks the instance.
-fn serve(
-    name: &str,
-    mut worker: impl Worker,
-    mut queue: mpsc::Receiver<(Vec<u8>, oneshot::Sender<Reply>)>,
-    ready: &AtomicBool,
-) {
+fn serve(name: &str, mut worker: impl Worker, mut queue: mpsc::Receiver<Job>, ready: &AtomicBool) {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()
@@ -117,15 +169,16 @@ fn serve(
         }
     };
     runtime.block_on(async {
-        match worker.run(Vec::new()).await {
+        let (parts, _) = mpsc::unbounded_channel();
+        match worker.run(Vec::new(), parts).await {
             Ok(Ok(_)) => ready.store(true, Ordering::Release),
             Ok(Err(e)) | Err(e) => {
                 tracing::warn!(backend = name, error = %e, "the second instance could not get ready");
                 return;
             }
         }
-        while let Some((task, reply)) = queue.recv().await {
-            match worker.run(task).await {
+        while let Some(Job { task, reply, parts }) = queue.recv().await {
+            match worker.run(task, parts).await {
                 Ok(result) => {
                     let _ = reply.send(result);
                 }
