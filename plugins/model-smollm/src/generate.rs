@@ -30,7 +30,7 @@ pub fn chat(model: &mut Model, request: &ChatRequest) -> Result<ChatResult, Stri
     let mut stream = Stream::new(&request.stop);
     model.weights.clear_kv_cache();
     let mut generated: Vec<u32> = Vec::new();
-    let mut next = forward(model, &prompt_ids, 0, &mut sampler)?;
+    let mut next = evaluate_prompt(model, &prompt_ids, &mut sampler)?;
     let mut finish = FinishReason::Length;
     while generated.len() < limit {
         if model.eos.contains(&next) {
@@ -80,6 +80,28 @@ fn sampling(request: &ChatRequest) -> Sampling {
     }
 }
 
+/// Evaluates the prompt, split with the second instance if there is one,
+/// and samples the first token.
+fn evaluate_prompt(
+    model: &mut Model,
+    ids: &[u32],
+    sampler: &mut LogitsProcessor,
+) -> Result<u32, String> {
+    let split = crate::split::prompt(&mut model.weights, ids)
+        .map_err(|e| format!("running the model: {e}"))?;
+    match split {
+        Some(logits) => sample(&logits, sampler),
+        None => forward(model, ids, 0, sampler),
+    }
+}
+
+fn sample(logits: &Tensor, sampler: &mut LogitsProcessor) -> Result<u32, String> {
+    let logits = logits.squeeze(0).map_err(|e| e.to_string())?;
+    sampler
+        .sample(&logits)
+        .map_err(|e| format!("sampling: {e}"))
+}
+
 /// Runs `ids` through the model at `position` and samples the next token.
 fn forward(
     model: &mut Model,
@@ -93,11 +115,8 @@ fn forward(
     let logits = model
         .weights
         .forward(&input, position)
-        .and_then(|l| l.squeeze(0))
         .map_err(|e| format!("running the model: {e}"))?;
-    sampler
-        .sample(&logits)
-        .map_err(|e| format!("sampling: {e}"))
+    sample(&logits, sampler)
 }
 
 fn render_prompt(template: &str, request: &ChatRequest) -> Result<String, String> {

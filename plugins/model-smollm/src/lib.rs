@@ -7,7 +7,8 @@
 //! loaded: the host keeps this instance for the life of the process.
 //!
 //! The host may keep a second instance on another core (the `parallel`
-//! import): large matrix products hand half their rows to it (`split`).
+//! import): prompt evaluation hands it the prompt's first half, and large
+//! matrix products half their rows (`split`).
 
 mod activation;
 mod generate;
@@ -139,12 +140,12 @@ impl Guest for SmolLm {
     }
 }
 
-/// The second instance's side: the same model, given products to compute.
+/// The second instance's side: the same model, given work to do.
 impl exports::switchyard::plugin::worker::Guest for SmolLm {
     fn run(task: Vec<u8>) -> Result<Vec<u8>, String> {
         let result = with_model(|model| match task.is_empty() {
             true => Ok(Vec::new()),
-            false => split::run(model.weights.matrices(), &task),
+            false => split::run(&mut model.weights, &task),
         });
         result.map_err(|e| e.message)
     }

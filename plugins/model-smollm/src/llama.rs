@@ -53,6 +53,21 @@ struct Layer {
     cache: Option<(Tensor, Tensor)>,
 }
 
+/// Where a layer's keys and values come from and go to, beyond its own
+/// cache: prompt evaluation can be split by position between two instances
+/// (see `split`). The instance with the first positions sends each layer's
+/// keys and values as soon as it has them; the one with the rest receives
+/// them as its cache, just before its attention needs them.
+pub enum Cache<'a> {
+    /// Only the layer's own cache.
+    Own,
+    /// Also sends each layer's keys and values on, in layer order.
+    Send(&'a mut dyn FnMut(&Tensor, &Tensor) -> Result<()>),
+    /// The earlier positions' keys and values, layer by layer, in place of
+    /// the cache.
+    Receive(&'a mut dyn FnMut() -> Result<(Tensor, Tensor)>),
+}
+
 /// Reads the model's tensors (all matrices Q8_0) from a GGUF file.
 pub fn load<R: Read + Seek>(content: &Content, reader: &mut R) -> Result<Llama> {
     let meta = |key: &str| match content.metadata.get(key) {
@@ -161,6 +176,18 @@ impl Llama {
 
     /// The logits after `ids` (shape (1, n)) placed at `position`.
     pub fn forward(&mut self, ids: &Tensor, position: usize) -> Result<Tensor> {
+        let last = self.evaluate(ids, position, Cache::Own)?;
+        self.logits(&last)
+    }
+
+    /// The logits of a last position's output from [`Llama::evaluate`].
+    pub fn logits(&self, last: &Tensor) -> Result<Tensor> {
+        self.output.forward(&self.norm.forward(last)?)
+    }
+
+    /// Runs `ids` (shape (1, n)) through the layers at `position`; the last
+    /// position's output, shape (1, width).
+    pub fn evaluate(&mut self, ids: &Tensor, position: usize, mut cache: Cache) -> Result<Tensor> {
         let (_, len) = ids.dims2()?;
         if position + len > MAX_SEQ_LEN {
             bail!("the sequence would be longer than {MAX_SEQ_LEN} tokens");
@@ -171,14 +198,13 @@ impl Llama {
         };
         let mut x = self.embed(ids)?;
         for layer in &mut self.layers {
-            let attention =
-                layer.attention(&layer.attention_norm.forward(&x)?, mask.as_ref(), position)?;
+            let input = layer.attention_norm.forward(&x)?;
+            let attention = layer.attention(&input, mask.as_ref(), position, &mut cache)?;
             let x1 = (attention + &x)?;
             let ffn = layer.ffn(&layer.ffn_norm.forward(&x1)?)?;
             x = (ffn + x1)?;
         }
-        let x = self.norm.forward(&x)?.i((.., len - 1, ..))?;
-        self.output.forward(&x)
+        x.i((.., len - 1, ..))
     }
 
     fn embed(&self, ids: &Tensor) -> Result<Tensor> {
@@ -198,7 +224,13 @@ impl Llama {
 }
 
 impl Layer {
-    fn attention(&mut self, x: &Tensor, mask: Option<&Tensor>, position: usize) -> Result<Tensor> {
+    fn attention(
+        &mut self,
+        x: &Tensor,
+        mask: Option<&Tensor>,
+        position: usize,
+        cache: &mut Cache,
+    ) -> Result<Tensor> {
         let (batch, len, width) = x.dims3()?;
         let heads =
             |t: Tensor, n: usize| t.reshape((batch, len, n, self.head_dim))?.transpose(1, 2);
@@ -207,6 +239,11 @@ impl Layer {
         let v = heads(self.v.forward(x)?, self.kv_heads)?.contiguous()?;
         let q = self.rotate(&q, position)?;
         let k = self.rotate(&k, position)?;
+        match cache {
+            Cache::Own => {}
+            Cache::Send(send) => send(&k, &v)?,
+            Cache::Receive(receive) => self.cache = Some(receive()?),
+        }
         let (k, v) = match &self.cache {
             Some((k0, v0)) if position > 0 => {
                 (Tensor::cat(&[k0, &k], 2)?, Tensor::cat(&[v0, &v], 2)?)

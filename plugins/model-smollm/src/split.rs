@@ -1,29 +1,63 @@
-//! Splitting a matrix product with the second instance the host keeps of
-//! this component on another core (the `parallel` import): this instance
-//! hands over the quantized activations and a range of weight groups, the
-//! second computes those products with the same kernels (so the results are
-//! the same, bit for bit) and hands them back.
+//! Splitting work with the second instance the host keeps of this
+//! component on another core (the `parallel` import). Two kinds of task:
 //!
-//! A task is six little-endian u32s (matrix, first group, end group, rows,
-//! values per row, rows per pack) and the packed activations; its result
-//! is the products, f32 little-endian, row by row.
+//! - **Products**: this instance hands over the quantized activations and a
+//!   range of a matrix's weight groups; the second computes those products
+//!   with the same kernels (so the results are the same, bit for bit) and
+//!   hands them back. Decoding uses it for the output layer.
+//! - **A prompt's first part**: prompt evaluation is split by position. The
+//!   second instance runs the first part through the layers and sends each
+//!   layer's keys and values as soon as it has them; this instance runs the
+//!   rest at the same time, taking them as its cache just before its own
+//!   attention needs them. Causal attention means the first part needs
+//!   nothing from the rest, so the two meet once per layer, and everything
+//!   else (attention, norms, quantizing) is split too, not only products.
+//!
+//! A task is a little-endian u32 naming its kind, then for products five
+//! more u32s (matrix, first group, end group, rows, values per row, rows
+//! per pack) and the packed activations, whose result is the products, f32
+//! little-endian, row by row; for a prompt's first part, its token ids,
+//! whose parts are a layer's keys' four dimensions as u32s then the keys
+//! and values, f32 little-endian.
 
 use std::ops::Range;
+use std::sync::atomic::{AtomicBool, Ordering};
 
+use candle_core::{Device, Result, Tensor, bail};
+
+use crate::llama::{Cache, Llama};
 use crate::quant::{Activations, GROUP, Registry};
 
-const HEADER: usize = 6 * 4;
+const PRODUCTS: u32 = 0;
+const PREFIX: u32 = 1;
+const HEADER: usize = 7 * 4;
+
+/// Prompts shorter than this are evaluated here alone, with their large
+/// products split: a part of a few positions is not worth a task.
+const MIN_SPLIT_PROMPT: usize = 8;
+
+/// False in the second instance, and while a prompt's first part is out:
+/// then there is nobody to hand products to.
+static HAND_OVER: AtomicBool = AtomicBool::new(true);
 
 /// Hands the products of `activations` with `groups` of matrix `id` to the
 /// second instance; false if there is none ready.
 pub fn hand_over(id: usize, groups: Range<usize>, activations: &Activations) -> bool {
-    host::start(&task(id, groups, activations))
+    HAND_OVER.load(Ordering::Relaxed) && host::start(&task(id, groups, activations))
 }
 
 fn task(id: usize, groups: Range<usize>, activations: &Activations) -> Vec<u8> {
     let (rows, cols, pack, data) = activations.parts();
     let mut task = Vec::with_capacity(HEADER + data.len());
-    for n in [id, groups.start, groups.end, rows, cols, pack] {
+    for n in [
+        PRODUCTS as usize,
+        id,
+        groups.start,
+        groups.end,
+        rows,
+        cols,
+        pack,
+    ] {
         task.extend((n as u32).to_le_bytes());
     }
     task.extend_from_slice(data);
@@ -42,22 +76,128 @@ pub fn take_back(out: &mut [f32], stride: usize, width: usize) -> bool {
     }
     for (row, bytes) in out.chunks_mut(stride).zip(bytes.chunks_exact(4 * width)) {
         for (value, b) in row[stride - width..].iter_mut().zip(bytes.chunks_exact(4)) {
-            *value = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            *value = f32::from_le_bytes(word(b));
         }
     }
     true
 }
 
-/// The second instance's side: the products a task asks for.
-pub fn run(matrices: &Registry, task: &[u8]) -> Result<Vec<u8>, String> {
+/// The logits after prompt `ids` (from position 0), its first part
+/// evaluated by the second instance; `None` if the prompt is short or
+/// there is no second instance (or it failed), and the caller must evaluate
+/// it all here.
+pub fn prompt(model: &mut Llama, ids: &[u32]) -> Result<Option<Tensor>> {
+    if ids.len() < MIN_SPLIT_PROMPT {
+        return Ok(None);
+    }
+    let first = ids.len() / 2;
+    let mut task = PREFIX.to_le_bytes().to_vec();
+    task.extend(ids[..first].iter().flat_map(|id| id.to_le_bytes()));
+    if !host::start(&task) {
+        return Ok(None);
+    }
+    HAND_OVER.store(false, Ordering::Relaxed);
+    let rest = Tensor::new(&ids[first..], &Device::Cpu)?.unsqueeze(0)?;
+    let mut receive = || match host::receive() {
+        Ok(part) => from_part(&part),
+        Err(e) => bail!("the second instance sent no keys and values: {e}"),
+    };
+    let last = model.evaluate(&rest, first, Cache::Receive(&mut receive));
+    HAND_OVER.store(true, Ordering::Relaxed);
+    let finished = host::finish();
+    match (last, finished) {
+        (Ok(last), Ok(_)) => model.logits(&last).map(Some),
+        _ => {
+            model.clear_kv_cache();
+            Ok(None)
+        }
+    }
+}
+
+/// The second instance's side of a task: its result.
+pub fn run(model: &mut Llama, task: &[u8]) -> std::result::Result<Vec<u8>, String> {
+    HAND_OVER.store(false, Ordering::Relaxed);
+    let mut words = task.chunks_exact(4).map(|b| u32::from_le_bytes(word(b)));
+    match words.next() {
+        Some(PRODUCTS) => products(model.matrices(), task),
+        Some(PREFIX) if task.len().is_multiple_of(4) => {
+            let ids: Vec<u32> = words.collect();
+            prefix(model, &ids).map_err(|e| format!("evaluating a prompt's first part: {e}"))
+        }
+        _ => Err(format!(
+            "a task of {} bytes is of no kind known here",
+            task.len()
+        )),
+    }
+}
+
+/// Runs `ids` through the layers from position 0, sending each layer's
+/// keys and values.
+fn prefix(model: &mut Llama, ids: &[u32]) -> Result<Vec<u8>> {
+    model.clear_kv_cache();
+    let ids = Tensor::new(ids, &Device::Cpu)?.unsqueeze(0)?;
+    let mut send = |k: &Tensor, v: &Tensor| match host::send(&to_part(k, v)?) {
+        true => Ok(()),
+        false => bail!("the first instance is not listening"),
+    };
+    model.evaluate(&ids, 0, Cache::Send(&mut send))?;
+    Ok(Vec::new())
+}
+
+/// A layer's keys and values as a part: the keys' dimensions, then both.
+fn to_part(k: &Tensor, v: &Tensor) -> Result<Vec<u8>> {
+    let dims = k.dims4()?;
+    let mut part = Vec::with_capacity(16 + 8 * k.elem_count());
+    for n in <[usize; 4]>::from(dims) {
+        part.extend((n as u32).to_le_bytes());
+    }
+    for t in [k, v] {
+        part.extend(
+            t.flatten_all()?
+                .to_vec1::<f32>()?
+                .iter()
+                .flat_map(|x| x.to_le_bytes()),
+        );
+    }
+    Ok(part)
+}
+
+fn from_part(part: &[u8]) -> Result<(Tensor, Tensor)> {
+    let Some((header, data)) = part.split_at_checked(16) else {
+        bail!("a part of {} bytes has no header", part.len());
+    };
+    let dims: Vec<usize> = header
+        .chunks_exact(4)
+        .map(|b| u32::from_le_bytes(word(b)) as usize)
+        .collect();
+    let count: usize = dims.iter().product();
+    if data.len() != 8 * count {
+        bail!(
+            "a part of {} bytes does not hold keys and values of {dims:?}",
+            part.len()
+        );
+    }
+    let values: Vec<f32> = data
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes(word(b)))
+        .collect();
+    let (k, v) = values.split_at(count);
+    let tensor = |x: &[f32]| Tensor::from_slice(x, dims.as_slice(), &Device::Cpu);
+    Ok((tensor(k)?, tensor(v)?))
+}
+
+/// Four bytes of a chunk of four.
+fn word(b: &[u8]) -> [u8; 4] {
+    [b[0], b[1], b[2], b[3]]
+}
+
+/// The second instance's side of a products task.
+fn products(matrices: &Registry, task: &[u8]) -> std::result::Result<Vec<u8>, String> {
     if task.len() < HEADER {
         return Err(format!("a task of {} bytes has no header", task.len()));
     }
     let (header, data) = task.split_at(HEADER);
-    let field = |i: usize| {
-        let b = &header[4 * i..4 * i + 4];
-        u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize
-    };
+    let field = |i: usize| u32::from_le_bytes(word(&header[4 + 4 * i..])) as usize;
     let [id, start, end, rows, cols, pack] = std::array::from_fn(field);
     let matrix = matrices
         .get(id)
@@ -78,7 +218,7 @@ pub fn run(matrices: &Registry, task: &[u8]) -> Result<Vec<u8>, String> {
 /// The `parallel` import; native builds (the kernels' tests) have no host.
 #[cfg(target_arch = "wasm32")]
 mod host {
-    pub use crate::switchyard::plugin::parallel::{finish, start};
+    pub use crate::switchyard::plugin::parallel::{finish, receive, send, start};
 }
 
 #[cfg(not(target_arch = "wasm32"))]
@@ -89,6 +229,14 @@ mod host {
 
     pub fn finish() -> Result<Vec<u8>, String> {
         Err("no host".into())
+    }
+
+    pub fn receive() -> Result<Vec<u8>, String> {
+        Err("no host".into())
+    }
+
+    pub fn send(_part: &[u8]) -> bool {
+        false
     }
 }
 
@@ -117,7 +265,7 @@ mod tests {
             let activations = Activations::quantize(&values(m * k, 53), k, pack);
             let mut whole = vec![0f32; m * n];
             matrix.products(&activations, 0..n / GROUP, &mut whole, n, 0);
-            let half = run(&matrices, &task(0, 2..4, &activations)).unwrap();
+            let half = products(&matrices, &task(0, 2..4, &activations)).unwrap();
             let half: Vec<f32> = half
                 .chunks_exact(4)
                 .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
@@ -127,18 +275,37 @@ mod tests {
         }
     }
 
+    /// A layer's keys and values arrive as they were sent, shape included;
+    /// a part cut short is refused.
+    #[test]
+    fn keys_and_values_cross_whole() {
+        let k = Tensor::new(values(2 * 3 * 64, 7), &Device::Cpu)
+            .and_then(|t| t.reshape((1, 2, 3, 64)))
+            .unwrap();
+        let v = (&k * 2.0).unwrap();
+        let part = to_part(&k, &v).unwrap();
+        let (k2, v2) = from_part(&part).unwrap();
+        for (sent, got) in [(&k, &k2), (&v, &v2)] {
+            assert_eq!(got.dims(), &[1, 2, 3, 64]);
+            let flat = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            assert_eq!(flat(got), flat(sent));
+        }
+        assert!(from_part(&part[..part.len() - 4]).is_err());
+        assert!(from_part(&part[..12]).is_err());
+    }
+
     #[test]
     fn tasks_that_do_not_fit_are_refused() {
         let mut matrices = Registry::default();
         let matrix = quantized(8, 32, GgmlDType::Q8_0);
         matrices.add(Matrix::from_qtensor(&matrix).unwrap().unwrap());
         let activations = Activations::quantize(&values(32, 3), 32, 1);
-        assert!(run(&matrices, &task(1, 0..1, &activations)).is_err());
-        assert!(run(&matrices, &task(0, 1..3, &activations)).is_err());
+        assert!(products(&matrices, &task(1, 0..1, &activations)).is_err());
+        assert!(products(&matrices, &task(0, 1..3, &activations)).is_err());
         let mut short = task(0, 0..2, &activations);
         short.pop();
-        assert!(run(&matrices, &short).is_err());
-        assert!(run(&matrices, &short[..10]).is_err());
-        assert!(run(&matrices, &task(0, 0..2, &activations)).is_ok());
+        assert!(products(&matrices, &short).is_err());
+        assert!(products(&matrices, &short[..10]).is_err());
+        assert!(products(&matrices, &task(0, 0..2, &activations)).is_ok());
     }
 }
