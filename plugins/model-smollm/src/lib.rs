@@ -7,7 +7,7 @@
 //! loaded: the host keeps this instance for the life of the process.
 //!
 //! The host may keep a second instance on another core (the `parallel`
-//! import): prompt evaluation hands it the prompt's first half, and large
+//! import): prompt evaluation hands it the prompt's first part, and large
 //! matrix products half their rows (`split`).
 
 mod activation;

@@ -32,9 +32,13 @@ const PRODUCTS: u32 = 0;
 const PREFIX: u32 = 1;
 const HEADER: usize = 7 * 4;
 
-/// Prompts shorter than this are evaluated here alone, with their large
-/// products split: a part of a few positions is not worth a task.
-const MIN_SPLIT_PROMPT: usize = 8;
+/// The chunk candle's f32 sum (softmax's denominator) adds in SIMD lanes
+/// before it adds the rest in order: 16 values with wasm SIMD, 32 with AVX.
+/// A first part that is a whole number of chunks long gives its positions
+/// the same sums as in the whole prompt, where their rows are longer only by
+/// zeros; any other length changes the order of their additions, and so the
+/// last bits of everything after.
+const SUM_CHUNK: usize = if cfg!(target_arch = "wasm32") { 16 } else { 32 };
 
 /// False in the second instance, and while a prompt's first part is out:
 /// then there is nobody to hand products to.
@@ -87,10 +91,9 @@ pub fn take_back(out: &mut [f32], stride: usize, width: usize) -> bool {
 /// there is no second instance (or it failed), and the caller must evaluate
 /// it all here.
 pub fn prompt(model: &mut Llama, ids: &[u32]) -> Result<Option<Tensor>> {
-    if ids.len() < MIN_SPLIT_PROMPT {
+    let Some(first) = first_part(ids.len()) else {
         return Ok(None);
-    }
-    let first = ids.len() / 2;
+    };
     let mut task = PREFIX.to_le_bytes().to_vec();
     task.extend(ids[..first].iter().flat_map(|id| id.to_le_bytes()));
     if !host::start(&task) {
@@ -112,6 +115,16 @@ pub fn prompt(model: &mut Llama, ids: &[u32]) -> Result<Option<Tensor>> {
             Ok(None)
         }
     }
+}
+
+/// How many of a prompt of `len` positions the second instance evaluates:
+/// the whole number of sum chunks nearest half, and no more chunks than the
+/// whole prompt's sums take in lanes, leaving this instance at least one
+/// position; `None` for a prompt of one chunk or less, which is evaluated here alone (with its large products split).
+pub fn first_part(len: usize) -> Option<usize> {
+    let nearest = (len / 2 + SUM_CHUNK / 2) / SUM_CHUNK;
+    let first = nearest.min(len.saturating_sub(1) / SUM_CHUNK) * SUM_CHUNK;
+    (first > 0).then_some(first)
 }
 
 /// The second instance's side of a task: its result.
@@ -246,6 +259,10 @@ mod tests {
     use crate::quant::Matrix;
     use crate::quant::tests::{quantized, values};
     use candle_core::quantized::GgmlDType;
+    use candle_core::quantized::gguf_file::Content;
+    use std::fs::File;
+    use std::io::BufReader;
+    use std::path::Path;
 
     /// The second instance's half is the same, bit for bit, as the same
     /// columns of the whole product, for both kinds and both pack sizes
@@ -292,6 +309,84 @@ mod tests {
         }
         assert!(from_part(&part[..part.len() - 4]).is_err());
         assert!(from_part(&part[..12]).is_err());
+    }
+
+    /// The embedded model, as `switchyard model pull` (and `.ci/run`)
+    /// fetch it.
+    fn smollm() -> Llama {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../models/SmolLM2-135M-Instruct.Q4_1.gguf");
+        let file = File::open(&path).unwrap_or_else(|e| {
+            panic!(
+                "{}: {e}; fetch it with `cargo run -- model pull`",
+                path.display()
+            )
+        });
+        let mut reader = BufReader::new(file);
+        let content = Content::read(&mut reader).unwrap();
+        crate::llama::load(&content, &mut reader).unwrap()
+    }
+
+    /// A prompt evaluated in two parts, as the two instances do, gives the
+    /// same last output and then the same next tokens' outputs (which read
+    /// every layer's keys and values), bit for bit, as evaluated whole: a
+    /// reply does not depend on whether the second instance was ready.
+    /// Split at half (28 of 56 positions) instead, it does not.
+    #[test]
+    fn a_prompt_in_two_parts_is_evaluated_as_whole() {
+        let (mut one, mut two) = (smollm(), smollm());
+        let ids = |ids: &[u32]| Tensor::new(ids, &Device::Cpu)?.unsqueeze(0);
+        let bits = |t: Tensor| -> Vec<u32> {
+            let values = t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            values.iter().map(|x| x.to_bits()).collect()
+        };
+        for len in [56, 91] {
+            let prompt: Vec<u32> = (0..len).map(|i| 100 + 37 * i).collect();
+            let first = first_part(prompt.len()).unwrap();
+            let whole = one.evaluate(&ids(&prompt).unwrap(), 0, Cache::Own);
+            let mut parts = Vec::new();
+            let mut send = |k: &Tensor, v: &Tensor| {
+                parts.push(to_part(k, v)?);
+                Ok(())
+            };
+            let prefix = ids(&prompt[..first]).unwrap();
+            two.evaluate(&prefix, 0, Cache::Send(&mut send)).unwrap();
+            let mut parts = parts.into_iter();
+            let mut receive = || from_part(&parts.next().unwrap());
+            let rest = ids(&prompt[first..]).unwrap();
+            let split = two.evaluate(&rest, first, Cache::Receive(&mut receive));
+            assert!(
+                bits(whole.unwrap()) == bits(split.unwrap()),
+                "{len} positions split at {first}"
+            );
+            for (i, token) in [7, 1000, 42].into_iter().enumerate() {
+                let position = prompt.len() + i;
+                let next =
+                    |m: &mut Llama| bits(m.forward(&ids(&[token]).unwrap(), position).unwrap());
+                assert!(
+                    next(&mut one) == next(&mut two),
+                    "{len} positions, token {i}"
+                );
+            }
+        }
+    }
+
+    /// The first part is a whole number of sum chunks, near half, and
+    /// leaves this instance at least one position.
+    #[test]
+    fn first_parts_are_whole_chunks_near_half() {
+        for len in 0..=2 * SUM_CHUNK {
+            assert_eq!(first_part(len).is_some(), len > SUM_CHUNK, "{len}");
+        }
+        for len in SUM_CHUNK + 1..1000 {
+            let first = first_part(len).unwrap();
+            assert_eq!(first % SUM_CHUNK, 0);
+            assert!(first < len);
+            assert!(
+                first.abs_diff(len / 2) <= SUM_CHUNK / 2 || len < 2 * SUM_CHUNK,
+                "{len}"
+            );
+        }
     }
 
     #[test]
