@@ -11,6 +11,7 @@ use std::sync::Arc;
 use candle_core::quantized::gguf_file::Content;
 use candle_core::quantized::{QMatMul, QTensor};
 use candle_core::{D, DType, Device, IndexOp, Module, Result, Tensor, bail};
+use candle_nn::kv_cache::KvCache;
 use candle_transformers::quantized_nn::RmsNorm;
 use candle_transformers::utils::{build_causal_mask, repeat_kv};
 
@@ -18,6 +19,8 @@ use crate::quant::{Matrix, Registry};
 
 /// The longest context the rotary tables cover.
 const MAX_SEQ_LEN: usize = 4096;
+/// Positions a layer's key/value cache holds before it grows by as many.
+const CACHE_STEP: usize = 512;
 
 /// A loaded model.
 pub struct Llama {
@@ -50,7 +53,9 @@ struct Layer {
     head_dim: usize,
     cos: Tensor,
     sin: Tensor,
-    cache: Option<(Tensor, Tensor)>,
+    /// Keys and values (1, kv_heads, positions, head_dim), appended in
+    /// place: concatenating copied the whole cache for every token.
+    cache: KvCache,
 }
 
 /// Where a layer's keys and values come from and go to, beyond its own
@@ -128,7 +133,7 @@ pub fn load<R: Read + Seek>(content: &Content, reader: &mut R) -> Result<Llama> 
             head_dim: embedding_length / heads,
             cos: cos.clone(),
             sin: sin.clone(),
-            cache: None,
+            cache: KvCache::new(2, CACHE_STEP),
         });
     }
     Ok(Llama {
@@ -170,7 +175,7 @@ impl Llama {
     /// Forgets the previous sequence.
     pub fn clear_kv_cache(&mut self) {
         for layer in &mut self.layers {
-            layer.cache = None;
+            layer.cache.reset();
         }
     }
 
@@ -239,35 +244,61 @@ impl Layer {
         let v = heads(self.v.forward(x)?, self.kv_heads)?.contiguous()?;
         let q = self.rotate(&q, position)?;
         let k = self.rotate(&k, position)?;
+        if position == 0 {
+            self.cache.reset();
+        }
         match cache {
             Cache::Own => {}
             Cache::Send(send) => send(&k, &v)?,
-            Cache::Receive(receive) => self.cache = Some(receive()?),
+            Cache::Receive(receive) => {
+                // The keys received are the sequence's first.
+                self.cache.reset();
+                let (k0, v0) = receive()?;
+                self.cache.append(&k0, &v0)?;
+            }
         }
-        let (k, v) = match &self.cache {
-            Some((k0, v0)) if position > 0 => {
-                (Tensor::cat(&[k0, &k], 2)?, Tensor::cat(&[v0, &v], 2)?)
-            }
-            _ => (k, v),
+        let (k, v) = self.cache.append(&k, &v)?;
+        let y = match mask {
+            Some(mask) => self.prompt_attention(&q, &k, &v, mask)?,
+            None => self.token_attention(&q, &k, &v)?,
         };
-        self.cache = Some((k.clone(), v.clone()));
-        let groups = self.heads / self.kv_heads;
-        let k = repeat_kv(k, groups)?;
-        let v = repeat_kv(v, groups)?;
-        let scores = (q.matmul(&k.t()?)? / (self.head_dim as f64).sqrt())?;
-        let scores = match mask {
-            Some(mask) => {
-                let mask = mask.broadcast_as(scores.shape())?;
-                let minus_infinity = Tensor::new(f32::NEG_INFINITY, &Device::Cpu)?
-                    .broadcast_as(scores.shape().dims())?;
-                mask.where_cond(&minus_infinity, &scores)?
-            }
-            None => scores,
-        };
-        let weights = candle_nn::ops::softmax_last_dim(&scores)?;
-        let y = weights.matmul(&v.contiguous()?)?;
         let y = y.transpose(1, 2)?.reshape((batch, len, width))?;
         self.o.forward(&y)
+    }
+
+    /// Attention of several positions (the causal `mask` over the keys'
+    /// positions), with each key/value head repeated for its query heads:
+    /// the shapes the products always had, which give every position the
+    /// same results whether the prompt is split or not.
+    fn prompt_attention(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        mask: &Tensor,
+    ) -> Result<Tensor> {
+        let groups = self.heads / self.kv_heads;
+        let k = repeat_kv(k.clone(), groups)?;
+        let v = repeat_kv(v.clone(), groups)?;
+        let scores = (q.matmul(&k.t()?)? / (self.head_dim as f64).sqrt())?;
+        let mask = mask.broadcast_as(scores.shape())?;
+        let minus_infinity =
+            Tensor::new(f32::NEG_INFINITY, &Device::Cpu)?.broadcast_as(scores.shape().dims())?;
+        let scores = mask.where_cond(&minus_infinity, &scores)?;
+        let weights = candle_nn::ops::softmax_last_dim(&scores)?;
+        weights.matmul(&v.contiguous()?)
+    }
+
+    /// Attention of one position, without repeating the cache for each
+    /// query head (that copied the whole cache three times per token): the
+    /// query heads h·g..(h+1)·g that share key/value head h go in as one
+    /// g-row matrix.
+    fn token_attention(&self, q: &Tensor, k: &Tensor, v: &Tensor) -> Result<Tensor> {
+        let (batch, heads, _, dim) = q.dims4()?;
+        let q = q.reshape((batch, self.kv_heads, heads / self.kv_heads, dim))?;
+        let scores = (q.matmul(&k.t()?)? / (dim as f64).sqrt())?;
+        let weights = candle_nn::ops::softmax_last_dim(&scores)?;
+        weights.matmul(v)?.reshape((batch, heads, 1, dim))
     }
 
     /// Rotary position embedding, interleaved as llama GGUFs store it.
