@@ -46,8 +46,8 @@ bench-model:
     [ -f models/SmolLM2-135M-Instruct.Q4_1.gguf ] || target/release/switchyard model pull
     python3 host/benches/model.py target/release/switchyard "$PWD/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 
-# Prompt speed of two builds of the host (binaries A and B), both served at
-# once with their requests alternated; prints medians and the ratio B/A.
+# Prompt and decode speed of two builds of the host (binaries A and B), both
+# served at once with their requests alternated; prints medians and ratios B/A.
 bench-model-ab A B:
     [ -f models/SmolLM2-135M-Instruct.Q4_1.gguf ] || target/release/switchyard model pull
     python3 host/benches/model_ab.py "{{A}}" "{{B}}" "$PWD/models/SmolLM2-135M-Instruct.Q4_1.gguf"
