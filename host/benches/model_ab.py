@@ -19,6 +19,9 @@ from model import measure, start_host, switchyard_stream
 def speeds(base):
     """(prompt tok/s, decode tok/s) of one streamed greedy reply."""
     prompt, completion, first, decoding = measure(switchyard_stream(base))
+    if completion < 2 or decoding <= 0:
+        raise SystemExit(f"{base} replied with {completion} token(s): too short to time "
+                         "decoding; check that build's replies by hand")
     return prompt / first, (completion - 1) / decoding
 
 
