@@ -3,8 +3,9 @@
 //!
 //! Projects hold collections whose versions are logged with metadata.
 //! Registries hold collections whose versions are links to project versions.
-//! Adding an alias or a tag, and linking, emit an event in the same sled
-//! transaction as the change. An alias is held by one version of a
+//! Adding an alias or a tag, and linking, emit events in the same sled
+//! transaction as the change (a link fires in the registry and in the
+//! source's project). An alias is held by one version of a
 //! collection at a time, so adding it moves it.
 
 use std::collections::BTreeMap;
@@ -244,11 +245,9 @@ fn add_version(
                 version_key(scope, collection_name, index),
                 encode(&version)?,
             )?;
-            let mut events = Vec::new();
-            if version.source.is_some() {
-                let event = event_for(scope, user, &version, "LINK_ARTIFACT");
-                inbox.insert(event.id.as_bytes(), encode(&event)?)?;
-                events.push(event);
+            let events = link_events(scope, user, &version);
+            for event in &events {
+                inbox.insert(event.id.as_bytes(), encode(event)?)?;
             }
             Ok((version, events))
         },
@@ -379,6 +378,25 @@ fn label(
             Ok((version, vec![event]))
         });
     finish(result)
+}
+
+/// A link fires `LINK_ARTIFACT` twice: in the registry linked to, and in
+/// the project that owns the source version. Both describe the registry's
+/// new version, so `${artifact_collection_name}` is the collection linked to.
+fn link_events(scope: &Scope, user: &User, version: &Version) -> Vec<Event> {
+    let Some(source) = &version.source else {
+        return Vec::new();
+    };
+    let in_registry = event_for(scope, user, version, "LINK_ARTIFACT");
+    let in_project = Event {
+        id: ids::ordered_id(),
+        scope: Scope::Project {
+            team: source.team.clone(),
+            project: source.project.clone(),
+        },
+        ..in_registry.clone()
+    };
+    vec![in_registry, in_project]
 }
 
 fn decode_index(bytes: &[u8]) -> u64 {

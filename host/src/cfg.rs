@@ -204,6 +204,9 @@ pub struct Limits {
     pub body_read_timeout_ms: u64,
     /// How long in-flight requests get to finish at shutdown.
     pub shutdown_grace_ms: u64,
+    /// Connections open at once. Unset: what the open-file limit allows,
+    /// less what the store and outbound requests need (at most 65,536).
+    pub max_connections: Option<usize>,
 }
 
 /// The two bounded work queues the system check probes.
@@ -259,6 +262,7 @@ impl Default for Limits {
             header_read_timeout_ms: 10_000,
             body_read_timeout_ms: 30_000,
             shutdown_grace_ms: 10_000,
+            max_connections: None,
         }
     }
 }

@@ -54,6 +54,12 @@ pub enum Error {
     /// An object with this name already exists.
     #[error("{0}")]
     Conflict(String),
+    /// The request's target is longer than the HTTP layer reads.
+    #[error("{0}")]
+    UriTooLong(String),
+    /// The request's headers are larger than the HTTP layer reads.
+    #[error("{0}")]
+    HeadersTooLarge(String),
     /// The body exceeds the configured limit.
     #[error("request body is larger than the limit of {limit} bytes; send a smaller body")]
     PayloadTooLarge {
@@ -107,6 +113,8 @@ impl Error {
             Error::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             Error::Conflict(_) => StatusCode::CONFLICT,
             Error::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Error::UriTooLong(_) => StatusCode::URI_TOO_LONG,
+            Error::HeadersTooLarge(_) => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             Error::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Error::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             Error::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
@@ -142,6 +150,8 @@ impl Error {
             Error::MethodNotAllowed { .. } => "method_not_allowed",
             Error::Conflict(_) => "conflict",
             Error::PayloadTooLarge { .. } => "payload_too_large",
+            Error::UriTooLong(_) => "uri_too_long",
+            Error::HeadersTooLarge(_) => "headers_too_large",
             Error::UnsupportedMediaType(_) => "unsupported_media_type",
             Error::RequestTimeout(_) => "request_timeout",
             Error::RateLimited(_) => "rate_limit_exceeded",

@@ -33,6 +33,9 @@ pub struct Report {
     pub cpu_queue: Check,
     /// A probe job through the inference queue.
     pub gpu_queue: Check,
+    /// Stored records that could not be read and were set aside (see the
+    /// store's quarantine); anything above zero needs an operator's look.
+    pub quarantined_records: usize,
 }
 
 impl Report {
@@ -59,6 +62,7 @@ pub async fn system_check(app: &App) -> Report {
         database,
         cpu_queue,
         gpu_queue,
+        quarantined_records: app.store.quarantined(),
     }
 }
 

@@ -17,6 +17,7 @@ pub mod http;
 pub mod ids;
 pub mod inference;
 pub mod names;
+pub mod nesting;
 pub mod plugin;
 pub mod projects;
 pub mod queue;

@@ -350,6 +350,34 @@ async fn bad_definitions_are_refused_precisely() {
 
     let e = rejected(
         &w,
+        &with(&["event", "alias_regex"], json!("a".repeat(960_000))),
+    )
+    .await;
+    assert!(
+        e["message"].as_str().unwrap().contains("limit is 1024"),
+        "{e}"
+    );
+    assert_eq!(e["param"], "event");
+
+    let e = rejected(
+        &w,
+        &with(&["payload"], json!("{\n \"a\": ${artifact_metadata.a.b}}")),
+    )
+    .await;
+    let message = e["message"].as_str().unwrap();
+    assert!(
+        message.contains("only top-level keys") && message.contains("line 2 column 7"),
+        "{e}"
+    );
+    assert_eq!(e["param"], "payload");
+
+    let deep = format!("{}{}", "[".repeat(40), "]".repeat(40));
+    let e = rejected(&w, &with(&["payload"], json!(deep))).await;
+    assert!(e["message"].as_str().unwrap().contains("32 levels"), "{e}");
+    assert_eq!(e["param"], "payload");
+
+    let e = rejected(
+        &w,
         &json!({"name": "x", "event": {"type": "ADD_ARTIFACT_ALIAS"},
         "webhook": {"team": "ml", "name": "ci"}, "action": "Webhooks"}),
     )

@@ -300,6 +300,314 @@ async fn every_artifact_event_fires_with_its_payload_and_signature() {
 }
 
 #[tokio::test]
+async fn a_link_fires_the_source_projects_link_automations_once() {
+    let receiver = Receiver::start().await;
+    let host = Host::builder().config(CONFIG).start();
+    let (alice, bob) = world(&host, &receiver).await;
+    let other_project = "/v1/teams/ml/projects/other";
+    ok(
+        &host,
+        &alice,
+        "POST",
+        "/v1/teams/ml/projects",
+        json!({"name": "other"}),
+    )
+    .await;
+    for (scope, name) in [
+        (PROJECT, "linked-here"),
+        (REGISTRY, "linked"),
+        (other_project, "not-mine"),
+    ] {
+        automation(&host, &alice, scope, name, json!({"type": "LINK_ARTIFACT"})).await;
+    }
+    let versions = format!("{PROJECT}/collections/detector/versions");
+    ok(
+        &host,
+        &bob,
+        "POST",
+        &versions,
+        json!({"metadata": {"accuracy": 0.5}}),
+    )
+    .await;
+    ok(
+        &host,
+        &alice,
+        "POST",
+        &format!("{REGISTRY}/collections"),
+        json!({"name": "detectors"}),
+    )
+    .await;
+    ok(
+        &host,
+        &bob,
+        "POST",
+        &format!("{REGISTRY}/collections/detectors/links"),
+        json!({"team": "ml", "project": "vision", "collection": "detector", "version": "v0"}),
+    )
+    .await;
+
+    // The link answers once its deliveries are durable: each automation's
+    // history is complete now.
+    let history = |scope: &str, name: &str| format!("{scope}/automations/{name}/executions");
+    let (_, here) = host
+        .call("GET", &history(PROJECT, "linked-here"), &bob, None)
+        .await;
+    let (_, there) = host
+        .call("GET", &history(REGISTRY, "linked"), &bob, None)
+        .await;
+    let (_, other) = host
+        .call("GET", &history(other_project, "not-mine"), &bob, None)
+        .await;
+    assert_eq!(here["data"].as_array().map(Vec::len), Some(1), "{here}");
+    assert_eq!(there["data"].as_array().map(Vec::len), Some(1), "{there}");
+    assert_eq!(other["data"].as_array().map(Vec::len), Some(0), "{other}");
+
+    let got = receiver.wait_for(2, 10).await;
+    let bodies: Vec<Value> = got.iter().map(verified).collect();
+    assert_eq!(bodies.len(), 2, "{bodies:?}");
+    for body in &bodies {
+        assert_eq!(body["event_type"], "LINK_ARTIFACT", "{body}");
+        assert_eq!(body["collection"], "detectors", "{body}");
+        assert_eq!(body["version"], "registry/models/detectors:v0", "{body}");
+        assert_eq!(
+            (body["project"].as_str(), body["entity"].as_str()),
+            (Some("vision"), Some("ml"))
+        );
+    }
+    let delivered: HashSet<&str> = got
+        .iter()
+        .map(|r| r.header("x-service-delivery").unwrap())
+        .collect();
+    let recorded: HashSet<&str> = [&here, &there]
+        .iter()
+        .map(|h| h["data"][0]["delivery_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(delivered, recorded, "one delivery per automation");
+}
+
+#[tokio::test]
+async fn bare_secret_references_in_payloads_resolve_as_in_the_webhook_test() {
+    let receiver = Receiver::start().await;
+    let host = Host::builder().config(CONFIG).start();
+    let (alice, bob) = world(&host, &receiver).await;
+    ok(
+        &host,
+        &alice,
+        "PUT",
+        "/v1/teams/ml/secrets/OTHER",
+        json!({"value": "other-1"}),
+    )
+    .await;
+    let save = |name: &str, payload: &str| {
+        json!({"name": name, "event": {"type": "ADD_ARTIFACT_TAG"},
+            "webhook": {"team": "ml", "name": "ci"}, "action": "Webhooks", "payload": payload})
+    };
+    // A team secret the webhook does not carry is refused, named, with its place.
+    let (status, body) = host
+        .call(
+            "POST",
+            &format!("{PROJECT}/automations"),
+            &alice,
+            Some(&save("bad", r#"{"o": "$OTHER"}"#)),
+        )
+        .await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["param"], "payload", "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("$OTHER at byte 7") && message.contains("'ci'"),
+        "{message}"
+    );
+
+    let payload =
+        r#"{"s": "$SIGN", "t": "$ACCESS_TOKEN", "u": "Bearer ${TOKEN}", "n": $SIGN, "p": "$5"}"#;
+    ok(
+        &host,
+        &alice,
+        "POST",
+        &format!("{PROJECT}/automations"),
+        save("refs", payload),
+    )
+    .await;
+    let versions = format!("{PROJECT}/collections/detector/versions");
+    ok(&host, &bob, "POST", &versions, json!({"metadata": {}})).await;
+    ok(
+        &host,
+        &bob,
+        "POST",
+        &format!("{versions}/v0/tags"),
+        json!({"tag": "one"}),
+    )
+    .await;
+    let got = receiver.wait_for(1, 10).await;
+    assert_eq!(
+        verified(&got[0]),
+        json!({"s": "sign-1", "t": "tok-1", "u": "Bearer tok-1", "n": "sign-1", "p": "$5"})
+    );
+    let executions = format!("{PROJECT}/automations/refs/executions");
+    let (_, list) = host.call("GET", &executions, &bob, None).await;
+    let stored = list["data"][0]["payload"].as_str().unwrap().to_string();
+    assert!(
+        !stored.contains("sign-1") && !stored.contains("tok-1"),
+        "{stored}"
+    );
+    assert!(stored.contains("[REDACTED]"), "{stored}");
+
+    // The webhook stops carrying SIGN: the next execution fails saying so,
+    // and nothing is sent with the literal text.
+    ok(
+        &host,
+        &alice,
+        "PUT",
+        "/v1/teams/ml/webhooks/ci",
+        json!({"url": format!("{}/hook", receiver.base), "access_token_secret": "TOKEN"}),
+    )
+    .await;
+    ok(
+        &host,
+        &bob,
+        "POST",
+        &format!("{versions}/v0/tags"),
+        json!({"tag": "two"}),
+    )
+    .await;
+    let (_, list) = host.call("GET", &executions, &bob, None).await;
+    let latest = &list["data"][0];
+    assert_eq!(latest["status"], "Failed", "{latest}");
+    let error = latest["error"].as_str().unwrap();
+    assert!(
+        error.contains("$SIGN") && error.contains("does not carry"),
+        "{error}"
+    );
+    assert_eq!(receiver.received().len(), 1, "the literal was never sent");
+}
+
+/// `levels` nested arrays around `1`.
+fn nested(levels: usize) -> Value {
+    serde_json::from_str(&format!("{}1{}", "[".repeat(levels), "]".repeat(levels))).unwrap()
+}
+
+#[tokio::test]
+async fn the_deepest_accepted_metadata_is_delivered_and_readable_and_deeper_is_refused() {
+    let receiver = Receiver::start().await;
+    let host = Host::builder().config(CONFIG).start();
+    let (alice, bob) = world(&host, &receiver).await;
+    let versions = format!("{PROJECT}/collections/detector/versions");
+    // The body itself and `metadata` are two levels; 32 in all is the limit.
+    for levels in [31, 123] {
+        let (status, body) = host
+            .call(
+                "POST",
+                &versions,
+                &bob,
+                Some(&json!({"metadata": {"deep": nested(levels)}})),
+            )
+            .await;
+        assert_eq!(status, 400, "{levels} levels: {body}");
+        assert_eq!(body["error"]["code"], "invalid_json", "{body}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("32 levels"),
+            "{body}"
+        );
+    }
+    automation(
+        &host,
+        &alice,
+        PROJECT,
+        "deep",
+        json!({"type": "ADD_ARTIFACT_TAG"}),
+    )
+    .await;
+    ok(
+        &host,
+        &bob,
+        "POST",
+        &versions,
+        json!({"metadata": {"deep": nested(30)}}),
+    )
+    .await;
+    ok(
+        &host,
+        &bob,
+        "POST",
+        &format!("{versions}/v0/tags"),
+        json!({"tag": "t"}),
+    )
+    .await;
+
+    let got = receiver.wait_for(1, 10).await;
+    assert_eq!(
+        verified(&got[0])["artifact"]["metadata"]["deep"],
+        nested(30)
+    );
+    let executions = format!("{PROJECT}/automations/deep/executions");
+    let done = wait_for_status(&host, &bob, &executions, "Finished").await;
+    assert_eq!(done["event"]["artifact"]["metadata"]["deep"], nested(30));
+    let (status, version) = host
+        .call("GET", &format!("{versions}/v0"), &bob, None)
+        .await;
+    assert_eq!((status, &version["metadata"]["deep"]), (200, &nested(30)));
+    let (status, health) = host.get_anon("/v1/system-check").await;
+    assert_eq!(
+        (status, &health["quarantined_records"]),
+        (200, &json!(0)),
+        "{health}"
+    );
+}
+
+#[tokio::test]
+async fn retry_after_is_honoured_in_both_forms_and_clamped_to_the_schedule() {
+    let receiver = Receiver::start().await;
+    let config = CONFIG.replace(
+        "retry_schedule_ms = [0, 150, 150, 150, 150, 150, 150, 150, 150, 150]",
+        "retry_schedule_ms = [0, 10, 10, 3000]",
+    );
+    let host = Host::builder().config(&config).start();
+    let (alice, bob) = world(&host, &receiver).await;
+    automation(
+        &host,
+        &alice,
+        PROJECT,
+        "retried",
+        json!({"type": "ADD_ARTIFACT_TAG"}),
+    )
+    .await;
+    let versions = format!("{PROJECT}/collections/detector/versions");
+    ok(&host, &bob, "POST", &versions, json!({"metadata": {}})).await;
+    let executions = format!("{PROJECT}/automations/retried/executions");
+    receiver.answer(503);
+    let in_two_seconds =
+        httpdate::fmt_http_date(std::time::SystemTime::now() + Duration::from_secs(2));
+    // (value, shortest and longest wait it may cause, in ms)
+    let cases = [
+        ("18446744073709551615", 2_900, 3_700),
+        ("99999999999999999999999", 2_900, 3_700),
+        (in_two_seconds.as_str(), 900, 2_100),
+    ];
+    for (i, (value, shortest, longest)) in cases.into_iter().enumerate() {
+        receiver.reply_header("retry-after", value);
+        ok(
+            &host,
+            &bob,
+            "POST",
+            &format!("{versions}/v0/tags"),
+            json!({"tag": format!("t{i}")}),
+        )
+        .await;
+        let newest = wait_for_attempts(&host, &bob, &executions, 1).await;
+        let first = &newest["attempts"][0];
+        let wait = first["next_attempt_at_ms"].as_u64().unwrap() - first["at_ms"].as_u64().unwrap();
+        assert!(
+            (shortest..=longest).contains(&wait),
+            "Retry-After {value}: waits {wait} ms: {first}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn run_metric_automations_respect_filters_and_fire_once_per_run() {
     let receiver = Receiver::start().await;
     let host = Host::builder().config(CONFIG).start();
@@ -491,6 +799,20 @@ async fn retries_history_replay_and_gone() {
 }
 
 /// Polls the newest execution until it has `status`.
+/// The newest execution once it has `n` attempts; fails loudly after 10 s.
+async fn wait_for_attempts(host: &Host, key: &str, executions: &str, n: usize) -> Value {
+    let mut newest = Value::Null;
+    for _ in 0..200 {
+        let (_, list) = host.call("GET", executions, key, None).await;
+        newest = list["data"][0].clone();
+        if newest["attempts"].as_array().is_some_and(|a| a.len() >= n) {
+            return newest;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("no execution with {n} attempts at {executions}; newest: {newest}");
+}
+
 async fn wait_for_status(host: &Host, key: &str, executions: &str, status: &str) -> Value {
     for _ in 0..200 {
         let (_, list) = host.call("GET", executions, key, None).await;
@@ -761,7 +1083,7 @@ async fn ssrf_rules_are_enforced_at_delivery_time() {
         let executions = format!("{PROJECT}/automations/{automation}/executions");
         let failed = wait_for_status(&host, &alice, &executions, "Failed").await;
         let error = failed["error"].as_str().unwrap();
-        assert!(error.contains("internal address"), "{automation}: {error}");
+        assert!(error.contains("is an internal"), "{automation}: {error}");
         assert_eq!(
             failed["attempts"].as_array().unwrap().len(),
             1,

@@ -197,3 +197,106 @@ async fn a_client_that_never_finishes_its_body_gets_408() {
     assert!(text.starts_with("HTTP/1.1 408"), "{text}");
     assert!(text.contains("request_timeout"), "{text}");
 }
+
+/// Reads until the host closes `stream`; panics if it is still open after 10 s.
+fn closed_by_host(mut stream: TcpStream) -> Duration {
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let start = Instant::now();
+    let mut buf = [0u8; 64];
+    match stream.read(&mut buf) {
+        Ok(0) => start.elapsed(),
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => start.elapsed(),
+        other => panic!(
+            "the host kept a silent connection open: {other:?} after {:?}",
+            start.elapsed()
+        ),
+    }
+}
+
+#[tokio::test]
+async fn a_connection_that_sends_nothing_is_closed_after_the_header_timeout() {
+    let host = Host::builder()
+        .config("[limits]\nheader_read_timeout_ms = 300")
+        .start();
+    closed_by_host(TcpStream::connect(host.addr()).unwrap());
+    // One byte of the HTTP/2 preface, then nothing: protocol detection waits
+    // for more, and is bounded by the same timeout.
+    let mut partial = TcpStream::connect(host.addr()).unwrap();
+    partial.write_all(b"PRI * HTTP/2.0").unwrap();
+    closed_by_host(partial);
+}
+
+#[tokio::test]
+async fn the_system_check_answers_while_more_idle_connections_than_the_cap_are_held() {
+    let host = Host::builder()
+        .config("[limits]\nmax_connections = 32\nheader_read_timeout_ms = 60000")
+        .start();
+    let idle: Vec<TcpStream> = (0..100)
+        .map(|_| TcpStream::connect(host.addr()).unwrap())
+        .collect();
+    for round in 0..3 {
+        let response = tokio::time::timeout(
+            Duration::from_secs(10),
+            host.http.get(host.url("/v1/system-check")).send(),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("round {round}: no answer while 100 idle connections are held"))
+        .unwrap_or_else(|e| panic!("round {round}: {e:?}\n{}", host.log()));
+        assert_eq!(response.status(), 200);
+    }
+    // The oldest silent connections made room: the first is closed by now.
+    closed_by_host(idle.into_iter().next().unwrap());
+}
+
+#[tokio::test]
+async fn a_cap_above_the_open_file_limit_is_a_clear_error() {
+    let err = Host::builder()
+        .config("[limits]\nmax_connections = 100000000")
+        .try_start()
+        .err()
+        .expect("the host should refuse to start");
+    assert!(
+        err.contains("max_connections") && err.contains("ulimit -n"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn errors_from_the_router_and_the_http_layer_have_the_error_shape() {
+    let host = Host::start();
+    // A path segment that is not UTF-8 once decoded.
+    let (status, body) = host.get("/v1/teams/%ff").await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(
+        assert_error_shape(&body)["code"],
+        "invalid_request",
+        "{body}"
+    );
+    // A target longer than the HTTP layer reads (and than an HTTP client
+    // library will send): hyper answers by itself.
+    let long = format!(
+        "GET /v1/teams/{} HTTP/1.1\r\nHost: x\r\n\r\n",
+        "a".repeat(100_000)
+    );
+    let text = raw_exchange(&host.addr(), long.as_bytes());
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    assert!(head.starts_with("HTTP/1.1 414"), "{head}");
+    assert!(head.contains("content-type: application/json"), "{head}");
+    let body: serde_json::Value = serde_json::from_str(body).unwrap();
+    assert_eq!(assert_error_shape(&body)["code"], "uri_too_long", "{body}");
+    // Malformed HTTP.
+    let text = raw_exchange(
+        &host.addr(),
+        b"GET /v1/system-check HTTP/1.1\r\nHost x\r\n\r\n",
+    );
+    assert!(text.starts_with("HTTP/1.1 400"), "{text}");
+    let body: serde_json::Value =
+        serde_json::from_str(text.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+    assert_eq!(
+        assert_error_shape(&body)["code"],
+        "invalid_request",
+        "{text}"
+    );
+}

@@ -85,10 +85,10 @@ async fn hostile_values_cannot_break_or_inject_into_the_json() {
 async fn template_default_renders_large_and_deeply_nested_payloads() {
     let host = Host::start();
     // The renderer starts with 256 KiB of memory and 64 KiB of stack: a
-    // 1.5 MB payload has to grow the memory, and 100 levels of nesting must
-    // fit the stack.
+    // 1.5 MB payload has to grow the memory, and the deepest variable a
+    // request may carry (30 levels inside the body's two) must fit the stack.
     let long = "x".repeat(100_000);
-    let deep = format!("{}{}", "[".repeat(100), "]".repeat(100));
+    let deep = format!("{}{}", "[".repeat(30), "]".repeat(30));
     let template = format!(
         r#"{{"parts": [{}], "version": "${{artifact_version}}"}}"#,
         vec![r#""${alias}""#; 15].join(", ")
@@ -106,6 +106,44 @@ async fn template_default_renders_large_and_deeply_nested_payloads() {
     assert_eq!(parts.len(), 15);
     assert!(parts.iter().all(|p| p.as_str() == Some(long.as_str())));
     assert_eq!(body["output"]["version"].to_string(), deep);
+}
+
+#[tokio::test]
+async fn templates_too_large_or_too_deep_are_refused_before_the_plugin() {
+    let host = Host::start();
+    for (template, says) in [
+        (
+            format!("{}{}", "[".repeat(200_000), "]".repeat(200_000)),
+            "the limit is 65536",
+        ),
+        (
+            format!("{}{}", "[".repeat(33), "]".repeat(33)),
+            "more than 32 levels",
+        ),
+    ] {
+        let (status, body) = host
+            .invoke("template-default", &json!({"template": template}))
+            .await;
+        assert_eq!(status, 400, "{body}");
+        let error = assert_error_shape(&body);
+        assert_eq!(error["param"], "template", "{body}");
+        assert!(error["message"].as_str().unwrap().contains(says), "{body}");
+    }
+    let (status, body) = host
+        .invoke(
+            "filter-default",
+            &json!({"config": {"alias_regex": "a".repeat(960_000)},
+                    "event": {"event_type": "ADD_ARTIFACT_ALIAS", "alias": "a"}}),
+        )
+        .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        assert_error_shape(&body)["message"]
+            .as_str()
+            .unwrap()
+            .contains("limit is 1024"),
+        "{body}"
+    );
 }
 
 #[tokio::test]

@@ -40,6 +40,7 @@ pub struct Receiver {
     received: Arc<Mutex<Vec<Received>>>,
     status: Arc<AtomicU16>,
     delay_ms: Arc<AtomicU64>,
+    reply_headers: Arc<Mutex<Vec<(String, String)>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -49,9 +50,15 @@ impl Receiver {
         let received = Arc::new(Mutex::new(Vec::new()));
         let status = Arc::new(AtomicU16::new(200));
         let delay_ms = Arc::new(AtomicU64::new(0));
-        let (r, s, d) = (received.clone(), status.clone(), delay_ms.clone());
+        let reply_headers = Arc::new(Mutex::new(Vec::<(String, String)>::new()));
+        let (r, s, d, l) = (
+            received.clone(),
+            status.clone(),
+            delay_ms.clone(),
+            reply_headers.clone(),
+        );
         let app = axum::Router::new().fallback(move |headers: HeaderMap, body: Bytes| {
-            let (r, s, d) = (r.clone(), s.clone(), d.clone());
+            let (r, s, d, l) = (r.clone(), s.clone(), d.clone(), l.clone());
             async move {
                 let delay = d.load(Ordering::SeqCst);
                 if delay > 0 {
@@ -66,7 +73,13 @@ impl Receiver {
                     body: body.to_vec(),
                 });
                 let code = StatusCode::from_u16(s.load(Ordering::SeqCst)).unwrap();
-                (code, [("x-receiver", "test")], "ok")
+                let mut reply = HeaderMap::new();
+                reply.insert("x-receiver", "test".parse().unwrap());
+                for (name, value) in l.lock().unwrap().iter() {
+                    let name = axum::http::HeaderName::from_bytes(name.as_bytes()).unwrap();
+                    reply.insert(name, value.parse().unwrap());
+                }
+                (code, reply, "ok")
             }
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -79,6 +92,7 @@ impl Receiver {
             received,
             status,
             delay_ms,
+            reply_headers,
             task,
         }
     }
@@ -86,6 +100,19 @@ impl Receiver {
     /// From now on, answer with `status`.
     pub fn answer(&self, status: u16) {
         self.status.store(status, Ordering::SeqCst);
+    }
+
+    /// From now on, answer with this header too.
+    pub fn reply_header(&self, name: &str, value: &str) {
+        let mut headers = self.reply_headers.lock().unwrap();
+        headers.retain(|(n, _)| n != name);
+        headers.push((name.to_string(), value.to_string()));
+    }
+
+    /// From now on, answer `307 Temporary Redirect` to `url`.
+    pub fn redirect_to(&self, url: &str) {
+        self.reply_header("location", url);
+        self.answer(307);
     }
 
     /// From now on, wait `ms` before answering (the request is recorded

@@ -162,7 +162,7 @@ async fn internal_targets_are_refused_unless_the_operator_allows_them() {
             error["message"]
                 .as_str()
                 .unwrap()
-                .contains("internal address"),
+                .contains("is an internal"),
             "{body}"
         );
     }
@@ -188,6 +188,78 @@ async fn internal_targets_are_refused_unless_the_operator_allows_them() {
         )
         .await;
     assert_eq!(status, 201, "{body}");
+}
+
+#[tokio::test]
+async fn allowing_loopback_opens_loopback_and_nothing_else() {
+    let (host, alice, ..) = setup(LOOPBACK).await;
+    let refused = [
+        "http://api.localhost/hook",
+        "http://localhost.localhost/",
+        "http://printer.local/",
+        "http://metadata.google.internal/computeMetadata/v1/",
+        "http://db.internal./",
+        "http://[64:ff9b::a9fe:a9fe]/",
+        "http://[::ffff:169.254.169.254]/",
+        "http://[2002:a9fe:a9fe::1]/",
+        "http://[::1]/",
+        "http://198.18.0.1/",
+        "http://240.0.0.1/",
+        "http://[fec0::1]/",
+        "http://10.0.0.5/",
+    ];
+    for (i, url) in refused.iter().enumerate() {
+        let body = json!({"name": format!("r{i}"), "url": url});
+        let (status, body) = host
+            .call("POST", "/v1/teams/ml/webhooks", &alice, Some(&body))
+            .await;
+        assert_eq!(status, 400, "{url}: {body}");
+        assert_eq!(assert_error_shape(&body)["param"], "url", "{url}");
+    }
+    let allowed = [
+        "http://localhost:9/hook",
+        "http://127.0.0.1:9/",
+        "http://2130706433:9/",
+        "http://[::ffff:127.0.0.1]:9/",
+    ];
+    for (i, url) in allowed.iter().enumerate() {
+        let body = json!({"name": format!("a{i}"), "url": url});
+        let (status, body) = host
+            .call("POST", "/v1/teams/ml/webhooks", &alice, Some(&body))
+            .await;
+        assert_eq!(status, 201, "{url}: {body}");
+    }
+}
+
+#[tokio::test]
+async fn a_redirect_to_a_refused_address_is_not_followed() {
+    let receiver = Receiver::start().await;
+    let metadata = Receiver::start().await;
+    receiver.redirect_to("http://169.254.169.254/latest/meta-data");
+    let (host, alice, _) = hook_to(&format!("{}/hook", receiver.base)).await;
+    let (status, outcome) = host
+        .call(
+            "POST",
+            "/v1/teams/ml/webhooks/ci/test",
+            &alice,
+            Some(&json!({})),
+        )
+        .await;
+    assert_eq!(status, 200, "{outcome}");
+    assert_eq!(outcome["success"], false, "{outcome}");
+    assert_eq!(outcome["response"]["status"], 307, "{outcome}");
+    assert_eq!(receiver.received().len(), 1, "one request, not followed");
+    // Even a redirect to an allowed loopback receiver is not followed.
+    receiver.redirect_to(&format!("{}/elsewhere", metadata.base));
+    host.call(
+        "POST",
+        "/v1/teams/ml/webhooks/ci/test",
+        &alice,
+        Some(&json!({})),
+    )
+    .await;
+    assert_eq!(receiver.received().len(), 2);
+    assert!(metadata.received().is_empty(), "the redirect was followed");
 }
 
 /// [`setup`] on loopback plus webhook `ci` (TOKEN, SIGN) pointing at `url`.

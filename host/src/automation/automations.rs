@@ -13,11 +13,12 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use sled::Transactional;
 
+use super::secret_refs::{self, Rewrite};
 use super::{variables, webhooks};
 use crate::auth::User;
 use crate::error::{Error, Result};
 use crate::groups::{Group, Role};
-use crate::plugin::input::{FilterSpec, MetricSpec};
+use crate::plugin::input::{FilterSpec, MetricSpec, check_template};
 use crate::plugin::{PluginError, Plugins};
 use crate::store::{self, Store, keys};
 use crate::{ids, names, projects, secrets};
@@ -26,9 +27,6 @@ use crate::{ids, names, projects, secrets};
 pub const FILTER_PLUGIN: &str = "filter-default";
 /// The template plugin used unless an automation names another.
 pub const DEFAULT_TEMPLATE_PLUGIN: &str = "template-default";
-
-/// Largest payload template accepted.
-pub const MAX_PAYLOAD_BYTES: usize = 64 * 1024;
 
 /// Where an automation listens.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -296,7 +294,7 @@ pub async fn check(
         .event
         .filter()
         .to_wit()
-        .map_err(|m| Error::invalid("event.metric", m))?;
+        .map_err(|m| Error::invalid("event", m))?;
     plugins
         .validate_filter(FILTER_PLUGIN, filter)
         .await
@@ -332,19 +330,29 @@ async fn check_payload(
     webhook: &webhooks::Webhook,
     payload: &str,
 ) -> Result<()> {
-    if payload.len() > MAX_PAYLOAD_BYTES {
-        return Err(Error::invalid(
-            "payload",
-            format!(
-                "the payload template is {} bytes; the limit is {MAX_PAYLOAD_BYTES}",
-                payload.len()
-            ),
-        ));
-    }
+    check_template(payload).map_err(|m| Error::invalid("payload", m))?;
     let known = variables::known(
         &webhook.secret_names(),
         webhook.access_token_secret.is_some(),
     );
+    // `$NAME` secret references become `${NAME}` variables, as at send time.
+    let mut carried: std::collections::BTreeMap<String, String> = webhook
+        .secret_names()
+        .into_iter()
+        .map(|n| (n.to_string(), String::new()))
+        .collect();
+    if webhook.access_token_secret.is_some() {
+        carried.insert(variables::ACCESS_TOKEN.to_string(), String::new());
+    }
+    let is_team_secret = |name: &str| secrets::exists(store, &def.webhook.team, name);
+    let payload = &secret_refs::resolve(
+        payload,
+        &webhook.name,
+        &carried,
+        is_team_secret,
+        Rewrite::Variable,
+    )?
+    .map_err(|e| Error::invalid("payload", e.to_string()))?;
     let plugin = def
         .template_plugin
         .as_deref()

@@ -11,14 +11,13 @@ use sled::Transactional;
 use super::automations::{self, Automation, FILTER_PLUGIN, Handle};
 use super::events::Event;
 use super::outbox::{self, Delivery, Execution, Status};
-use super::variables::ACCESS_TOKEN;
+use super::secret_refs::{self, Rewrite, Uncarried};
 use super::webhooks;
 use crate::app::App;
 use crate::error::{Error, Result};
 use crate::ids;
 use crate::plugin::PluginError;
 use crate::plugin::template::Variable;
-use crate::secrets;
 use crate::store::tx::{encode, finish};
 
 /// A run automation fires at most once per run in this long.
@@ -77,7 +76,7 @@ pub const SWEEP_AGE_MS: u64 = 2_000;
 /// at start, everything a crash left; afterwards, events whose matching hit
 /// a full plugin queue. Returns how many were matched.
 pub async fn sweep_inbox(app: &App, min_age_ms: u64) -> Result<usize> {
-    let events: Vec<Event> = crate::store::scan_json(&app.store.trees.event_inbox, [])?;
+    let events: Vec<Event> = app.store.scan_readable(&app.store.trees.event_inbox, [])?;
     let now = ids::now_ms();
     let mut matched = 0;
     let mut deliveries = Vec::new();
@@ -90,9 +89,14 @@ pub async fn sweep_inbox(app: &App, min_age_ms: u64) -> Result<usize> {
                 deliveries.extend(queued);
                 matched += 1;
             }
-            Err(e) => {
+            // A full plugin queue holds every later event back too, in order.
+            Err(e @ Error::Unavailable(_)) => {
                 tracing::warn!(event = %event.id, error = %e, "event left in the inbox for the next sweep");
                 break;
+            }
+            // Anything else is this event's own: the others go on.
+            Err(e) => {
+                tracing::error!(event = %event.id, error = %e, "matching an event failed; it stays in the inbox");
             }
         }
     }
@@ -208,11 +212,18 @@ async fn fire(app: &App, automation: &Automation, event: &Event) -> Result<Optio
             format!("webhook '{}' is disabled: {reason}", webhook.name),
         );
     }
-    let secrets = match webhook_secrets(app, &automation.webhook.team, &webhook) {
-        Ok(s) => s,
+    let secrets = match webhook.reveal(&app.store, &app.sealer, &automation.webhook.team) {
+        Ok(s) => s.by_name,
         Err(e) => return failed(execution, e.to_string()),
     };
-    let body = match render(app, automation, event, &secrets).await {
+    let template = match &automation.payload {
+        Some(template) => match with_secret_variables(app, automation, template, &secrets)? {
+            Ok(template) => Some(template),
+            Err(uncarried) => return failed(execution, uncarried.to_string()),
+        },
+        None => None,
+    };
+    let body = match render(app, automation, template, event, &secrets).await {
         Ok(body) => body,
         Err(PluginError::Queue(message)) => return Err(Error::Unavailable(message)),
         Err(e) => return failed(execution, format!("rendering the payload failed: {e}")),
@@ -252,25 +263,23 @@ fn fired_recently(app: &App, key: &[u8], now_ms: u64) -> Result<bool> {
         .is_some_and(|at| now_ms.saturating_sub(at) < RUN_REFIRE_MS))
 }
 
-/// The webhook's secrets by variable name: `ACCESS_TOKEN`, and each secret's own name.
-fn webhook_secrets(
+/// The template with its `$NAME` secret references as `${NAME}` variables;
+/// a secret the webhook no longer carries fails the execution, rather than
+/// sending the literal text.
+fn with_secret_variables(
     app: &App,
-    team: &str,
-    webhook: &webhooks::Webhook,
-) -> Result<BTreeMap<String, String>> {
-    let mut out = BTreeMap::new();
-    if let Some(name) = &webhook.access_token_secret {
-        let value = secrets::reveal(&app.store, &app.sealer, team, name)?;
-        out.insert(ACCESS_TOKEN.to_string(), value.clone());
-        out.insert(name.clone(), value);
-    }
-    if let Some(name) = &webhook.signing_secret {
-        out.insert(
-            name.clone(),
-            secrets::reveal(&app.store, &app.sealer, team, name)?,
-        );
-    }
-    Ok(out)
+    automation: &Automation,
+    template: &str,
+    secrets: &BTreeMap<String, String>,
+) -> Result<std::result::Result<String, Uncarried>> {
+    let team = &automation.webhook.team;
+    secret_refs::resolve(
+        template,
+        &automation.webhook.name,
+        secrets,
+        |name| crate::secrets::exists(&app.store, team, name),
+        Rewrite::Variable,
+    )
 }
 
 /// The payload: the automation's template rendered by its plugin, or, with no
@@ -278,11 +287,12 @@ fn webhook_secrets(
 async fn render(
     app: &App,
     automation: &Automation,
+    template: Option<String>,
     event: &Event,
     secrets: &BTreeMap<String, String>,
 ) -> std::result::Result<String, PluginError> {
     let variables = event.variables();
-    let Some(template) = &automation.payload else {
+    let Some(template) = template else {
         return Ok(Value::Object(
             variables
                 .into_iter()
@@ -303,7 +313,7 @@ async fn render(
         value: Value::String(value.clone()).to_string(),
     }));
     app.plugins
-        .render(&automation.template_plugin, template.clone(), vars)
+        .render(&automation.template_plugin, template, vars)
         .await
 }
 

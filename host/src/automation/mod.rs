@@ -2,7 +2,7 @@
 //!
 //! - [`webhooks`]: team webhooks and the secrets they carry.
 //! - [`automations`]: event bindings, checked through the plugins.
-//! - [`variables`]: the payload variables.
+//! - [`variables`], [`secret_refs`]: the payload variables, and `$NAME` secrets.
 //! - [`send`], [`signature`], [`ssrf`]: one signed POST, under the SSRF guard.
 //! - [`webhook_test`]: the admin's test request.
 //! - [`events`]: what happened, written with the action that caused it.
@@ -14,6 +14,7 @@ pub mod automations;
 pub mod events;
 pub mod matcher;
 pub mod outbox;
+pub mod secret_refs;
 pub mod send;
 pub mod signature;
 pub mod ssrf;

@@ -116,17 +116,17 @@ pub fn executions(
     automation: &str,
     limit: usize,
 ) -> Result<Vec<Execution>> {
+    let tree = &store.trees.executions;
     let mut out = Vec::new();
-    for value in store
-        .trees
-        .executions
-        .scan_prefix(scope.key(&[automation]))
-        .values()
-        .rev()
-        .take(limit)
-    {
-        let value = value.map_err(anyhow::Error::from)?;
-        out.push(serde_json::from_slice(&value).map_err(anyhow::Error::from)?);
+    for item in tree.scan_prefix(scope.key(&[automation])).rev() {
+        if out.len() == limit {
+            break;
+        }
+        let (key, value) = item.map_err(anyhow::Error::from)?;
+        match serde_json::from_slice(&value) {
+            Ok(execution) => out.push(execution),
+            Err(e) => store.quarantine(tree, &key, &e.to_string())?,
+        }
     }
     Ok(out)
 }

@@ -47,7 +47,7 @@ pub struct Answer {
     pub truncated: bool,
     /// Milliseconds from sending to the end of the (possibly cut) body.
     pub latency_ms: f64,
-    /// `Retry-After` in seconds, when the endpoint sent one.
+    /// `Retry-After`, when the endpoint sent one.
     #[serde(skip)]
     pub retry_after: Option<Duration>,
 }
@@ -138,8 +138,7 @@ impl Sender {
             .headers()
             .get(reqwest::header::RETRY_AFTER)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .map(Duration::from_secs);
+            .and_then(|v| parse_retry_after(v, std::time::SystemTime::now()));
         let (body, truncated) = self.read_body(out.url, response).await?;
         Ok(Answer {
             status,
@@ -185,6 +184,18 @@ impl Sender {
             Failure::Other { url, message }
         }
     }
+}
+
+/// `Retry-After` in either of its forms: delay seconds, or an HTTP-date
+/// (a date in the past means now). Anything else is ignored.
+pub fn parse_retry_after(value: &str, now: std::time::SystemTime) -> Option<Duration> {
+    let value = value.trim();
+    if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
+        // Too many digits for a u64 is "a very long time", not garbage.
+        return Some(Duration::from_secs(value.parse().unwrap_or(u64::MAX)));
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
 }
 
 fn headers(out: &Outgoing<'_>) -> HeaderMap {
@@ -263,5 +274,39 @@ impl reqwest::dns::Resolve for GuardedResolver {
             }
             Ok(Box::new(addrs.into_iter()) as reqwest::dns::Addrs)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::SystemTime;
+
+    #[test]
+    fn retry_after_reads_seconds_and_dates_and_never_wraps() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_445_412_480);
+        assert_eq!(
+            parse_retry_after("120", now),
+            Some(Duration::from_secs(120))
+        );
+        assert_eq!(
+            parse_retry_after("18446744073709551615", now),
+            Some(Duration::from_secs(u64::MAX))
+        );
+        assert_eq!(
+            parse_retry_after("99999999999999999999999", now),
+            Some(Duration::from_secs(u64::MAX))
+        );
+        // Wed, 21 Oct 2015 07:28:00 GMT is `now`; 15 s later.
+        assert_eq!(
+            parse_retry_after("Wed, 21 Oct 2015 07:28:15 GMT", now),
+            Some(Duration::from_secs(15))
+        );
+        assert_eq!(
+            parse_retry_after("Wed, 21 Oct 2015 07:00:00 GMT", now),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(parse_retry_after("soon", now), None);
+        assert_eq!(parse_retry_after("-5", now), None);
     }
 }

@@ -2,17 +2,15 @@
 //! with a payload the admin supplies (or a sample). Nothing is stored.
 //!
 //! In the test payload `$NAME` (or `${NAME}`) stands for a secret the webhook
-//! carries, and `$ACCESS_TOKEN` for its access token, as the spec describes.
+//! carries, and `$ACCESS_TOKEN` for its access token, as the spec describes
+//! (read by [`secret_refs`], as in automation payloads).
 
-use std::sync::LazyLock;
-
-use regex::Regex;
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use super::secret_refs::{self, Rewrite};
 use super::send::{Answer, Outgoing, Sender};
-use super::variables::ACCESS_TOKEN;
-use super::webhooks::Webhook;
+use super::webhooks::{Revealed, Webhook};
 use crate::error::{Error, Result};
 use crate::ids;
 use crate::seal::Sealer;
@@ -32,10 +30,6 @@ pub struct Outcome {
     pub response: Option<Answer>,
 }
 
-static REFERENCE: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)").expect("static regex")
-});
-
 /// Sends the test request.
 pub async fn run(
     store: &Store,
@@ -45,15 +39,11 @@ pub async fn run(
     webhook: &Webhook,
     payload: Option<&Value>,
 ) -> Result<Outcome> {
-    let token = reveal(store, sealer, team, webhook, &webhook.access_token_secret)?;
-    let signing = reveal(store, sealer, team, webhook, &webhook.signing_secret)?;
+    let secrets = webhook.reveal(store, sealer, team)?;
     let body = match payload {
         None => sample(team, webhook),
-        Some(Value::String(text)) => substitute(store, team, webhook, text, &token, &signing)?,
-        Some(other) => {
-            let text = other.to_string();
-            substitute(store, team, webhook, &text, &token, &signing)?
-        }
+        Some(Value::String(text)) => substitute(store, team, webhook, text, &secrets)?,
+        Some(other) => substitute(store, team, webhook, &other.to_string(), &secrets)?,
     };
     if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(&body) {
         return Err(Error::invalid(
@@ -65,8 +55,8 @@ pub async fn run(
     let out = Outgoing {
         url: &webhook.url,
         body: body.as_bytes(),
-        bearer: token.as_ref().map(|(_, v)| v.as_str()),
-        signing_key: signing.as_ref().map(|(_, v)| v.as_bytes()),
+        bearer: secrets.token.as_deref(),
+        signing_key: secrets.signing.as_ref().map(String::as_bytes),
         delivery_id: &delivery_id,
         standard: webhook.standard_webhooks,
     };
@@ -96,24 +86,6 @@ fn explain(status: u16) -> Option<String> {
     }
 }
 
-fn reveal(
-    store: &Store,
-    sealer: &Sealer,
-    team: &str,
-    webhook: &Webhook,
-    name: &Option<String>,
-) -> Result<Option<(String, String)>> {
-    let Some(name) = name else { return Ok(None) };
-    match secrets::reveal(store, sealer, team, name) {
-        Ok(value) => Ok(Some((name.clone(), value))),
-        Err(Error::NotFound(_)) => Err(Error::Conflict(format!(
-            "webhook '{}' uses secret '{name}', which no longer exists; create the secret or update the webhook",
-            webhook.name
-        ))),
-        Err(e) => Err(e),
-    }
-}
-
 fn sample(team: &str, webhook: &Webhook) -> String {
     json!({
         "event_type": "TEST",
@@ -124,65 +96,21 @@ fn sample(team: &str, webhook: &Webhook) -> String {
     .to_string()
 }
 
-/// Replaces `$NAME` references to the webhook's secrets with their values,
-/// escaped for a JSON string. A reference to a team secret the webhook does
-/// not carry is an error; other `$words` are left as they are.
+/// The test payload with its secret references replaced by their values.
 fn substitute(
     store: &Store,
     team: &str,
     webhook: &Webhook,
     text: &str,
-    token: &Option<(String, String)>,
-    signing: &Option<(String, String)>,
+    secrets: &Revealed,
 ) -> Result<String> {
-    let mut values: Vec<(&str, &str)> = Vec::new();
-    if let Some((name, value)) = token {
-        values.push((ACCESS_TOKEN, value));
-        values.push((name, value));
-    }
-    if let Some((name, value)) = signing {
-        values.push((name, value));
-    }
-    let mut out = String::with_capacity(text.len());
-    let mut last = 0;
-    for caps in REFERENCE.captures_iter(text) {
-        let whole = caps.get(0).expect("group 0 always matches");
-        let name = caps
-            .get(1)
-            .or_else(|| caps.get(2))
-            .expect("one group matches")
-            .as_str();
-        out.push_str(&text[last..whole.start()]);
-        match values.iter().find(|(n, _)| *n == name) {
-            Some((_, value)) => out.push_str(&json_escape(value)),
-            None if secrets::exists(store, team, name)? => {
-                return Err(Error::invalid(
-                    "payload",
-                    format!(
-                        "the payload references ${name}, but webhook '{}' does not carry secret '{name}'; set it as the webhook's access_token_secret or signing_secret",
-                        webhook.name
-                    ),
-                ));
-            }
-            None => out.push_str(whole.as_str()),
-        }
-        last = whole.end();
-    }
-    out.push_str(&text[last..]);
-    Ok(out)
-}
-
-fn json_escape(value: &str) -> String {
-    let quoted = serde_json::to_string(value).expect("strings always serialise");
-    quoted[1..quoted.len() - 1].to_string()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn escapes_for_json_strings() {
-        assert_eq!(json_escape(r#"a"b\c"#), r#"a\"b\\c"#);
-    }
+    let is_team_secret = |name: &str| secrets::exists(store, team, name);
+    secret_refs::resolve(
+        text,
+        &webhook.name,
+        &secrets.by_name,
+        is_team_secret,
+        Rewrite::Value,
+    )?
+    .map_err(|e| Error::invalid("payload", e.to_string()))
 }

@@ -1,10 +1,14 @@
 //! Team webhooks: an endpoint plus references to the team's secrets.
 
+use std::collections::BTreeMap;
+
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
 use super::ssrf;
+use super::variables::ACCESS_TOKEN;
 use crate::error::{Error, Result};
+use crate::seal::Sealer;
 use crate::store::{self, Store, keys};
 use crate::{ids, names, secrets};
 
@@ -58,6 +62,48 @@ impl Webhook {
             .map(String::as_str)
             .collect()
     }
+
+    /// Opens the secrets it carries, for one send. A secret deleted since
+    /// the webhook was saved is a conflict that says what to fix.
+    pub fn reveal(&self, store: &Store, sealer: &Sealer, team: &str) -> Result<Revealed> {
+        let open = |name: &Option<String>| -> Result<Option<String>> {
+            let Some(name) = name else { return Ok(None) };
+            match secrets::reveal(store, sealer, team, name) {
+                Ok(value) => Ok(Some(value)),
+                Err(Error::NotFound(_)) => Err(Error::Conflict(format!(
+                    "webhook '{}' uses secret '{name}', which no longer exists; create the secret or update the webhook",
+                    self.name
+                ))),
+                Err(e) => Err(e),
+            }
+        };
+        let token = open(&self.access_token_secret)?;
+        let signing = open(&self.signing_secret)?;
+        let mut by_name = BTreeMap::new();
+        if let (Some(name), Some(value)) = (&self.access_token_secret, &token) {
+            by_name.insert(ACCESS_TOKEN.to_string(), value.clone());
+            by_name.insert(name.clone(), value.clone());
+        }
+        if let (Some(name), Some(value)) = (&self.signing_secret, &signing) {
+            by_name.insert(name.clone(), value.clone());
+        }
+        Ok(Revealed {
+            token,
+            signing,
+            by_name,
+        })
+    }
+}
+
+/// A webhook's secrets, opened.
+pub struct Revealed {
+    /// The access token's value.
+    pub token: Option<String>,
+    /// The signing secret's value.
+    pub signing: Option<String>,
+    /// Every value by the names a payload uses: `ACCESS_TOKEN` and the
+    /// token's own name for the token, the signing secret's name.
+    pub by_name: BTreeMap<String, String>,
 }
 
 fn key(team: &str, name: &str) -> keys::Key {

@@ -23,9 +23,8 @@ use crate::cfg::DeliveryConfig;
 use crate::error::Result;
 use crate::ids;
 use crate::seal::Sealer;
-use crate::secrets;
 use crate::store::Store;
-use crate::store::tx::{decode, encode, finish};
+use crate::store::tx::{encode, finish};
 
 /// What one attempt came to.
 enum Verdict {
@@ -115,9 +114,16 @@ impl Inner {
     /// next one falls due.
     fn scan(self: &Arc<Self>) -> anyhow::Result<Option<u64>> {
         let now = ids::now_ms();
-        for item in self.store.trees.outbox.iter() {
-            let (_, value) = item?;
-            let delivery: Delivery = serde_json::from_slice(&value)?;
+        let outbox = &self.store.trees.outbox;
+        for item in outbox.iter() {
+            let (key, value) = item?;
+            let delivery: Delivery = match serde_json::from_slice(&value) {
+                Ok(delivery) => delivery,
+                Err(e) => {
+                    self.store.quarantine(outbox, &key, &e.to_string())?;
+                    continue;
+                }
+            };
             if delivery.due_ms > now {
                 return Ok(Some(delivery.due_ms));
             }
@@ -214,14 +220,9 @@ impl Inner {
                 webhook.name
             )));
         }
-        let reveal = |name: &Option<String>| {
-            name.as_ref()
-                .map(|n| secrets::reveal(&self.store, &self.sealer, team, n))
-                .transpose()
-                .map_err(|e| refused(e.to_string()))
-        };
-        let token = reveal(&webhook.access_token_secret)?;
-        let signing = reveal(&webhook.signing_secret)?;
+        let secrets = webhook
+            .reveal(&self.store, &self.sealer, team)
+            .map_err(|e| refused(e.to_string()))?;
         let body = hex::decode(&delivery.body_sealed)
             .ok()
             .and_then(|sealed| self.sealer.open(delivery.id.as_bytes(), &sealed).ok())
@@ -230,8 +231,8 @@ impl Inner {
             .send(&Outgoing {
                 url: &webhook.url,
                 body: &body,
-                bearer: token.as_deref(),
-                signing_key: signing.as_ref().map(String::as_bytes),
+                bearer: secrets.token.as_deref(),
+                signing_key: secrets.signing.as_ref().map(String::as_bytes),
                 delivery_id: &delivery.id,
                 standard: webhook.standard_webhooks,
             })
@@ -260,13 +261,23 @@ impl Inner {
         };
         let exec_key = outbox::execution_key(&delivery.execution, &delivery.execution_id);
         let t = &self.store.trees;
+        let unreadable = std::cell::Cell::new(None);
         let result = (&t.outbox, &t.executions).transaction(|(out, executions)| {
             out.remove(old_key.as_slice())?;
             if let Some(next) = &rescheduled {
                 out.insert(next.key(), encode(next)?)?;
             }
             if let Some(bytes) = executions.get(exec_key.as_ref())? {
-                let mut execution: Execution = decode(&bytes)?;
+                // An execution that cannot be read must not keep its delivery
+                // in the outbox, to be sent again and again: the attempt is
+                // still taken off (or rescheduled), and the record set aside.
+                let mut execution: Execution = match serde_json::from_slice(&bytes) {
+                    Ok(execution) => execution,
+                    Err(e) => {
+                        unreadable.set(Some(e.to_string()));
+                        return Ok(());
+                    }
+                };
                 execution.status = status;
                 execution.error = match status {
                     Status::Finished => None,
@@ -282,6 +293,10 @@ impl Inner {
             Ok(())
         });
         finish(result)?;
+        if let Some(reason) = unreadable.take() {
+            self.store
+                .quarantine(&t.executions, exec_key.as_ref(), &reason)?;
+        }
         if rescheduled.is_some() {
             self.wake.notify_one();
         }
@@ -290,11 +305,29 @@ impl Inner {
 
     /// When attempt `attempts + 1` is due, or `None` when the schedule is used up.
     fn next_due(&self, attempts: u32, retry_after: Option<Duration>) -> Option<u64> {
-        let base = *self.cfg.retry_schedule_ms.get(attempts as usize)?;
-        let jitter = jitter(base, self.cfg.jitter);
-        let after = retry_after.map_or(0, |d| d.as_millis() as u64);
-        Some(ids::now_ms() + jitter.max(after))
+        let delay = retry_delay(
+            &self.cfg.retry_schedule_ms,
+            self.cfg.jitter,
+            attempts,
+            retry_after,
+        )?;
+        Some(ids::now_ms().saturating_add(delay))
     }
+}
+
+/// The wait before attempt `attempts + 1`: the schedule's entry, jittered,
+/// or longer if the endpoint asked with `Retry-After`, but never longer than
+/// the schedule's longest wait. `None` when the schedule is used up.
+fn retry_delay(
+    schedule: &[u64],
+    fraction: f64,
+    attempts: u32,
+    retry_after: Option<Duration>,
+) -> Option<u64> {
+    let base = *schedule.get(attempts as usize)?;
+    let longest = schedule.iter().copied().max().unwrap_or(0);
+    let asked = retry_after.map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    Some(jitter(base, fraction).max(asked.min(longest)))
 }
 
 /// Retries on 408, 429 and 5xx; 410 disables; other statuses are final.
@@ -332,6 +365,46 @@ fn jitter(base: u64, fraction: f64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn retry_after_waits_longer_but_never_past_the_longest_step() {
+        let schedule = [0, 100, 60_000];
+        let secs = |s| Some(Duration::from_secs(s));
+        assert_eq!(retry_delay(&schedule, 0.0, 1, None), Some(100));
+        assert_eq!(retry_delay(&schedule, 0.0, 1, secs(15)), Some(15_000));
+        assert_eq!(retry_delay(&schedule, 0.0, 1, secs(u64::MAX)), Some(60_000));
+        assert_eq!(retry_delay(&schedule, 0.0, 2, secs(0)), Some(60_000));
+        assert_eq!(
+            retry_delay(&schedule, 0.0, 3, secs(1)),
+            None,
+            "schedule used up"
+        );
+    }
+
+    #[test]
+    fn verdicts_follow_the_status() {
+        let answer = |status| Answer {
+            status,
+            headers: Vec::new(),
+            body: String::new(),
+            truncated: false,
+            latency_ms: 0.0,
+            retry_after: None,
+        };
+        for status in [200, 204, 299] {
+            assert!(matches!(judge(&answer(status)), Verdict::Done), "{status}");
+        }
+        for status in [408, 429, 500, 503, 599] {
+            assert!(
+                matches!(judge(&answer(status)), Verdict::Retry(_)),
+                "{status}"
+            );
+        }
+        for status in [301, 400, 401, 404, 422] {
+            assert!(matches!(judge(&answer(status)), Verdict::Fail), "{status}");
+        }
+        assert!(matches!(judge(&answer(410)), Verdict::Gone));
+    }
 
     #[test]
     fn jitter_stays_within_bounds() {

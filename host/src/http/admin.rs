@@ -232,6 +232,7 @@ pub async fn invoke(
     match plugin.kind {
         Kind::PayloadTemplate => {
             let input: TemplateInput = parse(&bytes)?;
+            input.check().map_err(|m| Error::invalid("template", m))?;
             let vars = input.variables();
             let rendered = app.plugins.render(&name, input.template, vars).await?;
             let output: Value = serde_json::from_str(&rendered).map_err(anyhow::Error::from)?;

@@ -8,6 +8,7 @@ use serde::de::DeserializeOwned;
 
 use crate::app::App;
 use crate::error::{Error, Result};
+use crate::nesting::{self, MAX_DEPTH};
 
 /// A request body parsed as JSON, with errors that say where it broke.
 pub struct Json<T>(pub T);
@@ -108,6 +109,14 @@ fn require_content_type(request: &Request, expected: &str) -> Result<()> {
 
 /// Parses `bytes` as a `T`, naming the field and position of any failure.
 pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
+    if nesting::depth(bytes) > MAX_DEPTH {
+        return Err(Error::InvalidJson {
+            message: format!(
+                "the request body nests arrays and objects more than {MAX_DEPTH} levels deep; flatten it"
+            ),
+            param: None,
+        });
+    }
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
@@ -174,6 +183,13 @@ mod tests {
     fn unknown_fields_are_named() {
         let (msg, _) = message(br#"{"name":"a","colour":1}"#);
         assert!(msg.contains("colour"), "{msg}");
+    }
+
+    #[test]
+    fn bodies_nested_too_deeply_are_refused() {
+        let deep = format!("{}{}", "[".repeat(33), "]".repeat(33));
+        let (msg, _) = message(deep.as_bytes());
+        assert!(msg.contains("more than 32 levels"), "{msg}");
     }
 
     #[test]

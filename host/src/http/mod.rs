@@ -260,7 +260,9 @@ fn body_limit(app: &App, request: &Request) -> usize {
 }
 
 /// Refuses declared-oversized bodies before any handler runs, and gives the
-/// router's own 405 the OpenAI error shape.
+/// errors that axum's router and extractors answer by themselves (405 for a
+/// wrong method, plain-text 400s for a path that does not decode) the API's
+/// error shape.
 async fn shape_errors(State(app): State<App>, request: Request, next: Next) -> Response {
     let limit = body_limit(&app, &request);
     let declared = request
@@ -274,21 +276,41 @@ async fn shape_errors(State(app): State<App>, request: Request, next: Next) -> R
     let method = request.method().to_string();
     let path = request.uri().path().to_string();
     let response = next.run(request).await;
-    if response.status() != StatusCode::METHOD_NOT_ALLOWED {
+    let status = response.status();
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
         return response;
     }
     let allow = response.headers().get(header::ALLOW).cloned();
-    let allowed = allow
-        .as_ref()
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_string();
-    let mut shaped = Error::MethodNotAllowed {
-        method,
-        path,
-        allowed,
-    }
-    .into_response();
+    let error = if status == StatusCode::METHOD_NOT_ALLOWED {
+        Error::MethodNotAllowed {
+            method,
+            path,
+            allowed: allow
+                .as_ref()
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_string(),
+        }
+    } else {
+        let text = axum::body::to_bytes(response.into_body(), 4096)
+            .await
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default();
+        match status {
+            StatusCode::BAD_REQUEST => Error::InvalidRequest {
+                message: format!(
+                    "the request URL could not be read ({text}); percent-encode names as UTF-8"
+                ),
+                param: None,
+            },
+            _ => Error::Internal(anyhow::anyhow!("unshaped {status} from the router: {text}")),
+        }
+    };
+    let mut shaped = error.into_response();
     if let Some(allow) = allow {
         shaped.headers_mut().insert(header::ALLOW, allow);
     }

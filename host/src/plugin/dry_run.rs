@@ -98,6 +98,7 @@ async fn run(plugins: &Plugins, plugin: &super::Plugin, input: &Path) -> anyhow:
         Kind::PayloadTemplate => {
             let input: TemplateInput = serde_json::from_slice(&bytes)
                 .context("input is not {\"template\", \"variables\"}")?;
+            input.check().map_err(anyhow::Error::msg)?;
             let rendered = plugins
                 .render_with(plugin, &input.template, &input.variables())
                 .await

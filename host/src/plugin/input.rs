@@ -8,6 +8,12 @@ use serde_json::Value;
 
 use super::filter::{Aggregation, Comparison, Event, FilterConfig, MetricCondition};
 use super::template::Variable;
+use crate::nesting;
+
+/// Longest payload template a plugin is given, in bytes.
+pub const MAX_TEMPLATE_BYTES: usize = 64 * 1024;
+/// Longest regular expression a filter is given, in bytes.
+pub const MAX_REGEX_BYTES: usize = 1024;
 
 /// Input for a payload template: the template and its variables.
 #[derive(Debug, Clone, Deserialize)]
@@ -21,6 +27,11 @@ pub struct TemplateInput {
 }
 
 impl TemplateInput {
+    /// Refuses a template too large to hand to a plugin.
+    pub fn check(&self) -> Result<(), String> {
+        check_template(&self.template)
+    }
+
     /// The variables in the WIT form (values as JSON text).
     pub fn variables(&self) -> Vec<Variable> {
         self.variables
@@ -106,9 +117,42 @@ pub struct EventSpec {
     pub metric_values: Vec<f64>,
 }
 
+/// Refuses a payload template over [`MAX_TEMPLATE_BYTES`], or one that
+/// nests arrays and objects deeper than requests may.
+pub fn check_template(template: &str) -> Result<(), String> {
+    if template.len() > MAX_TEMPLATE_BYTES {
+        return Err(format!(
+            "the payload template is {} bytes; the limit is {MAX_TEMPLATE_BYTES}",
+            template.len()
+        ));
+    }
+    if nesting::depth(template.as_bytes()) > nesting::MAX_DEPTH {
+        return Err(format!(
+            "the payload template nests arrays and objects more than {} levels deep; flatten it",
+            nesting::MAX_DEPTH
+        ));
+    }
+    Ok(())
+}
+
 impl FilterSpec {
-    /// The WIT form; errors name the bad field.
+    /// The WIT form; errors name the bad field. Regexes over
+    /// [`MAX_REGEX_BYTES`] are refused here, before any plugin sees them.
     pub fn to_wit(&self) -> Result<FilterConfig, String> {
+        for (field, regex) in [
+            ("alias_regex", &self.alias_regex),
+            ("tag_regex", &self.tag_regex),
+            ("run_name_regex", &self.run_name_regex),
+        ] {
+            if let Some(regex) = regex
+                && regex.len() > MAX_REGEX_BYTES
+            {
+                return Err(format!(
+                    "{field} is {} bytes; the limit is {MAX_REGEX_BYTES}",
+                    regex.len()
+                ));
+            }
+        }
         Ok(FilterConfig {
             alias_regex: self.alias_regex.clone(),
             tag_regex: self.tag_regex.clone(),

@@ -103,6 +103,9 @@ pub struct Trees {
     pub run_fired: sled::Tree,
     /// `scope \0 day \0 model \0 key id` → token totals (JSON).
     pub usage: sled::Tree,
+    /// `tree \0 key` → a record that could not be read, set aside with the
+    /// reason so that it blocks nothing (see [`Store::quarantine`]).
+    pub quarantine: sled::Tree,
 }
 
 /// The one handle to the store. Cheap to clone.
@@ -164,6 +167,7 @@ impl Store {
             executions: db.open_tree("executions")?,
             run_fired: db.open_tree("run_fired")?,
             usage: db.open_tree("usage")?,
+            quarantine: db.open_tree("quarantine")?,
         };
         let store = Store {
             db,
@@ -249,6 +253,53 @@ impl Store {
         self.db.flush_async().await?;
         c.flushed.store(target, Ordering::SeqCst);
         Ok(())
+    }
+
+    /// Moves an unreadable record out of `tree` into the quarantine, with
+    /// why, and logs it: one bad record must never stop the sweep, the
+    /// dispatcher or a listing.
+    pub fn quarantine(&self, tree: &sled::Tree, key: &[u8], reason: &str) -> anyhow::Result<()> {
+        let name = String::from_utf8_lossy(&tree.name()).into_owned();
+        let Some(value) = tree.get(key)? else {
+            return Ok(());
+        };
+        let record = serde_json::json!({
+            "tree": name,
+            "key": hex::encode(key),
+            "reason": reason,
+            "at_ms": crate::ids::now_ms(),
+            "value": String::from_utf8_lossy(&value),
+        });
+        let quarantine_key = [name.as_bytes(), &[0], key].concat();
+        self.trees
+            .quarantine
+            .insert(quarantine_key, to_json(&record)?)?;
+        tree.remove(key)?;
+        tracing::error!(tree = %name, key = %hex::encode(key), reason, "set an unreadable record aside in the quarantine");
+        Ok(())
+    }
+
+    /// How many records the quarantine holds.
+    pub fn quarantined(&self) -> usize {
+        self.trees.quarantine.len()
+    }
+
+    /// Decodes every value whose key starts with `prefix`, in key order,
+    /// quarantining (and leaving out) any that cannot be decoded.
+    pub fn scan_readable<T: DeserializeOwned>(
+        &self,
+        tree: &sled::Tree,
+        prefix: impl AsRef<[u8]>,
+    ) -> anyhow::Result<Vec<T>> {
+        let mut out = Vec::new();
+        for item in tree.scan_prefix(prefix) {
+            let (key, value) = item?;
+            match serde_json::from_slice(&value) {
+                Ok(record) => out.push(record),
+                Err(e) => self.quarantine(tree, &key, &e.to_string())?,
+            }
+        }
+        Ok(out)
     }
 
     /// Writes everything to disk; called at shutdown.
@@ -343,6 +394,33 @@ mod tests {
         let store = Store::open(dir.path()).unwrap();
         assert_eq!(store.schema_version().unwrap(), 2);
         assert!(crate::auth::find_user(&store, "operator").unwrap().operator);
+    }
+
+    #[test]
+    fn an_unreadable_record_is_set_aside_and_the_rest_are_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let tree = &store.trees.event_inbox;
+        tree.insert("a", b"1".as_slice()).unwrap();
+        let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+        tree.insert("b", deep.as_bytes()).unwrap();
+        tree.insert("c", b"3".as_slice()).unwrap();
+        let read: Vec<serde_json::Value> = store.scan_readable(tree, []).unwrap();
+        assert_eq!(read, [1, 3]);
+        assert_eq!(store.quarantined(), 1);
+        assert!(!tree.contains_key("b").unwrap(), "moved out of its tree");
+        let (_, record) = store.trees.quarantine.iter().next().unwrap().unwrap();
+        let record: serde_json::Value = serde_json::from_slice(&record).unwrap();
+        assert_eq!(record["tree"], "event_inbox");
+        assert!(
+            record["reason"]
+                .as_str()
+                .unwrap()
+                .contains("recursion limit"),
+            "{record}"
+        );
+        let again: Vec<serde_json::Value> = store.scan_readable(tree, []).unwrap();
+        assert_eq!(again, [1, 3]);
     }
 
     #[test]

@@ -37,7 +37,17 @@ pub fn validate(template: &str, known: &[String]) -> Result<Vec<String>, Error> 
     let mut vars = Vec::new();
     for piece in &pieces {
         if let Piece::Var { name, at, .. } = piece {
-            let base = name.split_once('.').map_or(*name, |(b, _)| b);
+            let (base, key) = name.split_once('.').unwrap_or((*name, ""));
+            if base == METADATA && key.contains('.') {
+                return Err(invalid(
+                    template,
+                    *at,
+                    &format!(
+                        "'${{{name}}}' reaches below the top level of the metadata, but only top-level keys are usable: write '${{{METADATA}.{}}}' and read the rest from its value",
+                        key.split('.').next().unwrap_or("")
+                    ),
+                ));
+            }
             let ok = known.iter().any(|k| k == name)
                 || (base == METADATA && known.iter().any(|k| k == METADATA));
             if !ok {
@@ -331,6 +341,24 @@ mod tests {
         assert_eq!(err.position, Some(10));
         assert!(err.message.contains("line 2 column 9"), "{}", err.message);
         assert!(err.message.contains("${alias}"), "{}", err.message);
+    }
+
+    #[test]
+    fn metadata_below_the_top_level_is_refused_with_position() {
+        let known = [METADATA.to_string()];
+        assert!(validate(r#"{"a": ${artifact_metadata.acc}}"#, &known).is_ok());
+        let err = validate(r#"{"a": ${artifact_metadata.a.b}}"#, &known).unwrap_err();
+        assert_eq!((err.code, err.position), ("invalid-template", Some(6)));
+        assert!(
+            err.message.contains("only top-level keys"),
+            "{}",
+            err.message
+        );
+        assert!(
+            err.message.contains("${artifact_metadata.a}"),
+            "{}",
+            err.message
+        );
     }
 
     #[test]

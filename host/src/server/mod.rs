@@ -1,7 +1,9 @@
 //! Serving: bind, accept connections, and shut down gracefully.
 //!
 //! Connections are served by hyper directly, so the header read timeout and
-//! graceful draining are hyper's own, not re-implemented here.
+//! graceful draining are hyper's own, not re-implemented here; what hyper
+//! leaves open (a cap, and connections that never send a byte) is in
+//! [`connections`].
 
 use std::future::Future;
 use std::time::Duration;
@@ -12,6 +14,11 @@ use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
+
+mod bare_errors;
+mod connections;
+
+use connections::{Admission, ClientIo};
 
 use crate::app::App;
 use crate::cfg::Config;
@@ -30,7 +37,10 @@ pub struct StartSecrets {
 
 /// Opens the store, prepares the state and binds the listener: everything that
 /// can fail on bad configuration fails here, before serving starts.
-pub async fn prepare(cfg: Config, secrets: StartSecrets) -> anyhow::Result<(App, TcpListener)> {
+pub async fn prepare(mut cfg: Config, secrets: StartSecrets) -> anyhow::Result<(App, TcpListener)> {
+    let fd_limit = connections::raise_fd_limit();
+    cfg.limits.max_connections =
+        Some(connections::cap(cfg.limits.max_connections, fd_limit).map_err(anyhow::Error::msg)?);
     let data_dir = cfg.data_dir.clone();
     let store = tokio::task::spawn_blocking(move || Store::open(&data_dir)).await??;
     let sealer = Sealer::load(&cfg.data_dir, secrets.master_key.as_deref())?;
@@ -68,6 +78,8 @@ pub async fn serve(
         .keep_alive_interval(Some(Duration::from_secs(30)));
     let service = TowerToHyperService::new(http::router(app.clone()));
     let graceful = GracefulShutdown::new();
+    let admission = Admission::new(limits.max_connections.unwrap_or(connections::FALLBACK_CAP));
+    let builder = std::sync::Arc::new(builder);
     tokio::pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {
@@ -82,13 +94,25 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
+        let Some(ticket) = admission.admit() else {
+            tracing::warn!(%peer, open = admission.open(), "connection refused: every connection is in use (limits.max_connections)");
+            continue;
+        };
         let _ = stream.set_nodelay(true);
-        let conn = builder.serve_connection(TokioIo::new(stream), service.clone());
-        let conn = graceful.watch(conn.into_owned());
+        let header_timeout = limits.header_read_timeout();
+        let deadline = tokio::time::Instant::now() + header_timeout;
+        let (builder, service, watcher) = (builder.clone(), service.clone(), graceful.watcher());
         tokio::spawn(async move {
+            if !ticket.first_byte(&stream, header_timeout).await {
+                tracing::debug!(%peer, "closed a connection that sent nothing");
+                return;
+            }
+            let io = TokioIo::new(ClientIo::new(stream, deadline));
+            let conn = watcher.watch(builder.serve_connection(io, service));
             if let Err(e) = conn.await {
                 tracing::debug!(%peer, error = %e, "connection ended with an error");
             }
+            drop(ticket);
         });
     }
     drop(listener);
