@@ -25,6 +25,12 @@ lint:
     cd plugins && cargo clippy --release -- -D warnings
     cd plugins/model-smollm && cargo clippy --release -- -D warnings
 
+# Fuzz the live API with schemathesis (pinned) against its OpenAPI document
+# for SECONDS; CI runs it for two minutes.
+fuzz-api SECONDS="120":
+    cargo build
+    bash tests/fuzz_api.sh target/debug/switchyard {{SECONDS}}
+
 # Plugin runtime figures: cold load, render p50 vs native, hot swap under load.
 bench-plugins:
     cargo bench --bench plugins

@@ -386,3 +386,34 @@ impl Host {
             .await
     }
 }
+
+/// The `python` of a venv in `target/NAME` with `packages` (pinned by the
+/// caller) installed, made once across test processes.
+pub fn python_venv(name: &str, packages: &[&str]) -> String {
+    let venv = format!("{TARGET}/{name}");
+    let python = format!("{venv}/bin/python");
+    let run = |program: &str, args: &[&str]| {
+        let status = Command::new(program)
+            .args(args)
+            .status()
+            .unwrap_or_else(|e| panic!("running {program}: {e}"));
+        assert!(
+            status.success(),
+            "{program} {args:?} failed; the test needs python3 with venv and pip"
+        );
+    };
+    let ready = format!("{venv}/.ready");
+    once_across_processes(
+        name,
+        || Path::new(&ready).exists(),
+        || {
+            let _ = std::fs::remove_dir_all(&venv);
+            run("python3", &["-m", "venv", &venv]);
+            let mut args = vec!["-m", "pip", "install", "-q", "--disable-pip-version-check"];
+            args.extend_from_slice(packages);
+            run(&python, &args);
+            std::fs::write(&ready, "").unwrap();
+        },
+    );
+    python
+}

@@ -4,11 +4,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use std::path::Path;
-
-use crate::harness::{
-    Host, INFERENCE, OPERATOR_KEY, TARGET, assert_error_shape, into_parts, once_across_processes,
-};
+use crate::harness::{Host, INFERENCE, OPERATOR_KEY, assert_error_shape, into_parts, python_venv};
 
 const MODEL: &str = "SmolLM2-135M-Instruct";
 
@@ -589,42 +585,9 @@ async fn the_stock_async_openai_client_works() {
     }
 }
 
-/// A Python with the stock `openai` package: a venv in `target/`, made once.
+/// A Python with the stock `openai` package.
 fn openai_python() -> String {
-    let venv = format!("{TARGET}/openai-venv");
-    let python = format!("{venv}/bin/python");
-    let run = |program: &str, args: &[&str]| {
-        let status = std::process::Command::new(program)
-            .args(args)
-            .status()
-            .unwrap_or_else(|e| panic!("running {program}: {e}"));
-        assert!(
-            status.success(),
-            "{program} {args:?} failed; the test needs python3 with venv and pip"
-        );
-    };
-    let ready = format!("{venv}/.ready");
-    once_across_processes(
-        "openai-venv",
-        || Path::new(&ready).exists(),
-        || {
-            let _ = std::fs::remove_dir_all(&venv);
-            run("python3", &["-m", "venv", &venv]);
-            run(
-                &python,
-                &[
-                    "-m",
-                    "pip",
-                    "install",
-                    "-q",
-                    "--disable-pip-version-check",
-                    "openai==2.*",
-                ],
-            );
-            std::fs::write(&ready, "").unwrap();
-        },
-    );
-    python
+    python_venv("openai-venv", &["openai==2.*"])
 }
 
 /// Prompt token counts for SmolLM2's chat template around each message, as

@@ -99,7 +99,7 @@ pub enum EventConfig {
     #[serde(rename = "ADD_ARTIFACT_TAG")]
     AddArtifactTag {
         /// When given, the tag must match it.
-        #[serde(default)]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         tag_regex: Option<String>,
     },
     /// An artifact version is linked into a registry collection.
@@ -121,10 +121,10 @@ pub enum EventConfig {
 #[serde(deny_unknown_fields)]
 pub struct RunFilters {
     /// Only runs created by this user.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub creator: Option<String>,
     /// Only runs whose name matches.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_name_regex: Option<String>,
 }
 

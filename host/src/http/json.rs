@@ -47,7 +47,8 @@ impl<T: DeserializeOwned> OptionalFromRequest<App> for Json<T> {
     }
 }
 
-/// A WebAssembly component uploaded as `application/wasm`, up to
+/// A WebAssembly component uploaded as `application/wasm` (or, as generic
+/// clients send binaries, `application/octet-stream`), up to
 /// `plugins.max_upload_bytes`.
 pub struct WasmBody(pub Bytes);
 
@@ -55,7 +56,9 @@ impl FromRequest<App> for WasmBody {
     type Rejection = Error;
 
     async fn from_request(request: Request, app: &App) -> Result<Self> {
-        require_content_type(&request, "application/wasm")?;
+        if require_content_type(&request, "application/octet-stream").is_err() {
+            require_content_type(&request, "application/wasm")?;
+        }
         read_body(request, app, app.cfg.plugins.max_upload_bytes)
             .await
             .map(WasmBody)

@@ -41,6 +41,8 @@ pub fn router(app: App) -> Router {
     let routes = Router::new()
         .route("/v1/system-check", get(health::system_check))
         .route("/v1/openapi.json", get(openapi::document))
+        .route("/docs", get(openapi::docs_page))
+        .route("/docs/{file}", get(openapi::docs_asset))
         .route("/v1/models", get(inference::list_models))
         .route("/v1/models/{model}", get(inference::show_model))
         .route("/v1/chat/completions", post(inference::chat_completions))

@@ -1,18 +1,76 @@
-//! `GET /v1/openapi.json`: the API described for clients and tools.
+//! `GET /v1/openapi.json`: the API described for clients and tools, and
+//! `GET /docs`: the same, browsable, in a vendored Swagger UI. Both are
+//! public: a description of a public API holds no secrets.
 //!
 //! The document is written by hand in `openapi.json`; a unit test checks that
-//! it lists exactly the routes the router serves.
+//! it lists exactly the routes the router serves, and the end-to-end tests
+//! validate real responses against its schemas.
 
+use axum::extract::Path;
 use axum::http::header;
-use axum::response::IntoResponse;
+use axum::response::{IntoResponse, Response};
 
-use super::Caller;
+use crate::error::Error;
 
 /// The document, as served.
 pub const DOCUMENT: &str = include_str!("openapi.json");
 
-pub async fn document(_caller: Caller) -> impl IntoResponse {
+/// Swagger UI, vendored from the npm package `swagger-ui-dist` (Apache-2.0,
+/// licence beside the files); nothing is loaded from elsewhere.
+const SWAGGER_UI: &str = "docs/swagger-ui-5.32.0";
+
+const PAGE: &str = r#"<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>Switchyard API</title>
+<link rel="stylesheet" href="/docs/swagger-ui.css">
+</head>
+<body>
+<div id="swagger-ui"></div>
+<script src="/docs/swagger-ui-bundle.js"></script>
+<script src="/docs/init.js"></script>
+</body>
+</html>
+"#;
+
+const INIT: &str = r##"window.ui = SwaggerUIBundle({ url: "/v1/openapi.json", dom_id: "#swagger-ui", deepLinking: true });
+"##;
+
+pub async fn document() -> impl IntoResponse {
     ([(header::CONTENT_TYPE, "application/json")], DOCUMENT)
+}
+
+pub async fn docs_page() -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], PAGE)
+}
+
+pub async fn docs_asset(Path(file): Path<String>) -> Result<Response, Error> {
+    let (content_type, body): (&str, &'static [u8]) = match file.as_str() {
+        "swagger-ui-bundle.js" => (
+            "text/javascript; charset=utf-8",
+            include_bytes!("docs/swagger-ui-5.32.0/swagger-ui-bundle.js"),
+        ),
+        "swagger-ui.css" => (
+            "text/css; charset=utf-8",
+            include_bytes!("docs/swagger-ui-5.32.0/swagger-ui.css"),
+        ),
+        "init.js" => ("text/javascript; charset=utf-8", INIT.as_bytes()),
+        other => {
+            return Err(Error::NotFound(format!(
+                "no file '{other}' under /docs (Swagger UI from {SWAGGER_UI}); open /docs"
+            )));
+        }
+    };
+    Ok((
+        [
+            (header::CONTENT_TYPE, content_type),
+            (header::CACHE_CONTROL, "public, max-age=86400"),
+        ],
+        body,
+    )
+        .into_response())
 }
 
 #[cfg(test)]
