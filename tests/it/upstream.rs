@@ -60,6 +60,7 @@ async fn completions(
             tokio::time::sleep(Duration::from_secs(30)).await;
             StatusCode::OK.into_response()
         }
+        "tools" => tools_reply(&body),
         _ => {
             let chunk = |delta: Value, finish: Value| json!({"id": "up-1", "object": "chat.completion.chunk", "created": 1, "model": "upstream-model", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
             let usage = json!({"id": "up-1", "object": "chat.completion.chunk", "created": 1, "model": "upstream-model", "choices": [], "usage": {"prompt_tokens": 11, "completion_tokens": 2, "total_tokens": 13}});
@@ -74,6 +75,69 @@ async fn completions(
             ([("content-type", "text/event-stream")], text).into_response()
         }
     }
+}
+
+/// The tool call the `tools` model makes.
+fn tool_call() -> Value {
+    json!({"id": "call_1", "type": "function",
+           "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}})
+}
+
+/// The `tools` model, as OpenAI answers: with `response_format`, JSON
+/// content (and log probabilities when asked); with tools, a call to the
+/// first tool (in two argument pieces when streamed) until a tool's result
+/// comes back, then text; `n` choices.
+fn tools_reply(body: &Value) -> Response {
+    let after_tool = body["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .is_some_and(|m| m["role"] == "tool");
+    let calls = body["tools"].is_array() && !after_tool;
+    let content = if body["response_format"].is_object() {
+        r#"{"name": "Ada", "age": 36}"#
+    } else {
+        "It is sunny in Paris."
+    };
+    let logprobs = (body["logprobs"] == true)
+        .then(|| json!({"content": [{"token": "{", "logprob": -0.25, "bytes": [123], "top_logprobs": []}]}));
+    let usage = json!({"prompt_tokens": 20, "completion_tokens": 7, "total_tokens": 27});
+    if body["stream"] == true {
+        let chunk = |delta: Value, finish: Value| json!({"id": "up-2", "object": "chat.completion.chunk", "created": 1, "model": "tools", "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}]});
+        let mut events = vec![chunk(
+            json!({"role": "assistant", "content": null}),
+            Value::Null,
+        )];
+        if calls {
+            let first = json!([{"index": 0, "id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": "}}]);
+            let rest = json!([{"index": 0, "function": {"arguments": "\"Paris\"}"}}]);
+            events.push(chunk(json!({"tool_calls": first}), Value::Null));
+            events.push(chunk(json!({"tool_calls": rest}), Value::Null));
+            events.push(chunk(json!({}), json!("tool_calls")));
+        } else {
+            events.push(chunk(json!({"content": content}), json!("stop")));
+        }
+        events.push(json!({"id": "up-2", "object": "chat.completion.chunk", "created": 1, "model": "tools", "choices": [], "usage": usage}));
+        let mut text: String = events.iter().map(|e| format!("data: {e}\n\n")).collect();
+        text.push_str("data: [DONE]\n\n");
+        return ([("content-type", "text/event-stream")], text).into_response();
+    }
+    let n = body["n"].as_u64().unwrap_or(1);
+    let choices: Vec<Value> = (0..n)
+        .map(|index| {
+            let message = if calls {
+                json!({"role": "assistant", "content": null, "tool_calls": [tool_call()], "refusal": null})
+            } else {
+                json!({"role": "assistant", "content": content, "refusal": null})
+            };
+            let finish = if calls { "tool_calls" } else { "stop" };
+            json!({"index": index, "message": message, "logprobs": logprobs, "finish_reason": finish})
+        })
+        .collect();
+    axum::Json(
+        json!({"id": "up-2", "object": "chat.completion", "created": 1, "model": "tools",
+        "choices": choices, "usage": usage}),
+    )
+    .into_response()
 }
 
 /// Waits up to 1 s for [`TOGETHER`] requests to be in flight at once.
@@ -104,7 +168,7 @@ fn host_with(upstream: &str, extra: &str) -> Host {
     Host::builder()
         .env("FAKE_KEY", "up-key")
         .config(&format!(
-            "{INFERENCE}\n[[inference.upstreams]]\nname = \"fake\"\nbase_url = \"http://{upstream}/v1\"\napi_key_env = \"FAKE_KEY\"\nmodels = [\"fake-1=upstream-model\", \"fake-broken=broken\", \"fake-slow=slow\", \"fake-together=together\", \"fake-redirect=redirect\"]\ntimeout_ms = 1500\n{extra}"
+            "{INFERENCE}\n[[inference.upstreams]]\nname = \"fake\"\nbase_url = \"http://{upstream}/v1\"\napi_key_env = \"FAKE_KEY\"\nmodels = [\"fake-1=upstream-model\", \"fake-broken=broken\", \"fake-slow=slow\", \"fake-together=together\", \"fake-redirect=redirect\", \"fake-tools=tools\"]\ntimeout_ms = 1500\n{extra}"
         ))
         .start()
 }
@@ -163,8 +227,6 @@ async fn the_proxy_forwards_whole_and_streamed_completions_with_the_host_held_ke
         assert_eq!(body["top_p"], json!(0.9));
         assert_eq!(body["seed"], 7);
         assert_eq!(body["stop"], json!(["\n\n"]));
-        assert_eq!(body["stream"], true, "the proxy always streams upstream");
-        assert_eq!(body["stream_options"], json!({"include_usage": true}));
     }
 
     let (status, text) = chat(&host, &alice, "fake-1", true).await;
@@ -438,4 +500,213 @@ async fn a_backend_in_the_plugins_directory_is_served_from_start() {
     let (status, text) = chat(&host, &alice, "dir-llm", false).await;
     assert_eq!(status, 200, "{text}");
     assert!(text.contains("Hello"), "{text}");
+}
+
+/// The body the upstream got last.
+fn last_body(seen: &Seen) -> Value {
+    seen.lock().unwrap().last().unwrap().1.clone()
+}
+
+async fn send(host: &Host, key: &str, body: &Value) -> (u16, String) {
+    let response = host
+        .http
+        .post(host.url("/v1/chat/completions"))
+        .bearer_auth(key)
+        .json(body)
+        .send()
+        .await
+        .unwrap();
+    (response.status().as_u16(), response.text().await.unwrap())
+}
+
+#[tokio::test]
+async fn tool_calls_structured_output_logprobs_and_choices_pass_through_an_upstream() {
+    let (upstream, seen) = fake_upstream().await;
+    let host = host_with(&upstream, "");
+    let alice = host.create_user("alice").await;
+    let tools = json!([{"type": "function", "function": {"name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]);
+    let ask = json!({"role": "user", "content": "Weather in Paris?"});
+
+    // A whole reply: the upstream's tool calls, unchanged, and two choices.
+    let request = json!({"model": "fake-tools", "messages": [ask], "tools": tools,
+        "tool_choice": "auto", "parallel_tool_calls": false, "n": 2});
+    let (status, text) = send(&host, &alice, &request).await;
+    assert_eq!(status, 200, "{text}");
+    let reply: Value = serde_json::from_str(&text).unwrap();
+    let choices = reply["choices"].as_array().unwrap();
+    assert_eq!(choices.len(), 2, "{reply}");
+    for (i, choice) in choices.iter().enumerate() {
+        assert_eq!(choice["index"], i);
+        assert_eq!(choice["finish_reason"], "tool_calls");
+        assert_eq!(choice["message"]["tool_calls"], json!([tool_call()]));
+    }
+    assert_eq!(reply["usage"]["total_tokens"], 27);
+    let sent = last_body(&seen);
+    assert_eq!(
+        (&sent["tools"], &sent["tool_choice"], &sent["n"]),
+        (&tools, &json!("auto"), &json!(2))
+    );
+    assert_eq!(sent["parallel_tool_calls"], false);
+
+    // The tool's result goes back with the call that asked for it.
+    let call = json!({"role": "assistant", "content": null, "tool_calls": [tool_call()]});
+    let result = json!({"role": "tool", "tool_call_id": "call_1", "content": "sunny"});
+    let request = json!({"model": "fake-tools", "messages": [ask, call, result], "tools": tools});
+    let (status, text) = send(&host, &alice, &request).await;
+    assert_eq!(status, 200, "{text}");
+    let reply: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        reply["choices"][0]["message"]["content"],
+        "It is sunny in Paris."
+    );
+    let sent = last_body(&seen);
+    assert_eq!(sent["messages"][1], call, "the assistant's call, as sent");
+    assert_eq!(sent["messages"][2], result, "the tool message, as sent");
+
+    // Streamed: the tool-call deltas as the upstream sent them, then the end.
+    let request = json!({"model": "fake-tools", "messages": [ask], "tools": tools, "stream": true,
+        "stream_options": {"include_usage": true}});
+    let (status, text) = send(&host, &alice, &request).await;
+    assert_eq!(status, 200, "{text}");
+    let data: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .collect();
+    assert_eq!(*data.last().unwrap(), "[DONE]");
+    let chunks: Vec<Value> = data[..data.len() - 1]
+        .iter()
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    let deltas: Vec<&Value> = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"].get("tool_calls"))
+        .collect();
+    assert_eq!(deltas.len(), 2, "{text}");
+    assert_eq!(deltas[0][0]["function"]["arguments"], "{\"city\": ");
+    assert_eq!(deltas[1][0]["function"]["arguments"], "\"Paris\"}");
+    let finishes: Vec<&Value> = chunks
+        .iter()
+        .filter_map(|c| {
+            c["choices"][0]
+                .get("finish_reason")
+                .filter(|f| !f.is_null())
+        })
+        .collect();
+    assert_eq!(
+        finishes,
+        [&json!("tool_calls")],
+        "one finish_reason: {text}"
+    );
+    assert!(
+        chunks
+            .iter()
+            .all(|c| c["id"] == chunks[0]["id"] && c["object"] == "chat.completion.chunk")
+    );
+    let usage = chunks.last().unwrap();
+    assert_eq!(
+        (
+            usage["choices"].as_array().map(Vec::len),
+            &usage["usage"]["total_tokens"]
+        ),
+        (Some(0), &json!(27))
+    );
+
+    // Structured output and log probabilities.
+    let format = json!({"type": "json_schema", "json_schema": {"name": "person", "schema": {"type": "object"}}});
+    let request = json!({"model": "fake-tools", "messages": [ask], "response_format": format,
+        "logprobs": true, "top_logprobs": 2});
+    let (status, text) = send(&host, &alice, &request).await;
+    assert_eq!(status, 200, "{text}");
+    let reply: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        reply["choices"][0]["message"]["content"],
+        r#"{"name": "Ada", "age": 36}"#
+    );
+    assert_eq!(
+        reply["choices"][0]["logprobs"]["content"][0]["logprob"],
+        -0.25
+    );
+    let sent = last_body(&seen);
+    assert_eq!(
+        (&sent["response_format"], &sent["top_logprobs"]),
+        (&format, &json!(2))
+    );
+}
+
+#[tokio::test]
+async fn the_stock_openai_and_langchain_clients_call_tools_and_get_structured_output() {
+    let (upstream, _) = fake_upstream().await;
+    let host = host_with(&upstream, "");
+    let alice = host.create_user("alice").await;
+    let python = crate::harness::python_venv(
+        "langchain-venv",
+        &["openai==2.*", "langchain-openai==1.7.4"],
+    );
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/tools_client.py");
+    // Not std's Command: the fake upstream runs on this test's runtime.
+    let out = tokio::process::Command::new(python)
+        .args([script, &format!("{}/v1", host.base), &alice, "fake-tools"])
+        .output()
+        .await
+        .expect("running tools_client.py");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && said.trim_end().ends_with("ok"),
+        "{said}"
+    );
+}
+
+#[tokio::test]
+async fn the_embedded_model_refuses_what_it_cannot_honour_naming_the_field() {
+    let host = Host::start();
+    let alice = host.create_user("alice").await;
+    let ask = json!({"role": "user", "content": "hi"});
+    let model = "SmolLM2-135M-Instruct";
+    let tools =
+        json!([{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]);
+    for (extra, param) in [
+        (json!({"tools": tools}), "tools"),
+        (
+            json!({"response_format": {"type": "json_object"}}),
+            "response_format",
+        ),
+        (json!({"logprobs": true}), "logprobs"),
+        (json!({"n": 2}), "n"),
+        (
+            json!({"messages": [ask, {"role": "tool", "tool_call_id": "c", "content": "x"}]}),
+            "messages[1].role",
+        ),
+        (
+            json!({"messages": [ask, {"role": "assistant", "content": null, "tool_calls": [tool_call()]}]}),
+            "messages[1].tool_calls",
+        ),
+    ] {
+        let mut request = json!({"model": model, "messages": [ask], "max_tokens": 2});
+        for (k, v) in extra.as_object().unwrap() {
+            request[k] = v.clone();
+        }
+        let (status, text) = send(&host, &alice, &request).await;
+        assert_eq!(status, 400, "{param}: {text}");
+        let body: Value = serde_json::from_str(&text).unwrap();
+        let error = assert_error_shape(&body);
+        assert_eq!(error["type"], "invalid_request_error");
+        assert_eq!(error["param"], param, "{text}");
+        assert!(
+            error["message"]
+                .as_str()
+                .unwrap()
+                .contains("does not support"),
+            "{text}"
+        );
+    }
+    // What it can honour still works: n = 1, text format, empty tools.
+    let request = json!({"model": model, "messages": [ask], "max_tokens": 2, "n": 1,
+        "response_format": {"type": "text"}, "tools": [], "logprobs": false});
+    let (status, text) = send(&host, &alice, &request).await;
+    assert_eq!(status, 200, "{text}");
 }

@@ -16,9 +16,10 @@ use crate::auth::User;
 use crate::error::{Error, Result};
 use crate::groups::{Group, Role};
 use crate::ids;
+use crate::inference::Running;
+use crate::inference::backend::{ModelInfo, Piece};
 use crate::inference::usage::{self, Account};
 use crate::inference::wire::{self, CompletionRequest, Header};
-use crate::inference::{Running, backend::ModelInfo};
 use crate::projects;
 
 /// The project headers: ours (the spec's) and the one the `openai` SDK sends
@@ -86,8 +87,12 @@ pub async fn chat_completions(
 
 async fn whole(header: Header, mut running: Running) -> Result<Response> {
     let mut text = String::new();
-    while let Some(piece) = running.text.recv().await {
-        text.push_str(&piece);
+    while let Some(piece) = running.output.recv().await {
+        // A backend that makes whole choices returns them in its result
+        // when the client does not stream.
+        if let Piece::Text(piece) = piece {
+            text.push_str(&piece);
+        }
     }
     let result = finished(running.done).await?;
     Ok(axum::Json(header.completion(text, &result)).into_response())
@@ -100,29 +105,21 @@ async fn finished(
         .map_err(|_| Error::Unavailable("the inference job was dropped; retry".into()))?
 }
 
-/// Waits for the first piece of text, so a request that fails before
-/// generating (a full queue, a backend error) gets a real status code; then
-/// streams the rest.
+/// Waits for the first piece, so a request that fails before generating (a
+/// full queue, a backend error) gets a real status code; then streams the
+/// rest.
 async fn stream(header: Header, mut running: Running, include_usage: bool) -> Result<Response> {
-    let first = match running.text.recv().await {
-        Some(text) => Some(text),
-        None => {
-            let result = finished(running.done).await?;
-            let (tx, rx) = mpsc::channel(4);
-            tokio::spawn(async move {
-                let _ = finish(&header, &tx, String::new(), Ok(result), include_usage).await;
-            });
-            return Ok(sse(rx));
-        }
+    let Some(first) = running.output.recv().await else {
+        let result = finished(running.done).await?;
+        let (tx, rx) = mpsc::channel(4);
+        tokio::spawn(async move {
+            let mut chunks = Chunks::new(header, tx, include_usage);
+            let _ = chunks.finish(Ok(result)).await;
+        });
+        return Ok(sse(rx));
     };
     let (tx, rx) = mpsc::channel(16);
-    tokio::spawn(pump(
-        header,
-        running,
-        first.unwrap_or_default(),
-        tx,
-        include_usage,
-    ));
+    tokio::spawn(pump(Chunks::new(header, tx, include_usage), running, first));
     Ok(sse(rx))
 }
 
@@ -137,61 +134,114 @@ fn data(value: &Value) -> Event {
     Event::default().data(value.to_string())
 }
 
-/// Sends chunks until generation ends. Text is held one piece back so the
-/// last content chunk can carry `finish_reason`. When the client goes away,
-/// sending fails, `running` is dropped, and the backend stops generating.
-async fn pump(
-    header: Header,
-    mut running: Running,
-    first: String,
-    tx: mpsc::Sender<Event>,
-    include_usage: bool,
-) {
+/// Sends chunks until generation ends. When the client goes away, sending
+/// fails, `running` is dropped, and the backend stops generating.
+async fn pump(mut chunks: Chunks, mut running: Running, first: Piece) {
     let role = json!({"role": "assistant", "content": "", "refusal": null});
-    if tx
-        .send(data(&header.chunk(role, None, include_usage)))
+    if chunks
+        .send(chunks.header.chunk(role, None, chunks.include_usage))
         .await
         .is_err()
     {
         return;
     }
-    let mut pending = first;
-    while let Some(text) = running.text.recv().await {
-        let chunk = header.chunk(json!({"content": pending}), None, include_usage);
-        if tx.send(data(&chunk)).await.is_err() {
+    let mut piece = Some(first);
+    while let Some(next) = piece {
+        if chunks.put(next).await.is_err() {
             return;
         }
-        pending = text;
+        piece = running.output.recv().await;
     }
     let outcome = finished(running.done).await;
-    let _ = finish(&header, &tx, pending, outcome, include_usage).await;
+    let _ = chunks.finish(outcome).await;
 }
 
-async fn finish(
-    header: &Header,
-    tx: &mpsc::Sender<Event>,
-    last: String,
-    outcome: Result<crate::inference::backend::ChatResult>,
+type Sent = std::result::Result<(), mpsc::error::SendError<Event>>;
+
+/// The chunks of one stream. Text is held one piece back so that the last
+/// content chunk can carry `finish_reason`, unless the backend streamed
+/// whole choices that end themselves.
+struct Chunks {
+    header: Header,
+    tx: mpsc::Sender<Event>,
     include_usage: bool,
-) -> std::result::Result<(), mpsc::error::SendError<Event>> {
-    match outcome {
-        Ok(result) => {
-            let reason = wire::finish_reason(result.finish_reason);
-            let chunk = header.chunk(json!({"content": last}), Some(reason), include_usage);
-            tx.send(data(&chunk)).await?;
-            if include_usage {
-                tx.send(data(&header.usage_chunk(&result))).await?;
-            }
-        }
-        Err(error) => {
-            if !last.is_empty() {
-                let chunk = header.chunk(json!({"content": last}), None, include_usage);
-                tx.send(data(&chunk)).await?;
-            }
-            tx.send(data(&error.body())).await?;
+    pending: String,
+    ended_by_backend: bool,
+}
+
+impl Chunks {
+    fn new(header: Header, tx: mpsc::Sender<Event>, include_usage: bool) -> Chunks {
+        Chunks {
+            header,
+            tx,
+            include_usage,
+            pending: String::new(),
+            ended_by_backend: false,
         }
     }
-    tx.send(Event::default().data("[DONE]")).await
+
+    async fn send(&self, chunk: Value) -> Sent {
+        self.tx.send(data(&chunk)).await
+    }
+
+    async fn put(&mut self, piece: Piece) -> Sent {
+        match piece {
+            Piece::Text(text) => {
+                let held = std::mem::replace(&mut self.pending, text);
+                if held.is_empty() {
+                    return Ok(());
+                }
+                self.send_text(held, None).await
+            }
+            Piece::Choice(choice) => {
+                let Ok(choice) = serde_json::from_str::<Value>(&choice) else {
+                    tracing::warn!(model = %self.header.model, "a backend streamed a choice that is not JSON; dropped");
+                    return Ok(());
+                };
+                let held = std::mem::take(&mut self.pending);
+                if !held.is_empty() {
+                    self.send_text(held, None).await?;
+                }
+                if !choice["finish_reason"].is_null() {
+                    self.ended_by_backend = true;
+                }
+                self.send(self.header.raw_chunk(choice, self.include_usage))
+                    .await
+            }
+        }
+    }
+
+    async fn send_text(&self, text: String, finish: Option<&str>) -> Sent {
+        self.send(
+            self.header
+                .chunk(json!({"content": text}), finish, self.include_usage),
+        )
+        .await
+    }
+
+    async fn finish(&mut self, outcome: Result<crate::inference::backend::ChatResult>) -> Sent {
+        let last = std::mem::take(&mut self.pending);
+        match outcome {
+            Ok(result) => {
+                if !self.ended_by_backend {
+                    let reason = wire::finish_reason(result.finish_reason);
+                    self.send_text(last, Some(reason)).await?;
+                } else if !last.is_empty() {
+                    self.send_text(last, None).await?;
+                }
+                if self.include_usage {
+                    self.send(self.header.usage_chunk(&result)).await?;
+                }
+            }
+            Err(error) => {
+                if !last.is_empty() {
+                    self.send_text(last, None).await?;
+                }
+                self.tx.send(data(&error.body())).await?;
+            }
+        }
+        self.tx.send(Event::default().data("[DONE]")).await
+    }
 }
 
 /// Who the request is billed to: the project in the header (the caller must

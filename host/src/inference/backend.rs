@@ -14,10 +14,11 @@ use wasmtime::{Engine, Store};
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
-use crate::plugin::bindings::v0_1_0::model::{ModelBackend, ModelBackendPre};
+use crate::plugin::bindings::v0_1_0::model as v1;
 use crate::plugin::bindings::v0_1_0::model_parallel::{
     ModelBackendParallel, ModelBackendParallelPre,
 };
+use crate::plugin::bindings::v0_2_0::model as v2;
 use crate::plugin::engine::{Runtime, compile_cached, model_engine};
 use crate::plugin::manifest::BackendGrant;
 use crate::plugin::state::MemoryLimiter;
@@ -28,9 +29,33 @@ use super::parallel::{self, Parallel};
 
 type GuestError = crate::plugin::bindings::v0_1_0::template::switchyard::plugin::types::PluginError;
 
-pub use crate::plugin::bindings::v0_1_0::model::exports::switchyard::plugin::backend::{
-    ChatRequest, ChatResult, FinishReason, Message, ModelInfo,
+// The host's own request and result are 0.2.0's, the larger; a 0.1.0
+// backend gets them converted down (see `Backend::chat`).
+pub use v1::exports::switchyard::plugin::backend::ModelInfo;
+pub use v2::exports::switchyard::plugin::backend::{
+    ChatRequest, ChatResult, FinishReason, Message,
 };
+
+/// What a backend sends while it generates.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Piece {
+    /// Text of the first choice.
+    Text(String),
+    /// A whole streamed choice, as JSON, for the client as it is
+    /// (0.2.0 backends: tool-call deltas, log probabilities, other choices).
+    Choice(String),
+}
+
+/// A backend's bindings, by the WIT version it was built against.
+enum Bindings {
+    V1(v1::ModelBackend),
+    V2(v2::ModelBackend),
+}
+
+enum Pre {
+    V1(v1::ModelBackendPre<BackendState>),
+    V2(v2::ModelBackendPre<BackendState>),
+}
 
 /// Where and how a backend runs: everything it is granted.
 #[derive(Clone)]
@@ -117,8 +142,8 @@ pub struct BackendState {
     limiter: MemoryLimiter,
     http: WasiHttpCtx,
     egress: Egress,
-    /// Where `output.emit` sends text during a chat call.
-    output: Option<mpsc::UnboundedSender<String>>,
+    /// Where `output` sends what is generated during a chat call.
+    output: Option<mpsc::UnboundedSender<Piece>>,
     /// The second instance, for `parallel` calls.
     parallel: Option<Parallel>,
     /// In a second instance, during a task: where `parallel.send` goes.
@@ -146,9 +171,29 @@ impl WasiHttpView for BackendState {
 
 impl crate::plugin::bindings::v0_1_0::template::switchyard::plugin::types::Host for BackendState {}
 
-impl crate::plugin::bindings::v0_1_0::model::switchyard::plugin::output::Host for BackendState {
+impl BackendState {
+    fn send(&mut self, piece: Piece) -> bool {
+        self.output
+            .as_ref()
+            .is_some_and(|tx| tx.send(piece).is_ok())
+    }
+}
+
+impl v1::switchyard::plugin::output::Host for BackendState {
     fn emit(&mut self, text: String) -> bool {
-        self.output.as_ref().is_some_and(|tx| tx.send(text).is_ok())
+        self.send(Piece::Text(text))
+    }
+}
+
+impl v2::switchyard::plugin::types::Host for BackendState {}
+
+impl v2::switchyard::plugin::output::Host for BackendState {
+    fn emit(&mut self, text: String) -> bool {
+        self.send(Piece::Text(text))
+    }
+
+    fn emit_choice(&mut self, choice: String) -> bool {
+        self.send(Piece::Choice(choice))
     }
 }
 
@@ -214,7 +259,7 @@ impl parallel::Worker for SecondInstance {
 
 struct Live {
     store: Store<BackendState>,
-    bindings: ModelBackend,
+    bindings: Bindings,
     calls: u32,
 }
 
@@ -222,7 +267,7 @@ struct Live {
 pub struct Backend {
     setup: Setup,
     engine: Engine,
-    pre: ModelBackendPre<BackendState>,
+    pre: Pre,
     /// The same, for a backend that exports `worker` and is given a second
     /// instance.
     pre_parallel: Option<ModelBackendParallelPre<BackendState>>,
@@ -272,18 +317,26 @@ impl Backend {
         if setup.egress.is_some() {
             wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
         }
-        ModelBackend::add_to_linker::<_, HasSelf<BackendState>>(&mut linker, |s| s)?;
+        v1::ModelBackend::add_to_linker::<_, HasSelf<BackendState>>(&mut linker, |s| s)?;
+        v2::ModelBackend::add_to_linker::<_, HasSelf<BackendState>>(&mut linker, |s| s)?;
         crate::plugin::bindings::v0_1_0::model_parallel::switchyard::plugin::parallel::add_to_linker::<
             _,
             HasSelf<BackendState>,
         >(&mut linker, |s| s)?;
         let not_a_backend = |e: wasmtime::Error| {
             anyhow::anyhow!(
-                "it does not implement the model-backend world of switchyard:plugin@0.1.0: {e:#}"
+                "it does not implement the model-backend world of switchyard:plugin@0.2.0 or @0.1.0: {e:#}"
             )
         };
         let instance_pre = linker.instantiate_pre(&component).map_err(not_a_backend)?;
-        let pre = ModelBackendPre::new(instance_pre.clone()).map_err(not_a_backend)?;
+        let is_v2 = component
+            .get_export_index(None, "switchyard:plugin/backend@0.2.0")
+            .is_some();
+        let pre = if is_v2 {
+            Pre::V2(v2::ModelBackendPre::new(instance_pre.clone()).map_err(not_a_backend)?)
+        } else {
+            Pre::V1(v1::ModelBackendPre::new(instance_pre.clone()).map_err(not_a_backend)?)
+        };
         let exports_worker = component
             .get_export_index(None, "switchyard:plugin/worker@0.1.0")
             .is_some();
@@ -301,13 +354,32 @@ impl Backend {
         }))
     }
 
+    /// Whether it takes the OpenAI fields the host passes through (tools,
+    /// response formats, log probabilities, several choices): built against
+    /// 0.2.0.
+    pub fn passes_through(&self) -> bool {
+        matches!(self.pre, Pre::V2(_))
+    }
+
     /// The models the backend serves.
     pub async fn models(&self) -> Result<Vec<ModelInfo>, CallError> {
-        self.call(HOST, None, async |b, s| {
-            b.switchyard_plugin_backend()
+        self.call(HOST, None, async |b, s| match b {
+            Bindings::V1(b) => b
+                .switchyard_plugin_backend()
                 .call_list_models(s)
                 .await
-                .map(Ok)
+                .map(Ok),
+            Bindings::V2(b) => {
+                let models = b.switchyard_plugin_backend().call_list_models(s).await?;
+                Ok(Ok(models
+                    .into_iter()
+                    .map(|m| ModelInfo {
+                        id: m.id,
+                        owned_by: m.owned_by,
+                        created: m.created,
+                    })
+                    .collect()))
+            }
         })
         .await
     }
@@ -317,8 +389,13 @@ impl Backend {
         if self.setup.instances == Instances::Single && self.live.try_lock().is_err() {
             return Ok(());
         }
-        self.call(HOST, None, async |b, s| {
-            b.switchyard_plugin_backend().call_health(s).await
+        self.call(HOST, None, async |b, s| match b {
+            Bindings::V1(b) => b.switchyard_plugin_backend().call_health(s).await,
+            Bindings::V2(b) => Ok(b
+                .switchyard_plugin_backend()
+                .call_health(s)
+                .await?
+                .map_err(v2_error)),
         })
         .await
     }
@@ -329,10 +406,47 @@ impl Backend {
         &self,
         team: &str,
         request: ChatRequest,
-        output: mpsc::UnboundedSender<String>,
+        output: mpsc::UnboundedSender<Piece>,
     ) -> Result<ChatResult, CallError> {
-        self.call(team, Some(output), async move |b, s| {
-            b.switchyard_plugin_backend().call_chat(s, &request).await
+        self.call(team, Some(output), async move |b, s| match b {
+            Bindings::V2(b) => Ok(b
+                .switchyard_plugin_backend()
+                .call_chat(s, &request)
+                .await?
+                .map_err(v2_error)),
+            Bindings::V1(b) => {
+                // The host refused what 0.1.0 cannot carry (`extra`) before.
+                let request = v1::exports::switchyard::plugin::backend::ChatRequest {
+                    model: request.model,
+                    messages: request
+                        .messages
+                        .into_iter()
+                        .map(|m| v1::exports::switchyard::plugin::backend::Message {
+                            role: m.role,
+                            content: m.content,
+                        })
+                        .collect(),
+                    max_tokens: request.max_tokens,
+                    temperature: request.temperature,
+                    top_p: request.top_p,
+                    seed: request.seed,
+                    stop: request.stop,
+                };
+                let result = b.switchyard_plugin_backend().call_chat(s, &request).await?;
+                Ok(result.map(|r| ChatResult {
+                    finish_reason: match r.finish_reason {
+                        v1::exports::switchyard::plugin::backend::FinishReason::Stop => {
+                            FinishReason::Stop
+                        }
+                        v1::exports::switchyard::plugin::backend::FinishReason::Length => {
+                            FinishReason::Length
+                        }
+                    },
+                    prompt_tokens: r.prompt_tokens,
+                    completion_tokens: r.completion_tokens,
+                    choices: None,
+                }))
+            }
         })
         .await
     }
@@ -340,9 +454,9 @@ impl Backend {
     async fn call<R>(
         &self,
         team: &str,
-        output: Option<mpsc::UnboundedSender<String>>,
+        output: Option<mpsc::UnboundedSender<Piece>>,
         f: impl AsyncFnOnce(
-            &ModelBackend,
+            &Bindings,
             &mut Store<BackendState>,
         ) -> wasmtime::Result<Result<R, GuestError>>,
     ) -> Result<R, CallError> {
@@ -409,9 +523,9 @@ impl Backend {
     async fn run<R>(
         &self,
         live: &mut Live,
-        output: Option<mpsc::UnboundedSender<String>>,
+        output: Option<mpsc::UnboundedSender<Piece>>,
         f: impl AsyncFnOnce(
-            &ModelBackend,
+            &Bindings,
             &mut Store<BackendState>,
         ) -> wasmtime::Result<Result<R, GuestError>>,
     ) -> (Result<R, CallError>, bool) {
@@ -467,7 +581,10 @@ impl Backend {
             };
             store.data_mut().parallel = Some(Parallel::spawn(&self.setup.name, worker));
         }
-        let bindings = self.pre.instantiate_async(&mut store).await?;
+        let bindings = match &self.pre {
+            Pre::V1(pre) => Bindings::V1(pre.instantiate_async(&mut store).await?),
+            Pre::V2(pre) => Bindings::V2(pre.instantiate_async(&mut store).await?),
+        };
         Ok(Live {
             store,
             bindings,
@@ -503,6 +620,15 @@ impl Backend {
         // keep serving meanwhile. Time is bounded by the call's timeout.
         store.epoch_deadline_async_yield_and_update(1);
         Ok(store)
+    }
+}
+
+/// A 0.2.0 backend's error as the host's one error type.
+fn v2_error(e: v2::switchyard::plugin::types::PluginError) -> GuestError {
+    GuestError {
+        code: e.code,
+        message: e.message,
+        position: e.position,
     }
 }
 
@@ -563,16 +689,22 @@ mod tests {
             messages: vec![Message {
                 role: "user".into(),
                 content: text.into(),
+                extra: None,
             }],
             max_tokens: None,
             temperature: None,
             top_p: None,
             seed: None,
             stop: Vec::new(),
+            streamed: false,
+            extra: None,
         };
         let (tx, mut rx) = mpsc::unbounded_channel();
         backend.chat(team, request, tx).await.unwrap();
-        rx.recv().await.unwrap()
+        match rx.recv().await.unwrap() {
+            Piece::Text(text) => text,
+            other => panic!("a 0.1.0 backend sent {other:?}"),
+        }
     }
 
     #[tokio::test]

@@ -23,7 +23,9 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
-use self::backend::{Backend, CallError, ChatRequest, ChatResult, Instances, ModelInfo, Setup};
+use self::backend::{
+    Backend, CallError, ChatRequest, ChatResult, Instances, ModelInfo, Piece, Setup,
+};
 use self::usage::Account;
 use wasmtime_wasi::FsPerms;
 
@@ -64,11 +66,11 @@ pub struct Inference {
     plugins: Arc<Plugins>,
 }
 
-/// A chat request under way: text as it is generated, then the outcome.
+/// A chat request under way: what is generated as it comes, then the outcome.
 pub struct Running {
-    /// Generated text. Closes when generation ends; dropping it stops
-    /// generation.
-    pub text: mpsc::UnboundedReceiver<String>,
+    /// Generated text (and whole choices). Closes when generation ends;
+    /// dropping it stops generation.
+    pub output: mpsc::UnboundedReceiver<Piece>,
     /// How it ended.
     pub done: oneshot::Receiver<Result<ChatResult>>,
 }
@@ -183,8 +185,11 @@ impl Inference {
     /// at its concurrency limit or the queue is full.
     pub fn chat(&self, account: Account, request: ChatRequest) -> Result<Running> {
         let (backend, plugin) = self.route(&request.model)?;
+        if !backend.passes_through() {
+            wire::refuse_passthrough(&request)?;
+        }
         let slot = Slot::take(&self.running, &account.scope, self.per_project)?;
-        let (text_tx, text) = mpsc::unbounded_channel();
+        let (output_tx, output) = mpsc::unbounded_channel();
         let (done_tx, done) = oneshot::channel();
         let store = self.store.clone();
         // The job reports its own outcome, so no task waits on it. If it
@@ -192,7 +197,7 @@ impl Inference {
         let job = async move {
             let model = request.model.clone();
             let started = std::time::Instant::now();
-            let result = backend.chat(account.team(), request, text_tx).await;
+            let result = backend.chat(account.team(), request, output_tx).await;
             if let Some(plugin) = plugin {
                 let failed = matches!(result, Err(CallError::Failed(_)));
                 plugin.stats().record(started.elapsed(), failed);
@@ -214,7 +219,7 @@ impl Inference {
         self.queue
             .submit(job)
             .map_err(|e| Error::RateLimited(e.to_string()))?;
-        Ok(Running { text, done })
+        Ok(Running { output, done })
     }
 
     /// The backend serving `model` (and its plugin, if it is one).

@@ -70,6 +70,12 @@ pub enum Stop {
 pub struct InputMessage {
     pub role: String,
     pub content: Option<Content>,
+    /// An assistant message's tool calls, sent back with the results.
+    pub tool_calls: Option<Value>,
+    /// A tool message: the call it answers.
+    pub tool_call_id: Option<String>,
+    pub name: Option<String>,
+    pub function_call: Option<Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -143,7 +149,44 @@ impl CompletionRequest {
             top_p: self.top_p,
             seed: Some(self.seed.map_or(seed, |s| s as u64)),
             stop: self.stops()?,
+            streamed: self.stream,
+            extra: self.passed_through(),
         })
+    }
+
+    /// The fields a backend built for them honours and the host passes on
+    /// unread (a JSON object), or `None` when the request uses none of them
+    /// beyond their defaults.
+    fn passed_through(&self) -> Option<String> {
+        let mut extra = serde_json::Map::new();
+        let mut put = |name: &str, value: Option<Value>| {
+            if let Some(value) = value {
+                extra.insert(name.to_string(), value);
+            }
+        };
+        put(
+            "tools",
+            self.tools
+                .clone()
+                .filter(|t| !t.is_empty())
+                .map(Value::from),
+        );
+        put("tool_choice", self.tool_choice.clone());
+        put(
+            "parallel_tool_calls",
+            self.parallel_tool_calls.map(Value::from),
+        );
+        put("functions", self.functions.clone().map(Value::from));
+        put("function_call", self.function_call.clone());
+        let text = |f: &Value| f.get("type").and_then(Value::as_str) == Some("text");
+        put(
+            "response_format",
+            self.response_format.clone().filter(|f| !text(f)),
+        );
+        put("logprobs", self.logprobs.filter(|l| *l).map(Value::from));
+        put("top_logprobs", self.top_logprobs.map(Value::from));
+        put("n", self.n.filter(|n| *n != 1).map(Value::from));
+        (!extra.is_empty()).then(|| Value::Object(extra).to_string())
     }
 
     fn stops(&self) -> Result<Vec<String>> {
@@ -171,19 +214,8 @@ impl CompletionRequest {
                 format!("{param} {why} is not supported by this server"),
             ))
         };
-        if self.n.is_some_and(|n| n != 1) {
-            return unsupported("n", "other than 1");
-        }
-        if self.logprobs == Some(true) || self.top_logprobs.is_some() {
-            return unsupported("logprobs", "");
-        }
-        if self.tools.as_ref().is_some_and(|t| !t.is_empty()) || self.functions.is_some() {
-            return unsupported("tools", "(function calling)");
-        }
-        if let Some(format) = &self.response_format
-            && format.get("type").and_then(Value::as_str) != Some("text")
-        {
-            return unsupported("response_format", "other than {\"type\": \"text\"}");
+        if self.n == Some(0) {
+            return Err(Error::invalid("n", "n must be at least 1"));
         }
         if self
             .modalities
@@ -210,11 +242,13 @@ impl InputMessage {
             "system" | "developer" => "system",
             "user" => "user",
             "assistant" => "assistant",
+            "tool" => "tool",
+            "function" => "function",
             other => {
                 return Err(Error::invalid(
                     field("role"),
                     format!(
-                        "role '{other}' is not supported; use system, developer, user or assistant"
+                        "role '{other}' is not supported; use system, developer, user, assistant or tool"
                     ),
                 ));
             }
@@ -240,11 +274,63 @@ impl InputMessage {
                 text
             }
         };
+        let mut extra = serde_json::Map::new();
+        for (name, value) in [
+            ("tool_calls", self.tool_calls.clone()),
+            ("tool_call_id", self.tool_call_id.clone().map(Value::from)),
+            ("name", self.name.clone().map(Value::from)),
+            ("function_call", self.function_call.clone()),
+        ] {
+            if let Some(value) = value.filter(|v| !v.is_null()) {
+                extra.insert(name.to_string(), value);
+            }
+        }
         Ok(Message {
             role: role.into(),
             content,
+            extra: (!extra.is_empty()).then(|| Value::Object(extra).to_string()),
         })
     }
+}
+
+/// Refuses what a backend built against 0.1.0 cannot be given (tools,
+/// structured output, log probabilities, several choices, tool messages),
+/// naming the field the way OpenAI SDKs report it.
+pub fn refuse_passthrough(request: &ChatRequest) -> Result<()> {
+    let model = &request.model;
+    let unsupported = |param: String, what: &str| {
+        Error::invalid(
+            param,
+            format!(
+                "the model '{model}' does not support {what}; models served by an OpenAI-compatible upstream do"
+            ),
+        )
+    };
+    if let Some(extra) = &request.extra {
+        let fields: serde_json::Map<String, Value> =
+            serde_json::from_str(extra).unwrap_or_default();
+        if let Some(name) = fields.keys().next() {
+            return Err(unsupported(name.clone(), &format!("'{name}'")));
+        }
+    }
+    for (i, message) in request.messages.iter().enumerate() {
+        if matches!(message.role.as_str(), "tool" | "function") {
+            return Err(unsupported(
+                format!("messages[{i}].role"),
+                &format!("messages with role '{}'", message.role),
+            ));
+        }
+        if let Some(extra) = &message.extra {
+            let fields: serde_json::Map<String, Value> =
+                serde_json::from_str(extra).unwrap_or_default();
+            let name = fields.keys().next().map_or("tool_calls", String::as_str);
+            return Err(unsupported(
+                format!("messages[{i}].{name}"),
+                &format!("'{name}' in messages"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// `finish_reason` as OpenAI spells it.
@@ -252,6 +338,8 @@ pub fn finish_reason(reason: FinishReason) -> &'static str {
     match reason {
         FinishReason::Stop => "stop",
         FinishReason::Length => "length",
+        FinishReason::ToolCalls => "tool_calls",
+        FinishReason::ContentFilter => "content_filter",
     }
 }
 
@@ -272,22 +360,47 @@ pub struct Header {
 }
 
 impl Header {
-    /// A whole (non-streamed) completion.
+    /// A whole (non-streamed) completion: the backend's own choices when it
+    /// gave them (0.2.0), or one made of the text it emitted.
     pub fn completion(&self, text: String, result: &ChatResult) -> Value {
+        let choices = result
+            .choices
+            .as_deref()
+            .and_then(|c| serde_json::from_str::<Value>(c).ok())
+            .filter(Value::is_array)
+            .unwrap_or_else(|| {
+                json!([{
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text, "refusal": null},
+                    "logprobs": null,
+                    "finish_reason": finish_reason(result.finish_reason),
+                }])
+            });
         json!({
             "id": self.id,
             "object": "chat.completion",
             "created": self.created,
             "model": self.model,
             "system_fingerprint": null,
-            "choices": [{
-                "index": 0,
-                "message": {"role": "assistant", "content": text, "refusal": null},
-                "logprobs": null,
-                "finish_reason": finish_reason(result.finish_reason),
-            }],
+            "choices": choices,
             "usage": usage(result),
         })
+    }
+
+    /// A streamed chunk carrying one choice a backend made whole (JSON).
+    pub fn raw_chunk(&self, choice: Value, with_usage: bool) -> Value {
+        let mut chunk = json!({
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": null,
+            "choices": [choice],
+        });
+        if with_usage {
+            chunk["usage"] = Value::Null;
+        }
+        chunk
     }
 
     /// One streamed chunk with one choice.

@@ -1,12 +1,18 @@
 //! `model-openai`: forwards chat requests to an OpenAI-compatible upstream
 //! through `wasi:http`, streaming the reply back through `output`.
 //!
+//! Built against `switchyard:plugin@0.2.0`: the request fields the host
+//! passes through (tools, response formats, log probabilities, `n`) and the
+//! messages' tool fields go upstream as they came, and the upstream's tool
+//! calls, log probabilities and other choices come back as they are. Plain
+//! text of the first choice takes the fast path through `output.emit`.
+//!
 //! The host tells it the upstream's base URL (`UPSTREAM_URL`) and the models
 //! it serves (`MODELS`: `id` or `id=upstream-id`, comma-separated). The host
 //! enforces the egress allow-list and adds the upstream's credential to each
 //! request itself, so this component never sees the key.
 
-wit_bindgen::generate!({ path: "../../wit/v0.1.0", world: "model-backend" });
+wit_bindgen::generate!({ path: "../../wit/v0.2.0", world: "model-backend" });
 
 use exports::switchyard::plugin::backend::{
     ChatRequest, ChatResult, FinishReason, Guest, ModelInfo,
@@ -16,6 +22,7 @@ use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use serde_json::value::RawValue;
 use switchyard::plugin::output;
 use switchyard::plugin::types::PluginError;
 use wasip2::http::outgoing_handler;
@@ -96,7 +103,9 @@ impl Guest for Proxy {
                 .iter()
                 .map(|m| UpstreamMessage {
                     role: &m.role,
-                    content: &m.content,
+                    // An assistant message that only calls tools has no text.
+                    content: (!m.content.is_empty() || m.extra.is_none()).then_some(&m.content),
+                    extra: json_object(m.extra.as_deref()),
                 })
                 .collect(),
             max_tokens: request.max_tokens,
@@ -104,11 +113,19 @@ impl Guest for Proxy {
             top_p: request.top_p,
             seed: request.seed,
             stop: (!request.stop.is_empty()).then_some(&request.stop),
-            stream: true,
-            stream_options: StreamOptions {
-                include_usage: true,
-            },
+            // A reply that is not streamed but may hold tool calls or several
+            // choices is asked for whole, so they come back unchanged.
+            stream: request.streamed || request.extra.is_none(),
+            stream_options: None,
+            extra: json_object(request.extra.as_deref()),
         };
+        let body = UpstreamRequest {
+            stream_options: body.stream.then_some(StreamOptions {
+                include_usage: true,
+            }),
+            ..body
+        };
+        let streamed = body.stream;
         let body = serde_json::to_string(&body).map_err(|e| {
             err(
                 "invalid-request",
@@ -116,8 +133,18 @@ impl Guest for Proxy {
             )
         })?;
         let response = post(&format!("{}/chat/completions", url()?), &body)?;
-        relay(response)
+        if streamed {
+            relay(response)
+        } else {
+            whole(response)
+        }
     }
+}
+
+/// A JSON object the host passed as text; anything else is nothing.
+fn json_object(text: Option<&str>) -> serde_json::Map<String, Value> {
+    text.and_then(|t| serde_json::from_str(t).ok())
+        .unwrap_or_default()
 }
 
 fn url() -> Result<&'static str, PluginError> {
@@ -127,7 +154,7 @@ fn url() -> Result<&'static str, PluginError> {
         .ok_or_else(|| err("invalid-config", "UPSTREAM_URL is not set"))
 }
 
-/// The body sent upstream: always streamed, with usage in the last chunk.
+/// The body sent upstream; a stream has usage in its last chunk.
 #[derive(Serialize)]
 struct UpstreamRequest<'a> {
     model: &'a str,
@@ -138,13 +165,20 @@ struct UpstreamRequest<'a> {
     seed: Option<u64>,
     stop: Option<&'a Vec<String>>,
     stream: bool,
-    stream_options: StreamOptions,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream_options: Option<StreamOptions>,
+    /// Tools, response format, log probabilities, `n`: as the client sent them.
+    #[serde(flatten)]
+    extra: serde_json::Map<String, Value>,
 }
 
 #[derive(Serialize)]
 struct UpstreamMessage<'a> {
     role: &'a str,
-    content: &'a str,
+    content: Option<&'a String>,
+    /// `tool_calls`, `tool_call_id`, `name`: as the client sent them.
+    #[serde(flatten)]
+    extra: serde_json::Map<String, Value>,
 }
 
 #[derive(Serialize)]
@@ -157,14 +191,18 @@ struct StreamOptions {
 #[derive(Deserialize)]
 struct Chunk<'a> {
     #[serde(borrow)]
-    choices: Option<Vec<Choice<'a>>>,
+    choices: Option<Vec<&'a RawValue>>,
     usage: Option<Usage>,
 }
 
 #[derive(Deserialize)]
 struct Choice<'a> {
+    #[serde(default)]
+    index: u32,
     #[serde(borrow)]
     delta: Option<Delta<'a>>,
+    #[serde(borrow)]
+    logprobs: Option<&'a RawValue>,
     finish_reason: Option<Cow<'a, str>>,
 }
 
@@ -172,6 +210,37 @@ struct Choice<'a> {
 struct Delta<'a> {
     #[serde(borrow)]
     content: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    tool_calls: Option<&'a RawValue>,
+    #[serde(borrow)]
+    function_call: Option<&'a RawValue>,
+    #[serde(borrow)]
+    refusal: Option<&'a RawValue>,
+}
+
+impl Choice<'_> {
+    /// Whether it is only text of the first choice (and maybe its plain
+    /// end), which the host streams itself.
+    fn plain(&self) -> bool {
+        let delta_plain = self.delta.as_ref().is_none_or(|d| {
+            d.tool_calls.is_none() && d.function_call.is_none() && d.refusal.is_none()
+        });
+        self.index == 0
+            && delta_plain
+            && self.logprobs.is_none()
+            && matches!(
+                self.finish_reason.as_deref(),
+                None | Some("stop" | "length")
+            )
+    }
+}
+
+/// A whole `chat.completion`, only the fields read here.
+#[derive(Deserialize)]
+struct Completion<'a> {
+    #[serde(borrow)]
+    choices: &'a RawValue,
+    usage: Option<Usage>,
 }
 
 #[derive(Deserialize)]
@@ -275,6 +344,7 @@ fn relay(response: Response) -> Result<ChatResult, PluginError> {
         finish_reason: FinishReason::Stop,
         prompt_tokens: 0,
         completion_tokens: 0,
+        choices: None,
     };
     let mut error_body = Vec::new();
     loop {
@@ -301,14 +371,9 @@ fn relay(response: Response) -> Result<ChatResult, PluginError> {
         }
     }
     if response.status != 200 {
-        let text = String::from_utf8_lossy(&error_body);
-        let message = serde_json::from_str::<Value>(&text)
-            .ok()
-            .and_then(|v| v["error"]["message"].as_str().map(str::to_string))
-            .unwrap_or_else(|| text.chars().take(300).collect());
-        return Err(err(
-            "upstream-failed",
-            format!("the upstream answered {}: {message}", response.status),
+        return Err(upstream_error(
+            response.status,
+            &String::from_utf8_lossy(&error_body),
         ));
     }
     Ok(result)
@@ -332,18 +397,105 @@ fn handle_line(line: &str, result: &mut ChatResult) -> Result<bool, PluginError>
         result.prompt_tokens = usage.prompt_tokens;
         result.completion_tokens = usage.completion_tokens;
     }
-    for choice in chunk.choices.into_iter().flatten() {
+    for raw in chunk.choices.into_iter().flatten() {
+        let choice: Choice = serde_json::from_str(raw.get()).map_err(|e| {
+            err(
+                "upstream-failed",
+                format!("the upstream sent a bad choice: {e}"),
+            )
+        })?;
+        if let Some(reason) = choice
+            .finish_reason
+            .as_deref()
+            .filter(|_| choice.index == 0)
+        {
+            result.finish_reason = finish_reason(reason);
+        }
+        if !choice.plain() {
+            if !output::emit_choice(raw.get()) {
+                return Ok(false);
+            }
+            continue;
+        }
         if let Some(text) = choice.delta.and_then(|d| d.content)
             && !text.is_empty()
             && !output::emit(&text)
         {
             return Ok(false);
         }
-        if choice.finish_reason.as_deref() == Some("length") {
-            result.finish_reason = FinishReason::Length;
-        }
     }
     Ok(true)
+}
+
+fn finish_reason(reason: &str) -> FinishReason {
+    match reason {
+        "length" => FinishReason::Length,
+        "tool_calls" | "function_call" => FinishReason::ToolCalls,
+        "content_filter" => FinishReason::ContentFilter,
+        _ => FinishReason::Stop,
+    }
+}
+
+/// Reads a whole (not streamed) completion: its choices go to the host as
+/// they are.
+fn whole(response: Response) -> Result<ChatResult, PluginError> {
+    let stream = response
+        .body
+        .stream()
+        .map_err(|_| err("upstream-failed", "reading the response"))?;
+    let mut body = Vec::new();
+    loop {
+        match stream.blocking_read(64 * 1024) {
+            Ok(chunk) => body.extend_from_slice(&chunk),
+            Err(wasip2::io::streams::StreamError::Closed) => break,
+            Err(e) => {
+                return Err(err(
+                    "upstream-failed",
+                    format!("the upstream's answer broke off: {e:?}"),
+                ));
+            }
+        }
+    }
+    let text = String::from_utf8_lossy(&body);
+    if response.status != 200 {
+        return Err(upstream_error(response.status, &text));
+    }
+    let completion: Completion = serde_json::from_str(&text).map_err(|e| {
+        err(
+            "upstream-failed",
+            format!("the upstream sent a bad completion: {e}"),
+        )
+    })?;
+    let first: Option<Value> = serde_json::from_str::<Vec<Value>>(completion.choices.get())
+        .ok()
+        .and_then(|c| c.into_iter().next());
+    let usage = completion.usage.unwrap_or(Usage {
+        prompt_tokens: 0,
+        completion_tokens: 0,
+    });
+    Ok(ChatResult {
+        finish_reason: finish_reason(
+            first
+                .as_ref()
+                .and_then(|c| c["finish_reason"].as_str())
+                .unwrap_or("stop"),
+        ),
+        prompt_tokens: usage.prompt_tokens,
+        completion_tokens: usage.completion_tokens,
+        choices: Some(completion.choices.get().to_string()),
+    })
+}
+
+/// The upstream's error, with its message when it sent one.
+fn upstream_error(status: u16, text: &str) -> PluginError {
+    let message = serde_json::from_str::<Value>(text)
+        .ok()
+        .and_then(|v| v["error"]["message"].as_str().map(str::to_string))
+        .unwrap_or_else(|| text.chars().take(300).collect());
+    err(
+        "upstream-failed",
+        format!("the upstream answered {status}: {message}"),
+    )
 }
 
 export!(Proxy);

@@ -3,3 +3,4 @@
 //! added beside it.
 
 pub mod v0_1_0;
+pub mod v0_2_0;

@@ -1,0 +1,14 @@
+//! Bindings for `switchyard:plugin@0.2.0` (`wit/v0.2.0`): the model backend
+//! that passes OpenAI's tool calls, structured output, log probabilities and
+//! several choices through. Templates and filters stay at 0.1.0.
+#![allow(missing_docs)]
+
+/// The `model-backend` world. Exports are async (generation is long and
+/// yields to tokio); the `output` import is a plain function.
+pub mod model {
+    wasmtime::component::bindgen!({
+        path: "../wit/v0.2.0",
+        world: "model-backend",
+        exports: { default: async },
+    });
+}
