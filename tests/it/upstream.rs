@@ -176,11 +176,16 @@ fn host_with(upstream: &str, extra: &str) -> Host {
 async fn chat(host: &Host, key: &str, model: &str, stream: bool) -> (u16, String) {
     let body = json!({"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5,
         "temperature": 0.7, "top_p": 0.9, "seed": 7, "stop": ["\n\n"], "stream": stream});
+    send(host, key, &body).await
+}
+
+/// Posts a chat request; returns the status and the body's text.
+async fn send(host: &Host, key: &str, body: &Value) -> (u16, String) {
     let response = host
         .http
         .post(host.url("/v1/chat/completions"))
         .bearer_auth(key)
-        .json(&body)
+        .json(body)
         .send()
         .await
         .unwrap();
@@ -505,18 +510,6 @@ async fn a_backend_in_the_plugins_directory_is_served_from_start() {
 /// The body the upstream got last.
 fn last_body(seen: &Seen) -> Value {
     seen.lock().unwrap().last().unwrap().1.clone()
-}
-
-async fn send(host: &Host, key: &str, body: &Value) -> (u16, String) {
-    let response = host
-        .http
-        .post(host.url("/v1/chat/completions"))
-        .bearer_auth(key)
-        .json(body)
-        .send()
-        .await
-        .unwrap();
-    (response.status().as_u16(), response.text().await.unwrap())
 }
 
 #[tokio::test]

@@ -387,7 +387,7 @@ impl Header {
         })
     }
 
-    /// A streamed chunk carrying one choice a backend made whole (JSON).
+    /// A streamed chunk carrying one choice (as a backend may make it whole).
     pub fn raw_chunk(&self, choice: Value, with_usage: bool) -> Value {
         let mut chunk = json!({
             "id": self.id,
@@ -403,20 +403,10 @@ impl Header {
         chunk
     }
 
-    /// One streamed chunk with one choice.
+    /// One streamed chunk with the first choice's `delta`.
     pub fn chunk(&self, delta: Value, finish: Option<&str>, with_usage: bool) -> Value {
-        let mut chunk = json!({
-            "id": self.id,
-            "object": "chat.completion.chunk",
-            "created": self.created,
-            "model": self.model,
-            "system_fingerprint": null,
-            "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}],
-        });
-        if with_usage {
-            chunk["usage"] = Value::Null;
-        }
-        chunk
+        let choice = json!({"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish});
+        self.raw_chunk(choice, with_usage)
     }
 
     /// The final usage chunk: no choices.
