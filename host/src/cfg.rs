@@ -41,6 +41,9 @@ pub struct Config {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct InferenceConfig {
+    /// Serve the embedded model. Off, the host serves only upstream and
+    /// plugin models, and neither loads nor fetches the GGUF.
+    pub embedded: bool,
     /// The GGUF the embedded backend serves. Relative paths are taken from
     /// the working directory.
     pub model_path: PathBuf,
@@ -93,6 +96,7 @@ fn default_upstream_timeout() -> u64 {
 impl Default for InferenceConfig {
     fn default() -> Self {
         InferenceConfig {
+            embedded: true,
             model_path: crate::inference::pull::DEFAULT_MODEL_PATH.into(),
             model_id: crate::inference::pull::DEFAULT_MODEL_ID.into(),
             cache_dir: None,

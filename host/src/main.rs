@@ -59,6 +59,14 @@ enum AdminCommand {
         #[arg(long, env = "SWITCHYARD_DATA_DIR", default_value = "./data")]
         data_dir: PathBuf,
     },
+    /// Print every stored record, one JSON line each: its kind, and its key
+    /// and value in hex. Secrets are sealed and keys hashed, so nothing in
+    /// it is usable as a credential; it shows what reaches the disk.
+    DumpRecords {
+        /// Directory of the store (default ./data).
+        #[arg(long, env = "SWITCHYARD_DATA_DIR", default_value = "./data")]
+        data_dir: PathBuf,
+    },
 }
 
 #[derive(Subcommand)]
@@ -130,6 +138,7 @@ fn main() -> ExitCode {
             operator,
             data_dir,
         }) => create_user(&name, operator, &data_dir),
+        Command::Admin(AdminCommand::DumpRecords { data_dir }) => dump_records(&data_dir),
         Command::Model(ModelCommand::Pull { to }) => switchyard::inference::pull::pull(&to),
         Command::Plugin(PluginCommand::Check {
             wasm,
@@ -187,6 +196,19 @@ fn create_user(name: &str, operator: bool, data_dir: &std::path::Path) -> anyhow
         "Created user '{}'. Their API key is shown only this once:\n\n    {}\n",
         user.name, key.key
     );
+    Ok(())
+}
+
+fn dump_records(data_dir: &std::path::Path) -> anyhow::Result<()> {
+    use std::io::Write;
+    let store = switchyard::store::Store::open(data_dir)?;
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    for (kind, key, value) in store.raw_records()? {
+        let line =
+            serde_json::json!({"kind": kind, "key": hex::encode(key), "value": hex::encode(value)});
+        writeln!(out, "{line}")?;
+    }
+    out.flush()?;
     Ok(())
 }
 

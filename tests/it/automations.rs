@@ -18,7 +18,7 @@ struct World {
 /// carrying TOKEN and SIGN; project `vision`) and of registry `models`.
 /// bob: member of both. eve: admin of her own team `other`, outsider here.
 async fn world() -> World {
-    let host = Host::builder().config(LOOPBACK).start();
+    let host = Host::builder().config(LOOPBACK).start().await;
     let (alice, bob, eve) = (
         host.create_user("alice").await,
         host.create_user("bob").await,

@@ -120,7 +120,7 @@ fn verified(request: &Received) -> Value {
 #[tokio::test]
 async fn every_artifact_event_fires_with_its_payload_and_signature() {
     let receiver = Receiver::start().await;
-    let host = Host::builder().config(CONFIG).start();
+    let host = Host::builder().config(CONFIG).start().await;
     let (alice, bob) = world(&host, &receiver).await;
     automation(
         &host,
@@ -302,7 +302,7 @@ async fn every_artifact_event_fires_with_its_payload_and_signature() {
 #[tokio::test]
 async fn a_link_fires_the_source_projects_link_automations_once() {
     let receiver = Receiver::start().await;
-    let host = Host::builder().config(CONFIG).start();
+    let host = Host::builder().config(CONFIG).start().await;
     let (alice, bob) = world(&host, &receiver).await;
     let other_project = "/v1/teams/ml/projects/other";
     ok(
@@ -388,7 +388,7 @@ async fn a_link_fires_the_source_projects_link_automations_once() {
 #[tokio::test]
 async fn bare_secret_references_in_payloads_resolve_as_in_the_webhook_test() {
     let receiver = Receiver::start().await;
-    let host = Host::builder().config(CONFIG).start();
+    let host = Host::builder().config(CONFIG).start().await;
     let (alice, bob) = world(&host, &receiver).await;
     ok(
         &host,
@@ -490,7 +490,7 @@ fn nested(levels: usize) -> Value {
 #[tokio::test]
 async fn the_deepest_accepted_metadata_is_delivered_and_readable_and_deeper_is_refused() {
     let receiver = Receiver::start().await;
-    let host = Host::builder().config(CONFIG).start();
+    let host = Host::builder().config(CONFIG).start().await;
     let (alice, bob) = world(&host, &receiver).await;
     let versions = format!("{PROJECT}/collections/detector/versions");
     // The body itself and `metadata` are two levels; 32 in all is the limit.
@@ -565,7 +565,7 @@ async fn retry_after_is_honoured_in_both_forms_and_clamped_to_the_schedule() {
         "retry_schedule_ms = [0, 150, 150, 150, 150, 150, 150, 150, 150, 150]",
         "retry_schedule_ms = [0, 10, 10, 3000]",
     );
-    let host = Host::builder().config(&config).start();
+    let host = Host::builder().config(&config).start().await;
     let (alice, bob) = world(&host, &receiver).await;
     automation(
         &host,
@@ -610,7 +610,7 @@ async fn retry_after_is_honoured_in_both_forms_and_clamped_to_the_schedule() {
 #[tokio::test]
 async fn run_metric_automations_respect_filters_and_fire_once_per_run() {
     let receiver = Receiver::start().await;
-    let host = Host::builder().config(CONFIG).start();
+    let host = Host::builder().config(CONFIG).start().await;
     let (alice, bob) = world(&host, &receiver).await;
     let body = json!({"name": "converged", "webhook": {"team": "ml", "name": "ci"}, "action": "Webhooks",
         "event": {"type": "RUN_METRIC_THRESHOLD",
@@ -672,7 +672,7 @@ async fn run_metric_automations_respect_filters_and_fire_once_per_run() {
 async fn retries_history_replay_and_gone() {
     let receiver = Receiver::start().await;
     receiver.answer(503);
-    let host = Host::builder().config(CONFIG).start();
+    let host = Host::builder().config(CONFIG).start().await;
     let (alice, bob) = world(&host, &receiver).await;
     automation(
         &host,
@@ -828,7 +828,7 @@ async fn wait_for_status(host: &Host, key: &str, executions: &str, status: &str)
 async fn kill_9_with_deliveries_pending_then_restart_delivers_every_one() {
     let receiver = Receiver::start().await;
     receiver.answer(503);
-    let mut host = Host::builder().config(CONFIG).start();
+    let mut host = Host::builder().config(CONFIG).start().await;
     let (alice, bob) = world(&host, &receiver).await;
     automation(
         &host,
@@ -867,8 +867,9 @@ async fn kill_9_with_deliveries_pending_then_restart_delivers_every_one() {
         .collect();
     let restarted = Host::builder()
         .config(CONFIG)
-        .data_dir(&host.data_dir)
-        .start();
+        .same_store(&host)
+        .start()
+        .await;
     let mut delivered = HashSet::new();
     for _ in 0..200 {
         delivered = receiver
@@ -900,7 +901,7 @@ async fn kill_9_with_deliveries_pending_then_restart_delivers_every_one() {
 #[tokio::test]
 async fn events_on_unknown_objects_are_404_and_outsiders_cannot_act() {
     let receiver = Receiver::start().await;
-    let host = Host::builder().config(CONFIG).start();
+    let host = Host::builder().config(CONFIG).start().await;
     let (alice, _) = world(&host, &receiver).await;
     let eve = host.create_user("eve").await;
     let versions = format!("{PROJECT}/collections/detector/versions");
@@ -982,7 +983,7 @@ async fn a_hanging_receiver_times_out_and_cannot_starve_the_others() {
     slow.delay(30_000);
     let config = CONFIG.replace("\n[delivery]", "\ntimeout_ms = 300\n[delivery]")
         + "\nper_webhook = 2\nconcurrency = 4";
-    let host = Host::builder().config(&config).start();
+    let host = Host::builder().config(&config).start().await;
     let (alice, _) = world(&host, &slow).await;
     two_webhooks(&host, &alice, &fast, json!({})).await;
     let started = std::time::Instant::now();
@@ -1027,7 +1028,7 @@ async fn standard_webhooks_headers_are_sent_when_asked_for() {
     use base64::Engine;
     use hmac::Mac;
     let (receiver, standard) = (Receiver::start().await, Receiver::start().await);
-    let host = Host::builder().config(CONFIG).start();
+    let host = Host::builder().config(CONFIG).start().await;
     let (alice, _) = world(&host, &receiver).await;
     two_webhooks(&host, &alice, &standard, json!({"standard_webhooks": true})).await;
     let path = format!("{PROJECT}/collections/detector/versions/v0/tags");
@@ -1054,7 +1055,7 @@ async fn standard_webhooks_headers_are_sent_when_asked_for() {
 #[tokio::test]
 async fn ssrf_rules_are_enforced_at_delivery_time() {
     let receiver = Receiver::start().await;
-    let mut host = Host::builder().config(CONFIG).start();
+    let mut host = Host::builder().config(CONFIG).start().await;
     let (alice, _) = world(&host, &receiver).await;
     let by_name = Receiver::start().await;
     two_webhooks(&host, &alice, &by_name, json!({})).await;
@@ -1070,13 +1071,14 @@ async fn ssrf_rules_are_enforced_at_delivery_time() {
         json!({"url": local, "access_token_secret": "TOKEN", "signing_secret": "SIGN"}),
     )
     .await;
-    host.terminate();
+    host.terminate().await;
     // The operator withdraws the allow-list: both webhooks now point inside.
     let strict = CONFIG.replace("allow_private = [\"127.0.0.0/8\"]", "");
     let host = Host::builder()
         .config(&strict)
-        .data_dir(&host.data_dir)
-        .start();
+        .same_store(&host)
+        .start()
+        .await;
     let path = format!("{PROJECT}/collections/detector/versions/v0/tags");
     ok(&host, &alice, "POST", &path, json!({"tag": "x"})).await;
     for automation in ["to-ci", "to-fast"] {
@@ -1096,7 +1098,7 @@ async fn ssrf_rules_are_enforced_at_delivery_time() {
 #[tokio::test]
 async fn a_template_that_fails_at_render_time_fails_the_execution_without_retries() {
     let receiver = Receiver::start().await;
-    let host = Host::builder().config(CONFIG).start();
+    let host = Host::builder().config(CONFIG).start().await;
     let (alice, _) = world(&host, &receiver).await;
     let (status, body) = host
         .upload_plugin(
@@ -1150,7 +1152,7 @@ async fn a_template_that_fails_at_render_time_fails_the_execution_without_retrie
 async fn a_full_plugin_queue_delays_matching_but_loses_no_event() {
     let receiver = Receiver::start().await;
     let config = format!("{CONFIG}\n[queues.plugin]\nworkers = 1\ncapacity = 1");
-    let host = Host::builder().config(&config).start();
+    let host = Host::builder().config(&config).start().await;
     let (alice, _) = world(&host, &receiver).await;
     automation(
         &host,

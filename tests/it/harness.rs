@@ -12,8 +12,8 @@ use serde_json::Value;
 /// The operator key every test host starts with.
 pub const OPERATOR_KEY: &str = "sy_test_operator_key_0123456789";
 
-/// A running host. Killed on drop.
-/// The `[inference]` every test host gets unless it sets its own.
+/// The `[inference]` of a host that serves the embedded model: the model
+/// `.ci/run` fetched, with one re-quantized copy shared by all hosts.
 pub const INFERENCE: &str = concat!(
     "[inference]\nauto_pull = false\nmodel_path = \"",
     env!("CARGO_MANIFEST_DIR"),
@@ -21,6 +21,9 @@ pub const INFERENCE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../target/test-model-cache\"\n"
 );
+
+/// The `[inference]` of every other host: no embedded model to load.
+const NO_MODEL: &str = "[inference]\nembedded = false\n";
 
 /// The repository's `target/` directory.
 pub const TARGET: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../target");
@@ -61,13 +64,14 @@ fn ensure_model() {
     );
 }
 
+/// A running host. Killed on drop.
 pub struct Host {
     child: Child,
     /// `http://127.0.0.1:PORT`.
     pub base: String,
     /// The data directory (owned by the test).
     pub data_dir: PathBuf,
-    _temp: Option<tempfile::TempDir>,
+    _temp: Option<Arc<tempfile::TempDir>>,
     _config_dir: tempfile::TempDir,
     log: Arc<Mutex<String>>,
     pub http: reqwest::Client,
@@ -78,7 +82,10 @@ pub struct Host {
 pub struct HostBuilder {
     config: String,
     data_dir: Option<PathBuf>,
+    /// Keeps a shared store's directory alive while any host uses it.
+    temp: Option<Arc<tempfile::TempDir>>,
     env: Vec<(String, String)>,
+    model: bool,
 }
 
 impl HostBuilder {
@@ -95,39 +102,55 @@ impl HostBuilder {
         self
     }
 
-    /// Reuse a data directory (e.g. to restart on the same store).
+    /// Serve the embedded model (fetched once if missing). Other hosts do
+    /// not load it.
+    pub fn with_model(mut self) -> Self {
+        self.model = true;
+        self
+    }
+
+    /// The store `host` uses, e.g. to restart on it after `host` stopped.
+    pub fn same_store(mut self, host: &Host) -> Self {
+        self.data_dir = Some(host.data_dir.clone());
+        self.temp = host._temp.clone();
+        self
+    }
+
+    /// A data directory of the test's own (e.g. one that cannot be created).
     pub fn data_dir(mut self, dir: &Path) -> Self {
         self.data_dir = Some(dir.to_path_buf());
         self
     }
 
     /// Starts the host and waits until it listens.
-    pub fn start(self) -> Host {
-        match self.try_start() {
+    pub async fn start(self) -> Host {
+        match self.try_start().await {
             Ok(host) => host,
             Err(output) => panic!("switchyard did not start:\n{output}"),
         }
     }
 
     /// Starts the host; on failure returns its exit status and output.
-    /// Unless the test configures `[inference]` itself, the host serves the
-    /// model `.ci/run` fetched, with one re-quantized copy shared by all.
-    pub fn try_start(self) -> Result<Host, String> {
-        ensure_model();
+    /// Waits without blocking the test's runtime, where in-process
+    /// receivers and fake upstreams run.
+    pub async fn try_start(self) -> Result<Host, String> {
+        if self.model {
+            tokio::task::spawn_blocking(ensure_model).await.unwrap();
+        }
         let (temp, data_dir) = match self.data_dir {
-            Some(dir) => (None, dir),
+            Some(dir) => (self.temp, dir),
             None => {
                 let temp = tempfile::tempdir().unwrap();
                 let dir = temp.path().join("data");
-                (Some(temp), dir)
+                (Some(Arc::new(temp)), dir)
             }
         };
         let config_dir = tempfile::tempdir().unwrap();
         let config_path = config_dir.path().join("switchyard.toml");
-        let config = if self.config.contains("[inference]") {
-            self.config.clone()
-        } else {
-            format!("{}\n{INFERENCE}", self.config)
+        let config = match (self.config.contains("[inference]"), self.model) {
+            (true, _) => self.config.clone(),
+            (false, true) => format!("{}\n{INFERENCE}", self.config),
+            (false, false) => format!("{}\n{NO_MODEL}", self.config),
         };
         std::fs::write(&config_path, config).unwrap();
         let mut child = Command::new(env!("CARGO_BIN_EXE_switchyard"))
@@ -161,13 +184,14 @@ impl HostBuilder {
         let sink = log.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                sink.lock().unwrap().push_str(&line);
-                sink.lock().unwrap().push('\n');
+                let mut log = sink.lock().unwrap();
+                log.push_str(&line);
+                log.push('\n');
             }
         });
-        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
         loop {
-            if let Ok(base) = rx.recv_timeout(Duration::from_millis(50)) {
+            if let Ok(base) = rx.try_recv() {
                 return Ok(Host {
                     child,
                     base,
@@ -179,21 +203,31 @@ impl HostBuilder {
                 });
             }
             if let Some(status) = child.try_wait().unwrap() {
-                std::thread::sleep(Duration::from_millis(100));
+                // Let the reader threads take the last lines.
+                tokio::time::sleep(Duration::from_millis(100)).await;
                 return Err(format!("{status}\n{}", log.lock().unwrap()));
             }
-            if std::time::Instant::now() > deadline {
+            if tokio::time::Instant::now() > deadline {
                 let _ = child.kill();
-                return Err(format!("timed out\n{}", log.lock().unwrap()));
+                return Err(format!(
+                    "no 'listening' line within 120 s\n{}",
+                    log.lock().unwrap()
+                ));
             }
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
 }
 
 impl Host {
-    /// A host with the default configuration.
-    pub fn start() -> Host {
-        HostBuilder::default().start()
+    /// A host with the default configuration (no embedded model).
+    pub async fn start() -> Host {
+        HostBuilder::default().start().await
+    }
+
+    /// A host that serves the embedded model.
+    pub async fn with_model() -> Host {
+        HostBuilder::default().with_model().start().await
     }
 
     /// Configure before starting.
@@ -213,18 +247,18 @@ impl Host {
 
     /// Waits (up to 10 s) until the log has a line containing every needle,
     /// and returns that line. Log lines can arrive just after the response.
-    pub fn wait_for_log(&self, needles: &[&str]) -> String {
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    pub async fn wait_for_log(&self, needles: &[&str]) -> String {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         loop {
             let log = self.log();
             if let Some(line) = log.lines().find(|l| needles.iter().all(|n| l.contains(n))) {
                 return line.to_string();
             }
             assert!(
-                std::time::Instant::now() < deadline,
+                tokio::time::Instant::now() < deadline,
                 "no log line with {needles:?} in:\n{log}"
             );
-            std::thread::sleep(Duration::from_millis(20));
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 
@@ -300,20 +334,20 @@ impl Host {
         into_parts(response).await
     }
 
-    /// Sends SIGTERM and waits for the process to exit. The data directory
-    /// stays until the `Host` is dropped.
-    pub fn terminate(&mut self) -> ExitStatus {
+    /// Sends SIGTERM and waits (up to 30 s) for the process to exit. The
+    /// data directory stays until the `Host` is dropped.
+    pub async fn terminate(&mut self) -> ExitStatus {
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
                 return status;
             }
             assert!(
-                std::time::Instant::now() < deadline,
-                "host did not stop after SIGTERM"
+                tokio::time::Instant::now() < deadline,
+                "host did not stop within 30 s of SIGTERM"
             );
-            std::thread::sleep(Duration::from_millis(20));
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 
@@ -343,7 +377,9 @@ pub async fn into_parts(response: reqwest::Response) -> (u16, Value) {
     (status, serde_json::from_str(&text).unwrap_or(Value::Null))
 }
 
-/// Asserts the OpenAI error shape and returns the error object.
+/// Asserts the documented error shape and returns the error object:
+/// `message` a non-empty string, `type` a string, `code` a string (never
+/// null, never a number), and `param` present (a string or null).
 pub fn assert_error_shape(body: &Value) -> &Value {
     let error = &body["error"];
     assert!(
@@ -351,12 +387,125 @@ pub fn assert_error_shape(body: &Value) -> &Value {
         "no message: {body}"
     );
     assert!(error["type"].is_string(), "no type: {body}");
-    assert!(error.get("param").is_some(), "no param: {body}");
     assert!(
-        error["code"].is_string() || error["code"].is_null(),
-        "code not string/null: {body}"
+        error["code"].as_str().is_some_and(|c| !c.is_empty()),
+        "code is not a string: {body}"
+    );
+    assert!(
+        error
+            .get("param")
+            .is_some_and(|p| p.is_string() || p.is_null()),
+        "param missing or not a string: {body}"
     );
     error
+}
+
+/// The OpenAI `type` each status is reported with.
+fn error_type(status: u16) -> &'static str {
+    match status {
+        401 => "authentication_error",
+        403 => "permission_error",
+        429 => "rate_limit_error",
+        500..=599 => "server_error",
+        _ => "invalid_request_error",
+    }
+}
+
+/// Asserts an error answer: its status, the documented shape, the `type`
+/// that goes with the status, its `code`, and its `param` (`None` for
+/// null). Returns the error object, e.g. to check the message.
+#[track_caller]
+pub fn expect_error<'b>(
+    (status, body): &'b (u16, Value),
+    want: u16,
+    code: &str,
+    param: Option<&str>,
+) -> &'b Value {
+    assert_eq!(*status, want, "{body}");
+    let error = assert_error_shape(body);
+    assert_eq!(error["type"], error_type(want), "{body}");
+    assert_eq!(error["code"], code, "{body}");
+    assert_eq!(error["param"].as_str(), param, "{body}");
+    error
+}
+
+/// The `data:` payloads of a server-sent-events body, which must end with
+/// `[DONE]`, parsed as JSON.
+pub fn sse_chunks(text: &str) -> Vec<Value> {
+    let data: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .map(str::trim)
+        .collect();
+    assert_eq!(
+        data.last(),
+        Some(&"[DONE]"),
+        "the stream did not end with [DONE]: {text}"
+    );
+    data[..data.len() - 1]
+        .iter()
+        .map(|d| serde_json::from_str(d).unwrap_or_else(|e| panic!("bad chunk {d}: {e}")))
+        .collect()
+}
+
+/// One stored record, as the store engine gives it (`admin dump-records`).
+pub struct Record {
+    /// What kind of record (a sled tree, a table).
+    pub kind: String,
+    pub key: Vec<u8>,
+    pub value: Vec<u8>,
+}
+
+impl Record {
+    /// Whether `needle` stands anywhere in the key or the value.
+    pub fn contains(&self, needle: &[u8]) -> bool {
+        let found = |bytes: &[u8]| bytes.windows(needle.len()).any(|w| w == needle);
+        found(&self.key) || found(&self.value)
+    }
+}
+
+/// Every record in `host`'s store, read through the host's own CLI, so the
+/// same test works on any engine. The host must be stopped.
+pub async fn raw_records(host: &Host) -> Vec<Record> {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args(["admin", "dump-records", "--data-dir"])
+        .arg(&host.data_dir)
+        .output()
+        .await
+        .expect("running switchyard admin dump-records");
+    assert!(
+        out.status.success(),
+        "dump-records failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|line| {
+            let line: Value = serde_json::from_str(line).unwrap();
+            let bytes = |field: &str| hex::decode(line[field].as_str().unwrap()).unwrap();
+            Record {
+                kind: line["kind"].as_str().unwrap().to_string(),
+                key: bytes("key"),
+                value: bytes("value"),
+            }
+        })
+        .collect()
+}
+
+/// Runs the host's CLI with `args`; returns whether it succeeded, and
+/// its stdout and stderr.
+pub async fn cli(args: &[&str]) -> (bool, String, String) {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args(args)
+        .output()
+        .await
+        .expect("running switchyard");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 /// A compiled plugin from the plugins workspace (`misbehave`, `sockets`, …).

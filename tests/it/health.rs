@@ -19,7 +19,7 @@ fn assert_check(body: &Value, name: &str, success: bool) {
 
 #[tokio::test]
 async fn system_check_passes_without_auth() {
-    let host = Host::start();
+    let host = Host::start().await;
     let response = host
         .http
         .get(host.url("/v1/system-check"))
@@ -39,7 +39,8 @@ async fn a_stalled_queue_fails_the_check_with_503_and_the_same_body() {
     // No workers: probe jobs are queued but never run, so the probe times out.
     let host = Host::builder()
         .config("[queues.plugin]\nworkers = 0\ncapacity = 16\n[health]\nprobe_timeout_ms = 300")
-        .start();
+        .start()
+        .await;
     let response = host
         .http
         .get(host.url("/v1/system-check"))
@@ -60,15 +61,16 @@ async fn a_stalled_queue_fails_the_check_with_503_and_the_same_body() {
     );
     // Operators see the failure in the log (written just after the answer,
     // so wait for it), and the queue's misconfiguration at start.
-    host.wait_for_log(&["system check failed"]);
-    host.wait_for_log(&["queue has no workers"]);
+    host.wait_for_log(&["system check failed"]).await;
+    host.wait_for_log(&["queue has no workers"]).await;
 }
 
 #[tokio::test]
 async fn a_full_inference_queue_fails_the_gpu_check() {
     let host = Host::builder()
         .config("[queues.inference]\nworkers = 0\ncapacity = 1\n[health]\nprobe_timeout_ms = 200")
-        .start();
+        .start()
+        .await;
     // The first check fills the one slot; the second is refused at once.
     let (first, _) = host.get_anon("/v1/system-check").await;
     assert_eq!(first, 503);

@@ -10,7 +10,7 @@ use crate::harness::{Host, OPERATOR_KEY, assert_error_shape, into_parts};
 
 #[tokio::test]
 async fn unknown_route_is_a_404_error_object() {
-    let host = Host::start();
+    let host = Host::start().await;
     let (status, body) = host.get_anon("/v1/nope").await;
     assert_eq!(status, 404);
     let error = assert_error_shape(&body);
@@ -20,7 +20,7 @@ async fn unknown_route_is_a_404_error_object() {
 
 #[tokio::test]
 async fn wrong_method_is_a_405_error_object_with_allow() {
-    let host = Host::start();
+    let host = Host::start().await;
     let response = host
         .http
         .delete(host.url("/v1/system-check"))
@@ -38,7 +38,7 @@ async fn wrong_method_is_a_405_error_object_with_allow() {
 
 #[tokio::test]
 async fn malformed_json_says_where_it_broke() {
-    let host = Host::start();
+    let host = Host::start().await;
     let response = host
         .http
         .post(host.url("/v1/me/api-keys"))
@@ -60,7 +60,7 @@ async fn malformed_json_says_where_it_broke() {
 
 #[tokio::test]
 async fn unknown_and_mistyped_fields_are_named() {
-    let host = Host::start();
+    let host = Host::start().await;
     let (status, body) = host
         .post("/v1/me/api-keys", &json!({"name": "ci", "scope": "all"}))
         .await;
@@ -86,7 +86,8 @@ async fn unknown_and_mistyped_fields_are_named() {
 async fn oversized_bodies_are_413_declared_or_chunked() {
     let host = Host::builder()
         .config("[limits]\nmax_body_bytes = 1024")
-        .start();
+        .start()
+        .await;
     let big = format!("{{\"name\": \"{}\"}}", "x".repeat(4096));
     let declared = host
         .http
@@ -135,7 +136,7 @@ fn raw_exchange(addr: &str, request: &[u8]) -> String {
 
 #[tokio::test]
 async fn wrong_content_type_is_415() {
-    let host = Host::start();
+    let host = Host::start().await;
     let response = host
         .http
         .post(host.url("/v1/me/api-keys"))
@@ -155,7 +156,8 @@ async fn wrong_content_type_is_415() {
 async fn a_client_that_never_finishes_its_headers_is_dropped() {
     let host = Host::builder()
         .config("[limits]\nheader_read_timeout_ms = 300")
-        .start();
+        .start()
+        .await;
     let mut stream = TcpStream::connect(host.addr()).unwrap();
     stream
         .write_all(b"GET /v1/system-check HTTP/1.1\r\nHost: x\r\n")
@@ -181,7 +183,8 @@ async fn a_client_that_never_finishes_its_headers_is_dropped() {
 async fn a_client_that_never_finishes_its_body_gets_408() {
     let host = Host::builder()
         .config("[limits]\nbody_read_timeout_ms = 300")
-        .start();
+        .start()
+        .await;
     let mut stream = TcpStream::connect(host.addr()).unwrap();
     let head = format!(
         "POST /v1/me/api-keys HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {OPERATOR_KEY}\r\n\
@@ -219,7 +222,8 @@ fn closed_by_host(mut stream: TcpStream) -> Duration {
 async fn a_connection_that_sends_nothing_is_closed_after_the_header_timeout() {
     let host = Host::builder()
         .config("[limits]\nheader_read_timeout_ms = 300")
-        .start();
+        .start()
+        .await;
     closed_by_host(TcpStream::connect(host.addr()).unwrap());
     // One byte of the HTTP/2 preface, then nothing: protocol detection waits
     // for more, and is bounded by the same timeout.
@@ -232,7 +236,8 @@ async fn a_connection_that_sends_nothing_is_closed_after_the_header_timeout() {
 async fn the_system_check_answers_while_more_idle_connections_than_the_cap_are_held() {
     let host = Host::builder()
         .config("[limits]\nmax_connections = 32\nheader_read_timeout_ms = 60000")
-        .start();
+        .start()
+        .await;
     let idle: Vec<TcpStream> = (0..100)
         .map(|_| TcpStream::connect(host.addr()).unwrap())
         .collect();
@@ -255,6 +260,7 @@ async fn a_cap_above_the_open_file_limit_is_a_clear_error() {
     let err = Host::builder()
         .config("[limits]\nmax_connections = 100000000")
         .try_start()
+        .await
         .err()
         .expect("the host should refuse to start");
     assert!(
@@ -265,7 +271,7 @@ async fn a_cap_above_the_open_file_limit_is_a_clear_error() {
 
 #[tokio::test]
 async fn errors_from_the_router_and_the_http_layer_have_the_error_shape() {
-    let host = Host::start();
+    let host = Host::start().await;
     // A path segment that is not UTF-8 once decoded.
     let (status, body) = host.get("/v1/teams/%ff").await;
     assert_eq!(status, 400, "{body}");

@@ -53,7 +53,7 @@ fn events(text: &str) -> Vec<String> {
 
 #[tokio::test]
 async fn models_are_listed_for_callers_with_a_key() {
-    let host = Host::start();
+    let host = Host::with_model().await;
     let alice = host.create_user("alice").await;
     let (status, body) = host.call("GET", "/v1/models", &alice, None).await;
     assert_eq!(status, 200, "{body}");
@@ -78,7 +78,7 @@ async fn models_are_listed_for_callers_with_a_key() {
 
 #[tokio::test]
 async fn a_completion_has_usage_that_adds_up_and_is_counted_for_its_project() {
-    let host = Host::start();
+    let host = Host::with_model().await;
     let alice = world(&host).await;
     let body = ask(
         "Name three colours.",
@@ -155,7 +155,7 @@ async fn a_completion_has_usage_that_adds_up_and_is_counted_for_its_project() {
 
 #[tokio::test]
 async fn a_stream_sends_role_content_finish_reason_usage_and_done() {
-    let host = Host::start();
+    let host = Host::with_model().await;
     let alice = world(&host).await;
     let body = ask(
         "Say hello.",
@@ -212,7 +212,7 @@ async fn a_stream_sends_role_content_finish_reason_usage_and_done() {
 
 #[tokio::test]
 async fn stop_sequences_end_the_text_before_them() {
-    let host = Host::start();
+    let host = Host::with_model().await;
     let alice = world(&host).await;
     let question = "Write one sentence about the sea.";
     let (_, free) = chat(
@@ -275,8 +275,10 @@ async fn stop_sequences_end_the_text_before_them() {
 async fn greedy_replies_match_the_reference_implementation() {
     for second_instance in [false, true] {
         let host = Host::builder()
+            .with_model()
             .config(&format!("{INFERENCE}\nsecond_instance = {second_instance}"))
-            .start();
+            .start()
+            .await;
         let alice = world(&host).await;
         let body = ask(
             "Name three colours.",
@@ -297,7 +299,7 @@ async fn greedy_replies_match_the_reference_implementation() {
 
 #[tokio::test]
 async fn the_same_seed_gives_the_same_text() {
-    let host = Host::start();
+    let host = Host::with_model().await;
     let alice = world(&host).await;
     let mut texts = Vec::new();
     for seed in [7, 7, 8, 9] {
@@ -318,7 +320,7 @@ async fn the_same_seed_gives_the_same_text() {
 
 #[tokio::test]
 async fn bad_requests_get_openai_error_objects() {
-    let host = Host::start();
+    let host = Host::with_model().await;
     let alice = world(&host).await;
     let bob = host.create_user("bob").await;
     let cases = [
@@ -396,10 +398,12 @@ async fn a_full_inference_queue_answers_429_at_once() {
     // No workers and room for one: whichever request comes first waits
     // forever, and the other is refused at once.
     let host = Host::builder()
+        .with_model()
         .config(&format!(
             "{INFERENCE}\n[queues.inference]\nworkers = 0\ncapacity = 1\n"
         ))
-        .start();
+        .start()
+        .await;
     let request = || {
         host.http
             .post(host.url("/v1/chat/completions"))
@@ -432,8 +436,10 @@ async fn a_full_inference_queue_answers_429_at_once() {
 #[tokio::test]
 async fn a_project_over_its_concurrency_limit_gets_429_and_a_dropped_stream_frees_its_slot() {
     let host = Host::builder()
+        .with_model()
         .config(&format!("{INFERENCE}per_project_concurrency = 1"))
-        .start();
+        .start()
+        .await;
     let alice = world(&host).await;
     let long = ask(
         "Write a long essay about rivers.",
@@ -485,7 +491,7 @@ async fn a_project_over_its_concurrency_limit_gets_429_and_a_dropped_stream_free
 
 #[tokio::test]
 async fn the_stock_openai_python_client_works() {
-    let host = Host::start();
+    let host = Host::with_model().await;
     let alice = world(&host).await;
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/openai_client.py");
     let output = tokio::process::Command::new(openai_python())
@@ -516,7 +522,7 @@ async fn the_stock_async_openai_client_works() {
     };
     use futures_util::StreamExt;
 
-    let host = Host::start();
+    let host = Host::with_model().await;
     let alice = world(&host).await;
     let config = OpenAIConfig::new()
         .with_api_base(host.url("/v1"))
@@ -595,7 +601,7 @@ fn openai_python() -> String {
 /// by one, byte-level BPE for any Unicode, whitespace runs kept.
 #[tokio::test]
 async fn prompts_are_tokenized_as_llama_cpp_does() {
-    let host = Host::start();
+    let host = Host::with_model().await;
     let alice = host.create_user("alice").await;
     let known = [
         ("What is the capital of France?", 37),

@@ -10,8 +10,7 @@ use crate::harness::{Host, OPERATOR_KEY};
 
 #[tokio::test]
 async fn sigterm_drains_an_in_flight_request_and_the_store_reopens() {
-    let mut host = Host::start();
-    let data_dir = host.data_dir.clone();
+    let mut host = Host::start().await;
     // Send half a request, signal, then finish it: the host must answer it.
     let body = json!({"name": "in-flight"}).to_string();
     let mut stream = TcpStream::connect(host.addr()).unwrap();
@@ -32,11 +31,11 @@ async fn sigterm_drains_an_in_flight_request_and_the_store_reopens() {
     let mut response = String::new();
     stream.read_to_string(&mut response).unwrap();
     assert!(response.starts_with("HTTP/1.1 201"), "{response}");
-    let status = host.terminate();
+    let status = host.terminate().await;
     assert!(status.success(), "{status}");
 
     // The key created during shutdown survived, in a store that reopens.
-    let restarted = Host::builder().data_dir(&data_dir).start();
+    let restarted = Host::builder().same_store(&host).start().await;
     let (status, keys) = restarted.get("/v1/me/api-keys").await;
     assert_eq!(status, 200);
     assert!(keys.to_string().contains("in-flight"), "{keys}");
@@ -44,10 +43,11 @@ async fn sigterm_drains_an_in_flight_request_and_the_store_reopens() {
 
 #[tokio::test]
 async fn a_data_directory_in_use_is_a_clear_error() {
-    let first = Host::start();
+    let first = Host::start().await;
     let err = Host::builder()
-        .data_dir(&first.data_dir)
+        .same_store(&first)
         .try_start()
+        .await
         .err()
         .expect("second host must not start");
     assert!(err.contains("in use by another switchyard"), "{err}");
@@ -59,6 +59,7 @@ async fn a_bad_config_file_is_a_clear_error() {
     let err = Host::builder()
         .config("[limits]\nmax_body = 5")
         .try_start()
+        .await
         .err()
         .expect("must not start");
     assert!(err.contains("max_body"), "{err}");
@@ -73,6 +74,7 @@ async fn a_data_directory_that_cannot_be_created_is_a_clear_error() {
     let err = Host::builder()
         .data_dir(&file.join("data"))
         .try_start()
+        .await
         .err()
         .expect("must not start");
     assert!(err.contains("data directory"), "{err}");

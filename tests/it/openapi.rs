@@ -112,7 +112,7 @@ fn want(expected: u16, (status, body): (u16, Value)) -> Value {
 
 #[tokio::test]
 async fn the_document_is_public_and_browsable() {
-    let host = Host::start();
+    let host = Host::start().await;
     let (status, doc) = host.get_anon("/v1/openapi.json").await;
     assert_eq!(status, 200);
     assert_eq!(doc["openapi"], "3.1.0");
@@ -150,8 +150,10 @@ async fn the_document_is_public_and_browsable() {
 async fn every_documented_operation_answers_as_its_schema_says() {
     let receiver = Receiver::start().await;
     let host = Host::builder()
+        .with_model()
         .config("[webhooks]\nallow_private = [\"127.0.0.0/8\"]")
-        .start();
+        .start()
+        .await;
     let doc = host.get_anon("/v1/openapi.json").await.1;
     let mut s = Spec {
         doc,
@@ -863,7 +865,7 @@ async fn a_generated_python_client_builds_without_warnings_and_works() {
         .parent()
         .unwrap()
         .to_path_buf();
-    let host = Host::start();
+    let host = Host::start().await;
     let work = tempfile::tempdir().unwrap();
     let spec = work.path().join("openapi.json");
     let doc = host

@@ -2,11 +2,11 @@
 
 use serde_json::{Value, json};
 
-use crate::harness::{Host, assert_error_shape};
+use crate::harness::{Host, assert_error_shape, cli, raw_records};
 
 #[tokio::test]
 async fn operators_create_users_and_others_cannot() {
-    let host = Host::start();
+    let host = Host::start().await;
     let alice = host.create_user("alice").await;
     let (status, me) = host.call("GET", "/v1/me", &alice, None).await;
     assert_eq!(status, 200);
@@ -36,7 +36,7 @@ async fn operators_create_users_and_others_cannot() {
 
 #[tokio::test]
 async fn team_roles_are_enforced_and_teams_are_invisible_to_outsiders() {
-    let host = Host::start();
+    let host = Host::start().await;
     let (alice, bob, eve) = (
         host.create_user("alice").await,
         host.create_user("bob").await,
@@ -155,7 +155,7 @@ async fn team_roles_are_enforced_and_teams_are_invisible_to_outsiders() {
 
 #[tokio::test]
 async fn secrets_are_never_echoed_logged_or_stored_in_plain_text() {
-    let mut host = Host::start();
+    let mut host = Host::start().await;
     let alice = host.create_user("alice").await;
     host.call("POST", "/v1/teams", &alice, Some(&json!({"name": "ml"})))
         .await;
@@ -239,67 +239,46 @@ async fn secrets_are_never_echoed_logged_or_stored_in_plain_text() {
     )
     .await;
 
-    let data_dir = host.data_dir.clone();
-    assert!(host.terminate().success());
+    assert!(host.terminate().await.success());
     assert!(!host.log().contains(VALUE), "the log shows the secret");
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(data_dir.join("master.key"))
+        let mode = std::fs::metadata(host.data_dir.join("master.key"))
             .unwrap()
             .permissions()
             .mode();
         assert_eq!(mode & 0o777, 0o600);
     }
-    let db = sled::open(data_dir.join("db")).unwrap();
-    assert_eq!(
-        db.open_tree("secrets").unwrap().len(),
-        1,
+    let records = raw_records(&host).await;
+    assert!(
+        records.iter().any(|r| r.contains(b"KEPT")),
         "the kept secret is stored"
     );
-    for name in db.tree_names() {
-        for item in db.open_tree(&name).unwrap().iter() {
-            let (k, v) = item.unwrap();
-            assert!(
-                !v.windows(VALUE.len()).any(|w| w == VALUE.as_bytes()),
-                "plain text in {name:?}"
-            );
-            assert!(!k.windows(VALUE.len()).any(|w| w == VALUE.as_bytes()));
-        }
+    if let Some(r) = records.iter().find(|r| r.contains(VALUE.as_bytes())) {
+        panic!("the secret is stored in plain text in a {} record", r.kind);
     }
 }
 
 #[tokio::test]
 async fn admin_create_user_works_on_a_stopped_store() {
-    let mut host = Host::start();
-    let data_dir = host.data_dir.clone();
-    host.terminate();
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
-        .args(["admin", "create-user", "carol", "--data-dir"])
-        .arg(&data_dir)
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let stdout = String::from_utf8_lossy(&output.stdout);
+    let mut host = Host::start().await;
+    host.terminate().await;
+    let data_dir = host.data_dir.to_str().unwrap().to_string();
+    let (ok, stdout, stderr) =
+        cli(&["admin", "create-user", "carol", "--data-dir", &data_dir]).await;
+    assert!(ok, "{stderr}");
     let key = stdout
         .split_whitespace()
         .find(|w| w.starts_with("sy_"))
         .expect("a key is printed")
         .to_string();
-    let restarted = Host::builder().data_dir(&data_dir).start();
+    let restarted = Host::builder().same_store(&host).start().await;
     let (status, me) = restarted.call("GET", "/v1/me", &key, None).await;
     assert_eq!(status, 200);
     assert_eq!(me["name"], "carol");
     // While a host runs, the store is locked: a clear error, not a panic.
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
-        .args(["admin", "create-user", "dave", "--data-dir"])
-        .arg(&data_dir)
-        .output()
-        .unwrap();
-    assert!(!output.status.success());
-    assert!(String::from_utf8_lossy(&output.stderr).contains("in use by another switchyard"));
+    let (ok, _, stderr) = cli(&["admin", "create-user", "dave", "--data-dir", &data_dir]).await;
+    assert!(!ok);
+    assert!(stderr.contains("in use by another switchyard"), "{stderr}");
 }

@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use serde_json::{Value, json};
 
-use crate::harness::{Host, INFERENCE, assert_error_shape, plugin_wasm};
+use crate::harness::{Host, assert_error_shape, expect_error, plugin_wasm, sse_chunks};
 
 /// What the upstream received: (authorization header, body, client port).
 type Seen = Arc<Mutex<Vec<(String, Value, u16)>>>;
@@ -164,13 +164,13 @@ async fn fake_upstream() -> (String, Seen) {
     (format!("127.0.0.1:{}", addr.port()), seen)
 }
 
-fn host_with(upstream: &str, extra: &str) -> Host {
+async fn host_with(upstream: &str, extra: &str) -> Host {
     Host::builder()
         .env("FAKE_KEY", "up-key")
         .config(&format!(
-            "{INFERENCE}\n[[inference.upstreams]]\nname = \"fake\"\nbase_url = \"http://{upstream}/v1\"\napi_key_env = \"FAKE_KEY\"\nmodels = [\"fake-1=upstream-model\", \"fake-broken=broken\", \"fake-slow=slow\", \"fake-together=together\", \"fake-redirect=redirect\", \"fake-tools=tools\"]\ntimeout_ms = 1500\n{extra}"
+            "[inference]\nembedded = false\n[[inference.upstreams]]\nname = \"fake\"\nbase_url = \"http://{upstream}/v1\"\napi_key_env = \"FAKE_KEY\"\nmodels = [\"fake-1=upstream-model\", \"fake-broken=broken\", \"fake-slow=slow\", \"fake-together=together\", \"fake-redirect=redirect\", \"fake-tools=tools\"]\ntimeout_ms = 1500\n{extra}"
         ))
-        .start()
+        .start().await
 }
 
 async fn chat(host: &Host, key: &str, model: &str, stream: bool) -> (u16, String) {
@@ -195,7 +195,7 @@ async fn send(host: &Host, key: &str, body: &Value) -> (u16, String) {
 #[tokio::test]
 async fn the_proxy_forwards_whole_and_streamed_completions_with_the_host_held_key() {
     let (upstream, seen) = fake_upstream().await;
-    let host = host_with(&upstream, "");
+    let host = host_with(&upstream, "").await;
     let alice = host.create_user("alice").await;
     let (_, models) = host.call("GET", "/v1/models", &alice, None).await;
     let ids: Vec<&str> = models["data"]
@@ -205,7 +205,7 @@ async fn the_proxy_forwards_whole_and_streamed_completions_with_the_host_held_ke
         .map(|m| m["id"].as_str().unwrap())
         .collect();
     assert!(
-        ids.contains(&"fake-1") && ids.contains(&"SmolLM2-135M-Instruct"),
+        ids.contains(&"fake-1") && ids.contains(&"fake-tools"),
         "{ids:?}"
     );
 
@@ -236,14 +236,8 @@ async fn the_proxy_forwards_whole_and_streamed_completions_with_the_host_held_ke
 
     let (status, text) = chat(&host, &alice, "fake-1", true).await;
     assert_eq!(status, 200, "{text}");
-    let data: Vec<&str> = text
-        .lines()
-        .filter_map(|l| l.strip_prefix("data: "))
-        .collect();
-    assert_eq!(*data.last().unwrap(), "[DONE]");
-    let streamed: String = data[..data.len() - 1]
+    let streamed: String = sse_chunks(&text)
         .iter()
-        .map(|d| serde_json::from_str::<Value>(d).unwrap())
         .filter_map(|c| {
             c["choices"][0]["delta"]["content"]
                 .as_str()
@@ -260,7 +254,7 @@ async fn the_proxy_forwards_whole_and_streamed_completions_with_the_host_held_ke
 #[tokio::test]
 async fn upstream_failures_and_hangs_are_clear_errors() {
     let (upstream, _) = fake_upstream().await;
-    let host = host_with(&upstream, "");
+    let host = host_with(&upstream, "").await;
     let alice = host.create_user("alice").await;
     let (status, text) = chat(&host, &alice, "fake-broken", false).await;
     assert_eq!(status, 502, "{text}");
@@ -297,7 +291,7 @@ async fn upstream_failures_and_hangs_are_clear_errors() {
 #[tokio::test]
 async fn upstream_connections_are_reused_and_redirects_not_followed() {
     let (upstream, seen) = fake_upstream().await;
-    let host = host_with(&upstream, "");
+    let host = host_with(&upstream, "").await;
     let alice = host.create_user("alice").await;
     for _ in 0..3 {
         let (status, text) = chat(&host, &alice, "fake-1", false).await;
@@ -324,7 +318,7 @@ async fn upstream_connections_are_reused_and_redirects_not_followed() {
 #[tokio::test]
 async fn proxied_requests_run_side_by_side_not_one_at_a_time() {
     let (upstream, _) = fake_upstream().await;
-    let host = host_with(&upstream, "");
+    let host = host_with(&upstream, "").await;
     let alice = host.create_user("alice").await;
     // The upstream answers only once all four are in flight at once.
     let one = || chat(&host, &alice, "fake-together", false);
@@ -337,7 +331,7 @@ async fn proxied_requests_run_side_by_side_not_one_at_a_time() {
 #[tokio::test]
 async fn a_host_outside_the_allow_list_is_denied() {
     let (upstream, seen) = fake_upstream().await;
-    let host = host_with(&upstream, "allow_hosts = [\"api.example.com:443\"]");
+    let host = host_with(&upstream, "allow_hosts = [\"api.example.com:443\"]").await;
     let alice = host.create_user("alice").await;
     let (status, text) = chat(&host, &alice, "fake-1", false).await;
     assert_eq!(status, 502, "{text}");
@@ -371,7 +365,7 @@ async fn model_ids(host: &Host, key: &str) -> Vec<String> {
 #[tokio::test]
 async fn operators_load_replace_and_remove_model_backends_at_runtime() {
     let (upstream, seen) = fake_upstream().await;
-    let host = host_with(&upstream, "");
+    let host = host_with(&upstream, "").await;
     let alice = host.create_user("alice").await;
     let wasm = plugin_wasm("model_openai");
 
@@ -409,7 +403,8 @@ async fn operators_load_replace_and_remove_model_backends_at_runtime() {
         "{ids:?}"
     );
     let (status, text) = chat(&host, &alice, "team-llm", false).await;
-    assert_eq!(status, 404, "{text}");
+    let answer = (status, serde_json::from_str(&text).unwrap_or_default());
+    expect_error(&answer, 404, "model_not_found", Some("model"));
     assert_eq!(chat(&host, &alice, "team-llm-2", true).await.0, 200);
 
     // Model ids belong to one backend: a built-in's or another plugin's are refused.
@@ -430,7 +425,7 @@ async fn operators_load_replace_and_remove_model_backends_at_runtime() {
 #[tokio::test]
 async fn backend_uploads_are_checked_before_anything_is_served() {
     let (upstream, seen) = fake_upstream().await;
-    let host = host_with(&upstream, "");
+    let host = host_with(&upstream, "").await;
     let wasm = plugin_wasm("model_openai");
     let grantless =
         format!("kind=model-backend&version=1&env.UPSTREAM_URL=http://{upstream}/v1&env.MODELS=x");
@@ -495,8 +490,8 @@ async fn a_backend_in_the_plugins_directory_is_served_from_start() {
     let host = Host::builder()
         .env("FAKE_KEY", "up-key")
         .env("SWITCHYARD_PLUGINS_DIR", dir.path().to_str().unwrap())
-        .config(INFERENCE)
-        .start();
+        .start()
+        .await;
     let alice = host.create_user("alice").await;
     let (status, info) = host.get("/v1/admin/plugins/dir-llm").await;
     assert_eq!(status, 200, "{info}");
@@ -515,7 +510,7 @@ fn last_body(seen: &Seen) -> Value {
 #[tokio::test]
 async fn tool_calls_structured_output_logprobs_and_choices_pass_through_an_upstream() {
     let (upstream, seen) = fake_upstream().await;
-    let host = host_with(&upstream, "");
+    let host = host_with(&upstream, "").await;
     let alice = host.create_user("alice").await;
     let tools = json!([{"type": "function", "function": {"name": "get_weather",
         "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]);
@@ -562,15 +557,7 @@ async fn tool_calls_structured_output_logprobs_and_choices_pass_through_an_upstr
         "stream_options": {"include_usage": true}});
     let (status, text) = send(&host, &alice, &request).await;
     assert_eq!(status, 200, "{text}");
-    let data: Vec<&str> = text
-        .lines()
-        .filter_map(|l| l.strip_prefix("data: "))
-        .collect();
-    assert_eq!(*data.last().unwrap(), "[DONE]");
-    let chunks: Vec<Value> = data[..data.len() - 1]
-        .iter()
-        .map(|d| serde_json::from_str(d).unwrap())
-        .collect();
+    let chunks = sse_chunks(&text);
     let deltas: Vec<&Value> = chunks
         .iter()
         .filter_map(|c| c["choices"][0]["delta"].get("tool_calls"))
@@ -630,7 +617,7 @@ async fn tool_calls_structured_output_logprobs_and_choices_pass_through_an_upstr
 #[tokio::test]
 async fn the_stock_openai_and_langchain_clients_call_tools_and_get_structured_output() {
     let (upstream, _) = fake_upstream().await;
-    let host = host_with(&upstream, "");
+    let host = host_with(&upstream, "").await;
     let alice = host.create_user("alice").await;
     let python = crate::harness::python_venv(
         "langchain-venv",
@@ -656,7 +643,7 @@ async fn the_stock_openai_and_langchain_clients_call_tools_and_get_structured_ou
 
 #[tokio::test]
 async fn the_embedded_model_refuses_what_it_cannot_honour_naming_the_field() {
-    let host = Host::start();
+    let host = Host::with_model().await;
     let alice = host.create_user("alice").await;
     let ask = json!({"role": "user", "content": "hi"});
     let model = "SmolLM2-135M-Instruct";

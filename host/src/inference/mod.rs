@@ -85,7 +85,10 @@ impl Inference {
         queue: WorkQueue,
         plugins: Arc<Plugins>,
     ) -> Inference {
-        let mut specs = vec![(cfg.inference.model_id.clone(), smollm(cfg), SMOLLM_WASM)];
+        let mut specs = Vec::new();
+        if cfg.inference.embedded {
+            specs.push((cfg.inference.model_id.clone(), smollm(cfg), SMOLLM_WASM));
+        }
         for upstream in &cfg.inference.upstreams {
             match proxy(upstream) {
                 Ok(setup) => specs.push((upstream.name.clone(), setup, OPENAI_WASM)),

@@ -108,6 +108,9 @@ pub struct Trees {
     pub quarantine: sled::Tree,
 }
 
+/// One stored record as bytes: its kind (tree), key and value.
+pub type RawRecord = (String, Vec<u8>, Vec<u8>);
+
 /// The one handle to the store. Cheap to clone.
 #[derive(Clone)]
 pub struct Store {
@@ -297,6 +300,22 @@ impl Store {
             match serde_json::from_slice(&value) {
                 Ok(record) => out.push(record),
                 Err(e) => self.quarantine(tree, &key, &e.to_string())?,
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every stored record as (kind, key, value), raw: what `switchyard
+    /// admin dump-records` prints, for checking what reaches the disk (no
+    /// secret or key in plain text) whatever the engine.
+    pub fn raw_records(&self) -> anyhow::Result<Vec<RawRecord>> {
+        let mut out = Vec::new();
+        for name in self.db.tree_names() {
+            let tree = self.db.open_tree(&name)?;
+            let kind = String::from_utf8_lossy(&name).into_owned();
+            for item in tree.iter() {
+                let (key, value) = item?;
+                out.push((kind.clone(), key.to_vec(), value.to_vec()));
             }
         }
         Ok(out)
