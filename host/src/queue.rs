@@ -121,6 +121,15 @@ impl WorkQueue {
 mod tests {
     use super::*;
 
+    /// Yields until `done`, failing the test after 5 s.
+    async fn until(what: &str, done: impl Fn() -> bool) {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !done() {
+            assert!(tokio::time::Instant::now() < deadline, "{what} within 5 s");
+            tokio::task::yield_now().await;
+        }
+    }
+
     #[tokio::test]
     async fn runs_jobs_and_returns_their_output() {
         let q = WorkQueue::start(
@@ -144,10 +153,7 @@ mod tests {
         );
         let first = q.clone();
         tokio::spawn(async move { first.run(async {}).await });
-        tokio::task::yield_now().await;
-        while q.waiting() == 0 {
-            tokio::task::yield_now().await;
-        }
+        until("the first job waits", || q.waiting() != 0).await;
         assert!(matches!(
             q.run(async {}).await,
             Err(QueueError::Full { .. })
@@ -214,9 +220,10 @@ mod tests {
             let q = q.clone();
             async move { q.run(async move { hold.await.ok() }).await }
         });
-        while q.waiting() != 0 || q.permits.available_permits() != 0 {
-            tokio::task::yield_now().await;
-        }
+        until("the worker takes the job", || {
+            q.waiting() == 0 && q.permits.available_permits() == 0
+        })
+        .await;
         let (ran, done) = tokio::sync::oneshot::channel();
         let short = std::time::Duration::from_millis(20);
         let gave_up = tokio::time::timeout(short, q.run(async move { ran.send(()).ok() }));

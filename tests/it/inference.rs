@@ -269,17 +269,21 @@ async fn stop_sequences_end_the_text_before_them() {
 /// The WASM kernels compute what candle's reference model computes on the
 /// same Q4_1 weights: its greedy reply, run natively, begins with this text.
 /// So they do with one instance of the model, and with the second instance
-/// (ready in the background by the later requests at the latest), which
-/// evaluates the prompt's first half and takes half of the output layer.
+/// (waited for until ready), which evaluates the prompt's first half and
+/// takes half of the output layer: its log shows it ran tasks.
 #[tokio::test]
 async fn greedy_replies_match_the_reference_implementation() {
     for second_instance in [false, true] {
         let host = Host::builder()
             .with_model()
             .config(&format!("{INFERENCE}\nsecond_instance = {second_instance}"))
+            .env("RUST_LOG", "info,switchyard::inference::parallel=debug")
             .start()
             .await;
         let alice = world(&host).await;
+        if second_instance {
+            host.wait_for_log(&["the second instance is ready"]).await;
+        }
         let body = ask(
             "Name three colours.",
             json!({"max_tokens": 12, "temperature": 0}),
@@ -292,8 +296,12 @@ async fn greedy_replies_match_the_reference_implementation() {
                 "1. Red: This is the most obvious colour, but",
                 "second instance {second_instance}, request {attempt}"
             );
-            tokio::time::sleep(Duration::from_millis(300)).await;
         }
+        assert_eq!(
+            host.log().contains("the second instance ran a task"),
+            second_instance,
+            "the second instance took part exactly when configured"
+        );
     }
 }
 
@@ -404,26 +412,30 @@ async fn a_full_inference_queue_answers_429_at_once() {
         ))
         .start()
         .await;
-    let request = || {
-        host.http
+    let request = || async {
+        let response = host
+            .http
             .post(host.url("/v1/chat/completions"))
             .bearer_auth(OPERATOR_KEY)
             .json(&ask("hi", json!({"max_tokens": 2})))
             .timeout(Duration::from_secs(3))
             .send()
+            .await?;
+        let status = response.status().as_u16();
+        let text = response.text().await?;
+        Ok::<_, reqwest::Error>((
+            status,
+            serde_json::from_str::<Value>(&text).unwrap_or_default(),
+        ))
     };
-    let (first, second) = tokio::join!(request(), async {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        request().await
-    });
-    let refused = match (first, second) {
+    let (first, second) = tokio::join!(request(), request());
+    let (status, reply) = match (first, second) {
         (Ok(refused), Err(waited)) | (Err(waited), Ok(refused)) => {
             assert!(waited.is_timeout(), "{waited}");
             refused
         }
         (first, second) => panic!("one request must wait and one be refused: {first:?} {second:?}"),
     };
-    let (status, reply) = into_parts(refused).await;
     assert_eq!(status, 429, "{reply}");
     let error = assert_error_shape(&reply);
     assert_eq!(error["type"], "rate_limit_error", "{reply}");

@@ -10,7 +10,10 @@ use crate::harness::{Host, OPERATOR_KEY};
 
 #[tokio::test]
 async fn sigterm_drains_an_in_flight_request_and_the_store_reopens() {
-    let mut host = Host::start().await;
+    let mut host = Host::builder()
+        .env("RUST_LOG", "info,switchyard::http=debug")
+        .start()
+        .await;
     // Send half a request, signal, then finish it: the host must answer it.
     let body = json!({"name": "in-flight"}).to_string();
     let mut stream = TcpStream::connect(host.addr()).unwrap();
@@ -21,9 +24,10 @@ async fn sigterm_drains_an_in_flight_request_and_the_store_reopens() {
     );
     stream.write_all(head.as_bytes()).unwrap();
     stream.write_all(&body.as_bytes()[..5]).unwrap();
-    std::thread::sleep(Duration::from_millis(200));
+    host.wait_for_log(&["request received", "/v1/me/api-keys"])
+        .await;
     unsafe { libc::kill(host.pid() as i32, libc::SIGTERM) };
-    std::thread::sleep(Duration::from_millis(200));
+    host.wait_for_log(&["shutting down"]).await;
     stream.write_all(&body.as_bytes()[5..]).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))

@@ -368,7 +368,9 @@ async fn a_template_sees_no_files_and_no_environment() {
         .invoke("misbehave", &json!({"template": "read-file"}))
         .await;
     assert_eq!(status, 200, "{body}");
-    for entry in body["output"].as_array().unwrap() {
+    let tries = body["output"].as_array().unwrap();
+    assert!(!tries.is_empty(), "the plugin tried nothing: {body}");
+    for entry in tries {
         assert!(entry.as_str().unwrap().ends_with("denied"), "{body}");
     }
     let (_, body) = host.invoke("misbehave", &json!({"template": "env"})).await;
@@ -444,6 +446,20 @@ async fn a_broken_upload_leaves_the_old_version_serving() {
     assert_eq!(status, 200);
 }
 
+/// Waits (at most 10 s, loudly) until the callers have made 8 more calls,
+/// so that calls run on each version between swaps.
+async fn more_calls(calls: &std::sync::atomic::AtomicUsize) {
+    let target = calls.load(std::sync::atomic::Ordering::SeqCst) + 8;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while calls.load(std::sync::atomic::Ordering::SeqCst) < target {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the callers stalled"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 #[tokio::test]
 async fn a_hot_swap_under_concurrent_calls_loses_no_call() {
     let host = Host::start().await;
@@ -456,12 +472,14 @@ async fn a_hot_swap_under_concurrent_calls_loses_no_call() {
         .await;
     assert_eq!(status, 201);
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut callers = Vec::new();
     for _ in 0..4 {
-        let (http, url, stop) = (
+        let (http, url, stop, calls) = (
             host.http.clone(),
             host.url("/v1/admin/plugins/swap/invoke"),
             stop.clone(),
+            calls.clone(),
         );
         callers.push(tokio::spawn(async move {
             let (mut ok, mut versions) = (0, std::collections::BTreeSet::new());
@@ -482,6 +500,7 @@ async fn a_hot_swap_under_concurrent_calls_loses_no_call() {
                     "echo"
                 });
                 ok += 1;
+                calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             }
             (ok, versions)
         }));
@@ -496,7 +515,7 @@ async fn a_hot_swap_under_concurrent_calls_loses_no_call() {
     .iter()
     .enumerate()
     {
-        tokio::time::sleep(Duration::from_millis(150)).await;
+        more_calls(&calls).await;
         let (status, body) = host
             .upload_plugin(
                 "swap",
@@ -507,7 +526,7 @@ async fn a_hot_swap_under_concurrent_calls_loses_no_call() {
         assert_eq!(status, 200, "{body}");
         assert_eq!(body["version"], format!("v{i}"));
     }
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    more_calls(&calls).await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let mut total = 0;
     let mut seen = std::collections::BTreeSet::new();

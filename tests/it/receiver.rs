@@ -19,6 +19,8 @@ pub struct Received {
     pub headers: HashMap<String, String>,
     /// The exact body bytes.
     pub body: Vec<u8>,
+    /// The status the receiver answered it with.
+    pub answered: u16,
 }
 
 impl Received {
@@ -38,6 +40,7 @@ pub struct Receiver {
     /// `http://127.0.0.1:PORT`.
     pub base: String,
     received: Arc<Mutex<Vec<Received>>>,
+    arrived: Arc<AtomicU64>,
     status: Arc<AtomicU16>,
     delay_ms: Arc<AtomicU64>,
     reply_headers: Arc<Mutex<Vec<(String, String)>>>,
@@ -48,18 +51,21 @@ impl Receiver {
     /// Starts answering 200 with body `ok`.
     pub async fn start() -> Receiver {
         let received = Arc::new(Mutex::new(Vec::new()));
+        let arrived = Arc::new(AtomicU64::new(0));
         let status = Arc::new(AtomicU16::new(200));
         let delay_ms = Arc::new(AtomicU64::new(0));
         let reply_headers = Arc::new(Mutex::new(Vec::<(String, String)>::new()));
-        let (r, s, d, l) = (
+        let (r, a, s, d, l) = (
             received.clone(),
+            arrived.clone(),
             status.clone(),
             delay_ms.clone(),
             reply_headers.clone(),
         );
         let app = axum::Router::new().fallback(move |headers: HeaderMap, body: Bytes| {
-            let (r, s, d, l) = (r.clone(), s.clone(), d.clone(), l.clone());
+            let (r, a, s, d, l) = (r.clone(), a.clone(), s.clone(), d.clone(), l.clone());
             async move {
+                a.fetch_add(1, Ordering::SeqCst);
                 let delay = d.load(Ordering::SeqCst);
                 if delay > 0 {
                     tokio::time::sleep(Duration::from_millis(delay)).await;
@@ -68,11 +74,13 @@ impl Receiver {
                     .iter()
                     .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("").to_string()))
                     .collect();
+                let answered = s.load(Ordering::SeqCst);
                 r.lock().unwrap().push(Received {
                     headers,
                     body: body.to_vec(),
+                    answered,
                 });
-                let code = StatusCode::from_u16(s.load(Ordering::SeqCst)).unwrap();
+                let code = StatusCode::from_u16(answered).unwrap();
                 let mut reply = HeaderMap::new();
                 reply.insert("x-receiver", "test".parse().unwrap());
                 for (name, value) in l.lock().unwrap().iter() {
@@ -90,6 +98,7 @@ impl Receiver {
         Receiver {
             base,
             received,
+            arrived,
             status,
             delay_ms,
             reply_headers,
@@ -126,13 +135,29 @@ impl Receiver {
         self.received.lock().unwrap().clone()
     }
 
-    /// Waits until `n` requests have arrived (at most `secs` seconds).
+    /// How many requests have arrived, answered or not (a delayed one
+    /// counts as soon as it arrives).
+    pub fn arrived(&self) -> usize {
+        self.arrived.load(Ordering::SeqCst) as usize
+    }
+
+    /// Waits (at most `secs` seconds) until `n` requests have been
+    /// recorded, and returns them all; fails the test, saying what came,
+    /// when fewer did.
     pub async fn wait_for(&self, n: usize, secs: u64) -> Vec<Received> {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
         loop {
             let got = self.received();
-            if got.len() >= n || tokio::time::Instant::now() > deadline {
+            if got.len() >= n {
                 return got;
+            }
+            if tokio::time::Instant::now() > deadline {
+                let ids: Vec<_> = got.iter().map(|r| r.header("x-service-delivery")).collect();
+                panic!(
+                    "waited {secs} s for {n} requests at {}; {} came (delivery ids {ids:?})",
+                    self.base,
+                    got.len()
+                );
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }

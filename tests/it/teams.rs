@@ -155,7 +155,8 @@ async fn team_roles_are_enforced_and_teams_are_invisible_to_outsiders() {
 
 #[tokio::test]
 async fn secrets_are_never_echoed_logged_or_stored_in_plain_text() {
-    let mut host = Host::start().await;
+    // Every level, so that "never logged" covers debug and trace lines too.
+    let mut host = Host::builder().env("RUST_LOG", "trace").start().await;
     let alice = host.create_user("alice").await;
     host.call("POST", "/v1/teams", &alice, Some(&json!({"name": "ml"})))
         .await;

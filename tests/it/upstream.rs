@@ -165,12 +165,16 @@ async fn fake_upstream() -> (String, Seen) {
 }
 
 async fn host_with(upstream: &str, extra: &str) -> Host {
+    upstream_host(upstream, extra).start().await
+}
+
+/// A host serving the fake upstream's models (and not the embedded one).
+fn upstream_host(upstream: &str, extra: &str) -> crate::harness::HostBuilder {
     Host::builder()
         .env("FAKE_KEY", "up-key")
         .config(&format!(
             "[inference]\nembedded = false\n[[inference.upstreams]]\nname = \"fake\"\nbase_url = \"http://{upstream}/v1\"\napi_key_env = \"FAKE_KEY\"\nmodels = [\"fake-1=upstream-model\", \"fake-broken=broken\", \"fake-slow=slow\", \"fake-together=together\", \"fake-redirect=redirect\", \"fake-tools=tools\"]\ntimeout_ms = 1500\n{extra}"
         ))
-        .start().await
 }
 
 async fn chat(host: &Host, key: &str, model: &str, stream: bool) -> (u16, String) {
@@ -195,7 +199,11 @@ async fn send(host: &Host, key: &str, body: &Value) -> (u16, String) {
 #[tokio::test]
 async fn the_proxy_forwards_whole_and_streamed_completions_with_the_host_held_key() {
     let (upstream, seen) = fake_upstream().await;
-    let host = host_with(&upstream, "").await;
+    // Every level, so that "never logged" covers debug and trace lines too.
+    let host = upstream_host(&upstream, "")
+        .env("RUST_LOG", "trace")
+        .start()
+        .await;
     let alice = host.create_user("alice").await;
     let (_, models) = host.call("GET", "/v1/models", &alice, None).await;
     let ids: Vec<&str> = models["data"]

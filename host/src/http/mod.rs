@@ -277,6 +277,7 @@ async fn shape_errors(State(app): State<App>, request: Request, next: Next) -> R
     }
     let method = request.method().to_string();
     let path = request.uri().path().to_string();
+    tracing::debug!(%method, %path, "request received");
     let response = next.run(request).await;
     let status = response.status();
     let is_json = response

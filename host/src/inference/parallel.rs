@@ -171,7 +171,10 @@ fn serve(name: &str, mut worker: impl Worker, mut queue: mpsc::Receiver<Job>, re
     runtime.block_on(async {
         let (parts, _) = mpsc::unbounded_channel();
         match worker.run(Vec::new(), parts).await {
-            Ok(Ok(_)) => ready.store(true, Ordering::Release),
+            Ok(Ok(_)) => {
+                ready.store(true, Ordering::Release);
+                tracing::info!(backend = name, "the second instance is ready");
+            }
             Ok(Err(e)) | Err(e) => {
                 tracing::warn!(backend = name, error = %e, "the second instance could not get ready");
                 return;
@@ -180,6 +183,7 @@ fn serve(name: &str, mut worker: impl Worker, mut queue: mpsc::Receiver<Job>, re
         while let Some(Job { task, reply, parts }) = queue.recv().await {
             match worker.run(task, parts).await {
                 Ok(result) => {
+                    tracing::debug!(backend = name, "the second instance ran a task");
                     let _ = reply.send(result);
                 }
                 Err(e) => {
