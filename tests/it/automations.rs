@@ -4,85 +4,26 @@
 use serde_json::{Value, json};
 
 use crate::harness::{Host, assert_error_shape};
+use crate::world::World;
 
 const LOOPBACK: &str = "[webhooks]\nallow_private = [\"127.0.0.0/8\"]";
 
-struct World {
+struct Scene {
     host: Host,
     alice: String,
     bob: String,
     eve: String,
 }
 
-/// alice: admin of team `ml` (secrets TOKEN, SIGN, SPARE; webhook `ci`
-/// carrying TOKEN and SIGN; project `vision`) and of registry `models`.
-/// bob: member of both. eve: admin of her own team `other`, outsider here.
-async fn world() -> World {
+/// The shared world (see `world.rs`), webhook `ci` pointing nowhere.
+async fn world() -> Scene {
     let host = Host::builder().config(LOOPBACK).start().await;
-    let (alice, bob, eve) = (
-        host.create_user("alice").await,
-        host.create_user("bob").await,
-        host.create_user("eve").await,
-    );
-    let ok = |(status, body): (u16, Value), want: u16| assert_eq!(status, want, "{body}");
-    ok(
-        host.call("POST", "/v1/teams", &alice, Some(&json!({"name": "ml"})))
-            .await,
-        201,
-    );
-    ok(
-        host.call("POST", "/v1/teams", &eve, Some(&json!({"name": "other"})))
-            .await,
-        201,
-    );
-    let member = json!({"role": "member"});
-    ok(
-        host.call("PUT", "/v1/teams/ml/members/bob", &alice, Some(&member))
-            .await,
-        200,
-    );
-    for name in ["TOKEN", "SIGN", "SPARE"] {
-        let path = format!("/v1/teams/ml/secrets/{name}");
-        ok(
-            host.call("PUT", &path, &alice, Some(&json!({"value": "v"})))
-                .await,
-            201,
-        );
-    }
-    let hook = json!({"name": "ci", "url": "http://127.0.0.1:9/hook",
-        "access_token_secret": "TOKEN", "signing_secret": "SIGN"});
-    ok(
-        host.call("POST", "/v1/teams/ml/webhooks", &alice, Some(&hook))
-            .await,
-        201,
-    );
-    let project = json!({"name": "vision", "description": "image models"});
-    ok(
-        host.call("POST", "/v1/teams/ml/projects", &bob, Some(&project))
-            .await,
-        201,
-    );
-    let registry = json!({"name": "models", "description": "production models"});
-    ok(
-        host.call("POST", "/v1/registries", &alice, Some(&registry))
-            .await,
-        201,
-    );
-    ok(
-        host.call(
-            "PUT",
-            "/v1/registries/models/members/bob",
-            &alice,
-            Some(&member),
-        )
-        .await,
-        200,
-    );
-    World {
+    let world = World::build(&host, Some("http://127.0.0.1:9/hook")).await;
+    Scene {
         host,
-        alice,
-        bob,
-        eve,
+        alice: world.alice,
+        bob: world.bob,
+        eve: world.eve,
     }
 }
 
@@ -102,7 +43,7 @@ const REGISTRY_AUTOMATIONS: &str = "/v1/registries/models/automations";
 
 #[tokio::test]
 async fn projects_and_registries_have_a_lifecycle_and_are_private() {
-    let World {
+    let Scene {
         host,
         alice,
         bob,
@@ -112,7 +53,7 @@ async fn projects_and_registries_have_a_lifecycle_and_are_private() {
         .call("GET", "/v1/teams/ml/projects/vision", &bob, None)
         .await;
     assert_eq!(status, 200, "{body}");
-    assert_eq!(body["created_by"], "bob");
+    assert_eq!(body["created_by"], "alice");
     assert_eq!(body["description"], "image models");
     let (status, list) = host
         .call("GET", "/v1/teams/ml/projects", &alice, None)
@@ -182,7 +123,7 @@ async fn projects_and_registries_have_a_lifecycle_and_are_private() {
 
 #[tokio::test]
 async fn automation_lifecycle_in_a_project() {
-    let World {
+    let Scene {
         host, alice, bob, ..
     } = world().await;
     let (status, created) = host
@@ -250,7 +191,7 @@ async fn automation_lifecycle_in_a_project() {
 
 #[tokio::test]
 async fn registry_automations_need_a_registry_admin() {
-    let World {
+    let Scene {
         host,
         alice,
         bob,
@@ -318,7 +259,7 @@ async fn registry_automations_need_a_registry_admin() {
 }
 
 /// Posts `body` as alice to the project and returns the 400's error object.
-async fn rejected(w: &World, body: &Value) -> Value {
+async fn rejected(w: &Scene, body: &Value) -> Value {
     let (status, response) = w
         .host
         .call("POST", PROJECT_AUTOMATIONS, &w.alice, Some(body))
@@ -474,7 +415,7 @@ async fn bad_definitions_are_refused_precisely() {
 
 #[tokio::test]
 async fn dependants_block_deletion_unless_forced() {
-    let World { host, alice, .. } = world().await;
+    let Scene { host, alice, .. } = world().await;
     let (status, _) = host
         .call(
             "POST",

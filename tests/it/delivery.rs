@@ -8,71 +8,18 @@ use serde_json::{Value, json};
 
 use crate::harness::Host;
 use crate::receiver::{Received, Receiver, expected_signature};
+use crate::world::{PROJECT, REGISTRY, SIGN, TOKEN, World, ok};
 
 /// Fast retries so tests see several attempts in well under a second.
 const CONFIG: &str = "[webhooks]\nallow_private = [\"127.0.0.0/8\"]\n\
     [delivery]\nretry_schedule_ms = [0, 150, 150, 150, 150, 150, 150, 150, 150, 150]\n\
     jitter = 0.0\npoll_interval_ms = 50";
 
-const PROJECT: &str = "/v1/teams/ml/projects/vision";
-const REGISTRY: &str = "/v1/registries/models";
-
-/// alice: admin of team `ml` (secrets TOKEN=`tok-1`, SIGN=`sign-1`, webhook
-/// `ci` → the receiver), project `vision`, registry `models`; bob: member.
+/// The world, with webhook `ci` calling `receiver`: (alice, bob).
 async fn world(host: &Host, receiver: &Receiver) -> (String, String) {
-    let (alice, bob) = (
-        host.create_user("alice").await,
-        host.create_user("bob").await,
-    );
-    let steps = [
-        ("POST", "/v1/teams".to_string(), json!({"name": "ml"})),
-        (
-            "PUT",
-            "/v1/teams/ml/members/bob".into(),
-            json!({"role": "member"}),
-        ),
-        (
-            "PUT",
-            "/v1/teams/ml/secrets/TOKEN".into(),
-            json!({"value": "tok-1"}),
-        ),
-        (
-            "PUT",
-            "/v1/teams/ml/secrets/SIGN".into(),
-            json!({"value": "sign-1"}),
-        ),
-        (
-            "POST",
-            "/v1/teams/ml/webhooks".into(),
-            json!({"name": "ci",
-            "url": format!("{}/hook", receiver.base),
-            "access_token_secret": "TOKEN", "signing_secret": "SIGN"}),
-        ),
-        (
-            "POST",
-            "/v1/teams/ml/projects".into(),
-            json!({"name": "vision"}),
-        ),
-        ("POST", "/v1/registries".into(), json!({"name": "models"})),
-        (
-            "PUT",
-            format!("{REGISTRY}/members/bob"),
-            json!({"role": "member"}),
-        ),
-        (
-            "POST",
-            format!("{PROJECT}/collections"),
-            json!({"name": "detector"}),
-        ),
-    ];
-    for (method, path, body) in steps {
-        let (status, response) = host.call(method, &path, &alice, Some(&body)).await;
-        assert!(
-            status == 200 || status == 201,
-            "{method} {path}: {status} {response}"
-        );
-    }
-    (alice, bob)
+    let hook = format!("{}/hook", receiver.base);
+    let world = World::build(host, Some(&hook)).await;
+    (world.alice, world.bob)
 }
 
 const TEMPLATE: &str = r#"{"event_type": "${event_type}", "author": "${event_author}",
@@ -90,22 +37,16 @@ async fn automation(host: &Host, key: &str, scope: &str, name: &str, event: Valu
     assert_eq!(status, 201, "{response}");
 }
 
-async fn ok(host: &Host, key: &str, method: &str, path: &str, body: Value) -> Value {
-    let (status, response) = host.call(method, path, key, Some(&body)).await;
-    assert!(
-        status == 200 || status == 201,
-        "{method} {path}: {status} {response}"
-    );
-    response
-}
-
 /// Checks what every delivery must carry, and returns the body.
 fn verified(request: &Received) -> Value {
-    assert_eq!(request.header("authorization"), Some("Bearer tok-1"));
+    assert_eq!(
+        request.header("authorization"),
+        Some(format!("Bearer {TOKEN}").as_str())
+    );
     assert_eq!(request.header("content-type"), Some("application/json"));
     assert_eq!(
         request.header("x-service-signature").unwrap(),
-        expected_signature("sign-1", &request.body),
+        expected_signature(SIGN, &request.body),
         "signature"
     );
     assert!(
@@ -938,7 +879,7 @@ async fn events_on_unknown_objects_are_404_and_outsiders_cannot_act() {
     let receiver = Receiver::start().await;
     let host = Host::builder().config(CONFIG).start().await;
     let (alice, _) = world(&host, &receiver).await;
-    let eve = host.create_user("eve").await;
+    let eve = host.create_user("mallory").await;
     let versions = format!("{PROJECT}/collections/detector/versions");
     for (path, body) in [
         (format!("{PROJECT}/collections/nope/versions"), json!({})),

@@ -5,22 +5,13 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::harness::{Host, INFERENCE, OPERATOR_KEY, assert_error_shape, into_parts, python_venv};
+use crate::world::World;
 
 const MODEL: &str = "SmolLM2-135M-Instruct";
 
-/// alice: admin of team `ml` with project `vision`; returns her key.
+/// The shared world (see `world.rs`); returns alice's key.
 async fn world(host: &Host) -> String {
-    let alice = host.create_user("alice").await;
-    let (status, body) = host
-        .call("POST", "/v1/teams", &alice, Some(&json!({"name": "ml"})))
-        .await;
-    assert_eq!(status, 201, "{body}");
-    let project = json!({"name": "vision"});
-    let (status, body) = host
-        .call("POST", "/v1/teams/ml/projects", &alice, Some(&project))
-        .await;
-    assert_eq!(status, 201, "{body}");
-    alice
+    World::build(host, None).await.alice
 }
 
 fn ask(text: &str, extra: Value) -> Value {
@@ -330,7 +321,7 @@ async fn the_same_seed_gives_the_same_text() {
 async fn bad_requests_get_openai_error_objects() {
     let host = Host::with_model().await;
     let alice = world(&host).await;
-    let bob = host.create_user("bob").await;
+    let mallory = host.create_user("mallory").await;
     let cases = [
         (
             json!({"model": "gpt-17", "messages": [{"role": "user", "content": "hi"}]}),
@@ -379,14 +370,14 @@ async fn bad_requests_get_openai_error_objects() {
     let response = host
         .http
         .post(host.url("/v1/chat/completions"))
-        .bearer_auth(&bob)
+        .bearer_auth(&mallory)
         .header("Service-Project", "ml/vision")
         .json(&ask("hi", json!({})))
         .send()
         .await
         .unwrap();
     let (status, reply) = into_parts(response).await;
-    assert_eq!(status, 403, "bob is not in team ml: {reply}");
+    assert_eq!(status, 403, "mallory is not in team ml: {reply}");
     assert_eq!(assert_error_shape(&reply)["type"], "permission_error");
     let (status, reply) = host.get_anon("/v1/chat/completions").await;
     assert_eq!(status, 405, "{reply}");

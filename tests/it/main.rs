@@ -3,6 +3,7 @@
 
 mod harness;
 mod receiver;
+mod world;
 
 mod api_keys;
 mod automations;

@@ -5,41 +5,15 @@ use serde_json::{Value, json};
 
 use crate::harness::{Host, assert_error_shape, raw_records};
 use crate::receiver::{Receiver, closed_port, expected_signature};
+use crate::world::World;
 
-/// A host with alice (admin of `ml`, holding secrets TOKEN=`tok-123`,
-/// SIGN=`sign-456` and SPARE=`spare-789`), bob (member) and eve (outsider).
+/// A host with the shared world without its webhook: alice (admin of
+/// `ml`, holding secrets TOKEN, SIGN and SPARE), bob (member) and eve
+/// (outsider).
 async fn setup(config: &str) -> (Host, String, String, String) {
     let host = Host::builder().config(config).start().await;
-    let (alice, bob, eve) = (
-        host.create_user("alice").await,
-        host.create_user("bob").await,
-        host.create_user("eve").await,
-    );
-    host.call("POST", "/v1/teams", &alice, Some(&json!({"name": "ml"})))
-        .await;
-    host.call(
-        "PUT",
-        "/v1/teams/ml/members/bob",
-        &alice,
-        Some(&json!({"role": "member"})),
-    )
-    .await;
-    for (name, value) in [
-        ("TOKEN", "tok-123"),
-        ("SIGN", "sign-456"),
-        ("SPARE", "spare-789"),
-    ] {
-        let (status, _) = host
-            .call(
-                "PUT",
-                &format!("/v1/teams/ml/secrets/{name}"),
-                &alice,
-                Some(&json!({"value": value})),
-            )
-            .await;
-        assert_eq!(status, 201);
-    }
-    (host, alice, bob, eve)
+    let world = World::build(&host, None).await;
+    (host, world.alice, world.bob, world.eve)
 }
 
 const LOOPBACK: &str = "[webhooks]\nallow_private = [\"127.0.0.0/8\"]";
@@ -310,11 +284,11 @@ async fn webhook_test_is_signed_and_authorised_like_a_delivery() {
     let got = receiver.wait_for(1, 5).await;
     assert_eq!(got.len(), 1);
     let request = &got[0];
-    assert_eq!(request.header("authorization"), Some("Bearer tok-123"));
+    assert_eq!(request.header("authorization"), Some("Bearer tok-1"));
     assert_eq!(request.header("content-type"), Some("application/json"));
     assert_eq!(
         request.header("x-service-signature").unwrap(),
-        expected_signature("sign-456", &request.body)
+        expected_signature("sign-1", &request.body)
     );
     assert_eq!(
         request.header("x-service-delivery"),
@@ -322,7 +296,7 @@ async fn webhook_test_is_signed_and_authorised_like_a_delivery() {
     );
     assert_eq!(
         request.json(),
-        json!({"text": "signed with sign-456", "auth": "tok-123", "cost": "$5"})
+        json!({"text": "signed with sign-1", "auth": "tok-1", "cost": "$5"})
     );
     let everything = format!("{outcome}{}", host.log());
     for secret in ["tok-123", "sign-456"] {
@@ -342,7 +316,7 @@ async fn webhook_test_is_signed_and_authorised_like_a_delivery() {
     assert_eq!(got[1].json()["event_type"], "TEST");
     assert_eq!(
         got[1].header("x-service-signature").unwrap(),
-        expected_signature("sign-456", &got[1].body)
+        expected_signature("sign-1", &got[1].body)
     );
 
     // A secret the webhook does not carry, or JSON that breaks, is refused
