@@ -81,6 +81,10 @@ pub enum Error {
     /// A server we forward to (an upstream model API) failed.
     #[error("{0}")]
     BadGateway(String),
+    /// A model backend (an upstream behind it, or the model itself) did not
+    /// answer within its time limit.
+    #[error("{0}")]
+    GatewayTimeout(String),
     /// A plugin trapped or exceeded a limit. The message names the plugin and
     /// version and says what happened; it holds no secrets.
     #[error("{0}")]
@@ -120,6 +124,7 @@ impl Error {
             Error::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
             Error::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Error::BadGateway(_) => StatusCode::BAD_GATEWAY,
+            Error::GatewayTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
             Error::PluginFailed(_) | Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -132,6 +137,7 @@ impl Error {
             Error::RateLimited(_) => "rate_limit_error",
             Error::Unavailable(_)
             | Error::BadGateway(_)
+            | Error::GatewayTimeout(_)
             | Error::PluginFailed(_)
             | Error::Internal(_) => "server_error",
             _ => "invalid_request_error",
@@ -157,6 +163,7 @@ impl Error {
             Error::RateLimited(_) => "rate_limit_exceeded",
             Error::Unavailable(_) => "unavailable",
             Error::BadGateway(_) => "upstream_error",
+            Error::GatewayTimeout(_) => "timeout",
             Error::PluginFailed(_) => "plugin_failed",
             Error::Internal(_) => "internal_error",
         }

@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use crate::harness::{Host, assert_error_shape};
+use crate::harness::{Host, assert_error_shape, expect_error};
 use crate::world::World;
 
 const LOOPBACK: &str = "[webhooks]\nallow_private = [\"127.0.0.0/8\"]";
@@ -59,7 +59,7 @@ async fn projects_and_registries_have_a_lifecycle_and_are_private() {
         .call("GET", "/v1/teams/ml/projects", &alice, None)
         .await;
     assert_eq!((status, list["data"].as_array().unwrap().len()), (200, 1));
-    let (status, _) = host
+    let answer = host
         .call(
             "POST",
             "/v1/teams/ml/projects",
@@ -67,7 +67,7 @@ async fn projects_and_registries_have_a_lifecycle_and_are_private() {
             Some(&json!({"name": "vision"})),
         )
         .await;
-    assert_eq!(status, 409);
+    expect_error(&answer, 409, "conflict", None);
 
     // Outsiders see neither the project nor the registry, and learn nothing.
     for path in [
@@ -76,7 +76,7 @@ async fn projects_and_registries_have_a_lifecycle_and_are_private() {
         REGISTRY_AUTOMATIONS,
     ] {
         let (status, body) = host.call("GET", path, &eve, None).await;
-        assert_eq!(status, 404, "{path}: {body}");
+        expect_error(&(status, body.clone()), 404, "not_found", None);
         assert_error_shape(&body);
     }
     let (_, mine) = host.call("GET", "/v1/registries", &eve, None).await;
@@ -87,7 +87,7 @@ async fn projects_and_registries_have_a_lifecycle_and_are_private() {
     assert_eq!(bobs["data"][0]["description"], "production models");
 
     // Registry members are managed by registry admins only.
-    let (status, _) = host
+    let answer = host
         .call(
             "PUT",
             "/v1/registries/models/members/eve",
@@ -95,8 +95,8 @@ async fn projects_and_registries_have_a_lifecycle_and_are_private() {
             Some(&json!({"role": "admin"})),
         )
         .await;
-    assert_eq!(status, 403);
-    let (status, _) = host
+    expect_error(&answer, 403, "permission_denied", None);
+    let answer = host
         .call(
             "DELETE",
             "/v1/registries/models/members/alice",
@@ -104,21 +104,21 @@ async fn projects_and_registries_have_a_lifecycle_and_are_private() {
             None,
         )
         .await;
-    assert_eq!(status, 409, "the last admin stays");
+    expect_error(&answer, 409, "conflict", None);
 
     // Only team admins delete projects.
-    let (status, _) = host
+    let answer = host
         .call("DELETE", "/v1/teams/ml/projects/vision", &bob, None)
         .await;
-    assert_eq!(status, 403);
+    expect_error(&answer, 403, "permission_denied", None);
     let (status, _) = host
         .call("DELETE", "/v1/teams/ml/projects/vision", &alice, None)
         .await;
     assert_eq!(status, 204);
-    let (status, _) = host
+    let answer = host
         .call("GET", "/v1/teams/ml/projects/vision", &alice, None)
         .await;
-    assert_eq!(status, 404);
+    expect_error(&answer, 404, "not_found", None);
 }
 
 #[tokio::test]
@@ -142,7 +142,7 @@ async fn automation_lifecycle_in_a_project() {
     );
     assert_eq!(created["event"]["type"], "ADD_ARTIFACT_ALIAS");
     assert_eq!(created["template_plugin"], "template-default");
-    let (status, _) = host
+    let answer = host
         .call(
             "POST",
             PROJECT_AUTOMATIONS,
@@ -150,7 +150,7 @@ async fn automation_lifecycle_in_a_project() {
             Some(&alias_automation("promote")),
         )
         .await;
-    assert_eq!(status, 409);
+    expect_error(&answer, 409, "conflict", None);
 
     // Members read; only admins of the project's team write.
     let (status, list) = host.call("GET", PROJECT_AUTOMATIONS, &bob, None).await;
@@ -166,7 +166,7 @@ async fn automation_lifecycle_in_a_project() {
             Some(&alias_automation("mine")),
         )
         .await;
-    assert_eq!(status, 403, "{body}");
+    expect_error(&(status, body.clone()), 403, "permission_denied", None);
     let path = format!("{PROJECT_AUTOMATIONS}/promote");
     assert_eq!(host.call("DELETE", &path, &bob, None).await.0, 403);
 
@@ -181,7 +181,12 @@ async fn automation_lifecycle_in_a_project() {
     changed["event"] = json!({"type": "ADD_ARTIFACT_TAG", "tag_regex": "("});
     let renamed = format!("{PROJECT_AUTOMATIONS}/promote-v2");
     let (status, body) = host.call("PUT", &renamed, &alice, Some(&changed)).await;
-    assert_eq!(status, 400, "an update is validated too: {body}");
+    expect_error(
+        &(status, body.clone()),
+        400,
+        "invalid_request",
+        Some("event"),
+    );
     let (_, still) = host.call("GET", &renamed, &bob, None).await;
     assert_eq!(still["event"]["tag_regex"], "^release-");
 
@@ -205,7 +210,7 @@ async fn registry_automations_need_a_registry_admin() {
             Some(&alias_automation("a")),
         )
         .await;
-    assert_eq!(status, 403, "bob is only a registry member: {body}");
+    expect_error(&(status, body.clone()), 403, "permission_denied", None);
     let (status, body) = host
         .call(
             "POST",
@@ -214,7 +219,7 @@ async fn registry_automations_need_a_registry_admin() {
             Some(&alias_automation("a")),
         )
         .await;
-    assert_eq!(status, 404, "eve cannot see the registry: {body}");
+    expect_error(&(status, body.clone()), 404, "not_found", None);
     let mut link = alias_automation("linked");
     link["event"] = json!({"type": "LINK_ARTIFACT"});
     let (status, created) = host
@@ -258,14 +263,17 @@ async fn registry_automations_need_a_registry_admin() {
     );
 }
 
-/// Posts `body` as alice to the project and returns the 400's error object.
+/// Posts `body` as alice to the project and returns the 400's error object
+/// (its `param` is each caller's to check).
 async fn rejected(w: &Scene, body: &Value) -> Value {
     let (status, response) = w
         .host
         .call("POST", PROJECT_AUTOMATIONS, &w.alice, Some(body))
         .await;
     assert_eq!(status, 400, "{body} → {response}");
-    assert_error_shape(&response).clone()
+    let error = assert_error_shape(&response);
+    assert_eq!(error["type"], "invalid_request_error", "{response}");
+    error.clone()
 }
 
 #[tokio::test]
@@ -378,7 +386,12 @@ async fn bad_definitions_are_refused_precisely() {
             Some(&with(&["event"], good.clone())),
         )
         .await;
-    assert_eq!(status, 400, "runs live in projects: {body}");
+    expect_error(
+        &(status, body.clone()),
+        400,
+        "invalid_request",
+        Some("event.type"),
+    );
     assert_eq!(body["error"]["param"], "event.type");
     let (status, body) = w
         .host
@@ -429,7 +442,7 @@ async fn dependants_block_deletion_unless_forced() {
     let (status, body) = host
         .call("DELETE", "/v1/teams/ml/webhooks/ci", &alice, None)
         .await;
-    assert_eq!(status, 409, "{body}");
+    expect_error(&(status, body.clone()), 409, "conflict", None);
     let message = body["error"]["message"].as_str().unwrap();
     assert!(
         message.contains("promote") && message.contains("force"),
@@ -438,7 +451,7 @@ async fn dependants_block_deletion_unless_forced() {
     let (status, body) = host
         .call("DELETE", "/v1/teams/ml/secrets/SIGN", &alice, None)
         .await;
-    assert_eq!(status, 409, "{body}");
+    expect_error(&(status, body.clone()), 409, "conflict", None);
     assert!(body["error"]["message"].as_str().unwrap().contains("ci"));
 
     let (status, _) = host
@@ -469,7 +482,7 @@ async fn dependants_block_deletion_unless_forced() {
     let (status, body) = host
         .call("DELETE", "/v1/teams/ml/projects/vision", &alice, None)
         .await;
-    assert_eq!(status, 409, "{body}");
+    expect_error(&(status, body.clone()), 409, "conflict", None);
     assert!(
         body["error"]["message"]
             .as_str()

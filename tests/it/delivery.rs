@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::harness::Host;
+use crate::harness::{Host, expect_error};
 use crate::receiver::{Received, Receiver, expected_signature};
 use crate::world::{PROJECT, REGISTRY, SIGN, TOKEN, World, ok};
 
@@ -364,7 +364,12 @@ async fn bare_secret_references_in_payloads_resolve_as_in_the_webhook_test() {
             Some(&save("bad", r#"{"o": "$OTHER"}"#)),
         )
         .await;
-    assert_eq!(status, 400, "{body}");
+    expect_error(
+        &(status, body.clone()),
+        400,
+        "invalid_request",
+        Some("payload"),
+    );
     assert_eq!(body["error"]["param"], "payload", "{body}");
     let message = body["error"]["message"].as_str().unwrap();
     assert!(
@@ -456,7 +461,7 @@ async fn the_deepest_accepted_metadata_is_delivered_and_readable_and_deeper_is_r
                 Some(&json!({"metadata": {"deep": nested(levels)}})),
             )
             .await;
-        assert_eq!(status, 400, "{levels} levels: {body}");
+        expect_error(&(status, body.clone()), 400, "invalid_json", None);
         assert_eq!(body["error"]["code"], "invalid_json", "{body}");
         assert!(
             body["error"]["message"]
@@ -895,10 +900,10 @@ async fn events_on_unknown_objects_are_404_and_outsiders_cannot_act() {
         ),
     ] {
         let (status, response) = host.call("POST", &path, &alice, Some(&body)).await;
-        assert_eq!(status, 404, "{path}: {response}");
+        expect_error(&(status, response.clone()), 404, "not_found", None);
     }
-    let (status, _) = host.call("POST", &versions, &eve, Some(&json!({}))).await;
-    assert_eq!(status, 404);
+    let answer = host.call("POST", &versions, &eve, Some(&json!({}))).await;
+    expect_error(&answer, 404, "not_found", None);
     for (alias, why) in [
         ("v3", "reserved"),
         ("latest", "reserved"),
@@ -913,7 +918,12 @@ async fn events_on_unknown_objects_are_404_and_outsiders_cannot_act() {
                 Some(&json!({"alias": alias})),
             )
             .await;
-        assert_eq!(status, 400, "{body}");
+        expect_error(
+            &(status, body.clone()),
+            400,
+            "invalid_request",
+            Some("alias"),
+        );
         assert!(
             body["error"]["message"].as_str().unwrap().contains(why),
             "{body}"
@@ -927,7 +937,12 @@ async fn events_on_unknown_objects_are_404_and_outsiders_cannot_act() {
             Some(&json!({})),
         )
         .await;
-    assert_eq!(status, 400, "registries link: {body}");
+    expect_error(
+        &(status, body.clone()),
+        400,
+        "invalid_request",
+        Some("metadata"),
+    );
 }
 
 /// A second webhook `fast` → `receiver`, and an automation per webhook on tag events.
@@ -1119,7 +1134,7 @@ async fn a_template_that_fails_at_render_time_fails_the_execution_without_retrie
             None,
         )
         .await;
-    assert_eq!(status, 409, "nothing to replay: {body}");
+    expect_error(&(status, body.clone()), 409, "conflict", None);
     // Failed before anything was queued: nothing can be sent later.
     assert!(receiver.received().is_empty());
 }

@@ -75,7 +75,7 @@ async fn a_full_inference_queue_fails_the_gpu_check() {
     let (first, _) = host.get_anon("/v1/system-check").await;
     assert_eq!(first, 503);
     let (status, body) = host.get_anon("/v1/system-check").await;
-    assert_eq!(status, 503);
+    assert_eq!(status, 503, "{body}");
     let error = body["gpu_queue"]["errors"][0].as_str().unwrap();
     assert!(error.contains("queue is full"), "{error}");
 }

@@ -6,13 +6,13 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::harness::{Host, OPERATOR_KEY, assert_error_shape, into_parts};
+use crate::harness::{Host, OPERATOR_KEY, assert_error_shape, expect_error, into_parts};
 
 #[tokio::test]
 async fn unknown_route_is_a_404_error_object() {
     let host = Host::start().await;
     let (status, body) = host.get_anon("/v1/nope").await;
-    assert_eq!(status, 404);
+    expect_error(&(status, body.clone()), 404, "not_found", None);
     let error = assert_error_shape(&body);
     assert_eq!(error["code"], "not_found");
     assert!(error["message"].as_str().unwrap().contains("/v1/nope"));
@@ -49,7 +49,7 @@ async fn malformed_json_says_where_it_broke() {
         .await
         .unwrap();
     let (status, body) = into_parts(response).await;
-    assert_eq!(status, 400);
+    expect_error(&(status, body.clone()), 400, "invalid_json", Some("oops"));
     let error = assert_error_shape(&body);
     assert_eq!(error["code"], "invalid_json");
     assert!(
@@ -64,7 +64,7 @@ async fn unknown_and_mistyped_fields_are_named() {
     let (status, body) = host
         .post("/v1/me/api-keys", &json!({"name": "ci", "scope": "all"}))
         .await;
-    assert_eq!(status, 400);
+    expect_error(&(status, body.clone()), 400, "invalid_json", Some("scope"));
     assert!(
         assert_error_shape(&body)["message"]
             .as_str()
@@ -74,11 +74,16 @@ async fn unknown_and_mistyped_fields_are_named() {
     );
 
     let (status, body) = host.post("/v1/me/api-keys", &json!({"name": 5})).await;
-    assert_eq!(status, 400);
+    expect_error(&(status, body.clone()), 400, "invalid_json", Some("name"));
     assert_eq!(assert_error_shape(&body)["param"], "name", "{body}");
 
     let (status, body) = host.post("/v1/me/api-keys", &json!({"name": "  "})).await;
-    assert_eq!(status, 400);
+    expect_error(
+        &(status, body.clone()),
+        400,
+        "invalid_request",
+        Some("name"),
+    );
     assert_eq!(assert_error_shape(&body)["param"], "name", "{body}");
 }
 
@@ -99,7 +104,7 @@ async fn oversized_bodies_are_413_declared_or_chunked() {
         .await
         .unwrap();
     let (status, body) = into_parts(declared).await;
-    assert_eq!(status, 413);
+    expect_error(&(status, body.clone()), 413, "payload_too_large", None);
     assert_eq!(assert_error_shape(&body)["code"], "payload_too_large");
     assert!(body["error"]["message"].as_str().unwrap().contains("1024"));
 
@@ -147,7 +152,7 @@ async fn wrong_content_type_is_415() {
         .await
         .unwrap();
     let (status, body) = into_parts(response).await;
-    assert_eq!(status, 415);
+    expect_error(&(status, body.clone()), 415, "unsupported_media_type", None);
     let message = assert_error_shape(&body)["message"].as_str().unwrap();
     assert!(message.contains("application/json"), "{message}");
 }
@@ -274,7 +279,7 @@ async fn errors_from_the_router_and_the_http_layer_have_the_error_shape() {
     let host = Host::start().await;
     // A path segment that is not UTF-8 once decoded.
     let (status, body) = host.get("/v1/teams/%ff").await;
-    assert_eq!(status, 400, "{body}");
+    expect_error(&(status, body.clone()), 400, "invalid_request", None);
     assert_eq!(
         assert_error_shape(&body)["code"],
         "invalid_request",

@@ -4,7 +4,9 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::harness::{Host, INFERENCE, OPERATOR_KEY, assert_error_shape, into_parts, python_venv};
+use crate::harness::{
+    Host, INFERENCE, OPERATOR_KEY, assert_error_shape, expect_error, into_parts, python_venv,
+};
 use crate::world::World;
 
 const MODEL: &str = "SmolLM2-135M-Instruct";
@@ -63,7 +65,7 @@ async fn models_are_listed_for_callers_with_a_key() {
         .await;
     assert_eq!((status, &body["id"]), (200, &json!(MODEL)));
     let (status, body) = host.get_anon("/v1/models").await;
-    assert_eq!(status, 401);
+    expect_error(&(status, body.clone()), 401, "invalid_api_key", None);
     assert_eq!(assert_error_shape(&body)["type"], "authentication_error");
 }
 
@@ -140,8 +142,8 @@ async fn a_completion_has_usage_that_adds_up_and_is_counted_for_its_project() {
         assert_eq!(mine["total"][field], reply["usage"][field], "{field}");
     }
     assert_eq!(mine["by_model"][MODEL]["requests"], 1);
-    let (status, _) = host.call("GET", "/v1/me/usage", "sy-not-a-key", None).await;
-    assert_eq!(status, 401);
+    let answer = host.call("GET", "/v1/me/usage", "sy-not-a-key", None).await;
+    expect_error(&answer, 401, "invalid_api_key", None);
 }
 
 #[tokio::test]
@@ -377,10 +379,10 @@ async fn bad_requests_get_openai_error_objects() {
         .await
         .unwrap();
     let (status, reply) = into_parts(response).await;
-    assert_eq!(status, 403, "mallory is not in team ml: {reply}");
+    expect_error(&(status, reply.clone()), 403, "permission_denied", None);
     assert_eq!(assert_error_shape(&reply)["type"], "permission_error");
     let (status, reply) = host.get_anon("/v1/chat/completions").await;
-    assert_eq!(status, 405, "{reply}");
+    expect_error(&(status, reply.clone()), 405, "method_not_allowed", None);
     let response = host
         .http
         .post(host.url("/v1/chat/completions"))
@@ -427,7 +429,7 @@ async fn a_full_inference_queue_answers_429_at_once() {
         }
         (first, second) => panic!("one request must wait and one be refused: {first:?} {second:?}"),
     };
-    assert_eq!(status, 429, "{reply}");
+    expect_error(&(status, reply.clone()), 429, "rate_limit_exceeded", None);
     let error = assert_error_shape(&reply);
     assert_eq!(error["type"], "rate_limit_error", "{reply}");
     assert!(
@@ -468,7 +470,7 @@ async fn a_project_over_its_concurrency_limit_gets_429_and_a_dropped_stream_free
             .json(&short)
     };
     let (status, reply) = into_parts(request().send().await.unwrap()).await;
-    assert_eq!(status, 429, "{reply}");
+    expect_error(&(status, reply.clone()), 429, "rate_limit_exceeded", None);
     assert!(
         assert_error_shape(&reply)["message"]
             .as_str()
@@ -483,7 +485,7 @@ async fn a_project_over_its_concurrency_limit_gets_429_and_a_dropped_stream_free
         if status == 200 {
             break;
         }
-        assert_eq!(status, 429, "{reply}");
+        expect_error(&(status, reply.clone()), 429, "rate_limit_exceeded", None);
         assert!(
             std::time::Instant::now() < deadline,
             "the abandoned stream kept generating"

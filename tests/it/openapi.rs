@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 
 use serde_json::{Value, json};
 
-use crate::harness::{Host, OPERATOR_KEY, into_parts, plugin_wasm, python_venv};
+use crate::harness::{Host, OPERATOR_KEY, expect_error, into_parts, plugin_wasm, python_venv};
 use crate::receiver::Receiver;
 
 /// The document, and which operations have been validated so far.
@@ -142,8 +142,8 @@ async fn the_document_is_public_and_browsable() {
         assert!(content_type.starts_with(kind), "{file}: {content_type}");
         assert!(response.bytes().await.unwrap().len() > 50, "{file}");
     }
-    let (status, _) = host.get_anon("/docs/../../etc/passwd").await;
-    assert_eq!(status, 404);
+    let answer = host.get_anon("/docs/../../etc/passwd").await;
+    expect_error(&answer, 404, "not_found", None);
 }
 
 #[tokio::test]

@@ -5,7 +5,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::harness::{Host, OPERATOR_KEY, assert_error_shape, into_parts, plugin_wasm};
+use crate::harness::{
+    Host, OPERATOR_KEY, assert_error_shape, expect_error, into_parts, plugin_wasm,
+};
 
 /// Every variable of the spec, as the delivery engine will pass them.
 fn spec_variables() -> Value {
@@ -124,7 +126,12 @@ async fn templates_too_large_or_too_deep_are_refused_before_the_plugin() {
         let (status, body) = host
             .invoke("template-default", &json!({"template": template}))
             .await;
-        assert_eq!(status, 400, "{body}");
+        expect_error(
+            &(status, body.clone()),
+            400,
+            "invalid_request",
+            Some("template"),
+        );
         let error = assert_error_shape(&body);
         assert_eq!(error["param"], "template", "{body}");
         assert!(error["message"].as_str().unwrap().contains(says), "{body}");
@@ -136,7 +143,12 @@ async fn templates_too_large_or_too_deep_are_refused_before_the_plugin() {
                     "event": {"event_type": "ADD_ARTIFACT_ALIAS", "alias": "a"}}),
         )
         .await;
-    assert_eq!(status, 400, "{body}");
+    expect_error(
+        &(status, body.clone()),
+        400,
+        "invalid_request",
+        Some("config"),
+    );
     assert!(
         assert_error_shape(&body)["message"]
             .as_str()
@@ -155,7 +167,7 @@ async fn unknown_variables_and_invalid_templates_are_reported_with_position() {
             &json!({"template": "{\n \"a\": \"${nope}\"}", "variables": {"alias": "x"}}),
         )
         .await;
-    assert_eq!(status, 400, "{body}");
+    expect_error(&(status, body.clone()), 400, "invalid_request", None);
     let message = assert_error_shape(&body)["message"].as_str().unwrap();
     assert!(
         message.contains("template-default@"),
@@ -173,7 +185,7 @@ async fn unknown_variables_and_invalid_templates_are_reported_with_position() {
                 &json!({"template": broken, "variables": {"alias": "x"}}),
             )
             .await;
-        assert_eq!(status, 400, "{broken}: {body}");
+        expect_error(&(status, body.clone()), 400, "invalid_request", None);
         assert_error_shape(&body);
     }
 }
@@ -264,7 +276,7 @@ async fn invalid_regexes_and_conditions_are_reported_not_panicked_on() {
             &json!({"config": {"alias_regex": "(unclosed"}, "event": event}),
         )
         .await;
-    assert_eq!(status, 400, "{body}");
+    expect_error(&(status, body.clone()), 400, "invalid_request", None);
     let message = assert_error_shape(&body)["message"].as_str().unwrap();
     assert!(
         message.contains("alias_regex") && message.contains("regular expression"),
@@ -274,7 +286,12 @@ async fn invalid_regexes_and_conditions_are_reported_not_panicked_on() {
     let (status, body) = host
         .invoke("filter-default", &json!({"config": {"metric": {"name": "loss", "comparison": "~", "threshold": 1}}, "event": event}))
         .await;
-    assert_eq!(status, 400, "{body}");
+    expect_error(
+        &(status, body.clone()),
+        400,
+        "invalid_request",
+        Some("config"),
+    );
     assert!(
         body["error"]["message"]
             .as_str()
@@ -302,7 +319,7 @@ async fn failure_message(host: &Host, template: &str) -> String {
     let (status, body) = host
         .invoke("misbehave", &json!({"template": template}))
         .await;
-    assert_eq!(status, 500, "{body}");
+    expect_error(&(status, body.clone()), 500, "plugin_failed", None);
     assert_eq!(assert_error_shape(&body)["code"], "plugin_failed");
     let message = body["error"]["message"].as_str().unwrap().to_string();
     assert!(
@@ -401,14 +418,14 @@ async fn a_template_importing_sockets_is_rejected_at_load() {
             plugin_wasm("sockets"),
         )
         .await;
-    assert_eq!(status, 400, "{body}");
+    expect_error(&(status, body.clone()), 400, "invalid_request", None);
     let message = assert_error_shape(&body)["message"].as_str().unwrap();
     assert!(
         message.contains("wasi:sockets/tcp"),
         "lists the offending imports: {message}"
     );
-    let (status, _) = host.get("/v1/admin/plugins/phone-home").await;
-    assert_eq!(status, 404);
+    let answer = host.get("/v1/admin/plugins/phone-home").await;
+    expect_error(&answer, 404, "not_found", None);
 }
 
 #[tokio::test]
@@ -428,7 +445,7 @@ async fn a_broken_upload_leaves_the_old_version_serving() {
                 bad,
             )
             .await;
-        assert_eq!(status, 400, "{body}");
+        expect_error(&(status, body.clone()), 400, "invalid_request", None);
         assert!(
             body["error"]["message"]
                 .as_str()
@@ -583,12 +600,12 @@ async fn operators_list_replace_and_remove_plugins() {
             plugin_wasm("filter_default"),
         )
         .await;
-    assert_eq!(status, 409, "a replacement keeps the kind: {body}");
+    expect_error(&(status, body.clone()), 409, "conflict", None);
 
     upload_misbehave(&host, "").await;
     assert_eq!(host.delete("/v1/admin/plugins/misbehave").await.0, 204);
-    let (status, _) = host.invoke("misbehave", &json!({"template": "x"})).await;
-    assert_eq!(status, 404);
+    let answer = host.invoke("misbehave", &json!({"template": "x"})).await;
+    expect_error(&answer, 404, "not_found", None);
 
     let (status, body) = host
         .upload_plugin(
@@ -597,19 +614,29 @@ async fn operators_list_replace_and_remove_plugins() {
             plugin_wasm("misbehave"),
         )
         .await;
-    assert_eq!(status, 400, "{body}");
+    expect_error(
+        &(status, body.clone()),
+        400,
+        "invalid_request",
+        Some("name"),
+    );
     let (status, body) = host
         .upload_plugin("x", "kind=printer&version=1", plugin_wasm("misbehave"))
         .await;
-    assert_eq!(status, 400, "{body}");
+    expect_error(
+        &(status, body.clone()),
+        400,
+        "invalid_request",
+        Some("kind"),
+    );
     assert!(
         body["error"]["message"]
             .as_str()
             .unwrap()
             .contains("printer")
     );
-    let (status, _) = host.get_anon("/v1/admin/plugins").await;
-    assert_eq!(status, 401);
+    let answer = host.get_anon("/v1/admin/plugins").await;
+    expect_error(&answer, 401, "invalid_api_key", None);
 }
 
 #[tokio::test]

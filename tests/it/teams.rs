@@ -2,7 +2,7 @@
 
 use serde_json::{Value, json};
 
-use crate::harness::{Host, assert_error_shape, cli, raw_records};
+use crate::harness::{Host, assert_error_shape, cli, expect_error, raw_records};
 
 #[tokio::test]
 async fn operators_create_users_and_others_cannot() {
@@ -21,14 +21,19 @@ async fn operators_create_users_and_others_cannot() {
             Some(&json!({"name": "mallory"})),
         )
         .await;
-    assert_eq!(status, 403, "{body}");
+    expect_error(&(status, body.clone()), 403, "permission_denied", None);
     assert_eq!(assert_error_shape(&body)["type"], "permission_error");
     let (status, body) = host
         .post("/v1/admin/users", &json!({"name": "alice"}))
         .await;
-    assert_eq!(status, 409, "{body}");
+    expect_error(&(status, body.clone()), 409, "conflict", None);
     let (status, body) = host.post("/v1/admin/users", &json!({"name": "a b"})).await;
-    assert_eq!(status, 400);
+    expect_error(
+        &(status, body.clone()),
+        400,
+        "invalid_request",
+        Some("name"),
+    );
     assert_eq!(body["error"]["param"], "name");
     let (_, list) = host.get("/v1/admin/users").await;
     assert_eq!(list["data"].as_array().unwrap().len(), 2, "{list}");
@@ -48,10 +53,10 @@ async fn team_roles_are_enforced_and_teams_are_invisible_to_outsiders() {
         .await;
     assert_eq!(status, 201, "{team}");
     assert_eq!(team["role"], "admin");
-    let (status, _) = host
+    let answer = host
         .call("POST", "/v1/teams", &eve, Some(&json!({"name": "ml"})))
         .await;
-    assert_eq!(status, 409);
+    expect_error(&answer, 409, "conflict", None);
 
     let (status, member) = host
         .call(
@@ -83,7 +88,7 @@ async fn team_roles_are_enforced_and_teams_are_invisible_to_outsiders() {
         ("DELETE", "/v1/teams/ml/members/alice", None),
     ] {
         let (status, body) = host.call(method, path, &bob, body.as_ref()).await;
-        assert_eq!(status, 403, "{method} {path}: {body}");
+        expect_error(&(status, body.clone()), 403, "permission_denied", None);
         assert_error_shape(&body);
     }
 
@@ -115,7 +120,7 @@ async fn team_roles_are_enforced_and_teams_are_invisible_to_outsiders() {
             Some(&json!({"role": "member"})),
         )
         .await;
-    assert_eq!(status, 409, "{body}");
+    expect_error(&(status, body.clone()), 409, "conflict", None);
     host.call(
         "PUT",
         "/v1/teams/ml/members/bob",
@@ -138,8 +143,8 @@ async fn team_roles_are_enforced_and_teams_are_invisible_to_outsiders() {
         .call("DELETE", "/v1/teams/ml/members/alice", &bob, None)
         .await;
     assert_eq!(status, 204);
-    let (status, _) = host.call("GET", "/v1/teams/ml", &alice, None).await;
-    assert_eq!(status, 404);
+    let answer = host.call("GET", "/v1/teams/ml", &alice, None).await;
+    expect_error(&answer, 404, "not_found", None);
 
     let (status, body) = host
         .call(
@@ -149,7 +154,7 @@ async fn team_roles_are_enforced_and_teams_are_invisible_to_outsiders() {
             Some(&json!({"role": "owner"})),
         )
         .await;
-    assert_eq!(status, 400, "{body}");
+    expect_error(&(status, body.clone()), 400, "invalid_json", Some("role"));
     assert_eq!(body["error"]["param"], "role");
 }
 
@@ -195,7 +200,12 @@ async fn secrets_are_never_echoed_logged_or_stored_in_plain_text() {
             Some(&json!({"value": VALUE})),
         )
         .await;
-    assert_eq!(status, 400);
+    expect_error(
+        &(status, body.clone()),
+        400,
+        "invalid_request",
+        Some("name"),
+    );
     bodies.push(body);
     let (status, body) = host
         .call(
@@ -205,7 +215,12 @@ async fn secrets_are_never_echoed_logged_or_stored_in_plain_text() {
             Some(&json!({"value": ""})),
         )
         .await;
-    assert_eq!(status, 400);
+    expect_error(
+        &(status, body.clone()),
+        400,
+        "invalid_request",
+        Some("value"),
+    );
     assert_eq!(body["error"]["param"], "value");
     let (status, body) = host
         .call(
@@ -215,7 +230,7 @@ async fn secrets_are_never_echoed_logged_or_stored_in_plain_text() {
             Some(&json!({"value": VALUE, "extra": 1})),
         )
         .await;
-    assert_eq!(status, 400);
+    expect_error(&(status, body.clone()), 400, "invalid_json", Some("extra"));
     bodies.push(body);
     for body in &bodies {
         assert!(
@@ -228,10 +243,10 @@ async fn secrets_are_never_echoed_logged_or_stored_in_plain_text() {
         .call("DELETE", "/v1/teams/ml/secrets/GITHUB_TOKEN", &alice, None)
         .await;
     assert_eq!(status, 204);
-    let (status, _) = host
+    let answer = host
         .call("DELETE", "/v1/teams/ml/secrets/GITHUB_TOKEN", &alice, None)
         .await;
-    assert_eq!(status, 404);
+    expect_error(&answer, 404, "not_found", None);
     host.call(
         "PUT",
         "/v1/teams/ml/secrets/KEPT",

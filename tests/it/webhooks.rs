@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use crate::harness::{Host, assert_error_shape, raw_records};
+use crate::harness::{Host, assert_error_shape, expect_error, raw_records};
 use crate::receiver::{Receiver, closed_port, expected_signature};
 use crate::world::World;
 
@@ -27,10 +27,10 @@ async fn webhook_lifecycle_with_roles_and_secret_references() {
         .await;
     assert_eq!(status, 201, "{created}");
     assert_eq!(created["access_token_secret"], "TOKEN");
-    let (status, _) = host
+    let answer = host
         .call("POST", "/v1/teams/ml/webhooks", &alice, Some(&hook))
         .await;
-    assert_eq!(status, 409);
+    expect_error(&answer, 409, "conflict", None);
 
     let (status, list) = host.call("GET", "/v1/teams/ml/webhooks", &bob, None).await;
     assert_eq!(status, 200);
@@ -43,10 +43,10 @@ async fn webhook_lifecycle_with_roles_and_secret_references() {
             Some(&json!({"name": "b", "url": "http://127.0.0.1:9/"})),
         )
         .await;
-    assert_eq!(status, 403, "{body}");
+    expect_error(&(status, body.clone()), 403, "permission_denied", None);
     for path in ["/v1/teams/ml/webhooks", "/v1/teams/ml/webhooks/ci"] {
-        let (status, _) = host.call("GET", path, &eve, None).await;
-        assert_eq!(status, 404, "{path}");
+        let answer = host.call("GET", path, &eve, None).await;
+        expect_error(&answer, 404, "not_found", None);
     }
 
     let settings = json!({"url": "http://127.0.0.1:10/other", "access_token_secret": "TOKEN"});
@@ -57,36 +57,34 @@ async fn webhook_lifecycle_with_roles_and_secret_references() {
     assert_eq!(updated["url"], "http://127.0.0.1:10/other");
     assert_eq!(updated["signing_secret"], serde_json::Value::Null);
 
-    for (settings, param) in [
+    for (settings, code, param) in [
         (
             json!({"url": "http://127.0.0.1:9/", "access_token_secret": "MISSING"}),
+            "invalid_request",
             "access_token_secret",
         ),
         (
             json!({"url": "http://127.0.0.1:9/", "access_token_secret": "TOKEN", "signing_secret": "TOKEN"}),
+            "invalid_request",
             "signing_secret",
         ),
         (
             json!({"url": "http://127.0.0.1:9/", "colour": "red"}),
+            "invalid_json",
             "colour",
         ),
     ] {
-        let (status, body) = host
+        let answer = host
             .call("PUT", "/v1/teams/ml/webhooks/ci", &alice, Some(&settings))
             .await;
-        assert_eq!(status, 400, "{settings}: {body}");
-        let error = assert_error_shape(&body);
-        assert!(
-            error["param"] == param || error["message"].as_str().unwrap().contains(param),
-            "{body}"
-        );
+        expect_error(&answer, 400, code, Some(param));
     }
 
     // A secret in use is not deleted by accident.
     let (status, body) = host
         .call("DELETE", "/v1/teams/ml/secrets/TOKEN", &alice, None)
         .await;
-    assert_eq!(status, 409, "{body}");
+    expect_error(&(status, body.clone()), 409, "conflict", None);
     assert!(
         body["error"]["message"].as_str().unwrap().contains("ci"),
         "names the webhook: {body}"
@@ -105,10 +103,10 @@ async fn webhook_lifecycle_with_roles_and_secret_references() {
         .call("DELETE", "/v1/teams/ml/webhooks/ci", &alice, None)
         .await;
     assert_eq!(status, 204);
-    let (status, _) = host
+    let answer = host
         .call("GET", "/v1/teams/ml/webhooks/ci", &alice, None)
         .await;
-    assert_eq!(status, 404);
+    expect_error(&answer, 404, "not_found", None);
 }
 
 #[tokio::test]
@@ -129,7 +127,7 @@ async fn internal_targets_are_refused_unless_the_operator_allows_them() {
                 Some(&json!({"name": "x", "url": url})),
             )
             .await;
-        assert_eq!(status, 400, "{url}: {body}");
+        expect_error(&(status, body.clone()), 400, "invalid_request", Some("url"));
         let error = assert_error_shape(&body);
         assert_eq!(error["param"], "url");
         assert!(
@@ -150,7 +148,7 @@ async fn internal_targets_are_refused_unless_the_operator_allows_them() {
                 Some(&json!({"name": "x", "url": url})),
             )
             .await;
-        assert_eq!(status, 400, "{body}");
+        expect_error(&(status, body.clone()), 400, "invalid_request", Some("url"));
         assert_eq!(assert_error_shape(&body)["param"], "url");
     }
     let (status, body) = host
@@ -187,7 +185,7 @@ async fn allowing_loopback_opens_loopback_and_nothing_else() {
         let (status, body) = host
             .call("POST", "/v1/teams/ml/webhooks", &alice, Some(&body))
             .await;
-        assert_eq!(status, 400, "{url}: {body}");
+        expect_error(&(status, body.clone()), 400, "invalid_request", Some("url"));
         assert_eq!(assert_error_shape(&body)["param"], "url", "{url}");
     }
     let allowed = [
@@ -262,7 +260,7 @@ async fn webhook_test_is_signed_and_authorised_like_a_delivery() {
             Some(&payload),
         )
         .await;
-    assert_eq!(status, 403, "only team admins test webhooks: {body}");
+    expect_error(&(status, body.clone()), 403, "permission_denied", None);
     let (status, outcome) = host
         .call(
             "POST",
@@ -333,7 +331,12 @@ async fn webhook_test_is_signed_and_authorised_like_a_delivery() {
                 Some(&json!({"payload": payload})),
             )
             .await;
-        assert_eq!(status, 400, "{body}");
+        expect_error(
+            &(status, body.clone()),
+            400,
+            "invalid_request",
+            Some("payload"),
+        );
         assert!(
             body["error"]["message"].as_str().unwrap().contains(needle),
             "{body}"

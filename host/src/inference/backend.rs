@@ -296,6 +296,10 @@ pub enum CallError {
     /// The backend trapped or hit a limit.
     #[error("{0}")]
     Failed(String),
+    /// The backend did not finish within its time limit (an upstream that
+    /// hangs, a model that takes too long).
+    #[error("{0}")]
+    TimedOut(String),
 }
 
 impl Backend {
@@ -558,7 +562,7 @@ impl Backend {
                 (Err(CallError::Failed(message)), true)
             }
             Err(_) => (
-                Err(CallError::Failed(format!(
+                Err(CallError::TimedOut(format!(
                     "{name}: did not finish within {} ms",
                     self.setup.timeout.as_millis()
                 ))),

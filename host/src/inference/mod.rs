@@ -202,7 +202,7 @@ impl Inference {
             let started = std::time::Instant::now();
             let result = backend.chat(account.team(), request, output_tx).await;
             if let Some(plugin) = plugin {
-                let failed = matches!(result, Err(CallError::Failed(_)));
+                let failed = matches!(result, Err(CallError::Failed(_) | CallError::TimedOut(_)));
                 plugin.stats().record(started.elapsed(), failed);
             }
             if let Ok(r) = &result
@@ -257,6 +257,7 @@ fn call_error(e: CallError) -> Error {
             param: None,
         },
         CallError::Failed(m) => Error::PluginFailed(m),
+        CallError::TimedOut(m) => Error::GatewayTimeout(m),
     }
 }
 
