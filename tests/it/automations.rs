@@ -168,7 +168,12 @@ async fn automation_lifecycle_in_a_project() {
         .await;
     expect_error(&(status, body.clone()), 403, "permission_denied", None);
     let path = format!("{PROJECT_AUTOMATIONS}/promote");
-    assert_eq!(host.call("DELETE", &path, &bob, None).await.0, 403);
+    expect_error(
+        &host.call("DELETE", &path, &bob, None).await,
+        403,
+        "permission_denied",
+        None,
+    );
 
     // Update re-validates and may rename.
     let mut changed = alias_automation("promote-v2");
@@ -177,7 +182,12 @@ async fn automation_lifecycle_in_a_project() {
     assert_eq!(status, 200, "{updated}");
     assert_eq!(updated["name"], "promote-v2");
     assert_eq!(updated["created_at"], created["created_at"]);
-    assert_eq!(host.call("GET", &path, &alice, None).await.0, 404);
+    expect_error(
+        &host.call("GET", &path, &alice, None).await,
+        404,
+        "not_found",
+        None,
+    );
     changed["event"] = json!({"type": "ADD_ARTIFACT_TAG", "tag_regex": "("});
     let renamed = format!("{PROJECT_AUTOMATIONS}/promote-v2");
     let (status, body) = host.call("PUT", &renamed, &alice, Some(&changed)).await;
@@ -191,7 +201,12 @@ async fn automation_lifecycle_in_a_project() {
     assert_eq!(still["event"]["tag_regex"], "^release-");
 
     assert_eq!(host.call("DELETE", &renamed, &alice, None).await.0, 204);
-    assert_eq!(host.call("GET", &renamed, &alice, None).await.0, 404);
+    expect_error(
+        &host.call("GET", &renamed, &alice, None).await,
+        404,
+        "not_found",
+        None,
+    );
 }
 
 #[tokio::test]

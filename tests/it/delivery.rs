@@ -694,7 +694,12 @@ async fn retries_history_replay_and_gone() {
 
     // Replay sends it again, same id; members may not replay.
     let replay = format!("{executions}/{}/replay", execution["id"].as_str().unwrap());
-    assert_eq!(host.call("POST", &replay, &bob, None).await.0, 403);
+    expect_error(
+        &host.call("POST", &replay, &bob, None).await,
+        403,
+        "permission_denied",
+        None,
+    );
     let (status, body) = host.call("POST", &replay, &alice, None).await;
     assert_eq!(status, 202, "{body}");
     let before = all.len();

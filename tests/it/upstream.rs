@@ -431,7 +431,14 @@ async fn operators_load_replace_and_remove_model_backends_at_runtime() {
     // Removing it stops serving its models.
     let (status, _) = host.delete("/v1/admin/plugins/team-llm").await;
     assert_eq!(status, 204);
-    assert_eq!(chat(&host, &alice, "team-llm-2", false).await.0, 404);
+    let (status, text) = chat(&host, &alice, "team-llm-2", false).await;
+
+    expect_error(
+        &(status, serde_json::from_str(&text).unwrap_or_default()),
+        404,
+        "model_not_found",
+        Some("model"),
+    );
 }
 
 #[tokio::test]
@@ -481,7 +488,12 @@ async fn backend_uploads_are_checked_before_anything_is_served() {
         let message = assert_error_shape(&body)["message"].as_str().unwrap();
         assert!(message.contains(says), "{query}: {message}");
     }
-    assert_eq!(host.get("/v1/admin/plugins/bad-llm").await.0, 404);
+    expect_error(
+        &host.get("/v1/admin/plugins/bad-llm").await,
+        404,
+        "not_found",
+        None,
+    );
     assert!(seen.lock().unwrap().is_empty());
 }
 
