@@ -4,12 +4,9 @@
 serve:
     cargo run --release -- serve
 
-# The full test suite, as CI runs it, plus the renderer's and the model
-# kernels' own unit tests (native builds).
+# The full test suite, as CI runs it (the plugins' native unit tests included).
 test:
     cargo test --workspace
-    cd plugins && cargo test --target "$(rustc -vV | sed -n 's/^host: //p')" -p template-default
-    cd plugins/model-smollm && cargo test --target "$(rustc -vV | sed -n 's/^host: //p')"
 
 # Build the plugins workspace (host/build.rs also does this on every host build).
 build-plugins:

@@ -41,6 +41,22 @@ impl Sealer {
         })
     }
 
+    /// Refuses a master key other than the one this store's secrets are
+    /// sealed with: a known value sealed under the first key is kept in the
+    /// store, and must open. Otherwise every secret would fail later, one
+    /// by one, at send time.
+    pub fn verify(&self, store: &crate::store::Store) -> anyhow::Result<()> {
+        const CHECK: &str = "master_key_check";
+        match store.meta(CHECK)? {
+            None => store.set_meta(CHECK, &self.seal(CHECK.as_bytes(), CHECK.as_bytes())?),
+            Some(sealed) if self.open(CHECK.as_bytes(), &sealed).is_ok() => Ok(()),
+            Some(_) => bail!(
+                "the master key does not match the one this store's secrets were sealed with; \
+                 start with that key (SWITCHYARD_MASTER_KEY, or the data directory's {KEY_FILE})"
+            ),
+        }
+    }
+
     /// Encrypts `plain`, bound to `context`.
     pub fn seal(&self, context: &[u8], plain: &[u8]) -> anyhow::Result<Vec<u8>> {
         let mut nonce = [0u8; NONCE_LEN];

@@ -1200,3 +1200,217 @@ async fn a_full_plugin_queue_delays_matching_but_loses_no_event() {
         "the queue never filled; the test proves nothing"
     );
 }
+
+#[tokio::test]
+async fn other_4xx_fail_at_once_and_an_exhausted_schedule_ends_failed() {
+    let receiver = Receiver::start().await;
+    let config = CONFIG.replace(
+        "retry_schedule_ms = [0, 150, 150, 150, 150, 150, 150, 150, 150, 150]",
+        "retry_schedule_ms = [0, 10, 10]",
+    );
+    let host = Host::builder().config(&config).start().await;
+    let (alice, bob) = world(&host, &receiver).await;
+    automation(
+        &host,
+        &alice,
+        PROJECT,
+        "tagged",
+        json!({"type": "ADD_ARTIFACT_TAG"}),
+    )
+    .await;
+    let versions = format!("{PROJECT}/collections/detector/versions");
+    ok(&host, &bob, "POST", &versions, json!({})).await;
+    let executions = format!("{PROJECT}/automations/tagged/executions");
+    let tags = format!("{versions}/v0/tags");
+    let tag = |t: &'static str| ok(&host, &bob, "POST", &tags, json!({"tag": t}));
+
+    // 422: the endpoint refused the payload; trying again cannot help.
+    receiver.answer(422);
+    tag("a").await;
+    let failed = wait_for_status(&host, &alice, &executions, "Failed").await;
+    assert_eq!(failed["attempts"].as_array().unwrap().len(), 1, "{failed}");
+    assert_eq!(failed["attempts"][0]["next_attempt_at_ms"], Value::Null);
+    assert!(
+        failed["error"].as_str().unwrap().contains("422"),
+        "{failed}"
+    );
+
+    // 500 every time: each step of the schedule is used, then it fails.
+    receiver.answer(500);
+    tag("b").await;
+    let failed = wait_for_attempts(&host, &alice, &executions, 3).await;
+    let failed = if failed["status"] == "Failed" {
+        failed
+    } else {
+        wait_for_status(&host, &alice, &executions, "Failed").await
+    };
+    let attempts = failed["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 3, "one attempt per step: {failed}");
+    assert!(attempts.iter().all(|a| a["status"] == 500));
+    assert_eq!(attempts[2]["next_attempt_at_ms"], Value::Null, "{failed}");
+    assert!(attempts[1]["next_attempt_at_ms"].is_u64());
+}
+
+#[tokio::test]
+async fn events_left_in_the_inbox_by_a_crash_are_matched_at_start() {
+    let receiver = Receiver::start().await;
+    // A plugin queue that runs nothing: the first event's matching waits
+    // for ever, the others find the queue full; every action has happened
+    // and its event waits in the inbox.
+    let stalled = format!("{CONFIG}\n[queues.plugin]\nworkers = 0\ncapacity = 1");
+    let mut host = Host::builder().config(CONFIG).start().await;
+    let (alice, bob) = world(&host, &receiver).await;
+    automation(
+        &host,
+        &alice,
+        PROJECT,
+        "tagged",
+        json!({"type": "ADD_ARTIFACT_TAG"}),
+    )
+    .await;
+    let versions = format!("{PROJECT}/collections/detector/versions");
+    ok(&host, &bob, "POST", &versions, json!({})).await;
+    host.terminate().await;
+    let mut host = Host::builder()
+        .config(&stalled)
+        .same_store(&host)
+        .start()
+        .await;
+    let tags = host.url(&format!("{versions}/v0/tags"));
+    let requests = ["x", "y", "z"].map(|t| {
+        host.http
+            .post(&tags)
+            .bearer_auth(&bob)
+            .json(&json!({"tag": t}))
+            .timeout(Duration::from_secs(2))
+            .send()
+    });
+    // Answered 200 (its event left for the sweep) or still waiting.
+    for answer in futures_util::future::join_all(requests).await {
+        assert!(
+            answer.as_ref().map_or(true, |r| r.status() == 200),
+            "{answer:?}"
+        );
+    }
+    let executions = format!("{PROJECT}/automations/tagged/executions");
+    let (_, list) = host.call("GET", &executions, &alice, None).await;
+    assert_eq!(list["data"], json!([]), "nothing was matched yet");
+    host.kill9();
+    assert!(receiver.received().is_empty());
+    let _restarted = Host::builder()
+        .config(CONFIG)
+        .same_store(&host)
+        .start()
+        .await;
+    let got = receiver.wait_for(3, 10).await;
+    let mut tags: Vec<String> = got
+        .iter()
+        .map(|r| verified(r)["tag"].as_str().unwrap().to_string())
+        .collect();
+    tags.sort();
+    assert_eq!(tags, ["x", "y", "z"]);
+}
+
+#[tokio::test]
+async fn a_disabled_automation_does_not_deliver_until_saved_again() {
+    let receiver = Receiver::start().await;
+    let host = Host::builder().config(CONFIG).start().await;
+    let (alice, bob) = world(&host, &receiver).await;
+    automation(
+        &host,
+        &alice,
+        PROJECT,
+        "tagged",
+        json!({"type": "ADD_ARTIFACT_TAG"}),
+    )
+    .await;
+    let versions = format!("{PROJECT}/collections/detector/versions");
+    ok(&host, &bob, "POST", &versions, json!({})).await;
+    // Force-deleting its webhook disables it.
+    let (status, body) = host
+        .call(
+            "DELETE",
+            "/v1/teams/ml/webhooks/ci?force=true",
+            &alice,
+            None,
+        )
+        .await;
+    assert_eq!(status, 204, "{body}");
+    let hook = json!({"name": "ci", "url": format!("{}/hook", receiver.base),
+        "access_token_secret": "TOKEN", "signing_secret": "SIGN"});
+    ok(&host, &alice, "POST", "/v1/teams/ml/webhooks", hook).await;
+    let path = format!("{PROJECT}/automations/tagged");
+    let (_, automation_now) = host.call("GET", &path, &alice, None).await;
+    assert_eq!(automation_now["state"], "disabled", "{automation_now}");
+    ok(
+        &host,
+        &bob,
+        "POST",
+        &format!("{versions}/v0/tags"),
+        json!({"tag": "while-off"}),
+    )
+    .await;
+    let executions = format!("{path}/executions");
+    let (_, list) = host.call("GET", &executions, &alice, None).await;
+    assert_eq!(
+        list["data"],
+        json!([]),
+        "a disabled automation does not fire"
+    );
+
+    // Saving it again re-validates and re-activates it.
+    let definition = json!({"name": "tagged", "event": {"type": "ADD_ARTIFACT_TAG"},
+        "webhook": {"team": "ml", "name": "ci"}, "action": "Webhooks", "payload": TEMPLATE});
+    let saved = ok(&host, &alice, "PUT", &path, definition).await;
+    assert_eq!(saved["state"], "active", "{saved}");
+    ok(
+        &host,
+        &bob,
+        "POST",
+        &format!("{versions}/v0/tags"),
+        json!({"tag": "back-on"}),
+    )
+    .await;
+    let got = receiver.wait_for(1, 10).await;
+    assert_eq!(got.len(), 1);
+    assert_eq!(verified(&got[0])["tag"], "back-on");
+}
+
+#[tokio::test]
+async fn linking_needs_membership_of_the_source_team() {
+    let receiver = Receiver::start().await;
+    let host = Host::builder().config(CONFIG).start().await;
+    let world = World::build(&host, Some(&format!("{}/hook", receiver.base))).await;
+    ok(
+        &host,
+        &world.alice,
+        "POST",
+        &format!("{PROJECT}/collections/detector/versions"),
+        json!({}),
+    )
+    .await;
+    // eve becomes a member of the registry, not of team ml.
+    ok(
+        &host,
+        &world.alice,
+        "PUT",
+        &format!("{REGISTRY}/members/eve"),
+        json!({"role": "member"}),
+    )
+    .await;
+    ok(
+        &host,
+        &world.alice,
+        "POST",
+        &format!("{REGISTRY}/collections"),
+        json!({"name": "detectors"}),
+    )
+    .await;
+    let link = format!("{REGISTRY}/collections/detectors/links");
+    let source =
+        json!({"team": "ml", "project": "vision", "collection": "detector", "version": "v0"});
+    let answer = host.call("POST", &link, &world.eve, Some(&source)).await;
+    expect_error(&answer, 404, "not_found", None);
+    let (status, linked) = host.call("POST", &link, &world.bob, Some(&source)).await;
+    assert_eq!(status, 201, "a member of both links: {linked}");
+}

@@ -78,17 +78,45 @@ pub struct Host {
 }
 
 /// How to start a host.
-#[derive(Default)]
 pub struct HostBuilder {
     config: String,
     data_dir: Option<PathBuf>,
     /// Keeps a shared store's directory alive while any host uses it.
     temp: Option<Arc<tempfile::TempDir>>,
     env: Vec<(String, String)>,
+    args: Vec<String>,
+    bootstrap_key: bool,
     model: bool,
 }
 
+impl Default for HostBuilder {
+    fn default() -> Self {
+        HostBuilder {
+            config: String::new(),
+            data_dir: None,
+            temp: None,
+            env: Vec::new(),
+            args: Vec::new(),
+            bootstrap_key: true,
+            model: false,
+        }
+    }
+}
+
 impl HostBuilder {
+    /// An extra command-line argument for `switchyard serve`.
+    pub fn arg(mut self, arg: &str) -> Self {
+        self.args.push(arg.to_string());
+        self
+    }
+
+    /// Start without `SWITCHYARD_BOOTSTRAP_KEY`: a fresh store's first
+    /// start then makes an operator key and prints it.
+    pub fn without_bootstrap_key(mut self) -> Self {
+        self.bootstrap_key = false;
+        self
+    }
+
     /// Extra TOML for the config file.
     pub fn config(mut self, toml: &str) -> Self {
         self.config.push_str(toml);
@@ -153,12 +181,18 @@ impl HostBuilder {
             (false, false) => format!("{}\n{NO_MODEL}", self.config),
         };
         std::fs::write(&config_path, config).unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_switchyard"));
+        command
             .args(["serve", "--listen", "127.0.0.1:0", "--config"])
             .arg(&config_path)
             .arg("--data-dir")
             .arg(&data_dir)
-            .env("SWITCHYARD_BOOTSTRAP_KEY", OPERATOR_KEY)
+            .args(&self.args)
+            .env_remove("SWITCHYARD_BOOTSTRAP_KEY");
+        if self.bootstrap_key {
+            command.env("SWITCHYARD_BOOTSTRAP_KEY", OPERATOR_KEY);
+        }
+        let mut child = command
             // Compiled plugins are shared by every test host: compile once.
             .env(
                 "SWITCHYARD_PLUGIN_CACHE_DIR",
@@ -199,7 +233,11 @@ impl HostBuilder {
                     _temp: temp,
                     _config_dir: config_dir,
                     log,
-                    http: reqwest::Client::new(),
+                    // A hung host fails the test instead of hanging it.
+                    http: reqwest::Client::builder()
+                        .timeout(Duration::from_secs(120))
+                        .build()
+                        .unwrap(),
                 });
             }
             if let Some(status) = child.try_wait().unwrap() {

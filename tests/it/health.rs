@@ -1,8 +1,8 @@
 //! `GET /v1/system-check`.
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
-use crate::harness::Host;
+use crate::harness::{Host, OPERATOR_KEY, expect_error};
 
 fn assert_check(body: &Value, name: &str, success: bool) {
     let check = &body[name];
@@ -78,4 +78,28 @@ async fn a_full_inference_queue_fails_the_gpu_check() {
     assert_eq!(status, 503, "{body}");
     let error = body["gpu_queue"]["errors"][0].as_str().unwrap();
     assert!(error.contains("queue is full"), "{error}");
+}
+
+#[tokio::test]
+async fn a_missing_model_fails_the_gpu_check_and_leaves_the_rest_serving() {
+    let host = Host::builder()
+        .config("[inference]\nauto_pull = false\nmodel_path = \"/nonexistent/model.gguf\"")
+        .start()
+        .await;
+    let (status, body) = host.get_anon("/v1/system-check").await;
+    assert_eq!(status, 503, "{body}");
+    assert_check(&body, "database", true);
+    assert_check(&body, "cpu_queue", true);
+    assert_check(&body, "gpu_queue", false);
+    let error = body["gpu_queue"]["errors"][0].as_str().unwrap();
+    assert!(error.contains("model pull"), "says what to run: {error}");
+    // Chat is unavailable and says why; the rest of the API serves.
+    let chat =
+        json!({"model": "SmolLM2-135M-Instruct", "messages": [{"role": "user", "content": "hi"}]});
+    let answer = host
+        .call("POST", "/v1/chat/completions", OPERATOR_KEY, Some(&chat))
+        .await;
+    expect_error(&answer, 503, "unavailable", None);
+    let (status, team) = host.post("/v1/teams", &json!({"name": "ml"})).await;
+    assert_eq!(status, 201, "{team}");
 }

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::harness::{Host, OPERATOR_KEY};
+use crate::harness::{Host, OPERATOR_KEY, plugin_wasm};
+use crate::receiver::{Receiver, expected_signature};
+use crate::world::{SIGN, World};
 
 #[tokio::test]
 async fn sigterm_drains_an_in_flight_request_and_the_store_reopens() {
@@ -83,4 +85,139 @@ async fn a_data_directory_that_cannot_be_created_is_a_clear_error() {
         .expect("must not start");
     assert!(err.contains("data directory"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
+}
+
+/// 64 hex digits.
+const MASTER_KEY: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+
+#[tokio::test]
+async fn a_master_key_from_the_environment_seals_secrets_and_a_wrong_one_is_refused() {
+    let receiver = Receiver::start().await;
+    let config = "[webhooks]\nallow_private = [\"127.0.0.0/8\"]";
+    let mut host = Host::builder()
+        .config(config)
+        .env("SWITCHYARD_MASTER_KEY", MASTER_KEY)
+        .start()
+        .await;
+    let world = World::build(&host, Some(&format!("{}/hook", receiver.base))).await;
+    assert!(
+        !host.data_dir.join("master.key").exists(),
+        "with the key in the environment, none is written to disk"
+    );
+    host.terminate().await;
+
+    // The same key opens the secrets: the webhook test is signed with SIGN.
+    let mut again = Host::builder()
+        .config(config)
+        .env("SWITCHYARD_MASTER_KEY", MASTER_KEY)
+        .same_store(&host)
+        .start()
+        .await;
+    let test = "/v1/teams/ml/webhooks/ci/test";
+    let (status, outcome) = again
+        .call("POST", test, &world.alice, Some(&json!({})))
+        .await;
+    assert_eq!(
+        (status, &outcome["success"]),
+        (200, &json!(true)),
+        "{outcome}"
+    );
+    let request = receiver.wait_for(1, 10).await.remove(0);
+    assert_eq!(
+        request.header("x-service-signature").unwrap(),
+        expected_signature(SIGN, &request.body)
+    );
+    again.terminate().await;
+
+    // Another key is refused at start, saying what to do.
+    let other = MASTER_KEY.replace("00", "ff");
+    let err = Host::builder()
+        .config(config)
+        .env("SWITCHYARD_MASTER_KEY", &other)
+        .same_store(&host)
+        .try_start()
+        .await
+        .err()
+        .expect("a wrong master key must not start");
+    assert!(err.contains("master key does not match"), "{err}");
+    assert!(
+        !err.contains(MASTER_KEY) && !err.contains(&other),
+        "the keys are not printed: {err}"
+    );
+}
+
+#[tokio::test]
+async fn the_bootstrap_key_is_printed_once_and_works() {
+    let mut host = Host::builder().without_bootstrap_key().start().await;
+    let log = host.log();
+    let key = log
+        .split_whitespace()
+        .find(|w| w.starts_with("sy_"))
+        .unwrap_or_else(|| panic!("no key printed:\n{log}"))
+        .to_string();
+    let (status, me) = host.call("GET", "/v1/me", &key, None).await;
+    assert_eq!((status, &me["operator"]), (200, &json!(true)), "{me}");
+    host.terminate().await;
+    let again = Host::builder()
+        .without_bootstrap_key()
+        .same_store(&host)
+        .start()
+        .await;
+    assert!(
+        !again.log().contains("sy_"),
+        "printed only once: {}",
+        again.log()
+    );
+    assert_eq!(again.call("GET", "/v1/me", &key, None).await.0, 200);
+}
+
+#[tokio::test]
+async fn flags_win_over_the_environment_which_wins_over_the_file() {
+    // Each source names its own plugins directory, holding a plugin named
+    // after it: which one is loaded shows which source won.
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    for (dir, name) in dirs.iter().zip(["from-file", "from-env", "from-flag"]) {
+        std::fs::write(
+            dir.path().join(format!("{name}.wasm")),
+            plugin_wasm("template_default"),
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join(format!("{name}.toml")),
+            "kind = \"payload-template\"\nversion = \"1.0.0\"\n",
+        )
+        .unwrap();
+    }
+    let path = |i: usize| dirs[i].path().to_str().unwrap().to_string();
+    let file = format!("plugins_dir = \"{}\"", path(0));
+    let loaded = |host: Host| async move {
+        let (_, list) = host.get("/v1/admin/plugins").await;
+        list["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|p| {
+                p["name"]
+                    .as_str()
+                    .filter(|n| n.starts_with("from-"))
+                    .map(str::to_string)
+            })
+            .collect::<Vec<_>>()
+    };
+    let host = Host::builder().config(&file).start().await;
+    assert_eq!(loaded(host).await, ["from-file"]);
+    let host = Host::builder()
+        .config(&file)
+        .env("SWITCHYARD_PLUGINS_DIR", &path(1))
+        .start()
+        .await;
+    assert_eq!(loaded(host).await, ["from-env"]);
+    let host = Host::builder()
+        .config(&file)
+        .env("SWITCHYARD_PLUGINS_DIR", &path(1))
+        .arg("--plugins-dir")
+        .arg(&path(2))
+        .start()
+        .await;
+    assert_eq!(loaded(host).await, ["from-flag"]);
 }

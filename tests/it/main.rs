@@ -13,6 +13,7 @@ mod http_errors;
 mod inference;
 mod lifecycle;
 mod openapi;
+mod plugin_units;
 mod plugins;
 mod teams;
 mod upstream;

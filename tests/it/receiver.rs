@@ -44,6 +44,7 @@ pub struct Receiver {
     status: Arc<AtomicU16>,
     delay_ms: Arc<AtomicU64>,
     reply_headers: Arc<Mutex<Vec<(String, String)>>>,
+    reply_body: Arc<Mutex<String>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -55,15 +56,24 @@ impl Receiver {
         let status = Arc::new(AtomicU16::new(200));
         let delay_ms = Arc::new(AtomicU64::new(0));
         let reply_headers = Arc::new(Mutex::new(Vec::<(String, String)>::new()));
-        let (r, a, s, d, l) = (
+        let reply_body = Arc::new(Mutex::new("ok".to_string()));
+        let (r, a, s, d, l, b) = (
             received.clone(),
             arrived.clone(),
             status.clone(),
             delay_ms.clone(),
             reply_headers.clone(),
+            reply_body.clone(),
         );
         let app = axum::Router::new().fallback(move |headers: HeaderMap, body: Bytes| {
-            let (r, a, s, d, l) = (r.clone(), a.clone(), s.clone(), d.clone(), l.clone());
+            let (r, a, s, d, l, b) = (
+                r.clone(),
+                a.clone(),
+                s.clone(),
+                d.clone(),
+                l.clone(),
+                b.clone(),
+            );
             async move {
                 a.fetch_add(1, Ordering::SeqCst);
                 let delay = d.load(Ordering::SeqCst);
@@ -87,7 +97,8 @@ impl Receiver {
                     let name = axum::http::HeaderName::from_bytes(name.as_bytes()).unwrap();
                     reply.insert(name, value.parse().unwrap());
                 }
-                (code, reply, "ok")
+                let text = b.lock().unwrap().clone();
+                (code, reply, text)
             }
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -102,6 +113,7 @@ impl Receiver {
             status,
             delay_ms,
             reply_headers,
+            reply_body,
             task,
         }
     }
@@ -116,6 +128,11 @@ impl Receiver {
         let mut headers = self.reply_headers.lock().unwrap();
         headers.retain(|(n, _)| n != name);
         headers.push((name.to_string(), value.to_string()));
+    }
+
+    /// From now on, answer with this body (`ok` until then).
+    pub fn reply_body(&self, text: &str) {
+        *self.reply_body.lock().unwrap() = text.to_string();
     }
 
     /// From now on, answer `307 Temporary Redirect` to `url`.

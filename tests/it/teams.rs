@@ -2,7 +2,8 @@
 
 use serde_json::{Value, json};
 
-use crate::harness::{Host, assert_error_shape, cli, expect_error, raw_records};
+use crate::harness::{Host, OPERATOR_KEY, assert_error_shape, cli, expect_error, raw_records};
+use crate::world::World;
 
 #[tokio::test]
 async fn operators_create_users_and_others_cannot() {
@@ -297,4 +298,45 @@ async fn admin_create_user_works_on_a_stopped_store() {
     let (ok, _, stderr) = cli(&["admin", "create-user", "dave", "--data-dir", &data_dir]).await;
     assert!(!ok);
     assert!(stderr.contains("in use by another switchyard"), "{stderr}");
+}
+
+#[tokio::test]
+async fn operators_act_as_admins_of_every_team() {
+    let host = Host::start().await;
+    let world = World::build(&host, None).await;
+    // The operator is in no team, yet administers ml: secrets, webhooks,
+    // members, projects.
+    let (status, _) = host.get("/v1/teams/ml/secrets").await;
+    assert_eq!(status, 200);
+    let answer = host
+        .call(
+            "PUT",
+            "/v1/teams/ml/secrets/OPS",
+            OPERATOR_KEY,
+            Some(&json!({"value": "v"})),
+        )
+        .await;
+    assert_eq!(answer.0, 201, "{}", answer.1);
+    let hook =
+        json!({"name": "ops", "url": "https://hooks.example.com/x", "access_token_secret": "OPS"});
+    let (status, body) = host.post("/v1/teams/ml/webhooks", &hook).await;
+    assert_eq!(status, 201, "{body}");
+    let answer = host
+        .call(
+            "PUT",
+            "/v1/teams/ml/members/eve",
+            OPERATOR_KEY,
+            Some(&json!({"role": "member"})),
+        )
+        .await;
+    assert_eq!(answer.0, 200, "{}", answer.1);
+    // eve, a member now, reads; she still may not act as an admin.
+    let (status, _) = host
+        .call("GET", "/v1/teams/ml/webhooks", &world.eve, None)
+        .await;
+    assert_eq!(status, 200);
+    let answer = host
+        .call("DELETE", "/v1/teams/ml/webhooks/ops", &world.eve, None)
+        .await;
+    expect_error(&answer, 403, "permission_denied", None);
 }

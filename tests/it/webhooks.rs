@@ -412,3 +412,32 @@ async fn webhook_test_payloads_are_not_stored() {
         panic!("the test payload was stored, in a {} record", r.kind);
     }
 }
+
+#[tokio::test]
+async fn the_endpoints_answer_is_shown_cut_at_max_response_bytes() {
+    let receiver = Receiver::start().await;
+    receiver.reply_body(&"0123456789".repeat(10));
+    let host = Host::builder()
+        .config(&format!("{LOOPBACK}\nmax_response_bytes = 16"))
+        .start()
+        .await;
+    let world = World::build(&host, Some(&format!("{}/hook", receiver.base))).await;
+    let (status, outcome) = host
+        .call(
+            "POST",
+            "/v1/teams/ml/webhooks/ci/test",
+            &world.alice,
+            Some(&json!({})),
+        )
+        .await;
+    assert_eq!(status, 200, "{outcome}");
+    assert_eq!(outcome["success"], true, "{outcome}");
+    assert_eq!(outcome["response"]["body"], "0123456789012345");
+    assert_eq!(outcome["response"]["truncated"], true);
+    let sent = receiver.wait_for(1, 10).await;
+    assert_eq!(
+        outcome["delivery_id"].as_str(),
+        sent[0].header("x-service-delivery"),
+        "the id shown is the one sent"
+    );
+}

@@ -227,6 +227,17 @@ impl Store {
         }
     }
 
+    /// A store-wide fact (see [`Trees::meta`]), if set.
+    pub fn meta(&self, key: &str) -> anyhow::Result<Option<Vec<u8>>> {
+        Ok(self.trees.meta.get(key)?.map(|v| v.to_vec()))
+    }
+
+    /// Sets a store-wide fact.
+    pub fn set_meta(&self, key: &str, value: &[u8]) -> anyhow::Result<()> {
+        self.trees.meta.insert(key, value)?;
+        Ok(())
+    }
+
     /// A real write, read and delete, for the system check.
     pub fn round_trip(&self) -> anyhow::Result<()> {
         let key = keys::prefix(&["health", &crate::ids::random_hex(8)]);

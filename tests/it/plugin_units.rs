@@ -1,0 +1,66 @@
+//! The plugins' own unit tests (the renderer, the model's kernels), built
+//! natively: part of the README's test command, so `cargo test` runs every
+//! test there is. The plugins are workspaces of their own (they build for
+//! WebAssembly), so this runs cargo in each, as `host/build.rs` does.
+
+use std::path::Path;
+use std::process::Command;
+
+/// The machine's own target triple.
+fn host_triple() -> String {
+    let out = Command::new("rustc")
+        .arg("-vV")
+        .output()
+        .expect("running rustc -vV");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("host: "))
+        .expect("rustc -vV names the host")
+        .to_string()
+}
+
+/// Runs `cargo test` natively in `dir` (a plugin workspace) with `args`;
+/// the outer build's settings are left out.
+fn native_tests(dir: &str, args: &[&str]) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(dir);
+    let mut command = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    command
+        .current_dir(&dir)
+        .args(["test", "--locked", "--target", &host_triple()])
+        .args(args);
+    for (key, _) in std::env::vars_os() {
+        let key = key.to_string_lossy();
+        if key.starts_with("CARGO_") && key != "CARGO_HOME"
+            || key.contains("RUSTFLAGS")
+            || key == "RUSTC_WORKSPACE_WRAPPER"
+        {
+            command.env_remove(key.as_ref());
+        }
+    }
+    let out = command.output().expect("running cargo test for a plugin");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "{}: cargo test failed:\n{said}",
+        dir.display()
+    );
+    assert!(
+        said.contains("test result: ok"),
+        "{}: no test ran:\n{said}",
+        dir.display()
+    );
+}
+
+#[test]
+fn the_template_renderers_unit_tests_pass() {
+    native_tests("plugins", &["-p", "template-default"]);
+}
+
+#[test]
+fn the_model_kernels_unit_tests_pass() {
+    native_tests("plugins/model-smollm", &[]);
+}
