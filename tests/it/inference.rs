@@ -6,6 +6,7 @@ use serde_json::{Value, json};
 
 use crate::harness::{
     Host, INFERENCE, OPERATOR_KEY, assert_error_shape, expect_error, into_parts, python_venv,
+    sse_chunks,
 };
 use crate::world::World;
 
@@ -34,14 +35,6 @@ fn content(body: &Value) -> String {
         .as_str()
         .unwrap()
         .to_string()
-}
-
-/// The `data:` payloads of an SSE body.
-fn events(text: &str) -> Vec<String> {
-    text.lines()
-        .filter_map(|l| l.strip_prefix("data: ").or_else(|| l.strip_prefix("data:")))
-        .map(|d| d.trim().to_string())
-        .collect()
 }
 
 #[tokio::test]
@@ -164,12 +157,7 @@ async fn a_stream_sends_role_content_finish_reason_usage_and_done() {
         .unwrap();
     assert_eq!(response.status(), 200);
     assert_eq!(response.headers()["content-type"], "text/event-stream");
-    let data = events(&response.text().await.unwrap());
-    assert_eq!(data.last().unwrap(), "[DONE]");
-    let chunks: Vec<Value> = data[..data.len() - 1]
-        .iter()
-        .map(|d| serde_json::from_str(d).unwrap())
-        .collect();
+    let chunks = sse_chunks(&response.text().await.unwrap());
     for chunk in &chunks {
         assert_eq!(chunk["object"], "chat.completion.chunk");
         assert_eq!(chunk["id"], chunks[0]["id"], "one id across the stream");
@@ -234,11 +222,7 @@ async fn stop_sequences_end_the_text_before_them() {
             .unwrap();
         let raw = response.text().await.unwrap();
         let (got, finish) = if stream {
-            let chunks: Vec<Value> = events(&raw)
-                .iter()
-                .filter(|d| *d != "[DONE]")
-                .map(|d| serde_json::from_str(d).unwrap())
-                .collect();
+            let chunks = sse_chunks(&raw);
             let text: String = chunks
                 .iter()
                 .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
