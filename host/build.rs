@@ -4,6 +4,8 @@
 //! template-default, which imports nothing and is built for
 //! wasm32-unknown-unknown (see `plugins/.cargo/config.toml`).
 //!
+//! Missing WebAssembly targets are added first (see [`ensure_targets`]).
+//!
 //! The nested cargo gets its own target directory (two cargos sharing one
 //! would wait on each other's lock) and none of the outer cargo's `CARGO_*`
 //! or `RUSTFLAGS` variables, which describe the host build, not this one.
@@ -45,6 +47,7 @@ fn main() {
     }
     const WASIP2: &str = "wasm32-wasip2";
     const BARE: &str = "wasm32-unknown-unknown";
+    ensure_targets(&plugins, &[WASIP2, BARE]);
     build(
         &plugins,
         &target_dir,
@@ -61,6 +64,41 @@ fn main() {
     println!(
         "cargo:rustc-env=SWITCHYARD_PLUGIN_BUILD_DIR={}",
         out.display()
+    );
+}
+
+/// Adds the targets rustup lacks. `rust-toolchain.toml` lists them, but a
+/// rustup with auto-install off (as on a fresh machine here) does not add
+/// them, and the README's first command must build anyway. Says what it
+/// runs. Without rustup, the build below says what is missing.
+fn ensure_targets(dir: &Path, targets: &[&str]) {
+    let Ok(listed) = Command::new("rustup")
+        .current_dir(dir)
+        .args(["target", "list", "--installed"])
+        .output()
+    else {
+        return;
+    };
+    let installed = String::from_utf8_lossy(&listed.stdout);
+    let missing: Vec<&str> = targets
+        .iter()
+        .copied()
+        .filter(|t| !installed.lines().any(|l| l.trim() == *t))
+        .collect();
+    if missing.is_empty() {
+        return;
+    }
+    let command = format!("rustup target add {}", missing.join(" "));
+    println!("cargo:warning=the plugins build for WebAssembly; running `{command}`");
+    eprintln!("running `{command}`");
+    let status = Command::new("rustup")
+        .current_dir(dir)
+        .args(["target", "add"])
+        .args(&missing)
+        .status();
+    assert!(
+        status.is_ok_and(|s| s.success()),
+        "`{command}` failed; run it yourself, then build again"
     );
 }
 
