@@ -11,11 +11,39 @@ use std::time::Duration;
 use anyhow::Context;
 use serde::Deserialize;
 
+/// Parses a listening address: `ip:port`, or `name:port` resolved now
+/// (`localhost:8080`), preferring an IPv4 address when the name has one.
+pub fn parse_listen(text: &str) -> Result<SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    if let Ok(addr) = text.parse() {
+        return Ok(addr);
+    }
+    let addrs: Vec<SocketAddr> = text
+        .to_socket_addrs()
+        .map_err(|e| format!("'{text}' is not an address to listen on ({e}); write ip:port or name:port, e.g. 127.0.0.1:8080"))?
+        .collect();
+    addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(addrs.first())
+        .copied()
+        .ok_or_else(|| {
+            format!("'{text}' resolves to no address; write ip:port, e.g. 127.0.0.1:8080")
+        })
+}
+
+fn deserialize_listen<'de, D: serde::Deserializer<'de>>(d: D) -> Result<SocketAddr, D::Error> {
+    let text = String::deserialize(d)?;
+    parse_listen(&text).map_err(serde::de::Error::custom)
+}
+
 /// The whole configuration of one host process.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
-    /// Address to listen on. Port 0 picks a free port.
+    /// Address to listen on, `ip:port` or `name:port`. Port 0 picks a free
+    /// port.
+    #[serde(deserialize_with = "deserialize_listen")]
     pub listen: SocketAddr,
     /// Directory holding the sled store and other state.
     pub data_dir: PathBuf,
@@ -370,6 +398,10 @@ mod tests {
     fn empty_file_gives_defaults() {
         let cfg = Config::parse("").unwrap();
         assert_eq!(cfg.listen.to_string(), "127.0.0.1:8080");
+        assert_eq!(parse_listen("localhost:9000").unwrap().port(), 9000);
+        assert!(parse_listen("localhost:9000").unwrap().ip().is_loopback());
+        assert_eq!(parse_listen("[::1]:80").unwrap().to_string(), "[::1]:80");
+        assert!(parse_listen("nowhere").unwrap_err().contains("ip:port"));
         assert_eq!(cfg.data_dir, PathBuf::from("./data"));
     }
 

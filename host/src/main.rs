@@ -98,7 +98,7 @@ struct ServeArgs {
     #[arg(long, env = "SWITCHYARD_CONFIG")]
     config: Option<PathBuf>,
     /// Address to listen on (default 127.0.0.1:8080; port 0 picks a free one).
-    #[arg(long, env = "SWITCHYARD_LISTEN")]
+    #[arg(long, env = "SWITCHYARD_LISTEN", value_parser = switchyard::cfg::parse_listen)]
     listen: Option<SocketAddr>,
     /// Directory for the store (default ./data).
     #[arg(long, env = "SWITCHYARD_DATA_DIR")]

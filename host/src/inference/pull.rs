@@ -58,7 +58,10 @@ pub fn pull(dest: &Path) -> anyhow::Result<()> {
 }
 
 fn run(command: &mut Command) -> anyhow::Result<()> {
+    // pip's progress goes to our stderr: stdout carries the lines scripts
+    // read (`switchyard listening on …`).
     let status = command
+        .stdout(std::io::stderr())
         .status()
         .with_context(|| format!("running {command:?}; is python3 installed?"))?;
     ensure!(status.success(), "{command:?} failed ({status})");
