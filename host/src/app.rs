@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::automation::matcher;
+use crate::automation::matcher::Matcher;
 use crate::automation::send::Sender;
 use crate::automation::worker::Dispatcher;
 use crate::cfg::Config;
@@ -34,6 +34,8 @@ pub struct App {
     pub sender: Sender,
     /// Delivers the outbox.
     pub dispatcher: Dispatcher,
+    /// Turns events into deliveries.
+    pub matcher: Matcher,
 }
 
 impl App {
@@ -69,7 +71,14 @@ impl App {
             sender.clone(),
             cfg.delivery.clone(),
         );
+        let matcher = Matcher::new(
+            store.clone(),
+            sealer.clone(),
+            plugins.clone(),
+            dispatcher.clone(),
+        );
         let app = App {
+            matcher,
             dispatcher,
             sender,
             inference: Arc::new(inference),
@@ -81,7 +90,7 @@ impl App {
         };
         // Events a crash left unmatched; the dispatcher's first scan picks up
         // the outbox.
-        let recovered = matcher::sweep_inbox(&app, 0).await?;
+        let recovered = app.matcher.sweep_inbox(0).await?;
         if recovered > 0 {
             tracing::info!(
                 events = recovered,
@@ -89,10 +98,9 @@ impl App {
             );
         }
         // Later, events whose matching hit a full plugin queue.
-        matcher::spawn_sweeper(
-            app.clone(),
-            Duration::from_millis(app.cfg.delivery.poll_interval_ms.max(10)),
-        );
+        app.matcher.spawn_sweeper(Duration::from_millis(
+            app.cfg.delivery.poll_interval_ms.max(10),
+        ));
         Ok(app)
     }
 }

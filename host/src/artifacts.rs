@@ -3,82 +3,26 @@
 //!
 //! Projects hold collections whose versions are logged with metadata.
 //! Registries hold collections whose versions are links to project versions.
-//! Adding an alias or a tag, and linking, emit events in the same sled
+//! Adding an alias or a tag, and linking, emit events in the same
 //! transaction as the change (a link fires in the registry and in the
 //! source's project). An alias is held by one version of a
 //! collection at a time, so adding it moves it.
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use sled::Transactional;
 
 use crate::auth::User;
-use crate::automation::automations::Scope;
-use crate::automation::events::{ArtifactRef, Event};
 use crate::error::{Error, Result};
-use crate::store::tx::{abort, decode, encode, finish};
-use crate::store::{self, Store};
+use crate::model::{ArtifactRef, Event, EventType, Scope};
+pub use crate::model::{Collection, Source, Version};
+use crate::store::Store;
 use crate::{ids, names};
 
 /// Longest alias or tag.
 pub const MAX_LABEL_LEN: usize = 128;
 /// Largest metadata object, as JSON.
 pub const MAX_METADATA_BYTES: usize = 64 * 1024;
-
-/// A collection.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Collection {
-    /// Unique within its scope.
-    pub name: String,
-    /// Free text.
-    pub description: String,
-    /// How many versions it has had; the next is `v{versions}`.
-    pub versions: u64,
-    /// Who created it.
-    pub created_by: String,
-    /// Unix seconds.
-    pub created_at: u64,
-}
-
-/// A version of a collection.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Version {
-    /// The collection.
-    pub collection: String,
-    /// `v0`, `v1`, …
-    pub version: String,
-    /// The number in `version`.
-    pub index: u64,
-    /// Aliases it holds.
-    pub aliases: Vec<String>,
-    /// Its tags.
-    pub tags: Vec<String>,
-    /// Top-level metadata.
-    pub metadata: BTreeMap<String, Value>,
-    /// For a registry version: the project version it links to.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub source: Option<Source>,
-    /// Who created it.
-    pub created_by: String,
-    /// Unix seconds.
-    pub created_at: u64,
-}
-
-/// A project version, named.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Source {
-    /// The owning team.
-    pub team: String,
-    /// The project.
-    pub project: String,
-    /// The collection.
-    pub collection: String,
-    /// `v3`.
-    pub version: String,
-}
 
 fn not_found_collection(scope: &Scope, name: &str) -> Error {
     Error::NotFound(format!(
@@ -97,7 +41,7 @@ pub fn parse_version(text: &str) -> Result<u64> {
 }
 
 /// Creates a collection.
-pub fn create_collection(
+pub async fn create_collection(
     store: &Store,
     scope: &Scope,
     user: &User,
@@ -113,7 +57,7 @@ pub fn create_collection(
         created_by: user.name.clone(),
         created_at: ids::now(),
     };
-    if !store::insert_new(&store.trees.collections, scope.key(&[name]), &collection)? {
+    if !store.insert_collection(scope, &collection).await? {
         return Err(Error::Conflict(format!(
             "{} already has a collection named '{name}'",
             scope.describe()
@@ -123,40 +67,43 @@ pub fn create_collection(
 }
 
 /// One collection.
-pub fn collection(store: &Store, scope: &Scope, name: &str) -> Result<Collection> {
-    store::get_json(&store.trees.collections, scope.key(&[name]))?
+pub async fn collection(store: &Store, scope: &Scope, name: &str) -> Result<Collection> {
+    store
+        .collection(scope, name)
+        .await?
         .ok_or_else(|| not_found_collection(scope, name))
 }
 
 /// The scope's collections.
-pub fn collections(store: &Store, scope: &Scope) -> Result<Vec<Collection>> {
-    Ok(store::scan_json(&store.trees.collections, scope.key(&[]))?)
+pub async fn collections(store: &Store, scope: &Scope) -> Result<Vec<Collection>> {
+    Ok(store.collections(scope).await?)
 }
 
-fn version_key(scope: &Scope, collection: &str, index: u64) -> Vec<u8> {
-    scope.key(&[collection]).num(index).into_bytes()
+fn no_version(scope: &Scope, collection: &str, version: &str) -> Error {
+    Error::NotFound(format!(
+        "collection '{collection}' in {} has no version {version}",
+        scope.describe()
+    ))
 }
 
 /// One version.
-pub fn version(store: &Store, scope: &Scope, collection: &str, version: &str) -> Result<Version> {
+pub async fn version(
+    store: &Store,
+    scope: &Scope,
+    collection: &str,
+    version: &str,
+) -> Result<Version> {
     let index = parse_version(version)?;
-    store::get_json(&store.trees.versions, version_key(scope, collection, index))?.ok_or_else(
-        || {
-            Error::NotFound(format!(
-                "collection '{collection}' in {} has no version {version}",
-                scope.describe()
-            ))
-        },
-    )
+    store
+        .version(scope, collection, index)
+        .await?
+        .ok_or_else(|| no_version(scope, collection, version))
 }
 
 /// A collection's versions, oldest first.
-pub fn versions(store: &Store, scope: &Scope, collection_name: &str) -> Result<Vec<Version>> {
-    collection(store, scope, collection_name)?;
-    Ok(store::scan_json(
-        &store.trees.versions,
-        scope.key(&[collection_name]),
-    )?)
+pub async fn versions(store: &Store, scope: &Scope, collection_name: &str) -> Result<Vec<Version>> {
+    collection(store, scope, collection_name).await?;
+    Ok(store.versions(scope, collection_name).await?)
 }
 
 fn check_metadata(metadata: &BTreeMap<String, Value>) -> Result<()> {
@@ -172,7 +119,7 @@ fn check_metadata(metadata: &BTreeMap<String, Value>) -> Result<()> {
 
 /// Logs a new version of a project collection. Returns it and the events
 /// it caused (as do the other changes here).
-pub fn create_version(
+pub async fn create_version(
     store: &Store,
     scope: &Scope,
     user: &User,
@@ -180,23 +127,20 @@ pub fn create_version(
     metadata: BTreeMap<String, Value>,
 ) -> Result<(Version, Vec<Event>)> {
     check_metadata(&metadata)?;
-    add_version(store, scope, user, collection_name, metadata, None)
+    add_version(store, scope, user, collection_name, metadata, None).await
 }
 
 /// Links a project version into a registry collection, as its next version;
 /// emits `LINK_ARTIFACT`.
-pub fn link(
+pub async fn link(
     store: &Store,
     registry: &Scope,
     user: &User,
     collection_name: &str,
     source: Source,
 ) -> Result<(Version, Vec<Event>)> {
-    let project = Scope::Project {
-        team: source.team.clone(),
-        project: source.project.clone(),
-    };
-    let original = version(store, &project, &source.collection, &source.version)?;
+    let project = Scope::project(&source.team, &source.project);
+    let original = version(store, &project, &source.collection, &source.version).await?;
     let source = Source {
         version: original.version.clone(),
         ..source
@@ -209,9 +153,10 @@ pub fn link(
         original.metadata,
         Some(source),
     )
+    .await
 }
 
-fn add_version(
+async fn add_version(
     store: &Store,
     scope: &Scope,
     user: &User,
@@ -219,45 +164,32 @@ fn add_version(
     metadata: BTreeMap<String, Value>,
     source: Option<Source>,
 ) -> Result<(Version, Vec<Event>)> {
-    let collection_key = scope.key(&[collection_name]);
-    let t = &store.trees;
-    let result = (&t.collections, &t.versions, &t.event_inbox).transaction(
-        |(collections, versions, inbox)| {
-            let Some(bytes) = collections.get(collection_key.as_ref())? else {
-                return abort(not_found_collection(scope, collection_name));
-            };
-            let mut collection: Collection = decode(&bytes)?;
-            let index = collection.versions;
-            collection.versions += 1;
-            let version = Version {
-                collection: collection_name.to_string(),
-                version: format!("v{index}"),
-                index,
-                aliases: Vec::new(),
-                tags: Vec::new(),
-                metadata: metadata.clone(),
-                source: source.clone(),
-                created_by: user.name.clone(),
-                created_at: ids::now(),
-            };
-            collections.insert(collection_key.as_ref(), encode(&collection)?)?;
-            versions.insert(
-                version_key(scope, collection_name, index),
-                encode(&version)?,
-            )?;
-            let events = link_events(scope, user, &version);
-            for event in &events {
-                inbox.insert(event.id.as_bytes(), encode(event)?)?;
-            }
-            Ok((version, events))
-        },
-    );
-    finish(result)
+    let tx = store.begin().await?;
+    let index = tx
+        .next_version(scope, collection_name)
+        .await?
+        .ok_or_else(|| not_found_collection(scope, collection_name))?;
+    let version = Version {
+        collection: collection_name.to_string(),
+        version: format!("v{index}"),
+        index,
+        aliases: Vec::new(),
+        tags: Vec::new(),
+        metadata,
+        source,
+        created_by: user.name.clone(),
+        created_at: ids::now(),
+    };
+    tx.insert_version(scope, &version).await?;
+    let events = link_events(scope, user, &version);
+    tx.insert_events(&events).await?;
+    tx.commit().await?;
+    Ok((version, events))
 }
 
 /// Adds `alias` to a version, moving it from whichever version held it;
 /// emits `ADD_ARTIFACT_ALIAS`.
-pub fn add_alias(
+pub async fn add_alias(
     store: &Store,
     scope: &Scope,
     user: &User,
@@ -280,10 +212,11 @@ pub fn add_alias(
         version_text,
         Label::Alias(alias),
     )
+    .await
 }
 
 /// Adds `tag` to a version; emits `ADD_ARTIFACT_TAG`.
-pub fn add_tag(
+pub async fn add_tag(
     store: &Store,
     scope: &Scope,
     user: &User,
@@ -300,6 +233,7 @@ pub fn add_tag(
         version_text,
         Label::Tag(tag),
     )
+    .await
 }
 
 fn check_label(field: &str, value: &str) -> Result<()> {
@@ -319,12 +253,13 @@ fn check_label(field: &str, value: &str) -> Result<()> {
     }
 }
 
+#[derive(Clone, Copy)]
 enum Label<'a> {
     Alias(&'a str),
     Tag(&'a str),
 }
 
-fn label(
+async fn label(
     store: &Store,
     scope: &Scope,
     user: &User,
@@ -333,51 +268,26 @@ fn label(
     label: Label<'_>,
 ) -> Result<(Version, Vec<Event>)> {
     let index = parse_version(version_text)?;
-    let key = version_key(scope, collection, index);
-    let t = &store.trees;
-    let result =
-        (&t.versions, &t.aliases, &t.event_inbox).transaction(|(versions, aliases, inbox)| {
-            let Some(bytes) = versions.get(&key)? else {
-                return abort(Error::NotFound(format!(
-                    "collection '{collection}' in {} has no version {version_text}",
-                    scope.describe()
-                )));
-            };
-            let mut version: Version = decode(&bytes)?;
-            let event = match label {
-                Label::Alias(alias) => {
-                    let alias_key = scope.key(&[collection, alias]);
-                    if let Some(held) = aliases.get(alias_key.as_ref())? {
-                        let old_key = version_key(scope, collection, decode_index(&held));
-                        if let Some(old) = versions.get(&old_key)? {
-                            let mut old: Version = decode(&old)?;
-                            old.aliases.retain(|a| a != alias);
-                            versions.insert(old_key.as_slice(), encode(&old)?)?;
-                            if old.index == version.index {
-                                version = old;
-                            }
-                        }
-                    }
-                    aliases.insert(alias_key.as_ref(), &index.to_be_bytes())?;
-                    version.aliases.push(alias.to_string());
-                    let mut event = event_for(scope, user, &version, "ADD_ARTIFACT_ALIAS");
-                    event.alias = Some(alias.to_string());
-                    event
-                }
-                Label::Tag(tag) => {
-                    if !version.tags.iter().any(|t| t == tag) {
-                        version.tags.push(tag.to_string());
-                    }
-                    let mut event = event_for(scope, user, &version, "ADD_ARTIFACT_TAG");
-                    event.tag = Some(tag.to_string());
-                    event
-                }
-            };
-            versions.insert(key.as_slice(), encode(&version)?)?;
-            inbox.insert(event.id.as_bytes(), encode(&event)?)?;
-            Ok((version, vec![event]))
-        });
-    finish(result)
+    let tx = store.begin().await?;
+    let labelled = match label {
+        Label::Alias(alias) => tx.set_alias(scope, collection, index, alias).await?,
+        Label::Tag(tag) => tx.add_tag(scope, collection, index, tag).await?,
+    };
+    let version = labelled.ok_or_else(|| no_version(scope, collection, version_text))?;
+    let event = match label {
+        Label::Alias(alias) => Event {
+            alias: Some(alias.to_string()),
+            ..event_for(scope, user, &version, EventType::AddArtifactAlias)
+        },
+        Label::Tag(tag) => Event {
+            tag: Some(tag.to_string()),
+            ..event_for(scope, user, &version, EventType::AddArtifactTag)
+        },
+    };
+    let events = vec![event];
+    tx.insert_events(&events).await?;
+    tx.commit().await?;
+    Ok((version, events))
 }
 
 /// A link fires `LINK_ARTIFACT` twice: in the registry linked to, and in
@@ -387,24 +297,17 @@ fn link_events(scope: &Scope, user: &User, version: &Version) -> Vec<Event> {
     let Some(source) = &version.source else {
         return Vec::new();
     };
-    let in_registry = event_for(scope, user, version, "LINK_ARTIFACT");
+    let in_registry = event_for(scope, user, version, EventType::LinkArtifact);
     let in_project = Event {
         id: ids::ordered_id(),
-        scope: Scope::Project {
-            team: source.team.clone(),
-            project: source.project.clone(),
-        },
+        scope: Scope::project(&source.team, &source.project),
         ..in_registry.clone()
     };
     vec![in_registry, in_project]
 }
 
-fn decode_index(bytes: &[u8]) -> u64 {
-    bytes.try_into().map_or(u64::MAX, u64::from_be_bytes)
-}
-
 /// The event for `version` in `scope`.
-fn event_for(scope: &Scope, user: &User, version: &Version, event_type: &str) -> Event {
+fn event_for(scope: &Scope, user: &User, version: &Version, event_type: EventType) -> Event {
     let (entity, project, path) = match (scope, &version.source) {
         (Scope::Project { team, project }, _) => {
             (team.clone(), project.clone(), format!("{team}/{project}"))
@@ -423,7 +326,7 @@ fn event_for(scope: &Scope, user: &User, version: &Version, event_type: &str) ->
     let version_string = format!("{path}/{}:{}", version.collection, version.version);
     Event {
         id: ids::ordered_id(),
-        event_type: event_type.to_string(),
+        event_type,
         scope: scope.clone(),
         author: user.name.clone(),
         at_ms: ids::now_ms(),

@@ -45,7 +45,7 @@ pub struct Config {
     /// port.
     #[serde(deserialize_with = "deserialize_listen")]
     pub listen: SocketAddr,
-    /// Directory holding the sled store and other state.
+    /// Directory holding the embedded store and other state.
     pub data_dir: PathBuf,
     /// Directory watched for operator-supplied plugins.
     pub plugins_dir: PathBuf,

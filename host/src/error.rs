@@ -95,6 +95,17 @@ pub enum Error {
     Internal(#[from] anyhow::Error),
 }
 
+impl From<crate::store::StoreError> for Error {
+    fn from(e: crate::store::StoreError) -> Self {
+        match e {
+            crate::store::StoreError::Unavailable(message) => Error::Unavailable(format!(
+                "{message}; the request was not carried out, retry it shortly"
+            )),
+            crate::store::StoreError::Other(cause) => Error::Internal(cause),
+        }
+    }
+}
+
 /// Shorthand for results whose error is an API [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 

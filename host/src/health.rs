@@ -49,9 +49,7 @@ impl Report {
 pub async fn system_check(app: &App) -> Report {
     let limit = Duration::from_millis(app.cfg.health.probe_timeout_ms);
     let store = app.store.clone();
-    let database = check(limit, async move {
-        tokio::task::spawn_blocking(move || store.round_trip()).await?
-    });
+    let database = check(limit, async move { Ok(store.round_trip().await?) });
     let (database, cpu_queue, gpu_queue) = tokio::join!(
         database,
         check(limit, render_probe(app.plugins.clone())),
@@ -62,7 +60,7 @@ pub async fn system_check(app: &App) -> Report {
         database,
         cpu_queue,
         gpu_queue,
-        quarantined_records: app.store.quarantined(),
+        quarantined_records: app.store.quarantined().await.unwrap_or(0),
     }
 }
 

@@ -1,7 +1,8 @@
 //! Switchyard: a WebAssembly-pluggable automation engine.
 //!
 //! One host process serves the system check, an OpenAI-compatible inference
-//! API and webhook automations, with its state in sled. Start at
+//! API and webhook automations. Its state is in [`store`]; the records it
+//! keeps are in [`model`]. Start at
 //! [`server::prepare`] and [`server::serve`]; [`http::router`] lists the API.
 #![deny(missing_docs)]
 
@@ -16,6 +17,7 @@ pub mod health;
 pub mod http;
 pub mod ids;
 pub mod inference;
+pub mod model;
 pub mod names;
 pub mod nesting;
 pub mod plugin;

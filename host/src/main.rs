@@ -190,7 +190,9 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
 
 fn create_user(name: &str, operator: bool, data_dir: &std::path::Path) -> anyhow::Result<()> {
     let store = switchyard::store::Store::open(data_dir)?;
-    let (user, key) = switchyard::auth::create_user(&store, name, operator)
+    let runtime = tokio::runtime::Runtime::new()?;
+    let (user, key) = runtime
+        .block_on(switchyard::auth::create_user(&store, name, operator))
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     println!(
         "Created user '{}'. Their API key is shown only this once:\n\n    {}\n",
@@ -202,8 +204,9 @@ fn create_user(name: &str, operator: bool, data_dir: &std::path::Path) -> anyhow
 fn dump_records(data_dir: &std::path::Path) -> anyhow::Result<()> {
     use std::io::Write;
     let store = switchyard::store::Store::open(data_dir)?;
+    let records = tokio::runtime::Runtime::new()?.block_on(store.raw_records())?;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    for (kind, key, value) in store.raw_records()? {
+    for (kind, key, value) in records {
         let line =
             serde_json::json!({"kind": kind, "key": hex::encode(key), "value": hex::encode(value)});
         writeln!(out, "{line}")?;

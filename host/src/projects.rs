@@ -1,33 +1,13 @@
 //! Projects: owned by a team; where runs happen and project automations listen.
 
-use serde::{Deserialize, Serialize};
-
 use crate::auth::User;
 use crate::error::{Error, Result};
-use crate::store::{self, Store, keys};
+pub use crate::model::Project;
+use crate::store::Store;
 use crate::{ids, names};
 
-/// A project.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Project {
-    /// Unique within the team.
-    pub name: String,
-    /// The owning team.
-    pub team: String,
-    /// Free text.
-    pub description: String,
-    /// The user who created it.
-    pub created_by: String,
-    /// Unix seconds.
-    pub created_at: u64,
-}
-
-fn key(team: &str, name: &str) -> keys::Key {
-    keys::prefix(&[team, name])
-}
-
 /// Creates a project in `team`.
-pub fn create(
+pub async fn create(
     store: &Store,
     team: &str,
     creator: &User,
@@ -43,7 +23,7 @@ pub fn create(
         created_by: creator.name.clone(),
         created_at: ids::now(),
     };
-    if !store::insert_new(&store.trees.projects, key(team, name), &project)? {
+    if !store.insert_project(&project).await? {
         return Err(Error::Conflict(format!(
             "team '{team}' already has a project named '{name}'"
         )));
@@ -52,8 +32,8 @@ pub fn create(
 }
 
 /// One project.
-pub fn get(store: &Store, team: &str, name: &str) -> Result<Project> {
-    store::get_json(&store.trees.projects, key(team, name))?.ok_or_else(|| {
+pub async fn get(store: &Store, team: &str, name: &str) -> Result<Project> {
+    store.project(team, name).await?.ok_or_else(|| {
         Error::NotFound(format!(
             "team '{team}' has no project named '{name}'; GET /v1/teams/{team}/projects lists them"
         ))
@@ -61,20 +41,13 @@ pub fn get(store: &Store, team: &str, name: &str) -> Result<Project> {
 }
 
 /// The team's projects, by name.
-pub fn list(store: &Store, team: &str) -> Result<Vec<Project>> {
-    Ok(store::scan_json(
-        &store.trees.projects,
-        keys::prefix(&[team]),
-    )?)
+pub async fn list(store: &Store, team: &str) -> Result<Vec<Project>> {
+    Ok(store.projects(team).await?)
 }
 
 /// Deletes a project record.
-pub fn delete(store: &Store, team: &str, name: &str) -> Result<()> {
-    get(store, team, name)?;
-    store
-        .trees
-        .projects
-        .remove(key(team, name))
-        .map_err(anyhow::Error::from)?;
+pub async fn delete(store: &Store, team: &str, name: &str) -> Result<()> {
+    get(store, team, name).await?;
+    store.delete_project(team, name).await?;
     Ok(())
 }

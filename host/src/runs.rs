@@ -7,15 +7,11 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
-use sled::Transactional;
-
 use crate::auth::User;
-use crate::automation::automations::{self, Scope};
-use crate::automation::events::{Event, RunRef};
 use crate::error::{Error, Result};
-use crate::store::tx::{decode, encode, finish};
-use crate::store::{self, Store, keys};
+pub use crate::model::Run;
+use crate::model::{Event, EventType, RunRef, Scope};
+use crate::store::Store;
 use crate::{ids, names};
 
 /// The most recent values kept per metric, and the largest window an
@@ -24,25 +20,14 @@ pub const MAX_WINDOW: usize = 1000;
 /// Most metrics in one log call.
 pub const MAX_METRICS_PER_CALL: usize = 100;
 
-/// A run.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Run {
-    /// Unique id.
-    pub id: String,
-    /// Display name (not unique).
-    pub name: String,
-    /// The user who created it.
-    pub creator: String,
-    /// Unix seconds.
-    pub created_at: u64,
-}
-
-fn key(team: &str, project: &str, id: &str) -> keys::Key {
-    keys::prefix(&[team, project, id])
-}
-
 /// Creates a run in a project.
-pub fn create(store: &Store, team: &str, project: &str, user: &User, name: &str) -> Result<Run> {
+pub async fn create(
+    store: &Store,
+    team: &str,
+    project: &str,
+    user: &User,
+    name: &str,
+) -> Result<Run> {
     names::validate("name", name)?;
     let run = Run {
         id: ids::random_hex(8),
@@ -50,13 +35,13 @@ pub fn create(store: &Store, team: &str, project: &str, user: &User, name: &str)
         creator: user.name.clone(),
         created_at: ids::now(),
     };
-    store::insert_new(&store.trees.runs, key(team, project, &run.id), &run)?;
+    store.insert_run(team, project, &run).await?;
     Ok(run)
 }
 
 /// One run.
-pub fn get(store: &Store, team: &str, project: &str, id: &str) -> Result<Run> {
-    store::get_json(&store.trees.runs, key(team, project, id))?.ok_or_else(|| {
+pub async fn get(store: &Store, team: &str, project: &str, id: &str) -> Result<Run> {
+    store.run(team, project, id).await?.ok_or_else(|| {
         Error::NotFound(format!(
             "project '{team}/{project}' has no run with id '{id}'"
         ))
@@ -64,16 +49,13 @@ pub fn get(store: &Store, team: &str, project: &str, id: &str) -> Result<Run> {
 }
 
 /// The project's runs.
-pub fn list(store: &Store, team: &str, project: &str) -> Result<Vec<Run>> {
-    Ok(store::scan_json(
-        &store.trees.runs,
-        keys::prefix(&[team, project]),
-    )?)
+pub async fn list(store: &Store, team: &str, project: &str) -> Result<Vec<Run>> {
+    Ok(store.runs(team, project).await?)
 }
 
 /// Logs `metrics` for a run; returns how many values each metric keeps,
 /// and the events caused.
-pub fn log(
+pub async fn log(
     store: &Store,
     team: &str,
     project: &str,
@@ -98,53 +80,40 @@ pub fn log(
             ));
         }
     }
-    let run = get(store, team, project, run_id)?;
-    let scope = Scope::Project {
-        team: team.to_string(),
-        project: project.to_string(),
-    };
-    let listened = automations::listens(store, &scope, "RUN_METRIC_THRESHOLD")?;
-    let t = &store.trees;
-    let result = (&t.metrics, &t.event_inbox).transaction(|(stored, inbox)| {
-        let mut counts = BTreeMap::new();
-        let mut events = Vec::new();
-        for (metric, value) in metrics {
-            let metric_key = keys::prefix(&[team, project, run_id, metric]);
-            let mut values: Vec<f64> = match stored.get(metric_key.as_ref())? {
-                Some(bytes) => decode(&bytes)?,
-                None => Vec::new(),
-            };
-            values.push(*value);
-            if values.len() > MAX_WINDOW {
-                values.drain(..values.len() - MAX_WINDOW);
-            }
-            stored.insert(metric_key.as_ref(), encode(&values)?)?;
-            counts.insert(metric.clone(), values.len());
-            if listened {
-                let event = Event {
-                    id: ids::ordered_id(),
-                    event_type: "RUN_METRIC_THRESHOLD".into(),
-                    scope: scope.clone(),
-                    author: user.name.clone(),
-                    at_ms: ids::now_ms(),
-                    artifact: None,
-                    alias: None,
-                    tag: None,
-                    run: Some(RunRef {
-                        team: team.to_string(),
-                        project: project.to_string(),
-                        id: run.id.clone(),
-                        name: run.name.clone(),
-                        creator: run.creator.clone(),
-                        metric: metric.clone(),
-                        values,
-                    }),
-                };
-                inbox.insert(event.id.as_bytes(), encode(&event)?)?;
-                events.push(event);
-            }
+    let run = get(store, team, project, run_id).await?;
+    let scope = Scope::project(team, project);
+    let tx = store.begin().await?;
+    let listened = tx.listens(&scope, EventType::RunMetricThreshold).await?;
+    let mut counts = BTreeMap::new();
+    let mut events = Vec::new();
+    for (metric, value) in metrics {
+        let values = tx
+            .push_metric(team, project, run_id, metric, *value, MAX_WINDOW)
+            .await?;
+        counts.insert(metric.clone(), values.len());
+        if listened {
+            events.push(Event {
+                id: ids::ordered_id(),
+                event_type: EventType::RunMetricThreshold,
+                scope: scope.clone(),
+                author: user.name.clone(),
+                at_ms: ids::now_ms(),
+                artifact: None,
+                alias: None,
+                tag: None,
+                run: Some(RunRef {
+                    team: team.to_string(),
+                    project: project.to_string(),
+                    id: run.id.clone(),
+                    name: run.name.clone(),
+                    creator: run.creator.clone(),
+                    metric: metric.clone(),
+                    values,
+                }),
+            });
         }
-        Ok((counts, events))
-    });
-    finish(result)
+    }
+    tx.insert_events(&events).await?;
+    tx.commit().await?;
+    Ok((counts, events))
 }

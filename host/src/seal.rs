@@ -45,10 +45,12 @@ impl Sealer {
     /// sealed with: a known value sealed under the first key is kept in the
     /// store, and must open. Otherwise every secret would fail later, one
     /// by one, at send time.
-    pub fn verify(&self, store: &crate::store::Store) -> anyhow::Result<()> {
+    pub async fn verify(&self, store: &crate::store::Store) -> anyhow::Result<()> {
         const CHECK: &str = "master_key_check";
-        match store.meta(CHECK)? {
-            None => store.set_meta(CHECK, &self.seal(CHECK.as_bytes(), CHECK.as_bytes())?),
+        match store.meta(CHECK).await? {
+            None => Ok(store
+                .set_meta(CHECK, &self.seal(CHECK.as_bytes(), CHECK.as_bytes())?)
+                .await?),
             Some(sealed) if self.open(CHECK.as_bytes(), &sealed).is_ok() => Ok(()),
             Some(_) => bail!(
                 "the master key does not match the one this store's secrets were sealed with; \

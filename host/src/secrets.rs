@@ -4,24 +4,16 @@
 //! and [`reveal`] is for the host's own use when it signs or authorises a
 //! delivery.
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::error::{Error, Result};
+use crate::model::Secret;
 use crate::seal::Sealer;
-use crate::store::{self, Store, keys};
+use crate::store::Store;
 use crate::{ids, names};
 
 /// Largest secret value, in bytes.
 pub const MAX_VALUE_BYTES: usize = 8 * 1024;
-
-/// What is stored: the value only in sealed form.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct Stored {
-    name: String,
-    sealed: String,
-    created_at: u64,
-    updated_at: u64,
-}
 
 /// What clients see of a secret.
 #[derive(Debug, Clone, Serialize)]
@@ -34,12 +26,14 @@ pub struct SecretInfo {
     pub updated_at: u64,
 }
 
-fn key(team: &str, name: &str) -> keys::Key {
-    keys::prefix(&[team, name])
+/// What a sealed value is bound to: its team and name, so a sealed value
+/// copied to another secret does not open.
+fn binding(team: &str, name: &str) -> Vec<u8> {
+    format!("{team}\0{name}\0").into_bytes()
 }
 
 /// Creates or replaces a secret. Returns its info and whether it was new.
-pub fn put(
+pub async fn put(
     store: &Store,
     sealer: &Sealer,
     team: &str,
@@ -53,56 +47,58 @@ pub fn put(
             format!("value must be 1 to {MAX_VALUE_BYTES} bytes"),
         ));
     }
-    let key = key(team, name);
     let now = ids::now();
-    let previous: Option<Stored> = store::get_json(&store.trees.secrets, &key)?;
-    let stored = Stored {
+    let sealed = hex::encode(sealer.seal(&binding(team, name), value.as_bytes())?);
+    let tx = store.begin().await?;
+    let previous = tx.secret(team, name).await?;
+    let secret = Secret {
         name: name.to_string(),
-        sealed: hex::encode(sealer.seal(key.as_ref(), value.as_bytes())?),
+        sealed,
         created_at: previous.as_ref().map_or(now, |p| p.created_at),
         updated_at: now,
     };
-    store
-        .trees
-        .secrets
-        .insert(&key, store::to_json(&stored)?)
-        .map_err(anyhow::Error::from)?;
-    Ok((info(&stored), previous.is_none()))
+    tx.put_secret(team, &secret).await?;
+    tx.commit().await?;
+    Ok((info(&secret), previous.is_none()))
 }
 
 /// The team's secrets, by name.
-pub fn list(store: &Store, team: &str) -> Result<Vec<SecretInfo>> {
-    let stored: Vec<Stored> = store::scan_json(&store.trees.secrets, keys::prefix(&[team]))?;
-    Ok(stored.iter().map(info).collect())
+pub async fn list(store: &Store, team: &str) -> Result<Vec<SecretInfo>> {
+    Ok(store.secrets(team).await?.iter().map(info).collect())
+}
+
+/// The names of the team's secrets.
+pub async fn names(store: &Store, team: &str) -> Result<std::collections::BTreeSet<String>> {
+    Ok(store
+        .secrets(team)
+        .await?
+        .into_iter()
+        .map(|s| s.name)
+        .collect())
 }
 
 /// Whether the team has a secret of that name.
-pub fn exists(store: &Store, team: &str, name: &str) -> Result<bool> {
-    Ok(store
-        .trees
-        .secrets
-        .contains_key(key(team, name))
-        .map_err(anyhow::Error::from)?)
+pub async fn exists(store: &Store, team: &str, name: &str) -> Result<bool> {
+    Ok(store.secret(team, name).await?.is_some())
 }
 
 /// Deletes a secret.
-pub fn delete(store: &Store, team: &str, name: &str) -> Result<()> {
-    store
-        .trees
-        .secrets
-        .remove(key(team, name))
-        .map_err(anyhow::Error::from)?
-        .map(|_| ())
-        .ok_or_else(|| not_found(team, name))
+pub async fn delete(store: &Store, team: &str, name: &str) -> Result<()> {
+    if store.delete_secret(team, name).await? {
+        Ok(())
+    } else {
+        Err(not_found(team, name))
+    }
 }
 
 /// The plain value, for the host's own use (signing, bearer tokens).
-pub fn reveal(store: &Store, sealer: &Sealer, team: &str, name: &str) -> Result<String> {
-    let key = key(team, name);
-    let stored: Stored =
-        store::get_json(&store.trees.secrets, &key)?.ok_or_else(|| not_found(team, name))?;
-    let sealed = hex::decode(&stored.sealed).map_err(anyhow::Error::from)?;
-    let plain = sealer.open(key.as_ref(), &sealed)?;
+pub async fn reveal(store: &Store, sealer: &Sealer, team: &str, name: &str) -> Result<String> {
+    let secret = store
+        .secret(team, name)
+        .await?
+        .ok_or_else(|| not_found(team, name))?;
+    let sealed = hex::decode(&secret.sealed).map_err(anyhow::Error::from)?;
+    let plain = sealer.open(&binding(team, name), &sealed)?;
     Ok(String::from_utf8(plain).map_err(anyhow::Error::from)?)
 }
 
@@ -110,11 +106,11 @@ fn not_found(team: &str, name: &str) -> Error {
     Error::NotFound(format!("team '{team}' has no secret named '{name}'"))
 }
 
-fn info(stored: &Stored) -> SecretInfo {
+fn info(secret: &Secret) -> SecretInfo {
     SecretInfo {
-        name: stored.name.clone(),
-        created_at: stored.created_at,
-        updated_at: stored.updated_at,
+        name: secret.name.clone(),
+        created_at: secret.created_at,
+        updated_at: secret.updated_at,
     }
 }
 
@@ -122,22 +118,25 @@ fn info(stored: &Stored) -> SecretInfo {
 mod tests {
     use super::*;
 
-    #[test]
-    fn values_are_sealed_and_revealed_per_team() {
+    #[tokio::test]
+    async fn values_are_sealed_and_revealed_per_team() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).unwrap();
         let sealer = Sealer::load(dir.path(), None).unwrap();
-        let (_, created) = put(&store, &sealer, "ml", "TOKEN", "hunter2-value").unwrap();
+        let (_, created) = put(&store, &sealer, "ml", "TOKEN", "hunter2-value")
+            .await
+            .unwrap();
         assert!(created);
-        let (_, created) = put(&store, &sealer, "ml", "TOKEN", "hunter3-value").unwrap();
+        let (_, created) = put(&store, &sealer, "ml", "TOKEN", "hunter3-value")
+            .await
+            .unwrap();
         assert!(!created);
         assert_eq!(
-            reveal(&store, &sealer, "ml", "TOKEN").unwrap(),
+            reveal(&store, &sealer, "ml", "TOKEN").await.unwrap(),
             "hunter3-value"
         );
-        assert!(reveal(&store, &sealer, "other", "TOKEN").is_err());
-        for item in store.trees.secrets.iter() {
-            let (_, v) = item.unwrap();
+        assert!(reveal(&store, &sealer, "other", "TOKEN").await.is_err());
+        for (_, _, v) in store.raw_records().await.unwrap() {
             assert!(!v.windows(13).any(|w| w == b"hunter3-value"));
         }
     }

@@ -1,5 +1,5 @@
-//! Events: what happened in a registry or project, written in the same
-//! transaction as the action itself, to the `event_inbox` tree.
+//! Events: what happened in a registry or project, written to the inbox in
+//! the same transaction as the action itself.
 //!
 //! The inbox is the hand-over to the matcher: an event stays there until its
 //! deliveries are in the outbox (one transaction removes it and writes them),
@@ -7,81 +7,16 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::automations::Scope;
+pub use crate::model::{ArtifactRef, Event, EventType, RunRef, Scope};
 use crate::plugin::input::EventSpec;
-
-/// One event.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Event {
-    /// Ordered by time.
-    pub id: String,
-    /// `ADD_ARTIFACT_ALIAS`, `ADD_ARTIFACT_TAG`, `LINK_ARTIFACT` or
-    /// `RUN_METRIC_THRESHOLD`.
-    pub event_type: String,
-    /// Where it happened.
-    pub scope: Scope,
-    /// Who did it.
-    pub author: String,
-    /// Unix milliseconds.
-    pub at_ms: u64,
-    /// The artifact version involved, when there is one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub artifact: Option<ArtifactRef>,
-    /// The alias added.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub alias: Option<String>,
-    /// The tag added.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tag: Option<String>,
-    /// The run involved, when there is one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub run: Option<RunRef>,
-}
-
-/// The artifact version an event is about.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ArtifactRef {
-    /// The team or registry that owns the change.
-    pub entity: String,
-    /// The project that owns the change (empty in a registry).
-    pub project: String,
-    /// The collection.
-    pub collection: String,
-    /// `team/project/collection:v3`.
-    pub version_string: String,
-    /// The version as an object: index, aliases, tags, metadata, …
-    pub version: Value,
-    /// Its top-level metadata.
-    pub metadata: BTreeMap<String, Value>,
-}
-
-/// The run a metric event is about.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct RunRef {
-    /// The owning team.
-    pub team: String,
-    /// The project.
-    pub project: String,
-    /// Run id.
-    pub id: String,
-    /// Run name.
-    pub name: String,
-    /// Who created the run.
-    pub creator: String,
-    /// The metric logged.
-    pub metric: String,
-    /// Its recent values, oldest first (the newest is the one just logged).
-    pub values: Vec<f64>,
-}
 
 impl Event {
     /// What the filter plugin sees.
     pub fn filter_view(&self) -> EventSpec {
         EventSpec {
-            event_type: self.event_type.clone(),
+            event_type: self.event_type.as_str().to_string(),
             alias: self.alias.clone(),
             tag: self.tag.clone(),
             run_creator: self.run.as_ref().map(|r| r.creator.clone()),

@@ -8,13 +8,12 @@
 //! without one) is an error that names it: sending the literal text instead
 //! would hide the mistake. Any other `$word` is ordinary text.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::LazyLock;
 
 use regex::Regex;
 
 use super::variables::ACCESS_TOKEN;
-use crate::error::Result;
 
 static REFERENCE: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)").expect("static regex")
@@ -49,16 +48,15 @@ pub struct Uncarried {
 
 /// Rewrites every reference in `text` to a secret in `carried` (variable
 /// name to value; `ACCESS_TOKEN` included when the webhook has a token).
-/// `is_team_secret` says whether a name is one of the team's secrets; such
-/// a name outside `carried` is an [`Uncarried`] error (the outer `Result`
-/// is the store's).
+/// A name in `team_secrets` (the names of the team's secrets) that is not
+/// in `carried` is an [`Uncarried`] error.
 pub fn resolve(
     text: &str,
     webhook: &str,
     carried: &BTreeMap<String, String>,
-    mut is_team_secret: impl FnMut(&str) -> Result<bool>,
+    team_secrets: &BTreeSet<String>,
     rewrite: Rewrite,
-) -> Result<std::result::Result<String, Uncarried>> {
+) -> Result<String, Uncarried> {
     let mut out = String::with_capacity(text.len());
     let mut last = 0;
     for caps in REFERENCE.captures_iter(text) {
@@ -84,10 +82,10 @@ pub fn resolve(
             (Some(value), Rewrite::Value) => out.push_str(&json_escape(value)),
             (Some(_), Rewrite::Variable) => out.push_str(&format!("${{{name}}}")),
             (None, _) if name == ACCESS_TOKEN => {
-                return Ok(Err(uncarried("has no access token")));
+                return Err(uncarried("has no access token"));
             }
-            (None, _) if is_team_secret(name)? => {
-                return Ok(Err(uncarried("does not carry that secret")));
+            (None, _) if team_secrets.contains(name) => {
+                return Err(uncarried("does not carry that secret"));
             }
             // `${other}` is the template's business (an event variable, or an
             // unknown name it reports); `$other` is plain text.
@@ -95,7 +93,7 @@ pub fn resolve(
         }
     }
     out.push_str(&text[last..]);
-    Ok(Ok(out))
+    Ok(out)
 }
 
 fn json_escape(value: &str) -> String {
@@ -115,8 +113,9 @@ mod tests {
         ])
     }
 
-    fn run(text: &str, rewrite: Rewrite) -> std::result::Result<String, Uncarried> {
-        resolve(text, "ci", &carried(), |n| Ok(n == "OTHER"), rewrite).unwrap()
+    fn run(text: &str, rewrite: Rewrite) -> Result<String, Uncarried> {
+        let team = BTreeSet::from(["OTHER".to_string(), "SIGN".to_string()]);
+        resolve(text, "ci", &carried(), &team, rewrite)
     }
 
     #[test]
@@ -164,10 +163,9 @@ mod tests {
             "\"$ACCESS_TOKEN\"",
             "ci",
             &BTreeMap::new(),
-            |_| Ok(false),
+            &BTreeSet::new(),
             Rewrite::Value,
         )
-        .unwrap()
         .unwrap_err();
         assert!(e.to_string().contains("has no access token"), "{e}");
     }

@@ -39,11 +39,11 @@ pub async fn run(
     webhook: &Webhook,
     payload: Option<&Value>,
 ) -> Result<Outcome> {
-    let secrets = webhook.reveal(store, sealer, team)?;
+    let secrets = webhook.reveal(store, sealer, team).await?;
     let body = match payload {
         None => sample(team, webhook),
-        Some(Value::String(text)) => substitute(store, team, webhook, text, &secrets)?,
-        Some(other) => substitute(store, team, webhook, &other.to_string(), &secrets)?,
+        Some(Value::String(text)) => substitute(store, team, webhook, text, &secrets).await?,
+        Some(other) => substitute(store, team, webhook, &other.to_string(), &secrets).await?,
     };
     if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(&body) {
         return Err(Error::invalid(
@@ -97,20 +97,19 @@ fn sample(team: &str, webhook: &Webhook) -> String {
 }
 
 /// The test payload with its secret references replaced by their values.
-fn substitute(
+async fn substitute(
     store: &Store,
     team: &str,
     webhook: &Webhook,
     text: &str,
     secrets: &Revealed,
 ) -> Result<String> {
-    let is_team_secret = |name: &str| secrets::exists(store, team, name);
     secret_refs::resolve(
         text,
         &webhook.name,
         &secrets.by_name,
-        is_team_secret,
+        &secrets::names(store, team).await?,
         Rewrite::Value,
-    )?
+    )
     .map_err(|e| Error::invalid("payload", e.to_string()))
 }

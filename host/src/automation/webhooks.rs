@@ -3,38 +3,15 @@
 use std::collections::BTreeMap;
 
 use ipnet::IpNet;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use super::ssrf;
 use super::variables::ACCESS_TOKEN;
 use crate::error::{Error, Result};
+pub use crate::model::Webhook;
 use crate::seal::Sealer;
-use crate::store::{self, Store, keys};
+use crate::store::Store;
 use crate::{ids, names, secrets};
-
-/// A webhook as stored and shown. Secrets are referenced by name only.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Webhook {
-    /// Unique within the team.
-    pub name: String,
-    /// Where deliveries are POSTed.
-    pub url: String,
-    /// The secret sent as `Authorization: Bearer …`.
-    pub access_token_secret: Option<String>,
-    /// The secret that keys the `X-Service-Signature` HMAC.
-    pub signing_secret: Option<String>,
-    /// Also send Standard Webhooks headers (`webhook-id`, `-timestamp`, `-signature`).
-    #[serde(default)]
-    pub standard_webhooks: bool,
-    /// Set when the endpoint answered 410 Gone; saving the webhook again
-    /// clears it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub disabled_reason: Option<String>,
-    /// Unix seconds.
-    pub created_at: u64,
-    /// Unix seconds.
-    pub updated_at: u64,
-}
 
 /// The settable fields of a webhook.
 #[derive(Debug, Clone, Deserialize)]
@@ -54,21 +31,12 @@ pub struct Settings {
 }
 
 impl Webhook {
-    /// The names of the secrets it carries.
-    pub fn secret_names(&self) -> Vec<&str> {
-        [&self.access_token_secret, &self.signing_secret]
-            .into_iter()
-            .flatten()
-            .map(String::as_str)
-            .collect()
-    }
-
     /// Opens the secrets it carries, for one send. A secret deleted since
     /// the webhook was saved is a conflict that says what to fix.
-    pub fn reveal(&self, store: &Store, sealer: &Sealer, team: &str) -> Result<Revealed> {
-        let open = |name: &Option<String>| -> Result<Option<String>> {
+    pub async fn reveal(&self, store: &Store, sealer: &Sealer, team: &str) -> Result<Revealed> {
+        let open = async |name: &Option<String>| -> Result<Option<String>> {
             let Some(name) = name else { return Ok(None) };
-            match secrets::reveal(store, sealer, team, name) {
+            match secrets::reveal(store, sealer, team, name).await {
                 Ok(value) => Ok(Some(value)),
                 Err(Error::NotFound(_)) => Err(Error::Conflict(format!(
                     "webhook '{}' uses secret '{name}', which no longer exists; create the secret or update the webhook",
@@ -77,8 +45,8 @@ impl Webhook {
                 Err(e) => Err(e),
             }
         };
-        let token = open(&self.access_token_secret)?;
-        let signing = open(&self.signing_secret)?;
+        let token = open(&self.access_token_secret).await?;
+        let signing = open(&self.signing_secret).await?;
         let mut by_name = BTreeMap::new();
         if let (Some(name), Some(value)) = (&self.access_token_secret, &token) {
             by_name.insert(ACCESS_TOKEN.to_string(), value.clone());
@@ -106,18 +74,14 @@ pub struct Revealed {
     pub by_name: BTreeMap<String, String>,
 }
 
-fn key(team: &str, name: &str) -> keys::Key {
-    keys::prefix(&[team, name])
-}
-
-fn check(store: &Store, team: &str, settings: &Settings, allow: &[IpNet]) -> Result<()> {
+async fn check(store: &Store, team: &str, settings: &Settings, allow: &[IpNet]) -> Result<()> {
     ssrf::check_url(settings.url.trim(), allow).map_err(|m| Error::invalid("url", m))?;
     for (field, secret) in [
         ("access_token_secret", &settings.access_token_secret),
         ("signing_secret", &settings.signing_secret),
     ] {
         if let Some(secret) = secret
-            && !secrets::exists(store, team, secret)?
+            && !secrets::exists(store, team, secret).await?
         {
             return Err(Error::invalid(
                 field,
@@ -139,7 +103,7 @@ fn check(store: &Store, team: &str, settings: &Settings, allow: &[IpNet]) -> Res
 }
 
 /// Creates a webhook.
-pub fn create(
+pub async fn create(
     store: &Store,
     team: &str,
     name: &str,
@@ -147,7 +111,7 @@ pub fn create(
     allow: &[IpNet],
 ) -> Result<Webhook> {
     names::validate("name", name)?;
-    check(store, team, &settings, allow)?;
+    check(store, team, &settings, allow).await?;
     let now = ids::now();
     let webhook = Webhook {
         name: name.to_string(),
@@ -159,7 +123,7 @@ pub fn create(
         created_at: now,
         updated_at: now,
     };
-    if !store::insert_new(&store.trees.webhooks, key(team, name), &webhook)? {
+    if !store.insert_webhook(team, &webhook).await? {
         return Err(Error::Conflict(format!(
             "team '{team}' already has a webhook named '{name}'"
         )));
@@ -168,15 +132,15 @@ pub fn create(
 }
 
 /// Replaces a webhook's settings.
-pub fn update(
+pub async fn update(
     store: &Store,
     team: &str,
     name: &str,
     settings: Settings,
     allow: &[IpNet],
 ) -> Result<Webhook> {
-    let old = get(store, team, name)?;
-    check(store, team, &settings, allow)?;
+    let old = get(store, team, name).await?;
+    check(store, team, &settings, allow).await?;
     let webhook = Webhook {
         url: settings.url.trim().to_string(),
         access_token_secret: settings.access_token_secret,
@@ -186,54 +150,53 @@ pub fn update(
         updated_at: ids::now(),
         ..old
     };
-    store
-        .trees
-        .webhooks
-        .insert(key(team, name), store::to_json(&webhook)?)
-        .map_err(anyhow::Error::from)?;
+    store.put_webhook(team, &webhook).await?;
     Ok(webhook)
 }
 
 /// Disables a webhook (its endpoint answered 410 Gone).
-pub fn disable(store: &Store, team: &str, name: &str, reason: &str) -> Result<()> {
-    let mut webhook = get(store, team, name)?;
+pub async fn disable(store: &Store, team: &str, name: &str, reason: &str) -> Result<()> {
+    let tx = store.begin().await?;
+    let mut webhook = tx
+        .webhook(team, name)
+        .await?
+        .ok_or_else(|| not_found(team, name))?;
     webhook.disabled_reason = Some(reason.to_string());
-    store
-        .trees
-        .webhooks
-        .insert(key(team, name), store::to_json(&webhook)?)
-        .map_err(anyhow::Error::from)?;
+    tx.put_webhook(team, &webhook).await?;
+    tx.commit().await?;
     Ok(())
 }
 
 /// One webhook.
-pub fn get(store: &Store, team: &str, name: &str) -> Result<Webhook> {
-    store::get_json(&store.trees.webhooks, key(team, name))?
-        .ok_or_else(|| Error::NotFound(format!("team '{team}' has no webhook named '{name}'")))
+pub async fn get(store: &Store, team: &str, name: &str) -> Result<Webhook> {
+    store
+        .webhook(team, name)
+        .await?
+        .ok_or_else(|| not_found(team, name))
+}
+
+fn not_found(team: &str, name: &str) -> Error {
+    Error::NotFound(format!("team '{team}' has no webhook named '{name}'"))
 }
 
 /// The team's webhooks, by name.
-pub fn list(store: &Store, team: &str) -> Result<Vec<Webhook>> {
-    Ok(store::scan_json(
-        &store.trees.webhooks,
-        keys::prefix(&[team]),
-    )?)
+pub async fn list(store: &Store, team: &str) -> Result<Vec<Webhook>> {
+    Ok(store.webhooks(team).await?)
 }
 
 /// Deletes a webhook.
-pub fn delete(store: &Store, team: &str, name: &str) -> Result<()> {
-    get(store, team, name)?;
-    store
-        .trees
-        .webhooks
-        .remove(key(team, name))
-        .map_err(anyhow::Error::from)?;
-    Ok(())
+pub async fn delete(store: &Store, team: &str, name: &str) -> Result<()> {
+    if store.delete_webhook(team, name).await? {
+        Ok(())
+    } else {
+        Err(not_found(team, name))
+    }
 }
 
 /// Names of the team's webhooks that use `secret`.
-pub fn using_secret(store: &Store, team: &str, secret: &str) -> Result<Vec<String>> {
-    Ok(list(store, team)?
+pub async fn using_secret(store: &Store, team: &str, secret: &str) -> Result<Vec<String>> {
+    Ok(list(store, team)
+        .await?
         .into_iter()
         .filter(|w| {
             w.access_token_secret.as_deref() == Some(secret)

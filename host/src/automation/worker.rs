@@ -12,19 +12,19 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use sled::Transactional;
 use tokio::sync::{Notify, Semaphore};
 
-use super::automations::WebhookRef;
-use super::outbox::{self, Attempt, Delivery, Execution, Status};
 use super::send::{Answer, Failure, Outgoing, Sender};
 use super::webhooks;
 use crate::cfg::DeliveryConfig;
 use crate::error::Result;
 use crate::ids;
+use crate::model::{Attempt, Delivery, Status, WebhookRef};
 use crate::seal::Sealer;
 use crate::store::Store;
-use crate::store::tx::{encode, finish};
+
+/// Most deliveries one scan of the outbox takes up.
+const SCAN_BATCH: usize = 1000;
 
 /// What one attempt came to.
 enum Verdict {
@@ -91,7 +91,7 @@ impl Dispatcher {
 async fn scan_loop(inner: Arc<Inner>) {
     let poll = Duration::from_millis(inner.cfg.poll_interval_ms.max(10));
     loop {
-        let next_due = match inner.scan() {
+        let next_due = match inner.scan().await {
             Ok(next) => next,
             Err(e) => {
                 tracing::error!(error = %e, "scanning the outbox failed");
@@ -112,26 +112,14 @@ async fn scan_loop(inner: Arc<Inner>) {
 impl Inner {
     /// Submits every due delivery not already in flight; returns when the
     /// next one falls due.
-    fn scan(self: &Arc<Self>) -> anyhow::Result<Option<u64>> {
-        let now = ids::now_ms();
-        let outbox = &self.store.trees.outbox;
-        for item in outbox.iter() {
-            let (key, value) = item?;
-            let delivery: Delivery = match serde_json::from_slice(&value) {
-                Ok(delivery) => delivery,
-                Err(e) => {
-                    self.store.quarantine(outbox, &key, &e.to_string())?;
-                    continue;
-                }
-            };
-            if delivery.due_ms > now {
-                return Ok(Some(delivery.due_ms));
-            }
+    async fn scan(self: &Arc<Self>) -> Result<Option<u64>> {
+        let (due, next) = self.store.due_deliveries(ids::now_ms(), SCAN_BATCH).await?;
+        for delivery in due {
             if !self.is_in_flight(&delivery.id) {
                 self.clone().submit(delivery);
             }
         }
-        Ok(None)
+        Ok(next)
     }
 
     fn is_in_flight(&self, id: &str) -> bool {
@@ -171,13 +159,7 @@ impl Inner {
         };
         // A scan may have read this delivery just before its last attempt
         // was recorded; once recorded, its key is gone (or moved), so skip.
-        if !self
-            .store
-            .trees
-            .outbox
-            .contains_key(delivery.key())
-            .map_err(anyhow::Error::from)?
-        {
+        if !self.store.delivery_waits(&delivery).await? {
             return Ok(());
         }
         let started = ids::now_ms();
@@ -201,11 +183,13 @@ impl Inner {
                 &delivery.webhook.team,
                 &delivery.webhook.name,
                 &reason,
-            ) {
+            )
+            .await
+            {
                 tracing::warn!(error = %e, "disabling a gone webhook failed");
             }
         }
-        self.record(delivery, verdict, attempt)
+        self.record(delivery, verdict, attempt).await
     }
 
     /// One send, with the webhook's current secrets.
@@ -213,6 +197,7 @@ impl Inner {
         let refused = |m: String| Failure::Refused(m);
         let team = &delivery.webhook.team;
         let webhook = webhooks::get(&self.store, team, &delivery.webhook.name)
+            .await
             .map_err(|e| refused(e.to_string()))?;
         if let Some(reason) = &webhook.disabled_reason {
             return Err(refused(format!(
@@ -222,6 +207,7 @@ impl Inner {
         }
         let secrets = webhook
             .reveal(&self.store, &self.sealer, team)
+            .await
             .map_err(|e| refused(e.to_string()))?;
         let body = hex::decode(&delivery.body_sealed)
             .ok()
@@ -240,15 +226,21 @@ impl Inner {
     }
 
     /// Writes the attempt: the execution's history, and the delivery removed
-    /// or rescheduled, in one transaction.
-    fn record(&self, delivery: Delivery, verdict: Verdict, mut attempt: Attempt) -> Result<()> {
+    /// or rescheduled, in one transaction. An execution that cannot be read
+    /// is set aside by the store, and its delivery still leaves the outbox
+    /// (or is rescheduled), so it is never sent again and again.
+    async fn record(
+        &self,
+        delivery: Delivery,
+        verdict: Verdict,
+        mut attempt: Attempt,
+    ) -> Result<()> {
         let attempts = delivery.attempts + 1;
         let next_due = match verdict {
             Verdict::Retry(after) => self.next_due(attempts, after),
             _ => None,
         };
         attempt.next_attempt_at_ms = next_due;
-        let old_key = delivery.key();
         let rescheduled = next_due.map(|due_ms| Delivery {
             attempts,
             due_ms,
@@ -259,44 +251,24 @@ impl Inner {
             (Verdict::Retry(_), Some(_)) => Status::Pending,
             _ => Status::Failed,
         };
-        let exec_key = outbox::execution_key(&delivery.execution, &delivery.execution_id);
-        let t = &self.store.trees;
-        let unreadable = std::cell::Cell::new(None);
-        let result = (&t.outbox, &t.executions).transaction(|(out, executions)| {
-            out.remove(old_key.as_slice())?;
-            if let Some(next) = &rescheduled {
-                out.insert(next.key(), encode(next)?)?;
-            }
-            if let Some(bytes) = executions.get(exec_key.as_ref())? {
-                // An execution that cannot be read must not keep its delivery
-                // in the outbox, to be sent again and again: the attempt is
-                // still taken off (or rescheduled), and the record set aside.
-                let mut execution: Execution = match serde_json::from_slice(&bytes) {
-                    Ok(execution) => execution,
-                    Err(e) => {
-                        unreadable.set(Some(e.to_string()));
-                        return Ok(());
-                    }
-                };
-                execution.status = status;
-                execution.error = match status {
-                    Status::Finished => None,
-                    _ => attempt
-                        .error
-                        .clone()
-                        .or_else(|| attempt.status.map(|s| format!("the endpoint answered {s}"))),
-                };
-                execution.attempts.push(attempt.clone());
-                execution.updated_at_ms = ids::now_ms();
-                executions.insert(exec_key.as_ref(), encode(&execution)?)?;
-            }
-            Ok(())
-        });
-        finish(result)?;
-        if let Some(reason) = unreadable.take() {
-            self.store
-                .quarantine(&t.executions, exec_key.as_ref(), &reason)?;
-        }
+        let error = match status {
+            Status::Finished => None,
+            _ => attempt
+                .error
+                .clone()
+                .or_else(|| attempt.status.map(|s| format!("the endpoint answered {s}"))),
+        };
+        let tx = self.store.begin().await?;
+        tx.finish_delivery(&delivery, rescheduled.as_ref()).await?;
+        tx.record_attempt(
+            &delivery.execution,
+            &delivery.execution_id,
+            status,
+            error.as_deref(),
+            &attempt,
+        )
+        .await?;
+        tx.commit().await?;
         if rescheduled.is_some() {
             self.wake.notify_one();
         }

@@ -16,9 +16,8 @@ use super::{Caller, Json};
 use crate::app::App;
 use crate::artifacts::{self, Collection, Source, Version};
 use crate::automation::automations::Scope;
-use crate::automation::matcher;
 use crate::error::{Error, Result};
-use crate::groups::Role;
+use crate::groups::{self, Role};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -35,9 +34,10 @@ pub async fn create_collection(
     Json(body): Json<CreateCollection>,
 ) -> Result<(StatusCode, axum::Json<Collection>)> {
     let scope = scope(&params)?;
-    scope.authorize(&app.store, &user, Role::Member)?;
+    groups::authorize(&app.store, &user, &scope, Role::Member).await?;
     let collection =
-        artifacts::create_collection(&app.store, &scope, &user, &body.name, &body.description)?;
+        artifacts::create_collection(&app.store, &scope, &user, &body.name, &body.description)
+            .await?;
     Ok((StatusCode::CREATED, axum::Json(collection)))
 }
 
@@ -47,8 +47,10 @@ pub async fn list_collections(
     Path(params): Params,
 ) -> Result<axum::Json<Value>> {
     let scope = scope(&params)?;
-    scope.authorize(&app.store, &user, Role::Member)?;
-    Ok(super::list_of(artifacts::collections(&app.store, &scope)?))
+    groups::authorize(&app.store, &user, &scope, Role::Member).await?;
+    Ok(super::list_of(
+        artifacts::collections(&app.store, &scope).await?,
+    ))
 }
 
 pub async fn show_collection(
@@ -57,11 +59,11 @@ pub async fn show_collection(
     Path(params): Params,
 ) -> Result<axum::Json<Collection>> {
     let scope = scope(&params)?;
-    scope.authorize(&app.store, &user, Role::Member)?;
+    groups::authorize(&app.store, &user, &scope, Role::Member).await?;
     let name = param(&params, "collection")?;
-    Ok(axum::Json(artifacts::collection(
-        &app.store, &scope, &name,
-    )?))
+    Ok(axum::Json(
+        artifacts::collection(&app.store, &scope, &name).await?,
+    ))
 }
 
 pub async fn list_versions(
@@ -70,11 +72,11 @@ pub async fn list_versions(
     Path(params): Params,
 ) -> Result<axum::Json<Value>> {
     let scope = scope(&params)?;
-    scope.authorize(&app.store, &user, Role::Member)?;
+    groups::authorize(&app.store, &user, &scope, Role::Member).await?;
     let name = param(&params, "collection")?;
-    Ok(super::list_of(artifacts::versions(
-        &app.store, &scope, &name,
-    )?))
+    Ok(super::list_of(
+        artifacts::versions(&app.store, &scope, &name).await?,
+    ))
 }
 
 pub async fn show_version(
@@ -83,14 +85,11 @@ pub async fn show_version(
     Path(params): Params,
 ) -> Result<axum::Json<Version>> {
     let scope = scope(&params)?;
-    scope.authorize(&app.store, &user, Role::Member)?;
+    groups::authorize(&app.store, &user, &scope, Role::Member).await?;
     let (collection, version) = (param(&params, "collection")?, param(&params, "version")?);
-    Ok(axum::Json(artifacts::version(
-        &app.store,
-        &scope,
-        &collection,
-        &version,
-    )?))
+    Ok(axum::Json(
+        artifacts::version(&app.store, &scope, &collection, &version).await?,
+    ))
 }
 
 #[derive(Deserialize)]
@@ -108,7 +107,7 @@ pub async fn create_version(
     Json(body): Json<CreateVersion>,
 ) -> Result<(StatusCode, axum::Json<Version>)> {
     let scope = scope(&params)?;
-    scope.authorize(&app.store, &user, Role::Member)?;
+    groups::authorize(&app.store, &user, &scope, Role::Member).await?;
     if let Scope::Registry { registry } = &scope {
         return Err(Error::invalid(
             "metadata",
@@ -119,8 +118,8 @@ pub async fn create_version(
     }
     let collection = param(&params, "collection")?;
     let (version, events) =
-        artifacts::create_version(&app.store, &scope, &user, &collection, body.metadata)?;
-    matcher::dispatch(&app, &events).await?;
+        artifacts::create_version(&app.store, &scope, &user, &collection, body.metadata).await?;
+    app.matcher.dispatch(&events).await?;
     Ok((StatusCode::CREATED, axum::Json(version)))
 }
 
@@ -137,7 +136,7 @@ pub async fn add_alias(
     Json(body): Json<AddAlias>,
 ) -> Result<axum::Json<Version>> {
     let scope = scope(&params)?;
-    scope.authorize(&app.store, &user, Role::Member)?;
+    groups::authorize(&app.store, &user, &scope, Role::Member).await?;
     let (collection, version) = (param(&params, "collection")?, param(&params, "version")?);
     let (version, events) = artifacts::add_alias(
         &app.store,
@@ -146,8 +145,9 @@ pub async fn add_alias(
         &collection,
         &version,
         &body.alias,
-    )?;
-    matcher::dispatch(&app, &events).await?;
+    )
+    .await?;
+    app.matcher.dispatch(&events).await?;
     Ok(axum::Json(version))
 }
 
@@ -164,11 +164,11 @@ pub async fn add_tag(
     Json(body): Json<AddTag>,
 ) -> Result<axum::Json<Version>> {
     let scope = scope(&params)?;
-    scope.authorize(&app.store, &user, Role::Member)?;
+    groups::authorize(&app.store, &user, &scope, Role::Member).await?;
     let (collection, version) = (param(&params, "collection")?, param(&params, "version")?);
     let (version, events) =
-        artifacts::add_tag(&app.store, &scope, &user, &collection, &version, &body.tag)?;
-    matcher::dispatch(&app, &events).await?;
+        artifacts::add_tag(&app.store, &scope, &user, &collection, &version, &body.tag).await?;
+    app.matcher.dispatch(&events).await?;
     Ok(axum::Json(version))
 }
 
@@ -181,14 +181,15 @@ pub async fn link(
     Json(source): Json<Source>,
 ) -> Result<(StatusCode, axum::Json<Version>)> {
     let registry = scope(&params)?;
-    registry.authorize(&app.store, &user, Role::Member)?;
+    groups::authorize(&app.store, &user, &registry, Role::Member).await?;
     let project = Scope::Project {
         team: source.team.clone(),
         project: source.project.clone(),
     };
-    project.authorize(&app.store, &user, Role::Member)?;
+    groups::authorize(&app.store, &user, &project, Role::Member).await?;
     let collection = param(&params, "collection")?;
-    let (version, events) = artifacts::link(&app.store, &registry, &user, &collection, source)?;
-    matcher::dispatch(&app, &events).await?;
+    let (version, events) =
+        artifacts::link(&app.store, &registry, &user, &collection, source).await?;
+    app.matcher.dispatch(&events).await?;
     Ok((StatusCode::CREATED, axum::Json(version)))
 }

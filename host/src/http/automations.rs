@@ -15,7 +15,7 @@ use crate::app::App;
 use crate::automation::automations::{self, Automation, Definition, Handle};
 use crate::automation::outbox;
 use crate::error::Result;
-use crate::groups::Role;
+use crate::groups::{self, Role};
 
 pub async fn list(
     State(app): State<App>,
@@ -23,8 +23,8 @@ pub async fn list(
     Path(params): Params,
 ) -> Result<axum::Json<Value>> {
     let scope = scope(&params)?;
-    scope.authorize(&app.store, &user, Role::Member)?;
-    Ok(super::list_of(automations::list(&app.store, &scope)?))
+    groups::authorize(&app.store, &user, &scope, Role::Member).await?;
+    Ok(super::list_of(automations::list(&app.store, &scope).await?))
 }
 
 pub async fn create(
@@ -34,9 +34,9 @@ pub async fn create(
     Json(def): Json<Definition>,
 ) -> Result<(StatusCode, axum::Json<Automation>)> {
     let scope = scope(&params)?;
-    scope.authorize(&app.store, &user, Role::Admin)?;
+    groups::authorize(&app.store, &user, &scope, Role::Admin).await?;
     automations::check(&app.store, &app.plugins, &user, &scope, &def).await?;
-    let automation = automations::create(&app.store, &scope, def, &user)?;
+    let automation = automations::create(&app.store, &scope, def, &user).await?;
     tracing::info!(scope = %scope.describe(), automation = %automation.name, by = %user.name, "automation created");
     Ok((StatusCode::CREATED, axum::Json(automation)))
 }
@@ -47,9 +47,11 @@ pub async fn show(
     Path(params): Params,
 ) -> Result<axum::Json<Automation>> {
     let scope = scope(&params)?;
-    scope.authorize(&app.store, &user, Role::Member)?;
+    groups::authorize(&app.store, &user, &scope, Role::Member).await?;
     let name = param(&params, "name")?;
-    Ok(axum::Json(automations::get(&app.store, &scope, &name)?))
+    Ok(axum::Json(
+        automations::get(&app.store, &scope, &name).await?,
+    ))
 }
 
 /// Replaces the whole definition, re-validated; a new `name` renames it.
@@ -60,11 +62,11 @@ pub async fn update(
     Json(def): Json<Definition>,
 ) -> Result<axum::Json<Automation>> {
     let scope = scope(&params)?;
-    scope.authorize(&app.store, &user, Role::Admin)?;
+    groups::authorize(&app.store, &user, &scope, Role::Admin).await?;
     let name = param(&params, "name")?;
-    automations::get(&app.store, &scope, &name)?;
+    automations::get(&app.store, &scope, &name).await?;
     automations::check(&app.store, &app.plugins, &user, &scope, &def).await?;
-    let automation = automations::update(&app.store, &scope, &name, def, &user)?;
+    let automation = automations::update(&app.store, &scope, &name, def, &user).await?;
     tracing::info!(scope = %scope.describe(), automation = %automation.name, by = %user.name, "automation updated");
     Ok(axum::Json(automation))
 }
@@ -75,9 +77,9 @@ pub async fn delete(
     Path(params): Params,
 ) -> Result<StatusCode> {
     let scope = scope(&params)?;
-    scope.authorize(&app.store, &user, Role::Admin)?;
+    groups::authorize(&app.store, &user, &scope, Role::Admin).await?;
     let name = param(&params, "name")?;
-    automations::delete(&app.store, &scope, &name)?;
+    automations::delete(&app.store, &scope, &name).await?;
     tracing::info!(scope = %scope.describe(), automation = %name, by = %user.name, "automation deleted");
     Ok(StatusCode::NO_CONTENT)
 }
@@ -105,9 +107,9 @@ pub async fn executions(
     Path(params): Params,
 ) -> Result<axum::Json<Value>> {
     let handle = handle(&params)?;
-    handle.scope.authorize(&app.store, &user, Role::Member)?;
-    automations::get(&app.store, &handle.scope, &handle.name)?;
-    let list = outbox::executions(&app.store, &handle.scope, &handle.name, MAX_EXECUTIONS)?;
+    groups::authorize(&app.store, &user, &handle.scope, Role::Member).await?;
+    automations::get(&app.store, &handle.scope, &handle.name).await?;
+    let list = outbox::executions(&app.store, &handle, MAX_EXECUTIONS).await?;
     Ok(super::list_of(
         list.into_iter().map(shown).collect::<Vec<_>>(),
     ))
@@ -119,11 +121,11 @@ pub async fn execution(
     Path(params): Params,
 ) -> Result<axum::Json<outbox::Execution>> {
     let handle = handle(&params)?;
-    handle.scope.authorize(&app.store, &user, Role::Member)?;
+    groups::authorize(&app.store, &user, &handle.scope, Role::Member).await?;
     let id = param(&params, "execution")?;
-    Ok(axum::Json(shown(outbox::execution(
-        &app.store, &handle, &id,
-    )?)))
+    Ok(axum::Json(shown(
+        outbox::execution(&app.store, &handle, &id).await?,
+    )))
 }
 
 /// Sends one execution's payload again, with the same delivery id.
@@ -133,9 +135,9 @@ pub async fn replay_one(
     Path(params): Params,
 ) -> Result<(StatusCode, axum::Json<outbox::Execution>)> {
     let handle = handle(&params)?;
-    handle.scope.authorize(&app.store, &user, Role::Admin)?;
+    groups::authorize(&app.store, &user, &handle.scope, Role::Admin).await?;
     let id = param(&params, "execution")?;
-    let execution = outbox::replay(&app.store, &handle, &id)?;
+    let execution = outbox::replay(&app.store, &handle, &id).await?;
     app.store.durable().await?;
     app.dispatcher.wake();
     Ok((StatusCode::ACCEPTED, axum::Json(shown(execution))))
@@ -155,15 +157,15 @@ pub async fn replay_failed(
     Json(body): Json<ReplayFailed>,
 ) -> Result<(StatusCode, axum::Json<Value>)> {
     let handle = handle(&params)?;
-    handle.scope.authorize(&app.store, &user, Role::Admin)?;
-    automations::get(&app.store, &handle.scope, &handle.name)?;
+    groups::authorize(&app.store, &user, &handle.scope, Role::Admin).await?;
+    automations::get(&app.store, &handle.scope, &handle.name).await?;
     let mut replayed = Vec::new();
-    for e in outbox::executions(&app.store, &handle.scope, &handle.name, usize::MAX)? {
+    for e in outbox::executions(&app.store, &handle, usize::MAX).await? {
         if e.status == outbox::Status::Failed
             && e.created_at_ms >= body.since_ms
             && e.body_sealed.is_some()
         {
-            replayed.push(outbox::replay(&app.store, &handle, &e.id)?.id);
+            replayed.push(outbox::replay(&app.store, &handle, &e.id).await?.id);
         }
     }
     app.store.durable().await?;

@@ -47,10 +47,10 @@ impl FromRequestParts<App> for KeyedCaller {
         let key = bearer_token(value).ok_or_else(|| {
             Error::Unauthenticated("the Authorization header must be 'Bearer <API_KEY>'".into())
         })?;
-        // Two reads of small, hot sled trees: served from sled's cache, so
+        // Two reads of small, hot records: served from the store's cache, so
         // inline like every other handler's reads (a blocking-pool hop cost
         // more than the reads themselves).
-        let (user, record) = auth::authenticate_key(&app.store, key)?;
+        let (user, record) = auth::authenticate_key(&app.store, key).await?;
         Ok(KeyedCaller {
             user,
             key_id: record.id,

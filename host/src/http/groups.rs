@@ -10,24 +10,24 @@ use super::{Caller, Json};
 use crate::app::App;
 use crate::auth;
 use crate::error::Result;
-use crate::groups::{Group, Member, Record, Role};
+use crate::groups::{self, Group, GroupKind, Member, Role};
 
 /// Picks the group kind a route serves.
 pub trait Kind {
     /// The kind.
-    const GROUP: Group;
+    const GROUP: GroupKind;
 }
 
 /// Routes under `/v1/teams`.
 pub struct Teams;
 impl Kind for Teams {
-    const GROUP: Group = Group::Team;
+    const GROUP: GroupKind = GroupKind::Team;
 }
 
 /// Routes under `/v1/registries`.
 pub struct Registries;
 impl Kind for Registries {
-    const GROUP: Group = Group::Registry;
+    const GROUP: GroupKind = GroupKind::Registry;
 }
 
 #[derive(Deserialize)]
@@ -38,7 +38,7 @@ pub struct Create {
     description: String,
 }
 
-fn shown(record: Record, role: Role) -> Value {
+fn shown(record: Group, role: Role) -> Value {
     json!({
         "name": record.name,
         "description": record.description,
@@ -52,7 +52,7 @@ pub async fn create<K: Kind>(
     Caller(user): Caller,
     Json(body): Json<Create>,
 ) -> Result<(StatusCode, axum::Json<Value>)> {
-    let record = K::GROUP.create(&app.store, &user, &body.name, &body.description)?;
+    let record = groups::create(&app.store, K::GROUP, &user, &body.name, &body.description).await?;
     tracing::info!(kind = K::GROUP.noun(), name = %record.name, by = %user.name, "group created");
     Ok((StatusCode::CREATED, axum::Json(shown(record, Role::Admin))))
 }
@@ -61,8 +61,8 @@ pub async fn list<K: Kind>(
     State(app): State<App>,
     Caller(user): Caller,
 ) -> Result<axum::Json<Value>> {
-    let data: Vec<Value> = K::GROUP
-        .list_for(&app.store, &user)?
+    let data: Vec<Value> = groups::list_for(&app.store, K::GROUP, &user)
+        .await?
         .into_iter()
         .map(|(record, role)| shown(record, role))
         .collect();
@@ -74,8 +74,11 @@ pub async fn show<K: Kind>(
     Caller(user): Caller,
     Path(name): Path<String>,
 ) -> Result<axum::Json<Value>> {
-    let role = K::GROUP.require(&app.store, &user, &name, Role::Member)?;
-    Ok(axum::Json(shown(K::GROUP.get(&app.store, &name)?, role)))
+    let role = groups::require(&app.store, K::GROUP, &user, &name, Role::Member).await?;
+    Ok(axum::Json(shown(
+        groups::get(&app.store, K::GROUP, &name).await?,
+        role,
+    )))
 }
 
 pub async fn members<K: Kind>(
@@ -83,8 +86,10 @@ pub async fn members<K: Kind>(
     Caller(user): Caller,
     Path(name): Path<String>,
 ) -> Result<axum::Json<Value>> {
-    K::GROUP.require(&app.store, &user, &name, Role::Member)?;
-    Ok(super::list_of(K::GROUP.members(&app.store, &name)?))
+    groups::require(&app.store, K::GROUP, &user, &name, Role::Member).await?;
+    Ok(super::list_of(
+        groups::members(&app.store, K::GROUP, &name).await?,
+    ))
 }
 
 #[derive(Deserialize)]
@@ -99,10 +104,10 @@ pub async fn set_member<K: Kind>(
     Path((name, member)): Path<(String, String)>,
     Json(body): Json<SetMember>,
 ) -> Result<axum::Json<Member>> {
-    K::GROUP.require(&app.store, &user, &name, Role::Admin)?;
-    let target = auth::find_user(&app.store, &member)?;
+    groups::require(&app.store, K::GROUP, &user, &name, Role::Admin).await?;
+    let target = auth::find_user(&app.store, &member).await?;
     Ok(axum::Json(
-        K::GROUP.set_member(&app.store, &name, &target, body.role)?,
+        groups::set_member(&app.store, K::GROUP, &name, &target, body.role).await?,
     ))
 }
 
@@ -111,8 +116,8 @@ pub async fn remove_member<K: Kind>(
     Caller(user): Caller,
     Path((name, member)): Path<(String, String)>,
 ) -> Result<StatusCode> {
-    K::GROUP.require(&app.store, &user, &name, Role::Admin)?;
-    let target = auth::find_user(&app.store, &member)?;
-    K::GROUP.remove_member(&app.store, &name, &target)?;
+    groups::require(&app.store, K::GROUP, &user, &name, Role::Admin).await?;
+    let target = auth::find_user(&app.store, &member).await?;
+    groups::remove_member(&app.store, K::GROUP, &name, &target).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -14,7 +14,7 @@ use super::{Caller, Json, KeyedCaller};
 use crate::app::App;
 use crate::auth::User;
 use crate::error::{Error, Result};
-use crate::groups::{Group, Role};
+use crate::groups::{self, Role};
 use crate::ids;
 use crate::inference::Running;
 use crate::inference::backend::{ModelInfo, Piece};
@@ -67,7 +67,7 @@ pub async fn chat_completions(
     headers: HeaderMap,
     Json(body): Json<CompletionRequest>,
 ) -> Result<Response> {
-    let account = account(&app, &user, key_id, &headers)?;
+    let account = account(&app, &user, key_id, &headers).await?;
     let mut seed = [0u8; 8];
     let _ = getrandom::fill(&mut seed);
     let request = body.to_backend(u64::from_le_bytes(seed))?;
@@ -246,7 +246,7 @@ impl Chunks {
 
 /// Who the request is billed to: the project in the header (the caller must
 /// be a member of its team), or the caller's own default project.
-fn account(app: &App, user: &User, key_id: String, headers: &HeaderMap) -> Result<Account> {
+async fn account(app: &App, user: &User, key_id: String, headers: &HeaderMap) -> Result<Account> {
     let Some((name, value)) = PROJECT_HEADERS
         .iter()
         .find_map(|h| headers.get(*h).map(|v| (*h, v)))
@@ -265,15 +265,15 @@ fn account(app: &App, user: &User, key_id: String, headers: &HeaderMap) -> Resul
             format!("the {name} header must be '<team>/<project>', got '{value}'"),
         )
     })?;
-    if Group::Team
-        .require(&app.store, user, team, Role::Member)
+    if groups::require_team(&app.store, user, team, Role::Member)
+        .await
         .is_err()
     {
         return Err(Error::PermissionDenied(format!(
             "you are not a member of team '{team}', so you cannot use its project '{project}'"
         )));
     }
-    projects::get(&app.store, team, project)?;
+    projects::get(&app.store, team, project).await?;
     Ok(Account {
         scope: usage::project_scope(team, project),
         key_id,
@@ -287,9 +287,9 @@ pub async fn project_usage(
     Caller(user): Caller,
     Path((team, project)): Path<(String, String)>,
 ) -> Result<axum::Json<Value>> {
-    Group::Team.require(&app.store, &user, &team, Role::Member)?;
-    projects::get(&app.store, &team, &project)?;
-    let rows = usage::rows(&app.store, &usage::project_scope(&team, &project))?;
+    groups::require_team(&app.store, &user, &team, Role::Member).await?;
+    projects::get(&app.store, &team, &project).await?;
+    let rows = usage::rows(&app.store, &usage::project_scope(&team, &project)).await?;
     let mut report = usage_report(rows);
     report["team"] = json!(team);
     report["project"] = json!(project);
@@ -299,7 +299,7 @@ pub async fn project_usage(
 /// `GET /v1/me/usage`: the caller's own requests sent without a project
 /// header, in the same shape as a project's usage.
 pub async fn my_usage(State(app): State<App>, Caller(user): Caller) -> Result<axum::Json<Value>> {
-    let rows = usage::rows(&app.store, &usage::personal_scope(&user.name))?;
+    let rows = usage::rows(&app.store, &usage::personal_scope(&user.name)).await?;
     let mut report = usage_report(rows);
     report["user"] = json!(user.name);
     Ok(axum::Json(report))

@@ -15,7 +15,7 @@ pub async fn show(Caller(user): Caller) -> axum::Json<auth::User> {
 }
 
 pub async fn list_keys(State(app): State<App>, Caller(user): Caller) -> Result<axum::Json<Value>> {
-    let keys = auth::list_keys(&app.store, &user)?;
+    let keys = auth::list_keys(&app.store, &user).await?;
     Ok(super::list_of(keys))
 }
 
@@ -30,7 +30,7 @@ pub async fn create_key(
     Caller(user): Caller,
     Json(body): Json<CreateKey>,
 ) -> Result<(StatusCode, axum::Json<auth::NewKey>)> {
-    let key = auth::create_key(&app.store, &user, &body.name)?;
+    let key = auth::create_key(&app.store, &user, &body.name).await?;
     tracing::info!(user = %user.name, key_id = %key.record.id, "API key created");
     Ok((StatusCode::CREATED, axum::Json(key)))
 }
@@ -40,7 +40,7 @@ pub async fn revoke_key(
     Caller(user): Caller,
     Path(id): Path<String>,
 ) -> Result<StatusCode> {
-    auth::revoke_key(&app.store, &user, &id)?;
+    auth::revoke_key(&app.store, &user, &id).await?;
     tracing::info!(user = %user.name, key_id = %id, "API key revoked");
     Ok(StatusCode::NO_CONTENT)
 }

@@ -10,7 +10,7 @@ use super::{Caller, Json};
 use crate::app::App;
 use crate::automation::automations::{self, Scope};
 use crate::error::{Error, Result};
-use crate::groups::{Group, Role};
+use crate::groups::{self, Role};
 use crate::projects::{self, Project};
 
 #[derive(Deserialize)]
@@ -28,8 +28,8 @@ pub async fn create(
     Path(team): Path<String>,
     Json(body): Json<Create>,
 ) -> Result<(StatusCode, axum::Json<Project>)> {
-    Group::Team.require(&app.store, &user, &team, Role::Member)?;
-    let project = projects::create(&app.store, &team, &user, &body.name, &body.description)?;
+    groups::require_team(&app.store, &user, &team, Role::Member).await?;
+    let project = projects::create(&app.store, &team, &user, &body.name, &body.description).await?;
     tracing::info!(team = %team, project = %project.name, by = %user.name, "project created");
     Ok((StatusCode::CREATED, axum::Json(project)))
 }
@@ -39,8 +39,8 @@ pub async fn list(
     Caller(user): Caller,
     Path(team): Path<String>,
 ) -> Result<axum::Json<Value>> {
-    Group::Team.require(&app.store, &user, &team, Role::Member)?;
-    Ok(super::list_of(projects::list(&app.store, &team)?))
+    groups::require_team(&app.store, &user, &team, Role::Member).await?;
+    Ok(super::list_of(projects::list(&app.store, &team).await?))
 }
 
 pub async fn show(
@@ -48,8 +48,8 @@ pub async fn show(
     Caller(user): Caller,
     Path((team, name)): Path<(String, String)>,
 ) -> Result<axum::Json<Project>> {
-    Group::Team.require(&app.store, &user, &team, Role::Member)?;
-    Ok(axum::Json(projects::get(&app.store, &team, &name)?))
+    groups::require_team(&app.store, &user, &team, Role::Member).await?;
+    Ok(axum::Json(projects::get(&app.store, &team, &name).await?))
 }
 
 /// A team admin deletes a project; one with automations needs `?force=true`,
@@ -60,13 +60,13 @@ pub async fn delete(
     Path((team, name)): Path<(String, String)>,
     Query(Force { force }): Query<Force>,
 ) -> Result<StatusCode> {
-    Group::Team.require(&app.store, &user, &team, Role::Admin)?;
-    projects::get(&app.store, &team, &name)?;
+    groups::require_team(&app.store, &user, &team, Role::Admin).await?;
+    projects::get(&app.store, &team, &name).await?;
     let scope = Scope::Project {
         team: team.clone(),
         project: name.clone(),
     };
-    let dependants = automations::list(&app.store, &scope)?;
+    let dependants = automations::list(&app.store, &scope).await?;
     if !dependants.is_empty() && !force {
         let names: Vec<&str> = dependants.iter().map(|a| a.name.as_str()).collect();
         return Err(Error::Conflict(format!(
@@ -74,8 +74,8 @@ pub async fn delete(
             names.join(", ")
         )));
     }
-    automations::delete_scope(&app.store, &scope)?;
-    projects::delete(&app.store, &team, &name)?;
+    automations::delete_scope(&app.store, &scope).await?;
+    projects::delete(&app.store, &team, &name).await?;
     tracing::info!(team = %team, project = %name, by = %user.name, "project deleted");
     Ok(StatusCode::NO_CONTENT)
 }

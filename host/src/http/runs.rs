@@ -11,9 +11,8 @@ use serde_json::{Value, json};
 use super::{Caller, Json};
 use crate::app::App;
 use crate::automation::automations::Scope;
-use crate::automation::matcher;
 use crate::error::Result;
-use crate::groups::Role;
+use crate::groups::{self, Role};
 use crate::runs::{self, Run};
 
 fn project_scope(team: &str, project: &str) -> Scope {
@@ -35,8 +34,14 @@ pub async fn create(
     Path((team, project)): Path<(String, String)>,
     Json(body): Json<CreateRun>,
 ) -> Result<(StatusCode, axum::Json<Run>)> {
-    project_scope(&team, &project).authorize(&app.store, &user, Role::Member)?;
-    let run = runs::create(&app.store, &team, &project, &user, &body.name)?;
+    groups::authorize(
+        &app.store,
+        &user,
+        &project_scope(&team, &project),
+        Role::Member,
+    )
+    .await?;
+    let run = runs::create(&app.store, &team, &project, &user, &body.name).await?;
     Ok((StatusCode::CREATED, axum::Json(run)))
 }
 
@@ -45,8 +50,16 @@ pub async fn list(
     Caller(user): Caller,
     Path((team, project)): Path<(String, String)>,
 ) -> Result<axum::Json<Value>> {
-    project_scope(&team, &project).authorize(&app.store, &user, Role::Member)?;
-    Ok(super::list_of(runs::list(&app.store, &team, &project)?))
+    groups::authorize(
+        &app.store,
+        &user,
+        &project_scope(&team, &project),
+        Role::Member,
+    )
+    .await?;
+    Ok(super::list_of(
+        runs::list(&app.store, &team, &project).await?,
+    ))
 }
 
 pub async fn show(
@@ -54,8 +67,16 @@ pub async fn show(
     Caller(user): Caller,
     Path((team, project, run)): Path<(String, String, String)>,
 ) -> Result<axum::Json<Run>> {
-    project_scope(&team, &project).authorize(&app.store, &user, Role::Member)?;
-    Ok(axum::Json(runs::get(&app.store, &team, &project, &run)?))
+    groups::authorize(
+        &app.store,
+        &user,
+        &project_scope(&team, &project),
+        Role::Member,
+    )
+    .await?;
+    Ok(axum::Json(
+        runs::get(&app.store, &team, &project, &run).await?,
+    ))
 }
 
 #[derive(Deserialize)]
@@ -71,8 +92,14 @@ pub async fn log(
     Path((team, project, run)): Path<(String, String, String)>,
     Json(body): Json<LogMetrics>,
 ) -> Result<axum::Json<Value>> {
-    project_scope(&team, &project).authorize(&app.store, &user, Role::Member)?;
-    let (kept, events) = runs::log(&app.store, &team, &project, &run, &user, &body.metrics)?;
-    matcher::dispatch(&app, &events).await?;
+    groups::authorize(
+        &app.store,
+        &user,
+        &project_scope(&team, &project),
+        Role::Member,
+    )
+    .await?;
+    let (kept, events) = runs::log(&app.store, &team, &project, &run, &user, &body.metrics).await?;
+    app.matcher.dispatch(&events).await?;
     Ok(axum::Json(json!({"run": run, "values_kept": kept})))
 }

@@ -10,7 +10,7 @@ use super::{Caller, Json};
 use crate::app::App;
 use crate::automation::webhooks;
 use crate::error::{Error, Result};
-use crate::groups::{Group, Role};
+use crate::groups::{self, Role};
 use crate::secrets;
 
 pub async fn list_secrets(
@@ -18,8 +18,8 @@ pub async fn list_secrets(
     Caller(user): Caller,
     Path(team): Path<String>,
 ) -> Result<axum::Json<Value>> {
-    Group::Team.require(&app.store, &user, &team, Role::Member)?;
-    Ok(super::list_of(secrets::list(&app.store, &team)?))
+    groups::require_team(&app.store, &user, &team, Role::Member).await?;
+    Ok(super::list_of(secrets::list(&app.store, &team).await?))
 }
 
 #[derive(Deserialize)]
@@ -34,8 +34,8 @@ pub async fn put_secret(
     Path((team, name)): Path<(String, String)>,
     Json(body): Json<PutSecret>,
 ) -> Result<(StatusCode, axum::Json<secrets::SecretInfo>)> {
-    Group::Team.require(&app.store, &user, &team, Role::Admin)?;
-    let (info, created) = secrets::put(&app.store, &app.sealer, &team, &name, &body.value)?;
+    groups::require_team(&app.store, &user, &team, Role::Admin).await?;
+    let (info, created) = secrets::put(&app.store, &app.sealer, &team, &name, &body.value).await?;
     tracing::info!(team = %team, secret = %name, by = %user.name, "secret stored");
     let status = if created {
         StatusCode::CREATED
@@ -52,15 +52,15 @@ pub async fn delete_secret(
     Path((team, name)): Path<(String, String)>,
     Query(Force { force }): Query<Force>,
 ) -> Result<StatusCode> {
-    Group::Team.require(&app.store, &user, &team, Role::Admin)?;
-    let users = webhooks::using_secret(&app.store, &team, &name)?;
+    groups::require_team(&app.store, &user, &team, Role::Admin).await?;
+    let users = webhooks::using_secret(&app.store, &team, &name).await?;
     if !users.is_empty() && !force {
         return Err(Error::Conflict(format!(
             "secret '{name}' is used by webhook(s) {}; change them first, or delete anyway with ?force=true",
             users.join(", ")
         )));
     }
-    secrets::delete(&app.store, &team, &name)?;
+    secrets::delete(&app.store, &team, &name).await?;
     tracing::info!(team = %team, secret = %name, by = %user.name, "secret deleted");
     Ok(StatusCode::NO_CONTENT)
 }

@@ -24,7 +24,7 @@ pub async fn create(
     Json(body): Json<CreateUser>,
 ) -> Result<(StatusCode, axum::Json<Value>)> {
     caller.require_operator("create users")?;
-    let (user, key) = auth::create_user(&app.store, &body.name, body.operator)?;
+    let (user, key) = auth::create_user(&app.store, &body.name, body.operator).await?;
     tracing::info!(user = %user.name, operator = user.operator, by = %caller.0.name, "user created");
     Ok((
         StatusCode::CREATED,
@@ -34,5 +34,5 @@ pub async fn create(
 
 pub async fn list(State(app): State<App>, caller: Caller) -> Result<axum::Json<Value>> {
     caller.require_operator("list users")?;
-    Ok(super::list_of(auth::list_users(&app.store)?))
+    Ok(super::list_of(auth::list_users(&app.store).await?))
 }

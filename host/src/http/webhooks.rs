@@ -11,15 +11,15 @@ use super::{Caller, Json};
 use crate::app::App;
 use crate::automation::{automations, webhook_test, webhooks};
 use crate::error::{Error, Result};
-use crate::groups::{Group, Role};
+use crate::groups::{self, Role};
 
 pub async fn list_webhooks(
     State(app): State<App>,
     Caller(user): Caller,
     Path(team): Path<String>,
 ) -> Result<axum::Json<Value>> {
-    Group::Team.require(&app.store, &user, &team, Role::Member)?;
-    Ok(super::list_of(webhooks::list(&app.store, &team)?))
+    groups::require_team(&app.store, &user, &team, Role::Member).await?;
+    Ok(super::list_of(webhooks::list(&app.store, &team).await?))
 }
 
 #[derive(Deserialize)]
@@ -41,7 +41,7 @@ pub async fn create_webhook(
     Path(team): Path<String>,
     Json(body): Json<CreateWebhook>,
 ) -> Result<(StatusCode, axum::Json<webhooks::Webhook>)> {
-    Group::Team.require(&app.store, &user, &team, Role::Admin)?;
+    groups::require_team(&app.store, &user, &team, Role::Admin).await?;
     let settings = webhooks::Settings {
         url: body.url,
         access_token_secret: body.access_token_secret,
@@ -54,7 +54,8 @@ pub async fn create_webhook(
         &body.name,
         settings,
         &app.cfg.webhooks.allow_private,
-    )?;
+    )
+    .await?;
     tracing::info!(team = %team, webhook = %webhook.name, by = %user.name, "webhook created");
     Ok((StatusCode::CREATED, axum::Json(webhook)))
 }
@@ -64,8 +65,8 @@ pub async fn show_webhook(
     Caller(user): Caller,
     Path((team, name)): Path<(String, String)>,
 ) -> Result<axum::Json<webhooks::Webhook>> {
-    Group::Team.require(&app.store, &user, &team, Role::Member)?;
-    Ok(axum::Json(webhooks::get(&app.store, &team, &name)?))
+    groups::require_team(&app.store, &user, &team, Role::Member).await?;
+    Ok(axum::Json(webhooks::get(&app.store, &team, &name).await?))
 }
 
 pub async fn update_webhook(
@@ -74,14 +75,17 @@ pub async fn update_webhook(
     Path((team, name)): Path<(String, String)>,
     Json(settings): Json<webhooks::Settings>,
 ) -> Result<axum::Json<webhooks::Webhook>> {
-    Group::Team.require(&app.store, &user, &team, Role::Admin)?;
-    Ok(axum::Json(webhooks::update(
-        &app.store,
-        &team,
-        &name,
-        settings,
-        &app.cfg.webhooks.allow_private,
-    )?))
+    groups::require_team(&app.store, &user, &team, Role::Admin).await?;
+    Ok(axum::Json(
+        webhooks::update(
+            &app.store,
+            &team,
+            &name,
+            settings,
+            &app.cfg.webhooks.allow_private,
+        )
+        .await?,
+    ))
 }
 
 /// Deleting a webhook that automations call is refused, naming them, unless
@@ -92,9 +96,9 @@ pub async fn delete_webhook(
     Path((team, name)): Path<(String, String)>,
     Query(Force { force }): Query<Force>,
 ) -> Result<StatusCode> {
-    Group::Team.require(&app.store, &user, &team, Role::Admin)?;
-    webhooks::get(&app.store, &team, &name)?;
-    let users = automations::using_webhook(&app.store, &team, &name)?;
+    groups::require_team(&app.store, &user, &team, Role::Admin).await?;
+    webhooks::get(&app.store, &team, &name).await?;
+    let users = automations::using_webhook(&app.store, &team, &name).await?;
     if !users.is_empty() && !force {
         let names: Vec<String> = users.iter().map(|h| h.describe()).collect();
         return Err(Error::Conflict(format!(
@@ -107,8 +111,9 @@ pub async fn delete_webhook(
         &team,
         &name,
         &format!("its webhook '{team}/{name}' was deleted"),
-    )?;
-    webhooks::delete(&app.store, &team, &name)?;
+    )
+    .await?;
+    webhooks::delete(&app.store, &team, &name).await?;
     tracing::info!(team = %team, webhook = %name, by = %user.name, "webhook deleted");
     Ok(StatusCode::NO_CONTENT)
 }
@@ -129,8 +134,8 @@ pub async fn test_webhook(
     Path((team, name)): Path<(String, String)>,
     body: Option<Json<TestRequest>>,
 ) -> Result<axum::Json<webhook_test::Outcome>> {
-    Group::Team.require(&app.store, &user, &team, Role::Admin)?;
-    let webhook = webhooks::get(&app.store, &team, &name)?;
+    groups::require_team(&app.store, &user, &team, Role::Admin).await?;
+    let webhook = webhooks::get(&app.store, &team, &name).await?;
     let request = body.map(|Json(b)| b).unwrap_or_default();
     let outcome = webhook_test::run(
         &app.store,

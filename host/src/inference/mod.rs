@@ -213,6 +213,7 @@ impl Inference {
                     r.prompt_tokens,
                     r.completion_tokens,
                 )
+                .await
             {
                 tracing::error!(error = %e, "recording usage failed");
             }

@@ -1,34 +1,11 @@
 //! Token usage, per team, project, API key, model and day.
 //!
-//! One sled key per (scope, day, model, key) holds running totals, updated
-//! atomically, so concurrent requests never lose a count.
-
-use serde::{Deserialize, Serialize};
+//! One record per (scope, day, model, key) holds running totals, added to
+//! atomically by the store, so concurrent requests never lose a count.
 
 use crate::error::Result;
+pub use crate::model::{Totals, UsageRow as Row};
 use crate::store::Store;
-
-/// Running totals for one key.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Totals {
-    /// Chat requests that finished.
-    pub requests: u64,
-    /// Tokens in the prompts.
-    pub prompt_tokens: u64,
-    /// Tokens generated.
-    pub completion_tokens: u64,
-    /// The sum of both.
-    pub total_tokens: u64,
-}
-
-impl Totals {
-    fn add(&mut self, other: &Totals) {
-        self.requests += other.requests;
-        self.prompt_tokens += other.prompt_tokens;
-        self.completion_tokens += other.completion_tokens;
-        self.total_tokens += other.total_tokens;
-    }
-}
 
 /// Who a request is billed to.
 #[derive(Debug, Clone)]
@@ -58,75 +35,30 @@ pub fn personal_scope(user: &str) -> String {
     format!("~{user}")
 }
 
-/// One row of a usage report.
-#[derive(Debug, Serialize)]
-pub struct Row {
-    /// `YYYY-MM-DD` (UTC).
-    pub day: String,
-    /// The model id.
-    pub model: String,
-    /// The API key's id.
-    pub key_id: String,
-    /// Its totals.
-    #[serde(flatten)]
-    pub totals: Totals,
-}
-
 /// Adds one finished request.
-pub fn record(
+pub async fn record(
     store: &Store,
     account: &Account,
     model: &str,
     prompt: u32,
     completion: u32,
 ) -> Result<()> {
-    let key = format!(
-        "{}\0{}\0{}\0{}",
-        account.scope,
-        day(crate::ids::now_ms() / 1000),
-        model,
-        account.key_id
-    );
     let add = Totals {
         requests: 1,
         prompt_tokens: prompt.into(),
         completion_tokens: completion.into(),
         total_tokens: u64::from(prompt) + u64::from(completion),
     };
+    let today = day(crate::ids::now_ms() / 1000);
     store
-        .trees
-        .usage
-        .update_and_fetch(key.as_bytes(), |old| {
-            let mut totals: Totals = old
-                .and_then(|bytes| serde_json::from_slice(bytes).ok())
-                .unwrap_or_default();
-            totals.add(&add);
-            serde_json::to_vec(&totals).ok()
-        })
-        .map_err(anyhow::Error::from)?;
+        .add_usage(&account.scope, &today, model, &account.key_id, &add)
+        .await?;
     Ok(())
 }
 
 /// Every row for `scope`, oldest day first.
-pub fn rows(store: &Store, scope: &str) -> Result<Vec<Row>> {
-    let prefix = format!("{scope}\0");
-    let mut rows = Vec::new();
-    for item in store.trees.usage.scan_prefix(prefix.as_bytes()) {
-        let (key, value) = item.map_err(anyhow::Error::from)?;
-        let key = String::from_utf8_lossy(&key[prefix.len()..]).into_owned();
-        let mut parts = key.splitn(3, '\0');
-        let (Some(day), Some(model), Some(key_id)) = (parts.next(), parts.next(), parts.next())
-        else {
-            continue;
-        };
-        rows.push(Row {
-            day: day.into(),
-            model: model.into(),
-            key_id: key_id.into(),
-            totals: serde_json::from_slice(&value).map_err(anyhow::Error::from)?,
-        });
-    }
-    Ok(rows)
+pub async fn rows(store: &Store, scope: &str) -> Result<Vec<Row>> {
+    Ok(store.usage(scope).await?)
 }
 
 /// Totals of `rows` grouped by `key`.

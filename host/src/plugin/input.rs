@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use super::filter::{Aggregation, Comparison, Event, FilterConfig, MetricCondition};
 use super::template::Variable;
+pub use crate::model::MetricSpec;
 use crate::nesting;
 
 /// Longest payload template a plugin is given, in bytes.
@@ -68,32 +69,6 @@ pub struct FilterSpec {
     pub run_name_regex: Option<String>,
     /// A run-metric threshold.
     pub metric: Option<MetricSpec>,
-}
-
-/// A run-metric threshold: `aggregation(last window values) comparison threshold`.
-#[derive(Debug, Clone, Deserialize, serde::Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct MetricSpec {
-    /// Metric name.
-    pub name: String,
-    /// How many recent values; 5 unless given.
-    #[serde(default = "default_window")]
-    pub window: u32,
-    /// `average`, `min` or `max`.
-    #[serde(default = "default_aggregation")]
-    pub aggregation: String,
-    /// `>`, `>=`, `<`, `<=`, `==` or `!=`.
-    pub comparison: String,
-    /// The threshold.
-    pub threshold: f64,
-}
-
-fn default_window() -> u32 {
-    5
-}
-
-fn default_aggregation() -> String {
-    "average".into()
 }
 
 /// What a filter sees of an event.

@@ -44,8 +44,8 @@ pub async fn prepare(mut cfg: Config, secrets: StartSecrets) -> anyhow::Result<(
     let data_dir = cfg.data_dir.clone();
     let store = tokio::task::spawn_blocking(move || Store::open(&data_dir)).await??;
     let sealer = Sealer::load(&cfg.data_dir, secrets.master_key.as_deref())?;
-    sealer.verify(&store)?;
-    if let Some(key) = auth::bootstrap(&store, secrets.bootstrap_key.as_deref())? {
+    sealer.verify(&store).await?;
+    if let Some(key) = auth::bootstrap(&store, secrets.bootstrap_key.as_deref()).await? {
         // Shown once: only its hash is kept.
         eprintln!(
             "Created the operator account. Its API key is shown only this once:\n\n    {key}\n"

@@ -1,4 +1,4 @@
-//! Key encoding for sled trees.
+//! Key encoding for the sled engine's trees.
 //!
 //! A key is a sequence of segments. Text segments are UTF-8 and end with a
 //! `0x00` byte; numbers are 8 bytes big-endian, so byte order is numeric order.
@@ -46,6 +46,12 @@ impl Key {
 impl AsRef<[u8]> for Key {
     fn as_ref(&self) -> &[u8] {
         &self.0
+    }
+}
+
+impl From<Key> for Vec<u8> {
+    fn from(key: Key) -> Vec<u8> {
+        key.0
     }
 }
 

@@ -1,0 +1,97 @@
+//! Who may act: users, their API keys, and the teams and registries they
+//! belong to with a role.
+
+use serde::{Deserialize, Serialize};
+
+/// A person or machine that calls the API.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct User {
+    /// Stable id.
+    pub id: String,
+    /// Display name, unique.
+    pub name: String,
+    /// Operators administer the whole instance.
+    pub operator: bool,
+    /// Unix seconds.
+    pub created_at: u64,
+}
+
+/// What is stored of an API key: never the key itself.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApiKey {
+    /// Stable id, used to revoke.
+    pub id: String,
+    /// The owner.
+    pub user_id: String,
+    /// A label chosen by the owner.
+    pub name: String,
+    /// The first characters of the key, to tell keys apart in a listing.
+    pub prefix: String,
+    /// Unix seconds.
+    pub created_at: u64,
+}
+
+/// Which kind of group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum GroupKind {
+    /// A team: owns projects, secrets and webhooks.
+    Team,
+    /// A registry: holds collections shared across teams; its admins manage
+    /// its automations.
+    Registry,
+}
+
+impl GroupKind {
+    /// `team` or `registry`.
+    pub fn noun(self) -> &'static str {
+        match self {
+            GroupKind::Team => "team",
+            GroupKind::Registry => "registry",
+        }
+    }
+}
+
+/// A member's role in a team or registry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Reads the group's objects.
+    Member,
+    /// Also manages members, secrets, webhooks and automations.
+    Admin,
+}
+
+impl Role {
+    /// `member` or `admin`, as stored and shown.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Member => "member",
+            Role::Admin => "admin",
+        }
+    }
+}
+
+/// A team or registry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Group {
+    /// Unique name among groups of its kind.
+    pub name: String,
+    /// Free text.
+    #[serde(default)]
+    pub description: String,
+    /// Unix seconds.
+    pub created_at: u64,
+}
+
+/// A user's membership of a team or registry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Member {
+    /// The user's id.
+    pub user_id: String,
+    /// The user's name.
+    pub user: String,
+    /// Their role.
+    pub role: Role,
+    /// Unix seconds.
+    pub added_at: u64,
+}

@@ -1,0 +1,174 @@
+//! Automations: an event in a registry or project, bound to a webhook and a
+//! payload template.
+
+use serde::{Deserialize, Serialize};
+
+use super::event::EventType;
+use super::scope::Scope;
+
+/// The event that fires an automation, with its event-specific fields.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", deny_unknown_fields)]
+pub enum EventConfig {
+    /// An alias matching `alias_regex` is added to an artifact version.
+    #[serde(rename = "ADD_ARTIFACT_ALIAS")]
+    AddArtifactAlias {
+        /// Required: the alias must match it.
+        alias_regex: String,
+    },
+    /// A tag is added to an artifact version.
+    #[serde(rename = "ADD_ARTIFACT_TAG")]
+    AddArtifactTag {
+        /// When given, the tag must match it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tag_regex: Option<String>,
+    },
+    /// An artifact version is linked into a registry collection.
+    #[serde(rename = "LINK_ARTIFACT")]
+    LinkArtifact {},
+    /// A run metric crosses a threshold (projects only).
+    #[serde(rename = "RUN_METRIC_THRESHOLD")]
+    RunMetricThreshold {
+        /// The condition.
+        metric: MetricSpec,
+        /// Which runs count.
+        #[serde(default)]
+        run_filters: RunFilters,
+    },
+}
+
+impl EventConfig {
+    /// The event type it listens for.
+    pub fn event_type(&self) -> EventType {
+        match self {
+            EventConfig::AddArtifactAlias { .. } => EventType::AddArtifactAlias,
+            EventConfig::AddArtifactTag { .. } => EventType::AddArtifactTag,
+            EventConfig::LinkArtifact {} => EventType::LinkArtifact,
+            EventConfig::RunMetricThreshold { .. } => EventType::RunMetricThreshold,
+        }
+    }
+}
+
+/// A run-metric threshold: `aggregation(last window values) comparison threshold`.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricSpec {
+    /// Metric name.
+    pub name: String,
+    /// How many recent values; 5 unless given.
+    #[serde(default = "default_window")]
+    pub window: u32,
+    /// `average`, `min` or `max`.
+    #[serde(default = "default_aggregation")]
+    pub aggregation: String,
+    /// `>`, `>=`, `<`, `<=`, `==` or `!=`.
+    pub comparison: String,
+    /// The threshold.
+    pub threshold: f64,
+}
+
+fn default_window() -> u32 {
+    5
+}
+
+fn default_aggregation() -> String {
+    "average".into()
+}
+
+/// Filters on the run a metric came from.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunFilters {
+    /// Only runs created by this user.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub creator: Option<String>,
+    /// Only runs whose name matches.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_name_regex: Option<String>,
+}
+
+/// A webhook, named by its owning team and its name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookRef {
+    /// The team that owns the webhook.
+    pub team: String,
+    /// The webhook's name.
+    pub name: String,
+}
+
+/// What an automation does; the spec has one action type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Action {
+    /// POST the rendered payload to the webhook.
+    Webhooks,
+}
+
+/// Whether an automation fires.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum State {
+    /// Fires on every matching event.
+    Active,
+    /// Does not fire; `disabled_reason` says why. Saving it again re-validates
+    /// and reactivates it.
+    Disabled,
+}
+
+/// An automation as stored and shown.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Automation {
+    /// Unique within the scope.
+    pub name: String,
+    /// Free text.
+    pub description: String,
+    /// Where it listens.
+    pub scope: Scope,
+    /// The triggering event.
+    pub event: EventConfig,
+    /// The webhook it calls.
+    pub webhook: WebhookRef,
+    /// Always `Webhooks`.
+    pub action: Action,
+    /// The payload template.
+    pub payload: Option<String>,
+    /// The payload-template plugin.
+    pub template_plugin: String,
+    /// `active` or `disabled`.
+    pub state: State,
+    /// Why it is disabled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disabled_reason: Option<String>,
+    /// Who last saved it.
+    pub updated_by: String,
+    /// Unix seconds.
+    pub created_at: u64,
+    /// Unix seconds.
+    pub updated_at: u64,
+}
+
+impl Automation {
+    /// Its place: scope and name.
+    pub fn handle(&self) -> Handle {
+        Handle {
+            scope: self.scope.clone(),
+            name: self.name.clone(),
+        }
+    }
+}
+
+/// An automation's place: its scope and name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Handle {
+    /// Where it listens.
+    pub scope: Scope,
+    /// Its name.
+    pub name: String,
+}
+
+impl Handle {
+    /// `registry 'x' automation 'y'`, for messages.
+    pub fn describe(&self) -> String {
+        format!("{} automation '{}'", self.scope.describe(), self.name)
+    }
+}

@@ -1,0 +1,82 @@
+//! Deliveries waiting in the outbox, and executions: the user-visible record
+//! of one automation firing.
+
+use serde::{Deserialize, Serialize};
+
+use super::automation::{Handle, WebhookRef};
+use super::event::Event;
+
+/// Where an execution stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Status {
+    /// Waiting for (another) attempt.
+    Pending,
+    /// The endpoint acknowledged it (2xx).
+    Finished,
+    /// Given up: a permanent error, or retries exhausted.
+    Failed,
+}
+
+/// One try at sending.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Attempt {
+    /// Unix milliseconds.
+    pub at_ms: u64,
+    /// The endpoint's status, when it answered.
+    pub status: Option<u16>,
+    /// Milliseconds until the answer (or the failure).
+    pub latency_ms: f64,
+    /// What went wrong.
+    pub error: Option<String>,
+    /// When the next attempt is due, if there will be one.
+    pub next_attempt_at_ms: Option<u64>,
+}
+
+/// One firing of an automation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Execution {
+    /// Ordered by time.
+    pub id: String,
+    /// Sent as `X-Service-Delivery` on every attempt.
+    pub delivery_id: String,
+    /// The automation.
+    pub automation: Handle,
+    /// The webhook called.
+    pub webhook: WebhookRef,
+    /// Pending, Finished or Failed.
+    pub status: Status,
+    /// Why it failed, or what the last attempt hit.
+    pub error: Option<String>,
+    /// The triggering event.
+    pub event: Event,
+    /// The payload sent, with secret values replaced by `[REDACTED]`.
+    pub payload: Option<String>,
+    /// Every attempt, oldest first.
+    pub attempts: Vec<Attempt>,
+    /// The body sent, sealed under the delivery id, for replays. Never shown.
+    #[serde(default)]
+    pub body_sealed: Option<String>,
+    /// Unix milliseconds.
+    pub created_at_ms: u64,
+    /// Unix milliseconds.
+    pub updated_at_ms: u64,
+}
+
+/// A delivery waiting in the outbox.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Delivery {
+    /// The delivery id.
+    pub id: String,
+    /// The execution it belongs to.
+    pub execution: Handle,
+    /// Its execution id.
+    pub execution_id: String,
+    /// The webhook to call.
+    pub webhook: WebhookRef,
+    /// The body, sealed (hex) under the delivery id.
+    pub body_sealed: String,
+    /// Attempts made so far.
+    pub attempts: u32,
+    /// When it is due (unix ms).
+    pub due_ms: u64,
+}

@@ -1,0 +1,121 @@
+//! Events: what happened in a registry or project, the triggers of
+//! automations.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::scope::Scope;
+
+/// The kinds of event an automation can listen for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum EventType {
+    /// An alias was added to an artifact version.
+    #[serde(rename = "ADD_ARTIFACT_ALIAS")]
+    AddArtifactAlias,
+    /// A tag was added to an artifact version.
+    #[serde(rename = "ADD_ARTIFACT_TAG")]
+    AddArtifactTag,
+    /// A project version was linked into a registry collection.
+    #[serde(rename = "LINK_ARTIFACT")]
+    LinkArtifact,
+    /// A run logged a metric.
+    #[serde(rename = "RUN_METRIC_THRESHOLD")]
+    RunMetricThreshold,
+}
+
+impl EventType {
+    /// Every event type.
+    pub const ALL: [EventType; 4] = [
+        EventType::AddArtifactAlias,
+        EventType::AddArtifactTag,
+        EventType::LinkArtifact,
+        EventType::RunMetricThreshold,
+    ];
+
+    /// The name, as `${event_type}` renders it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::AddArtifactAlias => "ADD_ARTIFACT_ALIAS",
+            EventType::AddArtifactTag => "ADD_ARTIFACT_TAG",
+            EventType::LinkArtifact => "LINK_ARTIFACT",
+            EventType::RunMetricThreshold => "RUN_METRIC_THRESHOLD",
+        }
+    }
+
+    /// The event type named `name`.
+    pub fn parse(name: &str) -> Option<EventType> {
+        EventType::ALL.into_iter().find(|t| t.as_str() == name)
+    }
+}
+
+impl fmt::Display for EventType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One event.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    /// Ordered by time.
+    pub id: String,
+    /// What happened.
+    pub event_type: EventType,
+    /// Where it happened.
+    pub scope: Scope,
+    /// Who did it.
+    pub author: String,
+    /// Unix milliseconds.
+    pub at_ms: u64,
+    /// The artifact version involved, when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub artifact: Option<ArtifactRef>,
+    /// The alias added.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alias: Option<String>,
+    /// The tag added.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<String>,
+    /// The run involved, when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<RunRef>,
+}
+
+/// The artifact version an event is about.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ArtifactRef {
+    /// The team or registry that owns the change.
+    pub entity: String,
+    /// The project that owns the change (empty in a registry).
+    pub project: String,
+    /// The collection.
+    pub collection: String,
+    /// `team/project/collection:v3`.
+    pub version_string: String,
+    /// The version as an object: index, aliases, tags, metadata, …
+    pub version: Value,
+    /// Its top-level metadata.
+    pub metadata: BTreeMap<String, Value>,
+}
+
+/// The run a metric event is about.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRef {
+    /// The owning team.
+    pub team: String,
+    /// The project.
+    pub project: String,
+    /// Run id.
+    pub id: String,
+    /// Run name.
+    pub name: String,
+    /// Who created the run.
+    pub creator: String,
+    /// The metric logged.
+    pub metric: String,
+    /// Its recent values, oldest first (the newest is the one just logged).
+    pub values: Vec<f64>,
+}

@@ -1,0 +1,30 @@
+//! The records Switchyard keeps, as plain data: users and keys, teams and
+//! registries, projects, secrets, webhooks, automations, artifacts, runs,
+//! events, deliveries and executions, usage.
+//!
+//! Nothing here does I/O or applies a rule. The store persists these types
+//! (whatever its engine), the domain modules apply the rules to them, and the
+//! HTTP layer shows them; all three depend on this module, and it on none of
+//! them.
+
+pub mod access;
+pub mod artifact;
+pub mod automation;
+pub mod delivery;
+pub mod event;
+pub mod run;
+pub mod scope;
+pub mod team;
+pub mod usage;
+
+pub use access::{ApiKey, Group, GroupKind, Member, Role, User};
+pub use artifact::{Collection, Source, Version};
+pub use automation::{
+    Action, Automation, EventConfig, Handle, MetricSpec, RunFilters, State, WebhookRef,
+};
+pub use delivery::{Attempt, Delivery, Execution, Status};
+pub use event::{ArtifactRef, Event, EventType, RunRef};
+pub use run::Run;
+pub use scope::Scope;
+pub use team::{Project, Secret, Webhook};
+pub use usage::{Totals, UsageRow};

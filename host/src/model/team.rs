@@ -1,0 +1,66 @@
+//! What a team owns: projects, secrets (sealed) and webhooks.
+
+use serde::{Deserialize, Serialize};
+
+/// A project.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Project {
+    /// Unique within the team.
+    pub name: String,
+    /// The owning team.
+    pub team: String,
+    /// Free text.
+    pub description: String,
+    /// The user who created it.
+    pub created_by: String,
+    /// Unix seconds.
+    pub created_at: u64,
+}
+
+/// A team secret as stored: the value only in sealed form.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Secret {
+    /// Referenced as `$NAME` or `${NAME}` in payloads.
+    pub name: String,
+    /// The value sealed (hex) by [`crate::seal`].
+    pub sealed: String,
+    /// Unix seconds.
+    pub created_at: u64,
+    /// Unix seconds of the last replacement.
+    pub updated_at: u64,
+}
+
+/// A webhook as stored and shown. Secrets are referenced by name only.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Webhook {
+    /// Unique within the team.
+    pub name: String,
+    /// Where deliveries are POSTed.
+    pub url: String,
+    /// The secret sent as `Authorization: Bearer …`.
+    pub access_token_secret: Option<String>,
+    /// The secret that keys the `X-Service-Signature` HMAC.
+    pub signing_secret: Option<String>,
+    /// Also send Standard Webhooks headers (`webhook-id`, `-timestamp`, `-signature`).
+    #[serde(default)]
+    pub standard_webhooks: bool,
+    /// Set when the endpoint answered 410 Gone; saving the webhook again
+    /// clears it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disabled_reason: Option<String>,
+    /// Unix seconds.
+    pub created_at: u64,
+    /// Unix seconds.
+    pub updated_at: u64,
+}
+
+impl Webhook {
+    /// The names of the secrets it carries.
+    pub fn secret_names(&self) -> Vec<&str> {
+        [&self.access_token_secret, &self.signing_secret]
+            .into_iter()
+            .flatten()
+            .map(String::as_str)
+            .collect()
+    }
+}

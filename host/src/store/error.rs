@@ -1,0 +1,24 @@
+//! The store's own error type. The HTTP layer maps it (in `error.rs`): an
+//! engine that cannot be reached is 503, anything else a logged 500.
+
+/// A failure of the store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The engine cannot be reached or refused the work for now (a database
+    /// that went away, a pool with no free connection); retrying later may
+    /// succeed.
+    #[error("the store is unavailable: {0}")]
+    Unavailable(String),
+    /// Anything else: an I/O error, a record that could not be encoded.
+    #[error(transparent)]
+    Other(#[from] anyhow::Error),
+}
+
+/// Shorthand for results of store operations.
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+impl From<serde_json::Error> for StoreError {
+    fn from(e: serde_json::Error) -> Self {
+        StoreError::Other(e.into())
+    }
+}

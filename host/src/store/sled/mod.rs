@@ -1,0 +1,733 @@
+//! The embedded engine: sled, one tree per kind of record (see [`T`]), keys
+//! laid out so that listings are prefix scans (see [`keys`]), values JSON so
+//! that a record can gain optional fields without a migration.
+//!
+//! Writes are serialised by one async lock: a [`Transaction`] holds it from
+//! `begin` to `commit` and buffers its writes, reading them back over the
+//! trees; `commit` applies the buffer atomically across trees. A write
+//! outside a transaction is a transaction of one operation. Reads outside a
+//! transaction take no lock. sled's operations take microseconds, so one
+//! writer at a time costs little, and it makes every transaction
+//! serialisable without retries.
+//!
+//! The `meta` tree holds `schema_version`. On open, a store older than
+//! [`SCHEMA_VERSION`] is brought up to date by [`MIGRATIONS`]; a newer one is
+//! refused, so an old binary never misreads data written by a new one.
+
+pub mod keys;
+mod records;
+
+use std::collections::BTreeMap;
+use std::ops::Deref;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use anyhow::{Context, bail};
+use async_trait::async_trait;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use sled::Transactional;
+use tokio::sync::OwnedMutexGuard;
+
+use super::{Engine, RawRecord, Result, StoreError, Transaction};
+
+/// The schema this build reads and writes.
+pub const SCHEMA_VERSION: u32 = 2;
+
+/// Migrations, in order: entry `i` moves a store from version `i + 1` to `i + 2`.
+/// A new schema version appends one function here.
+const MIGRATIONS: &[fn(&Shared) -> anyhow::Result<()>] = &[index_user_names];
+
+/// 1 → 2: users gained a name index.
+fn index_user_names(shared: &Shared) -> anyhow::Result<()> {
+    for value in shared.tree(T::Users).iter().values() {
+        let user: crate::model::User = serde_json::from_slice(&value?)?;
+        shared
+            .tree(T::UserNames)
+            .insert(user.name.as_bytes(), user.id.as_bytes())?;
+    }
+    Ok(())
+}
+
+const SCHEMA_KEY: &[u8] = b"schema_version";
+
+/// The trees, one per kind of record. The comment of each gives its key and
+/// value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum T {
+    /// Store-wide facts: the schema version, health probes.
+    Meta,
+    /// `user id` → `User`.
+    Users,
+    /// `user name` → `user id`.
+    UserNames,
+    /// `sha256(key) hex` → `ApiKey`. Only hashes are stored.
+    ApiKeys,
+    /// `user id \0 key id \0` → `sha256(key) hex`.
+    UserKeys,
+    /// `team` → `Group`.
+    Teams,
+    /// `team \0 user id \0` → `Member`.
+    Members,
+    /// `user id \0 team \0` → `Member`: the same, by user.
+    Memberships,
+    /// `registry` → `Group`.
+    Registries,
+    /// `registry \0 user id \0` → `Member`.
+    RegistryMembers,
+    /// `user id \0 registry \0` → `Member`.
+    RegistryMemberships,
+    /// `team \0 name \0` → `Secret`, value sealed.
+    Secrets,
+    /// `team \0 name \0` → `Webhook`.
+    Webhooks,
+    /// `team \0 project \0` → `Project`.
+    Projects,
+    /// `scope \0 name \0` → `Automation`, where a scope is `r \0 registry`
+    /// or `p \0 team \0 project`.
+    Automations,
+    /// `scope \0 event type \0 name \0` → `()`.
+    AutomationTriggers,
+    /// `team \0 webhook \0 scope \0 name \0` → `Handle`.
+    WebhookAutomations,
+    /// `scope \0 name \0` → `Collection`.
+    Collections,
+    /// `scope \0 collection \0 index` → `Version`.
+    Versions,
+    /// `scope \0 collection \0 alias \0` → the index of the version holding it.
+    Aliases,
+    /// `team \0 project \0 run id \0` → `Run`.
+    Runs,
+    /// `team \0 project \0 run id \0 metric \0` → its recent values.
+    Metrics,
+    /// `event id` → `Event` not yet matched.
+    EventInbox,
+    /// `due ms \0 delivery id \0` → `Delivery`.
+    Outbox,
+    /// `scope \0 automation \0 execution id \0` → `Execution`.
+    Executions,
+    /// `scope \0 automation \0 run id \0` → unix ms it last fired for the run.
+    RunFired,
+    /// `scope \0 day \0 model \0 key id` → `Totals`.
+    Usage,
+    /// `tree \0 key` → a record that could not be read, set aside with the
+    /// reason so that it blocks nothing.
+    Quarantine,
+}
+
+impl T {
+    const ALL: [T; 28] = [
+        T::Meta,
+        T::Users,
+        T::UserNames,
+        T::ApiKeys,
+        T::UserKeys,
+        T::Teams,
+        T::Members,
+        T::Memberships,
+        T::Registries,
+        T::RegistryMembers,
+        T::RegistryMemberships,
+        T::Secrets,
+        T::Webhooks,
+        T::Projects,
+        T::Automations,
+        T::AutomationTriggers,
+        T::WebhookAutomations,
+        T::Collections,
+        T::Versions,
+        T::Aliases,
+        T::Runs,
+        T::Metrics,
+        T::EventInbox,
+        T::Outbox,
+        T::Executions,
+        T::RunFired,
+        T::Usage,
+        T::Quarantine,
+    ];
+
+    /// The tree's name on disk.
+    fn name(self) -> &'static str {
+        match self {
+            T::Meta => "meta",
+            T::Users => "users",
+            T::UserNames => "user_names",
+            T::ApiKeys => "api_keys",
+            T::UserKeys => "user_keys",
+            T::Teams => "teams",
+            T::Members => "members",
+            T::Memberships => "memberships",
+            T::Registries => "registries",
+            T::RegistryMembers => "registry_members",
+            T::RegistryMemberships => "registry_memberships",
+            T::Secrets => "secrets",
+            T::Webhooks => "webhooks",
+            T::Projects => "projects",
+            T::Automations => "automations",
+            T::AutomationTriggers => "automation_triggers",
+            T::WebhookAutomations => "webhook_automations",
+            T::Collections => "collections",
+            T::Versions => "versions",
+            T::Aliases => "aliases",
+            T::Runs => "runs",
+            T::Metrics => "metrics",
+            T::EventInbox => "event_inbox",
+            T::Outbox => "outbox",
+            T::Executions => "executions",
+            T::RunFired => "run_fired",
+            T::Usage => "usage",
+            T::Quarantine => "quarantine",
+        }
+    }
+}
+
+/// What every handle shares: the database, its trees, the writer lock.
+struct Shared {
+    db: sled::Db,
+    /// Indexed by `T as usize`.
+    trees: Vec<sled::Tree>,
+    writer: Arc<tokio::sync::Mutex<()>>,
+    commits: GroupCommit,
+}
+
+impl Shared {
+    fn tree(&self, t: T) -> &sled::Tree {
+        &self.trees[t as usize]
+    }
+}
+
+/// Group commit: callers that need their writes on disk share one flush.
+#[derive(Default)]
+struct GroupCommit {
+    /// Bumped by each caller after its writes.
+    requested: AtomicU64,
+    /// Everything up to this request number is on disk.
+    flushed: AtomicU64,
+    /// One flush at a time.
+    lock: tokio::sync::Mutex<()>,
+}
+
+/// A key and its value, as stored.
+type Raw = (Vec<u8>, Vec<u8>);
+
+/// Writes buffered by a transaction: `None` deletes.
+type Overlay = BTreeMap<(T, Vec<u8>), Option<Vec<u8>>>;
+
+/// A transaction's state: the writer lock, held, and its writes.
+struct TxState {
+    _writer: OwnedMutexGuard<()>,
+    writes: Mutex<Overlay>,
+}
+
+/// A handle to the sled store: the engine itself (no transaction), or a
+/// transaction on it.
+pub struct Sled {
+    shared: Arc<Shared>,
+    tx: Option<TxState>,
+}
+
+impl Sled {
+    /// Opens (or creates) the store in `dir` and brings its schema up to date.
+    pub fn open(dir: &Path) -> anyhow::Result<Sled> {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("cannot create data directory {}", dir.display()))?;
+        let db = sled::Config::new()
+            .path(dir.join("db"))
+            .open()
+            .map_err(|e| open_error(dir, e))?;
+        let trees = T::ALL
+            .iter()
+            .map(|t| db.open_tree(t.name()))
+            .collect::<sled::Result<Vec<_>>>()?;
+        let shared = Shared {
+            db,
+            trees,
+            writer: Arc::default(),
+            commits: GroupCommit::default(),
+        };
+        migrate(&shared)?;
+        Ok(Sled {
+            shared: Arc::new(shared),
+            tx: None,
+        })
+    }
+
+    /// A transaction: waits for the writer lock.
+    async fn transaction(&self) -> Sled {
+        let writer = self.shared.writer.clone().lock_owned().await;
+        Sled {
+            shared: self.shared.clone(),
+            tx: Some(TxState {
+                _writer: writer,
+                writes: Mutex::default(),
+            }),
+        }
+    }
+
+    /// Where this operation writes: the transaction it is part of, or a
+    /// transaction of its own, committed by [`Writer::finish`].
+    async fn writer(&self) -> Writer<'_> {
+        match self.tx {
+            Some(_) => Writer::Joined(self),
+            None => Writer::Own(self.transaction().await),
+        }
+    }
+
+    fn tree(&self, t: T) -> &sled::Tree {
+        self.shared.tree(t)
+    }
+
+    fn overlay(&self) -> Option<std::sync::MutexGuard<'_, Overlay>> {
+        self.tx
+            .as_ref()
+            .map(|tx| tx.writes.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// The value under `key`, as this handle sees it.
+    fn get(&self, t: T, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        if let Some(overlay) = self.overlay()
+            && let Some(value) = overlay.get(&(t, key.to_vec()))
+        {
+            return Ok(value.clone());
+        }
+        Ok(self.tree(t).get(key).map_err(io)?.map(|v| v.to_vec()))
+    }
+
+    fn get_json<V: DeserializeOwned>(&self, t: T, key: &[u8]) -> Result<Option<V>> {
+        self.get(t, key)?.map(|bytes| decode(t, &bytes)).transpose()
+    }
+
+    /// Every (key, value) whose key starts with `prefix`, in key order.
+    fn scan(&self, t: T, prefix: &[u8]) -> Result<Vec<Raw>> {
+        let mut found: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+        for item in self.tree(t).scan_prefix(prefix) {
+            let (key, value) = item.map_err(io)?;
+            found.insert(key.to_vec(), value.to_vec());
+        }
+        if let Some(overlay) = self.overlay() {
+            for ((_, key), value) in overlay
+                .range((t, prefix.to_vec())..)
+                .take_while(|((tree, key), _)| *tree == t && key.starts_with(prefix))
+            {
+                match value {
+                    Some(value) => found.insert(key.clone(), value.clone()),
+                    None => found.remove(key),
+                };
+            }
+        }
+        Ok(found.into_iter().collect())
+    }
+
+    fn scan_json<V: DeserializeOwned>(&self, t: T, prefix: &[u8]) -> Result<Vec<V>> {
+        self.scan(t, prefix)?
+            .iter()
+            .map(|(_, value)| decode(t, value))
+            .collect()
+    }
+
+    /// Decodes what [`Sled::scan`] finds, newest key first when `rev`, at
+    /// most `limit`, setting aside any record that cannot be decoded: one
+    /// bad record must never stop the sweep, the dispatcher or a listing.
+    async fn scan_readable<V: DeserializeOwned>(
+        &self,
+        t: T,
+        prefix: &[u8],
+        rev: bool,
+        limit: usize,
+    ) -> Result<Vec<V>> {
+        let items: Box<dyn Iterator<Item = Result<Raw>>> = match (&self.tx, rev) {
+            // Outside a transaction, read lazily: a listing stops at `limit`.
+            (None, false) => Box::new(self.tree(t).scan_prefix(prefix).map(raw)),
+            (None, true) => Box::new(self.tree(t).scan_prefix(prefix).rev().map(raw)),
+            (Some(_), rev) => {
+                let mut items = self.scan(t, prefix)?;
+                if rev {
+                    items.reverse();
+                }
+                Box::new(items.into_iter().map(Ok))
+            }
+        };
+        let mut out = Vec::new();
+        let mut unreadable = Vec::new();
+        for item in items {
+            if out.len() == limit {
+                break;
+            }
+            let (key, value) = item?;
+            match serde_json::from_slice(&value) {
+                Ok(record) => out.push(record),
+                Err(e) => unreadable.push((key, value, e.to_string())),
+            }
+        }
+        if !unreadable.is_empty() {
+            let w = self.writer().await;
+            for (key, value, reason) in unreadable {
+                w.quarantine(t, &key, &value, &reason)?;
+            }
+            w.finish()?;
+        }
+        Ok(out)
+    }
+
+    /// Buffers a write; only on a transaction (see [`Sled::writer`]).
+    fn put(&self, t: T, key: impl Into<Vec<u8>>, value: Vec<u8>) {
+        self.buffer(t, key.into(), Some(value));
+    }
+
+    fn put_json<V: Serialize>(&self, t: T, key: impl Into<Vec<u8>>, value: &V) -> Result<()> {
+        self.put(t, key, serde_json::to_vec(value)?);
+        Ok(())
+    }
+
+    /// Buffers a delete; only on a transaction.
+    fn delete(&self, t: T, key: impl Into<Vec<u8>>) {
+        self.buffer(t, key.into(), None);
+    }
+
+    fn buffer(&self, t: T, key: Vec<u8>, value: Option<Vec<u8>>) {
+        let mut overlay = self
+            .overlay()
+            .expect("sled writes go through Sled::writer, which is a transaction");
+        overlay.insert((t, key), value);
+    }
+
+    /// Moves an unreadable record into the quarantine, with why, and logs it.
+    fn quarantine(&self, t: T, key: &[u8], value: &[u8], reason: &str) -> Result<()> {
+        let record = serde_json::json!({
+            "tree": t.name(),
+            "key": hex::encode(key),
+            "reason": reason,
+            "at_ms": crate::ids::now_ms(),
+            "value": String::from_utf8_lossy(value),
+        });
+        let quarantine_key = [t.name().as_bytes(), &[0], key].concat();
+        self.put_json(T::Quarantine, quarantine_key, &record)?;
+        self.delete(t, key);
+        tracing::error!(tree = t.name(), key = %hex::encode(key), reason, "set an unreadable record aside in the quarantine");
+        Ok(())
+    }
+
+    /// Applies the buffered writes atomically.
+    fn apply(&self) -> Result<()> {
+        let Some(overlay) = self.overlay() else {
+            return Ok(());
+        };
+        let mut batches: BTreeMap<T, sled::Batch> = BTreeMap::new();
+        for ((t, key), value) in overlay.iter() {
+            let batch = batches.entry(*t).or_default();
+            match value {
+                Some(value) => batch.insert(key.as_slice(), value.as_slice()),
+                None => batch.remove(key.as_slice()),
+            }
+        }
+        match batches.len() {
+            0 => Ok(()),
+            1 => {
+                let (t, batch) = batches.into_iter().next().expect("one batch");
+                self.tree(t).apply_batch(batch).map_err(io)
+            }
+            _ => {
+                let (ts, batches): (Vec<T>, Vec<sled::Batch>) = batches.into_iter().unzip();
+                let trees: Vec<&sled::Tree> = ts.iter().map(|t| self.tree(*t)).collect();
+                trees
+                    .as_slice()
+                    .transaction(|views| {
+                        for (view, batch) in views.iter().zip(&batches) {
+                            view.apply_batch(batch)?;
+                        }
+                        Ok(())
+                    })
+                    .map_err(|e: sled::transaction::TransactionError| {
+                        StoreError::Other(anyhow::anyhow!("committing to the store: {e}"))
+                    })
+            }
+        }
+    }
+
+    #[cfg(test)]
+    fn schema_version(&self) -> anyhow::Result<u32> {
+        read_schema_version(&self.shared)?.context("store has no schema version")
+    }
+}
+
+/// Where an operation writes (see [`Sled::writer`]).
+enum Writer<'a> {
+    /// The transaction the operation is part of.
+    Joined(&'a Sled),
+    /// A transaction of the operation's own.
+    Own(Sled),
+}
+
+impl Writer<'_> {
+    /// Commits an operation's own transaction; a joined one commits later.
+    fn finish(self) -> Result<()> {
+        match self {
+            Writer::Joined(_) => Ok(()),
+            Writer::Own(tx) => tx.apply(),
+        }
+    }
+}
+
+impl Deref for Writer<'_> {
+    type Target = Sled;
+
+    fn deref(&self) -> &Sled {
+        match self {
+            Writer::Joined(tx) => tx,
+            Writer::Own(tx) => tx,
+        }
+    }
+}
+
+#[async_trait]
+impl Transaction for Sled {
+    async fn commit(self: Box<Self>) -> Result<()> {
+        self.apply()
+    }
+}
+
+#[async_trait]
+impl Engine for Sled {
+    async fn begin(&self) -> Result<Box<dyn Transaction>> {
+        Ok(Box::new(self.transaction().await))
+    }
+
+    async fn durable(&self) -> Result<()> {
+        let c = &self.shared.commits;
+        let mine = c.requested.fetch_add(1, Ordering::SeqCst) + 1;
+        let _turn = c.lock.lock().await;
+        if c.flushed.load(Ordering::SeqCst) >= mine {
+            return Ok(());
+        }
+        // Every request numbered up to `target` wrote before taking its number.
+        let target = c.requested.load(Ordering::SeqCst);
+        self.shared.db.flush_async().await.map_err(io)?;
+        c.flushed.store(target, Ordering::SeqCst);
+        Ok(())
+    }
+
+    async fn round_trip(&self) -> Result<()> {
+        let key = keys::prefix(&["health", &crate::ids::random_hex(8)]).into_bytes();
+        let value = crate::ids::random_hex(16).into_bytes();
+        let w = self.writer().await;
+        w.put(T::Meta, key.clone(), value.clone());
+        w.finish()?;
+        let read = self.get(T::Meta, &key)?;
+        let w = self.writer().await;
+        w.delete(T::Meta, key);
+        w.finish()?;
+        match read {
+            Some(bytes) if bytes == value => Ok(()),
+            Some(_) => Err(anyhow::anyhow!("read back a different value than was written").into()),
+            None => Err(anyhow::anyhow!("a value just written could not be read back").into()),
+        }
+    }
+
+    async fn raw_records(&self) -> Result<Vec<RawRecord>> {
+        let mut out = Vec::new();
+        for name in self.shared.db.tree_names() {
+            let tree = self.shared.db.open_tree(&name).map_err(io)?;
+            let kind = String::from_utf8_lossy(&name).into_owned();
+            for item in tree.iter() {
+                let (key, value) = item.map_err(io)?;
+                out.push((kind.clone(), key.to_vec(), value.to_vec()));
+            }
+        }
+        Ok(out)
+    }
+
+    async fn flush(&self) -> Result<()> {
+        self.shared.db.flush_async().await.map_err(io)?;
+        Ok(())
+    }
+}
+
+fn migrate(shared: &Shared) -> anyhow::Result<()> {
+    let found = match read_schema_version(shared)? {
+        None if is_empty(shared) => {
+            set_schema_version(shared, SCHEMA_VERSION)?;
+            return Ok(());
+        }
+        // Data without a version predates versioning: treat it as version 1.
+        None => 1,
+        Some(version) => version,
+    };
+    if found > SCHEMA_VERSION {
+        bail!(
+            "the data directory uses schema version {found}, but this switchyard understands \
+             up to {SCHEMA_VERSION}; run a newer switchyard or point --data-dir elsewhere"
+        );
+    }
+    for version in found..SCHEMA_VERSION {
+        let step = MIGRATIONS[(version - 1) as usize];
+        step(shared).with_context(|| format!("migrating schema {version} → {}", version + 1))?;
+        set_schema_version(shared, version + 1)?;
+        tracing::info!(from = version, to = version + 1, "migrated store schema");
+    }
+    Ok(())
+}
+
+fn is_empty(shared: &Shared) -> bool {
+    shared
+        .db
+        .tree_names()
+        .iter()
+        .filter_map(|name| shared.db.open_tree(name).ok())
+        .all(|tree| tree.is_empty())
+}
+
+fn read_schema_version(shared: &Shared) -> anyhow::Result<Option<u32>> {
+    let Some(bytes) = shared.tree(T::Meta).get(SCHEMA_KEY)? else {
+        return Ok(None);
+    };
+    let arr: [u8; 4] = bytes
+        .as_ref()
+        .try_into()
+        .context("schema_version is not a 4-byte number")?;
+    Ok(Some(u32::from_be_bytes(arr)))
+}
+
+fn set_schema_version(shared: &Shared, version: u32) -> anyhow::Result<()> {
+    shared
+        .tree(T::Meta)
+        .insert(SCHEMA_KEY, &version.to_be_bytes())?;
+    Ok(())
+}
+
+fn open_error(dir: &Path, err: sled::Error) -> anyhow::Error {
+    let text = err.to_string();
+    if text.contains("lock")
+        || text.contains("WouldBlock")
+        || text.contains("temporarily unavailable")
+    {
+        anyhow::anyhow!(
+            "the data directory {} is in use by another switchyard process ({text}); stop that \
+             process or pass a different --data-dir",
+            dir.display()
+        )
+    } else {
+        anyhow::anyhow!("cannot open the store in {}: {text}", dir.display())
+    }
+}
+
+fn raw(item: sled::Result<(sled::IVec, sled::IVec)>) -> Result<Raw> {
+    let (key, value) = item.map_err(io)?;
+    Ok((key.to_vec(), value.to_vec()))
+}
+
+fn io(e: sled::Error) -> StoreError {
+    StoreError::Other(e.into())
+}
+
+fn decode<V: DeserializeOwned>(t: T, bytes: &[u8]) -> Result<V> {
+    serde_json::from_slice(bytes)
+        .with_context(|| format!("corrupt record in the store's {} tree", t.name()))
+        .map_err(StoreError::Other)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Records;
+
+    #[test]
+    fn fresh_store_records_the_current_schema() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Sled::open(dir.path()).unwrap();
+        assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+    }
+
+    #[tokio::test]
+    async fn version_1_stores_gain_the_user_name_index() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = Sled::open(dir.path()).unwrap();
+            let user = crate::model::User {
+                id: "u1".into(),
+                name: "operator".into(),
+                operator: true,
+                created_at: 0,
+            };
+            assert!(store.insert_user(&user).await.unwrap());
+            store.tree(T::UserNames).clear().unwrap();
+            set_schema_version(&store.shared, 1).unwrap();
+            store.shared.db.flush().unwrap();
+        }
+        let store = Sled::open(dir.path()).unwrap();
+        assert_eq!(store.schema_version().unwrap(), 2);
+        assert!(
+            store
+                .user_named("operator")
+                .await
+                .unwrap()
+                .unwrap()
+                .operator
+        );
+    }
+
+    #[tokio::test]
+    async fn an_unreadable_record_is_set_aside_and_the_rest_are_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Sled::open(dir.path()).unwrap();
+        let tree = store.tree(T::EventInbox);
+        tree.insert("a", b"1".as_slice()).unwrap();
+        let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+        tree.insert("b", deep.as_bytes()).unwrap();
+        tree.insert("c", b"3".as_slice()).unwrap();
+        let read: Vec<serde_json::Value> = store
+            .scan_readable(T::EventInbox, &[], false, usize::MAX)
+            .await
+            .unwrap();
+        assert_eq!(read, [1, 3]);
+        assert_eq!(store.quarantined().await.unwrap(), 1);
+        assert!(!tree.contains_key("b").unwrap(), "moved out of its tree");
+        let (_, record) = store.tree(T::Quarantine).iter().next().unwrap().unwrap();
+        let record: serde_json::Value = serde_json::from_slice(&record).unwrap();
+        assert_eq!(record["tree"], "event_inbox");
+        assert!(
+            record["reason"]
+                .as_str()
+                .unwrap()
+                .contains("recursion limit"),
+            "{record}"
+        );
+        let again: Vec<serde_json::Value> = store
+            .scan_readable(T::EventInbox, &[], false, usize::MAX)
+            .await
+            .unwrap();
+        assert_eq!(again, [1, 3]);
+    }
+
+    #[tokio::test]
+    async fn a_transaction_reads_its_own_writes_and_commits_them_together() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Sled::open(dir.path()).unwrap();
+        let tx = store.transaction().await;
+        tx.put(T::Meta, b"a".to_vec(), b"1".to_vec());
+        tx.put(T::Usage, b"b".to_vec(), b"2".to_vec());
+        assert_eq!(tx.get(T::Meta, b"a").unwrap(), Some(b"1".to_vec()));
+        assert_eq!(store.get(T::Meta, b"a").unwrap(), None, "not yet visible");
+        tx.apply().unwrap();
+        drop(tx);
+        assert_eq!(store.get(T::Meta, b"a").unwrap(), Some(b"1".to_vec()));
+        assert_eq!(store.get(T::Usage, b"b").unwrap(), Some(b"2".to_vec()));
+        let dropped = store.transaction().await;
+        dropped.delete(T::Meta, b"a".to_vec());
+        drop(dropped);
+        assert!(store.get(T::Meta, b"a").unwrap().is_some(), "discarded");
+    }
+
+    #[test]
+    fn a_newer_schema_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = Sled::open(dir.path()).unwrap();
+            set_schema_version(&store.shared, SCHEMA_VERSION + 1).unwrap();
+            store.shared.db.flush().unwrap();
+        }
+        let err = Sled::open(dir.path()).err().unwrap();
+        assert!(format!("{err:#}").contains("newer switchyard"), "{err:#}");
+    }
+}
