@@ -93,16 +93,6 @@ pub fn router(app: App) -> Router {
             get(inference::project_usage),
         )
         .route(
-            "/v1/teams/{team}/projects/{project}/automations",
-            get(automations::list).post(automations::create),
-        )
-        .route(
-            "/v1/teams/{team}/projects/{project}/automations/{name}",
-            get(automations::show)
-                .put(automations::update)
-                .delete(automations::delete),
-        )
-        .route(
             "/v1/registries",
             get(groups::list::<Registries>).post(groups::create::<Registries>),
         )
@@ -116,100 +106,6 @@ pub fn router(app: App) -> Router {
             put(groups::set_member::<Registries>).delete(groups::remove_member::<Registries>),
         )
         .route(
-            "/v1/registries/{registry}/automations",
-            get(automations::list).post(automations::create),
-        )
-        .route(
-            "/v1/registries/{registry}/automations/{name}",
-            get(automations::show)
-                .put(automations::update)
-                .delete(automations::delete),
-        )
-        .route(
-            "/v1/teams/{team}/projects/{project}/automations/{name}/executions",
-            get(automations::executions),
-        )
-        .route(
-            "/v1/teams/{team}/projects/{project}/automations/{name}/executions/{execution}",
-            get(automations::execution),
-        )
-        .route(
-            "/v1/teams/{team}/projects/{project}/automations/{name}/executions/{execution}/replay",
-            post(automations::replay_one),
-        )
-        .route(
-            "/v1/teams/{team}/projects/{project}/automations/{name}/replay",
-            post(automations::replay_failed),
-        )
-        .route(
-            "/v1/teams/{team}/projects/{project}/collections",
-            get(artifacts::list_collections).post(artifacts::create_collection),
-        )
-        .route(
-            "/v1/teams/{team}/projects/{project}/collections/{collection}",
-            get(artifacts::show_collection),
-        )
-        .route(
-            "/v1/teams/{team}/projects/{project}/collections/{collection}/versions",
-            get(artifacts::list_versions).post(artifacts::create_version),
-        )
-        .route(
-            "/v1/teams/{team}/projects/{project}/collections/{collection}/versions/{version}",
-            get(artifacts::show_version),
-        )
-        .route(
-            "/v1/teams/{team}/projects/{project}/collections/{collection}/versions/{version}/aliases",
-            post(artifacts::add_alias),
-        )
-        .route(
-            "/v1/teams/{team}/projects/{project}/collections/{collection}/versions/{version}/tags",
-            post(artifacts::add_tag),
-        )
-        .route(
-            "/v1/registries/{registry}/automations/{name}/executions",
-            get(automations::executions),
-        )
-        .route(
-            "/v1/registries/{registry}/automations/{name}/executions/{execution}",
-            get(automations::execution),
-        )
-        .route(
-            "/v1/registries/{registry}/automations/{name}/executions/{execution}/replay",
-            post(automations::replay_one),
-        )
-        .route(
-            "/v1/registries/{registry}/automations/{name}/replay",
-            post(automations::replay_failed),
-        )
-        .route(
-            "/v1/registries/{registry}/collections",
-            get(artifacts::list_collections).post(artifacts::create_collection),
-        )
-        .route(
-            "/v1/registries/{registry}/collections/{collection}",
-            get(artifacts::show_collection),
-        )
-        .route(
-            "/v1/registries/{registry}/collections/{collection}/versions",
-            get(artifacts::list_versions).post(artifacts::create_version),
-        )
-        .route(
-            "/v1/registries/{registry}/collections/{collection}/versions/{version}",
-            get(artifacts::show_version),
-        )
-        .route(
-            "/v1/registries/{registry}/collections/{collection}/versions/{version}/aliases",
-            post(artifacts::add_alias),
-        )
-        .route(
-            "/v1/registries/{registry}/collections/{collection}/versions/{version}/tags",
-            post(artifacts::add_tag),
-        )
-        .route(
-            "/v1/registries/{registry}/collections/{collection}/links",
-            post(artifacts::link),
-        )
-        .route(
             "/v1/teams/{team}/projects/{project}/runs",
             get(runs::list).post(runs::create),
         )
@@ -220,6 +116,11 @@ pub fn router(app: App) -> Router {
         .route(
             "/v1/teams/{team}/projects/{project}/runs/{run}/metrics",
             post(runs::log),
+        )
+        .nest("/v1/teams/{team}/projects/{project}", scoped())
+        .nest(
+            "/v1/registries/{registry}",
+            scoped().route("/collections/{collection}/links", post(artifacts::link)),
         )
         .route("/v1/admin/plugins", get(admin::list))
         .route(
@@ -234,6 +135,60 @@ pub fn router(app: App) -> Router {
     Router::new()
         .fallback_service(routes)
         .layer(middleware::from_fn_with_state(app, shape_errors))
+}
+
+/// The routes of a registry or a project, written once and nested under
+/// `/v1/registries/{registry}` and `/v1/teams/{team}/projects/{project}`;
+/// each handler reads the scope from the path (see [`scope`]).
+fn scoped() -> Router<App> {
+    Router::new()
+        .route(
+            "/automations",
+            get(automations::list).post(automations::create),
+        )
+        .route(
+            "/automations/{name}",
+            get(automations::show)
+                .put(automations::update)
+                .delete(automations::delete),
+        )
+        .route(
+            "/automations/{name}/executions",
+            get(automations::executions),
+        )
+        .route(
+            "/automations/{name}/executions/{execution}",
+            get(automations::execution),
+        )
+        .route(
+            "/automations/{name}/executions/{execution}/replay",
+            post(automations::replay_one),
+        )
+        .route(
+            "/automations/{name}/replay",
+            post(automations::replay_failed),
+        )
+        .route(
+            "/collections",
+            get(artifacts::list_collections).post(artifacts::create_collection),
+        )
+        .route("/collections/{collection}", get(artifacts::show_collection))
+        .route(
+            "/collections/{collection}/versions",
+            get(artifacts::list_versions).post(artifacts::create_version),
+        )
+        .route(
+            "/collections/{collection}/versions/{version}",
+            get(artifacts::show_version),
+        )
+        .route(
+            "/collections/{collection}/versions/{version}/aliases",
+            post(artifacts::add_alias),
+        )
+        .route(
+            "/collections/{collection}/versions/{version}/tags",
+            post(artifacts::add_tag),
+        )
 }
 
 /// The envelope of every listing: `{"object": "list", "data": [...]}`, as
