@@ -63,6 +63,37 @@ pub struct Config {
     pub delivery: DeliveryConfig,
     /// The embedded model and the inference API.
     pub inference: InferenceConfig,
+    /// Where state is kept.
+    pub store: StoreConfig,
+}
+
+/// Where state is kept: the embedded store under `data_dir`, or PostgreSQL.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StoreConfig {
+    /// `postgres://user:password@host:port/database`: keep state in
+    /// PostgreSQL, so that several hosts serve as one. Unset, state is kept
+    /// in the embedded store under `data_dir`.
+    pub url: Option<String>,
+    /// PostgreSQL connections this host keeps open at most.
+    pub max_connections: u32,
+    /// How long a host may hold a delivery it is sending before another
+    /// host may take it over (a host that died mid-send).
+    pub lease_ms: u64,
+    /// How long a request waits for a database connection before it is
+    /// answered 503.
+    pub connect_timeout_ms: u64,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            url: None,
+            max_connections: 16,
+            lease_ms: 30_000,
+            connect_timeout_ms: 3_000,
+        }
+    }
 }
 
 /// The embedded model and the inference API.
@@ -283,6 +314,7 @@ impl Default for Config {
             webhooks: WebhooksConfig::default(),
             delivery: DeliveryConfig::default(),
             inference: InferenceConfig::default(),
+            store: StoreConfig::default(),
         }
     }
 }
@@ -338,6 +370,8 @@ pub struct Overrides {
     pub plugins_dir: Option<PathBuf>,
     /// `--plugin-cache-dir` / `SWITCHYARD_PLUGIN_CACHE_DIR`.
     pub plugin_cache_dir: Option<PathBuf>,
+    /// `--store-url` / `SWITCHYARD_STORE_URL`.
+    pub store_url: Option<String>,
 }
 
 impl Config {
@@ -363,6 +397,9 @@ impl Config {
         }
         if let Some(dir) = overrides.plugin_cache_dir {
             cfg.plugins.cache_dir = Some(dir);
+        }
+        if let Some(url) = overrides.store_url {
+            cfg.store.url = Some(url);
         }
         Ok(cfg)
     }

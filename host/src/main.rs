@@ -32,6 +32,44 @@ enum Command {
     /// Work with the embedded model.
     #[command(subcommand)]
     Model(ModelCommand),
+    /// Work with the store.
+    #[command(subcommand)]
+    Store(StoreCommand),
+}
+
+#[derive(Subcommand)]
+enum StoreCommand {
+    /// Copy an embedded store (a stopped host's data directory) into an
+    /// empty PostgreSQL database, to move a deployment to several hosts.
+    Copy {
+        /// The data directory of the embedded store.
+        #[arg(long)]
+        from: PathBuf,
+        /// The PostgreSQL URL (`postgres://…`) of an empty database.
+        #[arg(long)]
+        to: String,
+    },
+}
+
+/// Which store an admin command works on.
+#[derive(clap::Args)]
+struct StoreArgs {
+    /// Directory of the embedded store (default ./data).
+    #[arg(long, env = "SWITCHYARD_DATA_DIR", default_value = "./data")]
+    data_dir: PathBuf,
+    /// A PostgreSQL store's URL, instead of the embedded store.
+    #[arg(long, env = "SWITCHYARD_STORE_URL", hide_env_values = true)]
+    store_url: Option<String>,
+}
+
+impl StoreArgs {
+    fn open(&self, runtime: &tokio::runtime::Runtime) -> anyhow::Result<switchyard::store::Store> {
+        let cfg = switchyard::cfg::StoreConfig {
+            url: self.store_url.clone(),
+            ..Default::default()
+        };
+        runtime.block_on(switchyard::store::Store::open(&cfg, &self.data_dir))
+    }
 }
 
 #[derive(Subcommand)]
@@ -55,17 +93,15 @@ enum AdminCommand {
         /// Make the user an operator.
         #[arg(long)]
         operator: bool,
-        /// Directory of the store (default ./data).
-        #[arg(long, env = "SWITCHYARD_DATA_DIR", default_value = "./data")]
-        data_dir: PathBuf,
+        #[command(flatten)]
+        store: StoreArgs,
     },
     /// Print every stored record, one JSON line each: its kind, and its key
     /// and value in hex. Secrets are sealed and keys hashed, so nothing in
     /// it is usable as a credential; it shows what reaches the disk.
     DumpRecords {
-        /// Directory of the store (default ./data).
-        #[arg(long, env = "SWITCHYARD_DATA_DIR", default_value = "./data")]
-        data_dir: PathBuf,
+        #[command(flatten)]
+        store: StoreArgs,
     },
 }
 
@@ -100,9 +136,13 @@ struct ServeArgs {
     /// Address to listen on (default 127.0.0.1:8080; port 0 picks a free one).
     #[arg(long, env = "SWITCHYARD_LISTEN", value_parser = switchyard::cfg::parse_listen)]
     listen: Option<SocketAddr>,
-    /// Directory for the store (default ./data).
+    /// Directory for the embedded store and other state (default ./data).
     #[arg(long, env = "SWITCHYARD_DATA_DIR")]
     data_dir: Option<PathBuf>,
+    /// Keep state in PostgreSQL (`postgres://…`) instead of the embedded
+    /// store, so that several hosts serve as one.
+    #[arg(long, env = "SWITCHYARD_STORE_URL", hide_env_values = true)]
+    store_url: Option<String>,
     /// Directory watched for plugins (default ./plugins.d).
     #[arg(long, env = "SWITCHYARD_PLUGINS_DIR")]
     plugins_dir: Option<PathBuf>,
@@ -136,9 +176,10 @@ fn main() -> ExitCode {
         Command::Admin(AdminCommand::CreateUser {
             name,
             operator,
-            data_dir,
-        }) => create_user(&name, operator, &data_dir),
-        Command::Admin(AdminCommand::DumpRecords { data_dir }) => dump_records(&data_dir),
+            store,
+        }) => create_user(&name, operator, &store),
+        Command::Admin(AdminCommand::DumpRecords { store }) => dump_records(&store),
+        Command::Store(StoreCommand::Copy { from, to }) => copy_store(&from, &to),
         Command::Model(ModelCommand::Pull { to }) => switchyard::inference::pull::pull(&to),
         Command::Plugin(PluginCommand::Check {
             wasm,
@@ -170,6 +211,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         data_dir: args.data_dir,
         plugins_dir: args.plugins_dir,
         plugin_cache_dir: args.plugin_cache_dir,
+        store_url: args.store_url,
     };
     let cfg = Config::load(args.config.as_deref(), overrides)?;
     let runtime = tokio::runtime::Runtime::new()?;
@@ -188,9 +230,9 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     })
 }
 
-fn create_user(name: &str, operator: bool, data_dir: &std::path::Path) -> anyhow::Result<()> {
-    let store = switchyard::store::Store::open(data_dir)?;
+fn create_user(name: &str, operator: bool, store: &StoreArgs) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Runtime::new()?;
+    let store = store.open(&runtime)?;
     let (user, key) = runtime
         .block_on(switchyard::auth::create_user(&store, name, operator))
         .map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -201,10 +243,11 @@ fn create_user(name: &str, operator: bool, data_dir: &std::path::Path) -> anyhow
     Ok(())
 }
 
-fn dump_records(data_dir: &std::path::Path) -> anyhow::Result<()> {
+fn dump_records(store: &StoreArgs) -> anyhow::Result<()> {
     use std::io::Write;
-    let store = switchyard::store::Store::open(data_dir)?;
-    let records = tokio::runtime::Runtime::new()?.block_on(store.raw_records())?;
+    let runtime = tokio::runtime::Runtime::new()?;
+    let store = store.open(&runtime)?;
+    let records = runtime.block_on(store.raw_records())?;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     for (kind, key, value) in records {
         let line =
@@ -212,6 +255,16 @@ fn dump_records(data_dir: &std::path::Path) -> anyhow::Result<()> {
         writeln!(out, "{line}")?;
     }
     out.flush()?;
+    Ok(())
+}
+
+fn copy_store(from: &std::path::Path, to: &str) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Runtime::new()?;
+    let copied = runtime.block_on(switchyard::store::copy::embedded_to_postgres(from, to))?;
+    println!(
+        "copied {copied} records from {} to PostgreSQL",
+        from.display()
+    );
     Ok(())
 }
 
@@ -232,7 +285,8 @@ fn check_plugin(
 
 fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        // sqlx logs every statement and server notice at info.
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

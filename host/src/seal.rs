@@ -46,7 +46,7 @@ impl Sealer {
     /// store, and must open. Otherwise every secret would fail later, one
     /// by one, at send time.
     pub async fn verify(&self, store: &crate::store::Store) -> anyhow::Result<()> {
-        const CHECK: &str = "master_key_check";
+        const CHECK: &str = crate::store::MASTER_KEY_CHECK;
         match store.meta(CHECK).await? {
             None => Ok(store
                 .set_meta(CHECK, &self.seal(CHECK.as_bytes(), CHECK.as_bytes())?)
@@ -104,6 +104,10 @@ fn load_or_create(path: &Path) -> anyhow::Result<[u8; 32]> {
     }
     let mut key = [0u8; 32];
     getrandom::fill(&mut key).map_err(|e| anyhow::anyhow!("random source: {e}"))?;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("cannot create data directory {}", dir.display()))?;
+    }
     write_private(path, hex::encode(key).as_bytes())
         .with_context(|| format!("cannot create the master key {}", path.display()))?;
     Ok(key)

@@ -121,7 +121,7 @@ mod tests {
     #[tokio::test]
     async fn values_are_sealed_and_revealed_per_team() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path()).unwrap();
+        let store = Store::open_embedded(dir.path()).unwrap();
         let sealer = Sealer::load(dir.path(), None).unwrap();
         let (_, created) = put(&store, &sealer, "ml", "TOKEN", "hunter2-value")
             .await

@@ -7,7 +7,7 @@ use crate::harness::{
     Host, OPERATOR_KEY, assert_error_shape, expect_error, into_parts, raw_records,
 };
 
-#[tokio::test]
+on_each_store!(requests_without_a_valid_key_get_401_with_a_body);
 async fn requests_without_a_valid_key_get_401_with_a_body() {
     let host = Host::start().await;
     for auth in [None, Some("Bearer sy_not_a_key"), Some("Basic abc")] {
@@ -24,7 +24,7 @@ async fn requests_without_a_valid_key_get_401_with_a_body() {
     }
 }
 
-#[tokio::test]
+on_each_store!(a_key_is_shown_once_works_and_stops_working_when_revoked);
 async fn a_key_is_shown_once_works_and_stops_working_when_revoked() {
     let host = Host::start().await;
     let (status, me) = host.get("/v1/me").await;
@@ -65,7 +65,7 @@ async fn a_key_is_shown_once_works_and_stops_working_when_revoked() {
     assert_error_shape(&body);
 }
 
-#[tokio::test]
+on_each_store!(keys_are_not_stored_in_plain_text);
 async fn keys_are_not_stored_in_plain_text() {
     let mut host = Host::start().await;
     let (_, created) = host.post("/v1/me/api-keys", &json!({"name": "ci"})).await;

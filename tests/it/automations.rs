@@ -41,7 +41,7 @@ fn alias_automation(name: &str) -> Value {
 const PROJECT_AUTOMATIONS: &str = "/v1/teams/ml/projects/vision/automations";
 const REGISTRY_AUTOMATIONS: &str = "/v1/registries/models/automations";
 
-#[tokio::test]
+on_each_store!(projects_and_registries_have_a_lifecycle_and_are_private);
 async fn projects_and_registries_have_a_lifecycle_and_are_private() {
     let Scene {
         host,
@@ -121,7 +121,7 @@ async fn projects_and_registries_have_a_lifecycle_and_are_private() {
     expect_error(&answer, 404, "not_found", None);
 }
 
-#[tokio::test]
+on_each_store!(automation_lifecycle_in_a_project);
 async fn automation_lifecycle_in_a_project() {
     let Scene {
         host, alice, bob, ..
@@ -209,7 +209,7 @@ async fn automation_lifecycle_in_a_project() {
     );
 }
 
-#[tokio::test]
+on_each_store!(registry_automations_need_a_registry_admin);
 async fn registry_automations_need_a_registry_admin() {
     let Scene {
         host,
@@ -291,7 +291,7 @@ async fn rejected(w: &Scene, body: &Value) -> Value {
     error.clone()
 }
 
-#[tokio::test]
+on_each_store!(bad_definitions_are_refused_precisely);
 async fn bad_definitions_are_refused_precisely() {
     let w = world().await;
     let with = |path: &[&str], value: Value| {
@@ -441,7 +441,7 @@ async fn bad_definitions_are_refused_precisely() {
     );
 }
 
-#[tokio::test]
+on_each_store!(dependants_block_deletion_unless_forced);
 async fn dependants_block_deletion_unless_forced() {
     let Scene { host, alice, .. } = world().await;
     let (status, _) = host

@@ -71,6 +71,8 @@ pub struct Host {
     pub base: String,
     /// The data directory (owned by the test).
     pub data_dir: PathBuf,
+    /// The PostgreSQL store's database, when the host runs on one.
+    pub database: Option<Arc<TestDatabase>>,
     _temp: Option<Arc<tempfile::TempDir>>,
     _config_dir: tempfile::TempDir,
     log: Arc<Mutex<String>>,
@@ -81,6 +83,7 @@ pub struct Host {
 pub struct HostBuilder {
     config: String,
     data_dir: Option<PathBuf>,
+    database: Option<Arc<TestDatabase>>,
     /// Keeps a shared store's directory alive while any host uses it.
     temp: Option<Arc<tempfile::TempDir>>,
     env: Vec<(String, String)>,
@@ -94,6 +97,7 @@ impl Default for HostBuilder {
         HostBuilder {
             config: String::new(),
             data_dir: None,
+            database: None,
             temp: None,
             env: Vec::new(),
             args: Vec::new(),
@@ -141,6 +145,20 @@ impl HostBuilder {
     pub fn same_store(mut self, host: &Host) -> Self {
         self.data_dir = Some(host.data_dir.clone());
         self.temp = host._temp.clone();
+        self.database = host.database.clone();
+        self
+    }
+
+    /// The PostgreSQL database `host` uses, but a data directory of its
+    /// own: another host of the same deployment.
+    pub fn same_database(mut self, host: &Host) -> Self {
+        self.database = host.database.clone();
+        self
+    }
+
+    /// A PostgreSQL database the test made itself.
+    pub fn database(mut self, database: Arc<TestDatabase>) -> Self {
+        self.database = Some(database);
         self
     }
 
@@ -173,13 +191,23 @@ impl HostBuilder {
                 (Some(Arc::new(temp)), dir)
             }
         };
+        let database = match (self.database, Engine::current()) {
+            (Some(database), _) => Some(database),
+            (None, Engine::Postgres) => Some(Arc::new(TestDatabase::create().await)),
+            (None, Engine::Sled) => None,
+        };
         let config_dir = tempfile::tempdir().unwrap();
         let config_path = config_dir.path().join("switchyard.toml");
-        let config = match (self.config.contains("[inference]"), self.model) {
+        let mut config = match (self.config.contains("[inference]"), self.model) {
             (true, _) => self.config.clone(),
             (false, true) => format!("{}\n{INFERENCE}", self.config),
             (false, false) => format!("{}\n{NO_MODEL}", self.config),
         };
+        if database.is_some() && !config.contains("[store]") {
+            // A restarted host is a new host to PostgreSQL: it takes over
+            // what the old process held after this lease, not 30 s.
+            config.push_str("\n[store]\nlease_ms = 2000\n");
+        }
         std::fs::write(&config_path, config).unwrap();
         let mut command = Command::new(env!("CARGO_BIN_EXE_switchyard"));
         command
@@ -188,7 +216,11 @@ impl HostBuilder {
             .arg("--data-dir")
             .arg(&data_dir)
             .args(&self.args)
-            .env_remove("SWITCHYARD_BOOTSTRAP_KEY");
+            .env_remove("SWITCHYARD_BOOTSTRAP_KEY")
+            .env_remove("SWITCHYARD_STORE_URL");
+        if let Some(database) = &database {
+            command.env("SWITCHYARD_STORE_URL", &database.url);
+        }
         if self.bootstrap_key {
             command.env("SWITCHYARD_BOOTSTRAP_KEY", OPERATOR_KEY);
         }
@@ -230,6 +262,7 @@ impl HostBuilder {
                     child,
                     base,
                     data_dir,
+                    database,
                     _temp: temp,
                     _config_dir: config_dir,
                     log,
@@ -276,6 +309,19 @@ impl Host {
     /// The full URL of `path`.
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
+    }
+
+    /// The command-line arguments that point `switchyard admin …` at this
+    /// host's store.
+    pub fn store_args(&self) -> Vec<String> {
+        let mut args = vec![
+            "--data-dir".to_string(),
+            self.data_dir.to_string_lossy().into_owned(),
+        ];
+        if let Some(database) = &self.database {
+            args.extend(["--store-url".to_string(), database.url.clone()]);
+        }
+        args
     }
 
     /// The `host:port` part of the base URL.
@@ -505,9 +551,15 @@ impl Record {
 /// Every record in `host`'s store, read through the host's own CLI, so the
 /// same test works on any engine. The host must be stopped.
 pub async fn raw_records(host: &Host) -> Vec<Record> {
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchyard"));
+    command
         .args(["admin", "dump-records", "--data-dir"])
         .arg(&host.data_dir)
+        .env_remove("SWITCHYARD_STORE_URL");
+    if let Some(database) = &host.database {
+        command.args(["--store-url", &database.url]);
+    }
+    let out = command
         .output()
         .await
         .expect("running switchyard admin dump-records");
@@ -529,6 +581,253 @@ pub async fn raw_records(host: &Host) -> Vec<Record> {
             }
         })
         .collect()
+}
+
+/// The store engine a test's hosts run on, set by [`on_each_store!`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Engine {
+    /// The embedded store in the host's data directory.
+    Sled,
+    /// A PostgreSQL database of the test's own.
+    Postgres,
+}
+
+tokio::task_local! {
+    static ENGINE: Engine;
+}
+
+impl Engine {
+    /// The engine of the running test (the embedded one outside
+    /// [`on_each_store!`]).
+    pub fn current() -> Engine {
+        ENGINE.try_with(|e| *e).unwrap_or(Engine::Sled)
+    }
+
+    /// Runs a test's body with its hosts on this engine. Without a
+    /// PostgreSQL server, a PostgreSQL run says so and passes, unless
+    /// `SWITCHYARD_TEST_REQUIRE_POSTGRES` is set (CI sets it).
+    pub async fn run(self, test: impl std::future::Future<Output = ()>) {
+        if self == Engine::Postgres && postgres_server().is_none() {
+            let why = "no PostgreSQL: set SWITCHYARD_TEST_DATABASE_URL, or put initdb and pg_ctl on the PATH";
+            assert!(
+                std::env::var_os("SWITCHYARD_TEST_REQUIRE_POSTGRES").is_none(),
+                "{why}"
+            );
+            eprintln!("skipped on PostgreSQL: {why}");
+            return;
+        }
+        ENGINE.scope(self, test).await
+    }
+}
+
+/// Declares the end-to-end test `name` (an `async fn name()`) once per
+/// store engine: `name::sled` and `name::postgres`.
+macro_rules! on_each_store {
+    ($name:ident) => {
+        mod $name {
+            #[tokio::test]
+            async fn sled() {
+                $crate::harness::Engine::Sled.run(super::$name()).await
+            }
+
+            #[tokio::test]
+            async fn postgres() {
+                $crate::harness::Engine::Postgres.run(super::$name()).await
+            }
+        }
+    };
+}
+
+/// A database of a test's own on the test PostgreSQL server, dropped when
+/// the last host using it is.
+pub struct TestDatabase {
+    /// The URL hosts connect with.
+    pub url: String,
+    name: String,
+}
+
+impl TestDatabase {
+    /// Creates an empty database.
+    pub async fn create() -> TestDatabase {
+        use sqlx::Connection;
+        let server = postgres_server().expect("a PostgreSQL server for the test");
+        let name = format!("sy_test_{}", hex::encode(rand_bytes()));
+        let mut admin = sqlx::PgConnection::connect(&server)
+            .await
+            .unwrap_or_else(|e| panic!("connecting to the test PostgreSQL at {server}: {e}"));
+        sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(&mut admin)
+            .await
+            .unwrap_or_else(|e| panic!("creating test database {name}: {e}"));
+        let _ = admin.close().await;
+        TestDatabase {
+            url: with_database(&server, &name),
+            name,
+        }
+    }
+}
+
+impl Drop for TestDatabase {
+    fn drop(&mut self) {
+        let Some(server) = postgres_server() else {
+            return;
+        };
+        let name = self.name.clone();
+        // Drop runs outside any runtime a test may still be using.
+        let _ = std::thread::spawn(move || {
+            use sqlx::Connection;
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async {
+                if let Ok(mut admin) = sqlx::PgConnection::connect(&server).await {
+                    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                        .execute(&mut admin)
+                        .await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+fn rand_bytes() -> [u8; 8] {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    (nanos ^ (u64::from(std::process::id()) << 32) ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+        .to_be_bytes()
+}
+
+/// `url` with its database replaced by `name`.
+fn with_database(url: &str, name: &str) -> String {
+    let mut url = url::Url::parse(url).expect("a postgres:// URL");
+    url.set_path(&format!("/{name}"));
+    url.to_string()
+}
+
+/// The admin URL of the test PostgreSQL server: `SWITCHYARD_TEST_DATABASE_URL`,
+/// or a private cluster started for this test process.
+pub fn postgres_server() -> Option<String> {
+    if let Ok(url) = std::env::var("SWITCHYARD_TEST_DATABASE_URL") {
+        return Some(url);
+    }
+    PRIVATE
+        .get_or_init(PrivateCluster::start)
+        .as_ref()
+        .map(|c| c.url.clone())
+}
+
+static PRIVATE: std::sync::OnceLock<Option<PrivateCluster>> = std::sync::OnceLock::new();
+
+/// A PostgreSQL cluster made with `initdb` in a temporary directory and
+/// stopped when the test process exits.
+pub struct PrivateCluster {
+    url: String,
+    dir: PathBuf,
+    bin: PathBuf,
+}
+
+impl PrivateCluster {
+    fn start() -> Option<PrivateCluster> {
+        let bin = postgres_bin()?;
+        let dir = std::env::temp_dir().join(format!("switchyard-pg-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).ok()?;
+        let port = free_port();
+        let as_user = |program: &str, args: &[&str]| {
+            let mut command = if unsafe { libc::geteuid() } == 0 {
+                // PostgreSQL refuses to run as root.
+                let _ = Command::new("chown")
+                    .args(["-R", "postgres"])
+                    .arg(&dir)
+                    .status();
+                let mut c = Command::new("runuser");
+                c.args(["-u", "postgres", "--"]).arg(bin.join(program));
+                c
+            } else {
+                Command::new(bin.join(program))
+            };
+            command
+                .args(args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            command.status().is_ok_and(|s| s.success())
+        };
+        let data = dir.join("data");
+        let data = data.to_str()?;
+        if !as_user("initdb", &["-D", data, "-A", "trust", "-U", "postgres"]) {
+            return None;
+        }
+        let options = format!(
+            "-p {port} -k {} -c listen_addresses=127.0.0.1",
+            dir.display()
+        );
+        let log = dir.join("log");
+        if !as_user(
+            "pg_ctl",
+            &[
+                "-D",
+                data,
+                "-o",
+                &options,
+                "-l",
+                log.to_str()?,
+                "-w",
+                "start",
+            ],
+        ) {
+            return None;
+        }
+        extern "C" fn stop() {
+            if let Some(Some(cluster)) = PRIVATE.get() {
+                let _ = Command::new("runuser")
+                    .args(["-u", "postgres", "--"])
+                    .arg(cluster.bin.join("pg_ctl"))
+                    .args(["-D"])
+                    .arg(cluster.dir.join("data"))
+                    .args(["-m", "immediate", "stop"])
+                    .status();
+                let _ = std::fs::remove_dir_all(&cluster.dir);
+            }
+        }
+        unsafe { libc::atexit(stop) };
+        Some(PrivateCluster {
+            url: format!("postgres://postgres@127.0.0.1:{port}/postgres"),
+            dir,
+            bin,
+        })
+    }
+}
+
+/// The directory of `initdb` and `pg_ctl`: on the PATH, or Debian's.
+fn postgres_bin() -> Option<PathBuf> {
+    let on_path = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .find(|p| p.join("initdb").exists() && p.join("pg_ctl").exists())
+    });
+    on_path.or_else(|| {
+        let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+            .ok()?
+            .filter_map(|e| e.ok().map(|e| e.path().join("bin")))
+            .filter(|p| p.join("initdb").exists())
+            .collect();
+        found.sort();
+        found.pop()
+    })
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// Runs the host's CLI with `args`; returns whether it succeeded, and

@@ -17,7 +17,7 @@ fn assert_check(body: &Value, name: &str, success: bool) {
     assert_eq!(errors.is_empty(), success, "{name}: {body}");
 }
 
-#[tokio::test]
+on_each_store!(system_check_passes_without_auth);
 async fn system_check_passes_without_auth() {
     let host = Host::start().await;
     let response = host
@@ -34,7 +34,7 @@ async fn system_check_passes_without_auth() {
     }
 }
 
-#[tokio::test]
+on_each_store!(a_stalled_queue_fails_the_check_with_503_and_the_same_body);
 async fn a_stalled_queue_fails_the_check_with_503_and_the_same_body() {
     // No workers: probe jobs are queued but never run, so the probe times out.
     let host = Host::builder()
@@ -65,7 +65,7 @@ async fn a_stalled_queue_fails_the_check_with_503_and_the_same_body() {
     host.wait_for_log(&["queue has no workers"]).await;
 }
 
-#[tokio::test]
+on_each_store!(a_full_inference_queue_fails_the_gpu_check);
 async fn a_full_inference_queue_fails_the_gpu_check() {
     let host = Host::builder()
         .config("[queues.inference]\nworkers = 0\ncapacity = 1\n[health]\nprobe_timeout_ms = 200")
@@ -80,7 +80,7 @@ async fn a_full_inference_queue_fails_the_gpu_check() {
     assert!(error.contains("queue is full"), "{error}");
 }
 
-#[tokio::test]
+on_each_store!(a_missing_model_fails_the_gpu_check_and_leaves_the_rest_serving);
 async fn a_missing_model_fails_the_gpu_check_and_leaves_the_rest_serving() {
     let host = Host::builder()
         .config("[inference]\nauto_pull = false\nmodel_path = \"/nonexistent/model.gguf\"")

@@ -8,7 +8,7 @@ use serde_json::json;
 
 use crate::harness::{Host, OPERATOR_KEY, assert_error_shape, expect_error, into_parts};
 
-#[tokio::test]
+on_each_store!(unknown_route_is_a_404_error_object);
 async fn unknown_route_is_a_404_error_object() {
     let host = Host::start().await;
     let (status, body) = host.get_anon("/v1/nope").await;
@@ -18,7 +18,7 @@ async fn unknown_route_is_a_404_error_object() {
     assert!(error["message"].as_str().unwrap().contains("/v1/nope"));
 }
 
-#[tokio::test]
+on_each_store!(wrong_method_is_a_405_error_object_with_allow);
 async fn wrong_method_is_a_405_error_object_with_allow() {
     let host = Host::start().await;
     let response = host
@@ -36,7 +36,7 @@ async fn wrong_method_is_a_405_error_object_with_allow() {
     assert!(error["message"].as_str().unwrap().contains("GET"));
 }
 
-#[tokio::test]
+on_each_store!(malformed_json_says_where_it_broke);
 async fn malformed_json_says_where_it_broke() {
     let host = Host::start().await;
     let response = host
@@ -58,7 +58,7 @@ async fn malformed_json_says_where_it_broke() {
     );
 }
 
-#[tokio::test]
+on_each_store!(unknown_and_mistyped_fields_are_named);
 async fn unknown_and_mistyped_fields_are_named() {
     let host = Host::start().await;
     let (status, body) = host
@@ -87,7 +87,7 @@ async fn unknown_and_mistyped_fields_are_named() {
     assert_eq!(assert_error_shape(&body)["param"], "name", "{body}");
 }
 
-#[tokio::test]
+on_each_store!(oversized_bodies_are_413_declared_or_chunked);
 async fn oversized_bodies_are_413_declared_or_chunked() {
     let host = Host::builder()
         .config("[limits]\nmax_body_bytes = 1024")
@@ -139,7 +139,7 @@ fn raw_exchange(addr: &str, request: &[u8]) -> String {
     String::from_utf8_lossy(&buf).into_owned()
 }
 
-#[tokio::test]
+on_each_store!(wrong_content_type_is_415);
 async fn wrong_content_type_is_415() {
     let host = Host::start().await;
     let response = host
@@ -157,7 +157,7 @@ async fn wrong_content_type_is_415() {
     assert!(message.contains("application/json"), "{message}");
 }
 
-#[tokio::test]
+on_each_store!(a_client_that_never_finishes_its_headers_is_dropped);
 async fn a_client_that_never_finishes_its_headers_is_dropped() {
     let host = Host::builder()
         .config("[limits]\nheader_read_timeout_ms = 300")
@@ -184,7 +184,7 @@ async fn a_client_that_never_finishes_its_headers_is_dropped() {
     assert_eq!(status, 200);
 }
 
-#[tokio::test]
+on_each_store!(a_client_that_never_finishes_its_body_gets_408);
 async fn a_client_that_never_finishes_its_body_gets_408() {
     let host = Host::builder()
         .config("[limits]\nbody_read_timeout_ms = 300")
@@ -223,7 +223,7 @@ fn closed_by_host(mut stream: TcpStream) -> Duration {
     }
 }
 
-#[tokio::test]
+on_each_store!(a_connection_that_sends_nothing_is_closed_after_the_header_timeout);
 async fn a_connection_that_sends_nothing_is_closed_after_the_header_timeout() {
     let host = Host::builder()
         .config("[limits]\nheader_read_timeout_ms = 300")
@@ -237,7 +237,7 @@ async fn a_connection_that_sends_nothing_is_closed_after_the_header_timeout() {
     closed_by_host(partial);
 }
 
-#[tokio::test]
+on_each_store!(the_system_check_answers_while_more_idle_connections_than_the_cap_are_held);
 async fn the_system_check_answers_while_more_idle_connections_than_the_cap_are_held() {
     let host = Host::builder()
         .config("[limits]\nmax_connections = 32\nheader_read_timeout_ms = 60000")
@@ -260,7 +260,7 @@ async fn the_system_check_answers_while_more_idle_connections_than_the_cap_are_h
     closed_by_host(idle.into_iter().next().unwrap());
 }
 
-#[tokio::test]
+on_each_store!(a_cap_above_the_open_file_limit_is_a_clear_error);
 async fn a_cap_above_the_open_file_limit_is_a_clear_error() {
     let err = Host::builder()
         .config("[limits]\nmax_connections = 100000000")
@@ -274,7 +274,7 @@ async fn a_cap_above_the_open_file_limit_is_a_clear_error() {
     );
 }
 
-#[tokio::test]
+on_each_store!(errors_from_the_router_and_the_http_layer_have_the_error_shape);
 async fn errors_from_the_router_and_the_http_layer_have_the_error_shape() {
     let host = Host::start().await;
     // A path segment that is not UTF-8 once decoded.

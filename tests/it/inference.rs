@@ -37,7 +37,7 @@ fn content(body: &Value) -> String {
         .to_string()
 }
 
-#[tokio::test]
+on_each_store!(models_are_listed_for_callers_with_a_key);
 async fn models_are_listed_for_callers_with_a_key() {
     let host = Host::with_model().await;
     let alice = host.create_user("alice").await;
@@ -62,7 +62,7 @@ async fn models_are_listed_for_callers_with_a_key() {
     assert_eq!(assert_error_shape(&body)["type"], "authentication_error");
 }
 
-#[tokio::test]
+on_each_store!(a_completion_has_usage_that_adds_up_and_is_counted_for_its_project);
 async fn a_completion_has_usage_that_adds_up_and_is_counted_for_its_project() {
     let host = Host::with_model().await;
     let alice = world(&host).await;
@@ -139,7 +139,7 @@ async fn a_completion_has_usage_that_adds_up_and_is_counted_for_its_project() {
     expect_error(&answer, 401, "invalid_api_key", None);
 }
 
-#[tokio::test]
+on_each_store!(a_stream_sends_role_content_finish_reason_usage_and_done);
 async fn a_stream_sends_role_content_finish_reason_usage_and_done() {
     let host = Host::with_model().await;
     let alice = world(&host).await;
@@ -191,7 +191,7 @@ async fn a_stream_sends_role_content_finish_reason_usage_and_done() {
     assert_eq!(streamed, content(&whole));
 }
 
-#[tokio::test]
+on_each_store!(stop_sequences_end_the_text_before_them);
 async fn stop_sequences_end_the_text_before_them() {
     let host = Host::with_model().await;
     let alice = world(&host).await;
@@ -243,12 +243,12 @@ async fn stop_sequences_end_the_text_before_them() {
     }
 }
 
+on_each_store!(greedy_replies_match_the_reference_implementation);
 /// The WASM kernels compute what candle's reference model computes on the
 /// same Q4_1 weights: its greedy reply, run natively, begins with this text.
 /// So they do with one instance of the model, and with the second instance
 /// (waited for until ready), which evaluates the prompt's first half and
 /// takes half of the output layer: its log shows it ran tasks.
-#[tokio::test]
 async fn greedy_replies_match_the_reference_implementation() {
     for second_instance in [false, true] {
         let host = Host::builder()
@@ -282,7 +282,7 @@ async fn greedy_replies_match_the_reference_implementation() {
     }
 }
 
-#[tokio::test]
+on_each_store!(the_same_seed_gives_the_same_text);
 async fn the_same_seed_gives_the_same_text() {
     let host = Host::with_model().await;
     let alice = world(&host).await;
@@ -303,7 +303,7 @@ async fn the_same_seed_gives_the_same_text() {
     );
 }
 
-#[tokio::test]
+on_each_store!(bad_requests_get_openai_error_objects);
 async fn bad_requests_get_openai_error_objects() {
     let host = Host::with_model().await;
     let alice = world(&host).await;
@@ -378,7 +378,7 @@ async fn bad_requests_get_openai_error_objects() {
     assert_eq!(response.status(), 401);
 }
 
-#[tokio::test]
+on_each_store!(a_full_inference_queue_answers_429_at_once);
 async fn a_full_inference_queue_answers_429_at_once() {
     // No workers and room for one: whichever request comes first waits
     // forever, and the other is refused at once.
@@ -422,7 +422,7 @@ async fn a_full_inference_queue_answers_429_at_once() {
     );
 }
 
-#[tokio::test]
+on_each_store!(a_project_over_its_concurrency_limit_gets_429_and_a_dropped_stream_frees_its_slot);
 async fn a_project_over_its_concurrency_limit_gets_429_and_a_dropped_stream_frees_its_slot() {
     let host = Host::builder()
         .with_model()
@@ -478,7 +478,7 @@ async fn a_project_over_its_concurrency_limit_gets_429_and_a_dropped_stream_free
     }
 }
 
-#[tokio::test]
+on_each_store!(the_stock_openai_python_client_works);
 async fn the_stock_openai_python_client_works() {
     let host = Host::with_model().await;
     let alice = world(&host).await;
@@ -499,8 +499,8 @@ async fn the_stock_openai_python_client_works() {
     assert!(stdout.contains("all checks passed"), "{stdout}");
 }
 
+on_each_store!(the_stock_async_openai_client_works);
 /// The stock Rust client, `async-openai`, pointed at our base URL.
-#[tokio::test]
 async fn the_stock_async_openai_client_works() {
     use async_openai::Client;
     use async_openai::config::OpenAIConfig;
@@ -585,10 +585,10 @@ fn openai_python() -> String {
     python_venv("openai-venv", &["openai==2.*"])
 }
 
+on_each_store!(prompts_are_tokenized_as_llama_cpp_does);
 /// Prompt token counts for SmolLM2's chat template around each message, as
 /// llama.cpp encodes them (llama-cpp-python 0.3.36, same GGUF): digits one
 /// by one, byte-level BPE for any Unicode, whitespace runs kept.
-#[tokio::test]
 async fn prompts_are_tokenized_as_llama_cpp_does() {
     let host = Host::with_model().await;
     let alice = host.create_user("alice").await;

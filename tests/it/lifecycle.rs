@@ -10,7 +10,7 @@ use crate::harness::{Host, OPERATOR_KEY, plugin_wasm};
 use crate::receiver::{Receiver, expected_signature};
 use crate::world::{SIGN, World};
 
-#[tokio::test]
+on_each_store!(sigterm_drains_an_in_flight_request_and_the_store_reopens);
 async fn sigterm_drains_an_in_flight_request_and_the_store_reopens() {
     let mut host = Host::builder()
         .env("RUST_LOG", "info,switchyard::http=debug")
@@ -47,6 +47,7 @@ async fn sigterm_drains_an_in_flight_request_and_the_store_reopens() {
     assert!(keys.to_string().contains("in-flight"), "{keys}");
 }
 
+// The embedded store only: a PostgreSQL store is shared by design.
 #[tokio::test]
 async fn a_data_directory_in_use_is_a_clear_error() {
     let first = Host::start().await;
@@ -60,7 +61,7 @@ async fn a_data_directory_in_use_is_a_clear_error() {
     assert!(!err.contains("panicked"), "{err}");
 }
 
-#[tokio::test]
+on_each_store!(a_bad_config_file_is_a_clear_error);
 async fn a_bad_config_file_is_a_clear_error() {
     let err = Host::builder()
         .config("[limits]\nmax_body = 5")
@@ -72,7 +73,7 @@ async fn a_bad_config_file_is_a_clear_error() {
     assert!(err.contains("exit status: 1"), "{err}");
 }
 
-#[tokio::test]
+on_each_store!(a_data_directory_that_cannot_be_created_is_a_clear_error);
 async fn a_data_directory_that_cannot_be_created_is_a_clear_error() {
     let temp = tempfile::tempdir().unwrap();
     let file = temp.path().join("not-a-dir");
@@ -90,7 +91,7 @@ async fn a_data_directory_that_cannot_be_created_is_a_clear_error() {
 /// 64 hex digits.
 const MASTER_KEY: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
 
-#[tokio::test]
+on_each_store!(a_master_key_from_the_environment_seals_secrets_and_a_wrong_one_is_refused);
 async fn a_master_key_from_the_environment_seals_secrets_and_a_wrong_one_is_refused() {
     let receiver = Receiver::start().await;
     let config = "[webhooks]\nallow_private = [\"127.0.0.0/8\"]";
@@ -146,7 +147,7 @@ async fn a_master_key_from_the_environment_seals_secrets_and_a_wrong_one_is_refu
     );
 }
 
-#[tokio::test]
+on_each_store!(the_bootstrap_key_is_printed_once_and_works);
 async fn the_bootstrap_key_is_printed_once_and_works() {
     let mut host = Host::builder().without_bootstrap_key().start().await;
     let log = host.log();
@@ -171,7 +172,7 @@ async fn the_bootstrap_key_is_printed_once_and_works() {
     assert_eq!(again.call("GET", "/v1/me", &key, None).await.0, 200);
 }
 
-#[tokio::test]
+on_each_store!(flags_win_over_the_environment_which_wins_over_the_file);
 async fn flags_win_over_the_environment_which_wins_over_the_file() {
     // Each source names its own plugins directory, holding a plugin named
     // after it: which one is loaded shows which source won.
@@ -220,4 +221,136 @@ async fn flags_win_over_the_environment_which_wins_over_the_file() {
         .start()
         .await;
     assert_eq!(loaded(host).await, ["from-flag"]);
+}
+
+/// An embedded store copied into PostgreSQL serves the same: users and
+/// keys, teams, secrets (still sealed, still signing), webhooks,
+/// automations, their history, artifacts with aliases and tags, and runs.
+#[tokio::test]
+async fn an_embedded_store_copied_to_postgres_serves_the_same() {
+    let receiver = Receiver::start().await;
+    let config = "[webhooks]\nallow_private = [\"127.0.0.0/8\"]";
+    let mut host = Host::builder().config(config).start().await;
+    let world = World::build(&host, Some(&format!("{}/hook", receiver.base))).await;
+    let project = crate::world::PROJECT;
+    let automation = json!({"name": "tagged", "event": {"type": "ADD_ARTIFACT_TAG"},
+        "webhook": {"team": "ml", "name": "ci"}, "action": "Webhooks",
+        "payload": r#"{"tag": "${tag}"}"#});
+    crate::world::ok(
+        &host,
+        &world.alice,
+        "POST",
+        &format!("{project}/automations"),
+        automation,
+    )
+    .await;
+    let versions = format!("{project}/collections/detector/versions");
+    crate::world::ok(
+        &host,
+        &world.bob,
+        "POST",
+        &versions,
+        json!({"metadata": {"a": 1}}),
+    )
+    .await;
+    let v0 = format!("{versions}/v0");
+    crate::world::ok(
+        &host,
+        &world.bob,
+        "POST",
+        &format!("{v0}/aliases"),
+        json!({"alias": "prod"}),
+    )
+    .await;
+    crate::world::ok(
+        &host,
+        &world.bob,
+        "POST",
+        &format!("{v0}/tags"),
+        json!({"tag": "gold"}),
+    )
+    .await;
+    receiver.wait_for(1, 10).await;
+    let run = crate::world::ok(
+        &host,
+        &world.bob,
+        "POST",
+        &format!("{project}/runs"),
+        json!({"name": "r1"}),
+    )
+    .await;
+    let run_path = format!("{project}/runs/{}", run["id"].as_str().unwrap());
+    crate::world::ok(
+        &host,
+        &world.bob,
+        "POST",
+        &format!("{run_path}/metrics"),
+        json!({"metrics": {"loss": 0.5}}),
+    )
+    .await;
+    let read = async |host: &Host| {
+        let mut seen = Vec::new();
+        for path in [
+            "/v1/teams".to_string(),
+            "/v1/teams/ml/members".to_string(),
+            "/v1/teams/ml/secrets".to_string(),
+            "/v1/teams/ml/webhooks".to_string(),
+            format!("{project}/automations"),
+            format!("{project}/automations/tagged/executions"),
+            v0.clone(),
+            run_path.clone(),
+            "/v1/registries/models/members".to_string(),
+        ] {
+            let (status, body) = host.call("GET", &path, &world.alice, None).await;
+            assert_eq!(status, 200, "{path}: {body}");
+            seen.push(body);
+        }
+        seen
+    };
+    let before = read(&host).await;
+    host.terminate().await;
+
+    if crate::harness::postgres_server().is_none() {
+        assert!(
+            std::env::var_os("SWITCHYARD_TEST_REQUIRE_POSTGRES").is_none(),
+            "no PostgreSQL for the copy test"
+        );
+        eprintln!("skipped: no PostgreSQL for the copy test");
+        return;
+    }
+    let database = std::sync::Arc::new(crate::harness::TestDatabase::create().await);
+    let data_dir = host.data_dir.to_str().unwrap().to_string();
+    let (ok, stdout, stderr) =
+        crate::harness::cli(&["store", "copy", "--from", &data_dir, "--to", &database.url]).await;
+    assert!(ok, "{stderr}");
+    assert!(stdout.contains("copied"), "{stdout}");
+    // The same data directory: its master key opens the copied secrets.
+    let copied = Host::builder()
+        .config(config)
+        .same_store(&host)
+        .database(database.clone())
+        .start()
+        .await;
+    assert_eq!(
+        read(&copied).await,
+        before,
+        "the copy reads as the original"
+    );
+    let (status, test) = copied
+        .call("POST", "/v1/teams/ml/webhooks/ci/test", &world.alice, None)
+        .await;
+    assert_eq!(status, 200, "{test}");
+    let sent = receiver.wait_for(2, 10).await;
+    assert_eq!(
+        sent[1].header("x-service-signature").unwrap(),
+        expected_signature(SIGN, &sent[1].body),
+        "the copied secret signs"
+    );
+    let (again, _, stderr) =
+        crate::harness::cli(&["store", "copy", "--from", &data_dir, "--to", &database.url]).await;
+    assert!(
+        !again,
+        "copying into a database that holds a store is refused"
+    );
+    assert!(stderr.contains("empty database"), "{stderr}");
 }

@@ -1,6 +1,8 @@
 //! Every end-to-end test, in one binary. Each test starts the real
-//! `switchyard` binary; see `harness`.
+//! `switchyard` binary; see `harness`. Tests declared with
+//! `on_each_store!(name)` run twice, as `name::sled` and `name::postgres`.
 
+#[macro_use]
 mod harness;
 mod receiver;
 mod world;
@@ -12,6 +14,7 @@ mod health;
 mod http_errors;
 mod inference;
 mod lifecycle;
+mod multihost;
 mod openapi;
 mod plugin_units;
 mod plugins;

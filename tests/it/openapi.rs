@@ -110,7 +110,7 @@ fn want(expected: u16, (status, body): (u16, Value)) -> Value {
     body
 }
 
-#[tokio::test]
+on_each_store!(the_document_is_public_and_browsable);
 async fn the_document_is_public_and_browsable() {
     let host = Host::start().await;
     let (status, doc) = host.get_anon("/v1/openapi.json").await;
@@ -146,7 +146,7 @@ async fn the_document_is_public_and_browsable() {
     expect_error(&answer, 404, "not_found", None);
 }
 
-#[tokio::test]
+on_each_store!(every_documented_operation_answers_as_its_schema_says);
 async fn every_documented_operation_answers_as_its_schema_says() {
     let receiver = Receiver::start().await;
     let host = Host::builder()
@@ -858,7 +858,7 @@ async fn every_documented_operation_answers_as_its_schema_says() {
 /// The generator's version, pinned: a new one may warn about new things.
 const GENERATOR: &str = "openapi-python-client==0.29.1";
 
-#[tokio::test]
+on_each_store!(a_generated_python_client_builds_without_warnings_and_works);
 async fn a_generated_python_client_builds_without_warnings_and_works() {
     let python = python_venv("openapi-client-venv", &[GENERATOR]);
     let bin = std::path::Path::new(&python)

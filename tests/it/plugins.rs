@@ -27,7 +27,7 @@ fn spec_variables() -> Value {
     })
 }
 
-#[tokio::test]
+on_each_store!(template_default_renders_every_spec_variable);
 async fn template_default_renders_every_spec_variable() {
     let host = Host::start().await;
     let template = r#"{"event_type": "${event_type}", "client_payload": {
@@ -65,7 +65,7 @@ async fn template_default_renders_every_spec_variable() {
     assert_eq!(p["secret"], "s3cr3t");
 }
 
-#[tokio::test]
+on_each_store!(hostile_values_cannot_break_or_inject_into_the_json);
 async fn hostile_values_cannot_break_or_inject_into_the_json() {
     let host = Host::start().await;
     let hostile = "\"}, \"admin\": true, \"x\": {\"y\": \"\\\n${ACCESS_TOKEN}\u{0001}";
@@ -83,7 +83,7 @@ async fn hostile_values_cannot_break_or_inject_into_the_json() {
     assert_eq!(out["wrapped"], format!("by {hostile}!"));
 }
 
-#[tokio::test]
+on_each_store!(template_default_renders_large_and_deeply_nested_payloads);
 async fn template_default_renders_large_and_deeply_nested_payloads() {
     let host = Host::start().await;
     // The renderer starts with 256 KiB of memory and 64 KiB of stack: a
@@ -110,7 +110,7 @@ async fn template_default_renders_large_and_deeply_nested_payloads() {
     assert_eq!(body["output"]["version"].to_string(), deep);
 }
 
-#[tokio::test]
+on_each_store!(templates_too_large_or_too_deep_are_refused_before_the_plugin);
 async fn templates_too_large_or_too_deep_are_refused_before_the_plugin() {
     let host = Host::start().await;
     for (template, says) in [
@@ -158,7 +158,7 @@ async fn templates_too_large_or_too_deep_are_refused_before_the_plugin() {
     );
 }
 
-#[tokio::test]
+on_each_store!(unknown_variables_and_invalid_templates_are_reported_with_position);
 async fn unknown_variables_and_invalid_templates_are_reported_with_position() {
     let host = Host::start().await;
     let (status, body) = host
@@ -198,7 +198,7 @@ async fn filter(host: &Host, config: Value, event: Value) -> bool {
     body["matches"].as_bool().unwrap()
 }
 
-#[tokio::test]
+on_each_store!(filter_default_decides_each_condition);
 async fn filter_default_decides_each_condition() {
     let host = Host::start().await;
     let alias = |a: &str| json!({"event_type": "ADD_ARTIFACT_ALIAS", "alias": a});
@@ -266,7 +266,7 @@ async fn filter_default_decides_each_condition() {
     );
 }
 
-#[tokio::test]
+on_each_store!(invalid_regexes_and_conditions_are_reported_not_panicked_on);
 async fn invalid_regexes_and_conditions_are_reported_not_panicked_on() {
     let host = Host::start().await;
     let event = json!({"event_type": "ADD_ARTIFACT_ALIAS", "alias": "x"});
@@ -329,7 +329,7 @@ async fn failure_message(host: &Host, template: &str) -> String {
     message
 }
 
-#[tokio::test]
+on_each_store!(a_plugin_that_loops_forever_is_stopped_at_its_cpu_budget);
 async fn a_plugin_that_loops_forever_is_stopped_at_its_cpu_budget() {
     let host = Host::start().await;
     upload_misbehave(&host, "cpu_ms=50&timeout_ms=5000").await;
@@ -344,7 +344,7 @@ async fn a_plugin_that_loops_forever_is_stopped_at_its_cpu_budget() {
     assert_eq!(info["failures"], 1, "{info}");
 }
 
-#[tokio::test]
+on_each_store!(a_plugin_past_its_wall_clock_timeout_is_stopped);
 async fn a_plugin_past_its_wall_clock_timeout_is_stopped() {
     let host = Host::start().await;
     // A generous CPU budget: the wall-clock timeout must fire first.
@@ -356,7 +356,7 @@ async fn a_plugin_past_its_wall_clock_timeout_is_stopped() {
     );
 }
 
-#[tokio::test]
+on_each_store!(a_plugin_that_allocates_without_bound_is_stopped_at_its_memory_cap);
 async fn a_plugin_that_allocates_without_bound_is_stopped_at_its_memory_cap() {
     let host = Host::start().await;
     upload_misbehave(&host, "memory_mb=16").await;
@@ -369,7 +369,7 @@ async fn a_plugin_that_allocates_without_bound_is_stopped_at_its_memory_cap() {
     assert_eq!(body["output"]["echo"], "still alive");
 }
 
-#[tokio::test]
+on_each_store!(a_plugin_that_traps_is_reported);
 async fn a_plugin_that_traps_is_reported() {
     let host = Host::start().await;
     upload_misbehave(&host, "").await;
@@ -377,7 +377,7 @@ async fn a_plugin_that_traps_is_reported() {
     assert!(message.contains("misbehave@9.9.9 trapped"), "{message}");
 }
 
-#[tokio::test]
+on_each_store!(a_template_sees_no_files_and_no_environment);
 async fn a_template_sees_no_files_and_no_environment() {
     let host = Host::start().await;
     upload_misbehave(&host, "").await;
@@ -394,7 +394,7 @@ async fn a_template_sees_no_files_and_no_environment() {
     assert_eq!(body["output"]["vars"], 0, "{body}");
 }
 
-#[tokio::test]
+on_each_store!(plugin_output_goes_to_the_host_log_with_the_plugins_name);
 async fn plugin_output_goes_to_the_host_log_with_the_plugins_name() {
     let host = Host::start().await;
     upload_misbehave(&host, "").await;
@@ -408,7 +408,7 @@ async fn plugin_output_goes_to_the_host_log_with_the_plugins_name() {
         .await;
 }
 
-#[tokio::test]
+on_each_store!(a_template_importing_sockets_is_rejected_at_load);
 async fn a_template_importing_sockets_is_rejected_at_load() {
     let host = Host::start().await;
     let (status, body) = host
@@ -428,7 +428,7 @@ async fn a_template_importing_sockets_is_rejected_at_load() {
     expect_error(&answer, 404, "not_found", None);
 }
 
-#[tokio::test]
+on_each_store!(a_broken_upload_leaves_the_old_version_serving);
 async fn a_broken_upload_leaves_the_old_version_serving() {
     let host = Host::start().await;
     let (status, before) = host.get("/v1/admin/plugins/template-default").await;
@@ -477,7 +477,7 @@ async fn more_calls(calls: &std::sync::atomic::AtomicUsize) {
     }
 }
 
-#[tokio::test]
+on_each_store!(a_hot_swap_under_concurrent_calls_loses_no_call);
 async fn a_hot_swap_under_concurrent_calls_loses_no_call() {
     let host = Host::start().await;
     let (status, _) = host
@@ -559,7 +559,7 @@ async fn a_hot_swap_under_concurrent_calls_loses_no_call() {
     assert_eq!(info["source"], "upload");
 }
 
-#[tokio::test]
+on_each_store!(operators_list_replace_and_remove_plugins);
 async fn operators_list_replace_and_remove_plugins() {
     let host = Host::start().await;
     let (_, list) = host.get("/v1/admin/plugins").await;
@@ -639,7 +639,7 @@ async fn operators_list_replace_and_remove_plugins() {
     expect_error(&answer, 401, "invalid_api_key", None);
 }
 
-#[tokio::test]
+on_each_store!(the_watched_directory_loads_reloads_and_unloads_plugins);
 async fn the_watched_directory_loads_reloads_and_unloads_plugins() {
     let dir = tempfile::tempdir().unwrap();
     let host = Host::builder()
@@ -787,7 +787,7 @@ fn plugin_check_validates_and_dry_runs_a_component() {
     assert_eq!(report["models"], json!(["team-llm"]));
 }
 
-#[tokio::test]
+on_each_store!(a_restart_reuses_the_compiled_code_cache);
 async fn a_restart_reuses_the_compiled_code_cache() {
     let cache = tempfile::tempdir().unwrap();
     let cache_dir = cache.path().to_str().unwrap();

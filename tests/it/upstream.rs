@@ -196,7 +196,7 @@ async fn send(host: &Host, key: &str, body: &Value) -> (u16, String) {
     (response.status().as_u16(), response.text().await.unwrap())
 }
 
-#[tokio::test]
+on_each_store!(the_proxy_forwards_whole_and_streamed_completions_with_the_host_held_key);
 async fn the_proxy_forwards_whole_and_streamed_completions_with_the_host_held_key() {
     let (upstream, seen) = fake_upstream().await;
     // Every level, so that "never logged" covers debug and trace lines too.
@@ -259,7 +259,7 @@ async fn the_proxy_forwards_whole_and_streamed_completions_with_the_host_held_ke
     );
 }
 
-#[tokio::test]
+on_each_store!(upstream_failures_and_hangs_are_clear_errors);
 async fn upstream_failures_and_hangs_are_clear_errors() {
     let (upstream, _) = fake_upstream().await;
     let host = host_with(&upstream, "").await;
@@ -295,7 +295,7 @@ async fn upstream_failures_and_hangs_are_clear_errors() {
     assert_eq!(status, 200);
 }
 
-#[tokio::test]
+on_each_store!(upstream_connections_are_reused_and_redirects_not_followed);
 async fn upstream_connections_are_reused_and_redirects_not_followed() {
     let (upstream, seen) = fake_upstream().await;
     let host = host_with(&upstream, "").await;
@@ -323,7 +323,7 @@ async fn upstream_connections_are_reused_and_redirects_not_followed() {
     );
 }
 
-#[tokio::test]
+on_each_store!(proxied_requests_run_side_by_side_not_one_at_a_time);
 async fn proxied_requests_run_side_by_side_not_one_at_a_time() {
     let (upstream, _) = fake_upstream().await;
     let host = host_with(&upstream, "").await;
@@ -336,7 +336,7 @@ async fn proxied_requests_run_side_by_side_not_one_at_a_time() {
     }
 }
 
-#[tokio::test]
+on_each_store!(a_host_outside_the_allow_list_is_denied);
 async fn a_host_outside_the_allow_list_is_denied() {
     let (upstream, seen) = fake_upstream().await;
     let host = host_with(&upstream, "allow_hosts = [\"api.example.com:443\"]").await;
@@ -374,7 +374,7 @@ async fn model_ids(host: &Host, key: &str) -> Vec<String> {
         .collect()
 }
 
-#[tokio::test]
+on_each_store!(operators_load_replace_and_remove_model_backends_at_runtime);
 async fn operators_load_replace_and_remove_model_backends_at_runtime() {
     let (upstream, seen) = fake_upstream().await;
     let host = host_with(&upstream, "").await;
@@ -441,7 +441,7 @@ async fn operators_load_replace_and_remove_model_backends_at_runtime() {
     );
 }
 
-#[tokio::test]
+on_each_store!(backend_uploads_are_checked_before_anything_is_served);
 async fn backend_uploads_are_checked_before_anything_is_served() {
     let (upstream, seen) = fake_upstream().await;
     let host = host_with(&upstream, "").await;
@@ -497,7 +497,7 @@ async fn backend_uploads_are_checked_before_anything_is_served() {
     assert!(seen.lock().unwrap().is_empty());
 }
 
-#[tokio::test]
+on_each_store!(a_backend_in_the_plugins_directory_is_served_from_start);
 async fn a_backend_in_the_plugins_directory_is_served_from_start() {
     let (upstream, _) = fake_upstream().await;
     let dir = tempfile::tempdir().unwrap();
@@ -531,7 +531,7 @@ fn last_body(seen: &Seen) -> Value {
     seen.lock().unwrap().last().unwrap().1.clone()
 }
 
-#[tokio::test]
+on_each_store!(tool_calls_structured_output_logprobs_and_choices_pass_through_an_upstream);
 async fn tool_calls_structured_output_logprobs_and_choices_pass_through_an_upstream() {
     let (upstream, seen) = fake_upstream().await;
     let host = host_with(&upstream, "").await;
@@ -638,7 +638,7 @@ async fn tool_calls_structured_output_logprobs_and_choices_pass_through_an_upstr
     );
 }
 
-#[tokio::test]
+on_each_store!(the_stock_openai_and_langchain_clients_call_tools_and_get_structured_output);
 async fn the_stock_openai_and_langchain_clients_call_tools_and_get_structured_output() {
     let (upstream, _) = fake_upstream().await;
     let host = host_with(&upstream, "").await;
@@ -665,7 +665,7 @@ async fn the_stock_openai_and_langchain_clients_call_tools_and_get_structured_ou
     );
 }
 
-#[tokio::test]
+on_each_store!(the_embedded_model_refuses_what_it_cannot_honour_naming_the_field);
 async fn the_embedded_model_refuses_what_it_cannot_honour_naming_the_field() {
     let host = Host::with_model().await;
     let alice = host.create_user("alice").await;

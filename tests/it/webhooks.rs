@@ -18,7 +18,7 @@ async fn setup(config: &str) -> (Host, String, String, String) {
 
 const LOOPBACK: &str = "[webhooks]\nallow_private = [\"127.0.0.0/8\"]";
 
-#[tokio::test]
+on_each_store!(webhook_lifecycle_with_roles_and_secret_references);
 async fn webhook_lifecycle_with_roles_and_secret_references() {
     let (host, alice, bob, eve) = setup(LOOPBACK).await;
     let hook = json!({"name": "ci", "url": "http://127.0.0.1:9/hook", "access_token_secret": "TOKEN", "signing_secret": "SIGN"});
@@ -109,7 +109,7 @@ async fn webhook_lifecycle_with_roles_and_secret_references() {
     expect_error(&answer, 404, "not_found", None);
 }
 
-#[tokio::test]
+on_each_store!(internal_targets_are_refused_unless_the_operator_allows_them);
 async fn internal_targets_are_refused_unless_the_operator_allows_them() {
     let (host, alice, ..) = setup("").await;
     for url in [
@@ -162,7 +162,7 @@ async fn internal_targets_are_refused_unless_the_operator_allows_them() {
     assert_eq!(status, 201, "{body}");
 }
 
-#[tokio::test]
+on_each_store!(allowing_loopback_opens_loopback_and_nothing_else);
 async fn allowing_loopback_opens_loopback_and_nothing_else() {
     let (host, alice, ..) = setup(LOOPBACK).await;
     let refused = [
@@ -203,7 +203,7 @@ async fn allowing_loopback_opens_loopback_and_nothing_else() {
     }
 }
 
-#[tokio::test]
+on_each_store!(a_redirect_to_a_refused_address_is_not_followed);
 async fn a_redirect_to_a_refused_address_is_not_followed() {
     let receiver = Receiver::start().await;
     let metadata = Receiver::start().await;
@@ -246,7 +246,7 @@ async fn hook_to(url: &str) -> (Host, String, String) {
     (host, alice, bob)
 }
 
-#[tokio::test]
+on_each_store!(webhook_test_is_signed_and_authorised_like_a_delivery);
 async fn webhook_test_is_signed_and_authorised_like_a_delivery() {
     let receiver = Receiver::start().await;
     let (host, alice, bob) = hook_to(&format!("{}/hook", receiver.base)).await;
@@ -345,7 +345,7 @@ async fn webhook_test_is_signed_and_authorised_like_a_delivery() {
     assert_eq!(receiver.received().len(), 2);
 }
 
-#[tokio::test]
+on_each_store!(webhook_test_reports_refusals_and_closed_ports_as_unsuccessful);
 async fn webhook_test_reports_refusals_and_closed_ports_as_unsuccessful() {
     let receiver = Receiver::start().await;
     receiver.answer(401);
@@ -384,7 +384,7 @@ async fn webhook_test_reports_refusals_and_closed_ports_as_unsuccessful() {
     );
 }
 
-#[tokio::test]
+on_each_store!(webhook_test_payloads_are_not_stored);
 async fn webhook_test_payloads_are_not_stored() {
     let receiver = Receiver::start().await;
     let (mut host, alice, _) = hook_to(&format!("{}/hook", receiver.base)).await;
@@ -413,7 +413,7 @@ async fn webhook_test_payloads_are_not_stored() {
     }
 }
 
-#[tokio::test]
+on_each_store!(the_endpoints_answer_is_shown_cut_at_max_response_bytes);
 async fn the_endpoints_answer_is_shown_cut_at_max_response_bytes() {
     let receiver = Receiver::start().await;
     receiver.reply_body(&"0123456789".repeat(10));

@@ -125,7 +125,7 @@ impl Matcher {
                 }
             }
         }
-        self.hand_over(deliveries).await?;
+        self.dispatcher.send_when_durable(deliveries).await?;
         Ok(matched)
     }
 
@@ -157,16 +157,7 @@ impl Matcher {
                 }
             }
         }
-        self.hand_over(deliveries).await
-    }
-
-    /// Makes the writes durable, then gives the deliveries to the dispatcher.
-    async fn hand_over(&self, deliveries: Vec<Delivery>) -> Result<()> {
-        self.store.durable().await?;
-        for delivery in deliveries {
-            self.dispatcher.submit(delivery);
-        }
-        Ok(())
+        self.dispatcher.send_when_durable(deliveries).await
     }
 
     /// Whether `automation` fires for `event`, and what to write if it does.

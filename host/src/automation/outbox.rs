@@ -26,7 +26,8 @@ pub async fn executions(store: &Store, handle: &Handle, limit: usize) -> Result<
 
 /// Queues an execution's payload again, same delivery id, first attempt due
 /// now; the execution is Pending again and keeps its earlier attempts.
-pub async fn replay(store: &Store, handle: &Handle, id: &str) -> Result<Execution> {
+/// Returns the execution and the delivery, for the dispatcher once durable.
+pub async fn replay(store: &Store, handle: &Handle, id: &str) -> Result<(Execution, Delivery)> {
     let tx = store.begin().await?;
     let mut execution = tx
         .execution(handle, id)
@@ -58,5 +59,5 @@ pub async fn replay(store: &Store, handle: &Handle, id: &str) -> Result<Executio
     tx.put_execution(&execution).await?;
     tx.insert_delivery(&delivery).await?;
     tx.commit().await?;
-    Ok(execution)
+    Ok((execution, delivery))
 }

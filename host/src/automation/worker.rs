@@ -72,14 +72,15 @@ impl Dispatcher {
         Dispatcher { inner }
     }
 
-    /// Sends a delivery the matcher just queued.
-    pub fn submit(&self, delivery: Delivery) {
-        self.inner.clone().submit(delivery);
-    }
-
-    /// Asks the scan loop to look at the outbox now (e.g. after a replay).
-    pub fn wake(&self) {
-        self.inner.wake.notify_one();
+    /// Sends deliveries just queued (by the matcher, or a replay) once
+    /// every write before the call is durable: this host holds them, and
+    /// sends them at once rather than at the next scan.
+    pub async fn send_when_durable(&self, deliveries: Vec<Delivery>) -> Result<()> {
+        self.inner.store.durable().await?;
+        for delivery in deliveries {
+            self.inner.clone().submit(delivery);
+        }
+        Ok(())
     }
 
     /// How many sends are running or waiting for a slot.
@@ -134,7 +135,7 @@ impl Inner {
         }
         tokio::spawn(async move {
             let id = delivery.id.clone();
-            if let Err(e) = self.deliver(delivery).await {
+            if let Err(e) = self.deliver_holding(delivery).await {
                 tracing::error!(delivery = %id, error = %e, "recording a delivery attempt failed");
             }
             if let Ok(mut set) = self.in_flight.lock() {
@@ -149,6 +150,27 @@ impl Inner {
         map.entry(key)
             .or_insert_with(|| Arc::new(Semaphore::new(self.cfg.per_webhook.max(1))))
             .clone()
+    }
+
+    /// [`Inner::deliver`], renewing this host's lease on the delivery while
+    /// it waits and sends, so no other host takes it over meanwhile.
+    async fn deliver_holding(&self, delivery: Delivery) -> Result<()> {
+        let Some(lease) = self.store.lease() else {
+            return self.deliver(delivery.clone()).await;
+        };
+        let held = delivery.clone();
+        let send = self.deliver(delivery);
+        tokio::pin!(send);
+        loop {
+            tokio::select! {
+                done = &mut send => return done,
+                () = tokio::time::sleep(lease / 3) => {
+                    if let Err(e) = self.store.renew_lease(&held).await {
+                        tracing::warn!(delivery = %held.id, error = %e, "renewing a delivery's lease failed");
+                    }
+                }
+            }
+        }
     }
 
     async fn deliver(&self, delivery: Delivery) -> Result<()> {

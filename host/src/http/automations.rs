@@ -137,9 +137,8 @@ pub async fn replay_one(
     let handle = handle(&params)?;
     groups::authorize(&app.store, &user, &handle.scope, Role::Admin).await?;
     let id = param(&params, "execution")?;
-    let execution = outbox::replay(&app.store, &handle, &id).await?;
-    app.store.durable().await?;
-    app.dispatcher.wake();
+    let (execution, delivery) = outbox::replay(&app.store, &handle, &id).await?;
+    app.dispatcher.send_when_durable(vec![delivery]).await?;
     Ok((StatusCode::ACCEPTED, axum::Json(shown(execution))))
 }
 
@@ -160,16 +159,18 @@ pub async fn replay_failed(
     groups::authorize(&app.store, &user, &handle.scope, Role::Admin).await?;
     automations::get(&app.store, &handle.scope, &handle.name).await?;
     let mut replayed = Vec::new();
+    let mut deliveries = Vec::new();
     for e in outbox::executions(&app.store, &handle, usize::MAX).await? {
         if e.status == outbox::Status::Failed
             && e.created_at_ms >= body.since_ms
             && e.body_sealed.is_some()
         {
-            replayed.push(outbox::replay(&app.store, &handle, &e.id).await?.id);
+            let (execution, delivery) = outbox::replay(&app.store, &handle, &e.id).await?;
+            replayed.push(execution.id);
+            deliveries.push(delivery);
         }
     }
-    app.store.durable().await?;
-    app.dispatcher.wake();
+    app.dispatcher.send_when_durable(deliveries).await?;
     Ok((
         StatusCode::ACCEPTED,
         axum::Json(serde_json::json!({"replayed": replayed})),

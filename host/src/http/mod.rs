@@ -118,9 +118,10 @@ pub fn router(app: App) -> Router {
             post(runs::log),
         )
         .nest("/v1/teams/{team}/projects/{project}", scoped())
-        .nest(
-            "/v1/registries/{registry}",
-            scoped().route("/collections/{collection}/links", post(artifacts::link)),
+        .nest("/v1/registries/{registry}", scoped())
+        .route(
+            "/v1/registries/{registry}/collections/{collection}/links",
+            post(artifacts::link),
         )
         .route("/v1/admin/plugins", get(admin::list))
         .route(

@@ -79,14 +79,29 @@ mod tests {
 
     use super::DOCUMENT;
 
-    /// `(path, method)` for every `.route(...)` in the router's source.
+    /// `(path, method)` for every route in the router's source: each
+    /// `.route(...)` of `router`, and each of `scoped()` under every prefix
+    /// it is nested at.
     fn routed() -> BTreeSet<(String, String)> {
         let source = include_str!("mod.rs");
+        let (top, rest) = source.split_once("fn scoped()").unwrap();
+        let scoped = rest.split("\n}\n").next().unwrap();
+        let nest = regex::Regex::new(r#"\.nest\(\s*"([^"]+)",\s*scoped\(\)"#).unwrap();
+        let mut out = routes(top, "");
+        for prefix in nest.captures_iter(top) {
+            out.extend(routes(scoped, &prefix[1]));
+        }
+        out
+    }
+
+    /// `(prefix + path, method)` for every `.route(...)` in `source`.
+    fn routes(source: &str, prefix: &str) -> BTreeSet<(String, String)> {
         let method = regex::Regex::new(r"\b(get|post|put|delete|patch)\(").unwrap();
         let mut out = BTreeSet::new();
         for chunk in source.split(".route(").skip(1) {
             let chunk = chunk.split(".fallback(").next().unwrap();
-            let path = chunk.split('"').nth(1).unwrap().to_string();
+            let chunk = chunk.split(".nest(").next().unwrap();
+            let path = format!("{prefix}{}", chunk.split('"').nth(1).unwrap());
             for m in method.captures_iter(chunk) {
                 out.insert((path.clone(), m[1].to_string()));
             }

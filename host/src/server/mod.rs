@@ -41,8 +41,7 @@ pub async fn prepare(mut cfg: Config, secrets: StartSecrets) -> anyhow::Result<(
     let fd_limit = connections::raise_fd_limit();
     cfg.limits.max_connections =
         Some(connections::cap(cfg.limits.max_connections, fd_limit).map_err(anyhow::Error::msg)?);
-    let data_dir = cfg.data_dir.clone();
-    let store = tokio::task::spawn_blocking(move || Store::open(&data_dir)).await??;
+    let store = Store::open(&cfg.store, &cfg.data_dir).await?;
     let sealer = Sealer::load(&cfg.data_dir, secrets.master_key.as_deref())?;
     sealer.verify(&store).await?;
     if let Some(key) = auth::bootstrap(&store, secrets.bootstrap_key.as_deref()).await? {

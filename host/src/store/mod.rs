@@ -18,7 +18,9 @@
 //! atomic together: nothing is visible to others until
 //! [`Transaction::commit`], and dropping it uncommitted discards it.
 
+pub mod copy;
 mod error;
+pub mod postgres;
 pub mod sled;
 
 use std::ops::Deref;
@@ -29,11 +31,16 @@ use async_trait::async_trait;
 
 pub use error::{Result, StoreError};
 
+use crate::cfg::StoreConfig;
+
 use crate::model::{
     ApiKey, Attempt, Automation, Collection, Delivery, Event, EventType, Execution, Group,
     GroupKind, Handle, Member, Project, Run, Scope, Secret, Status, Totals, UsageRow, User,
     Version, Webhook,
 };
+
+/// The meta key of the value that checks the master key (see `seal.rs`).
+pub const MASTER_KEY_CHECK: &str = "master_key_check";
 
 /// One stored record as bytes: its kind (a tree or table), key and value.
 pub type RawRecord = (String, Vec<u8>, Vec<u8>);
@@ -66,6 +73,8 @@ pub trait Records: Send + Sync {
     async fn key(&self, hash: &str) -> Result<Option<ApiKey>>;
     /// A user's keys.
     async fn keys_of(&self, user_id: &str) -> Result<Vec<ApiKey>>;
+    /// The stored hash of one of a user's keys (for copying a store).
+    async fn key_hash(&self, user_id: &str, key_id: &str) -> Result<Option<String>>;
     /// Removes one of a user's keys; `false` if they have no such key.
     async fn delete_key(&self, user_id: &str, key_id: &str) -> Result<bool>;
 
@@ -203,6 +212,15 @@ pub trait Records: Send + Sync {
         value: f64,
         keep: usize,
     ) -> Result<Vec<f64>>;
+    /// Every metric of a run with its values kept, by name.
+    async fn metrics(
+        &self,
+        team: &str,
+        project: &str,
+        run: &str,
+    ) -> Result<Vec<(String, Vec<f64>)>>;
+    /// When `automation` last fired for each run, by run id.
+    async fn run_fires(&self, automation: &Handle) -> Result<Vec<(String, u64)>>;
     /// Records that `automation` fired for `run` at `now_ms`, unless it did
     /// within `window_ms` before; `true` if this one counts.
     async fn claim_run_fire(
@@ -235,6 +253,9 @@ pub trait Records: Send + Sync {
     ) -> Result<(Vec<Delivery>, Option<u64>)>;
     /// Whether `delivery` still waits as it was read (not yet recorded).
     async fn delivery_waits(&self, delivery: &Delivery) -> Result<bool>;
+    /// Extends this host's hold on a delivery it is still sending (see
+    /// [`Engine::lease`]).
+    async fn renew_lease(&self, delivery: &Delivery) -> Result<()>;
     /// Takes `delivery` out of the outbox, putting `next` (its retry) in.
     async fn finish_delivery(&self, delivery: &Delivery, next: Option<&Delivery>) -> Result<()>;
     /// How many deliveries wait.
@@ -298,6 +319,10 @@ pub trait Engine: Records {
     async fn raw_records(&self) -> Result<Vec<RawRecord>>;
     /// Writes everything to disk; called at shutdown.
     async fn flush(&self) -> Result<()>;
+    /// How long a host holds a delivery it took before others may take it
+    /// over, when several hosts share the store; the holder renews it while
+    /// sending. `None` when the store has one host.
+    fn lease(&self) -> Option<std::time::Duration>;
 }
 
 /// The one handle to the store. Cheap to clone; derefs to the engine, so
@@ -308,9 +333,22 @@ pub struct Store {
 }
 
 impl Store {
-    /// Opens (or creates) the embedded store in `dir` and brings its schema
-    /// up to date.
-    pub fn open(dir: &Path) -> anyhow::Result<Store> {
+    /// Opens the store the configuration names: PostgreSQL when
+    /// `[store] url` is set, else the embedded store under `data_dir`; and
+    /// brings its schema up to date.
+    pub async fn open(cfg: &StoreConfig, data_dir: &Path) -> anyhow::Result<Store> {
+        let engine: Arc<dyn Engine> = match &cfg.url {
+            Some(url) => Arc::new(postgres::Postgres::open(url, cfg).await?),
+            None => {
+                let dir = data_dir.to_path_buf();
+                Arc::new(tokio::task::spawn_blocking(move || sled::Sled::open(&dir)).await??)
+            }
+        };
+        Ok(Store { engine })
+    }
+
+    /// Opens (or creates) the embedded store in `dir`.
+    pub fn open_embedded(dir: &Path) -> anyhow::Result<Store> {
         Ok(Store {
             engine: Arc::new(sled::Sled::open(dir)?),
         })

@@ -542,6 +542,10 @@ impl Engine for Sled {
         self.shared.db.flush_async().await.map_err(io)?;
         Ok(())
     }
+
+    fn lease(&self) -> Option<std::time::Duration> {
+        None
+    }
 }
 
 fn migrate(shared: &Shared) -> anyhow::Result<()> {

@@ -173,6 +173,11 @@ impl Records for Sled {
         Ok(keys)
     }
 
+    async fn key_hash(&self, user_id: &str, key_id: &str) -> Result<Option<String>> {
+        let hash = self.get(T::UserKeys, prefix(&[user_id, key_id]).as_ref())?;
+        Ok(hash.map(|h| String::from_utf8_lossy(&h).into_owned()))
+    }
+
     async fn delete_key(&self, user_id: &str, key_id: &str) -> Result<bool> {
         let index = prefix(&[user_id, key_id]).into_bytes();
         let w = self.writer().await;
@@ -527,6 +532,30 @@ impl Records for Sled {
         Ok(values)
     }
 
+    async fn metrics(
+        &self,
+        team: &str,
+        project: &str,
+        run: &str,
+    ) -> Result<Vec<(String, Vec<f64>)>> {
+        self.scan(T::Metrics, prefix(&[team, project, run]).as_ref())?
+            .into_iter()
+            .map(|(key, value)| Ok((last_segment(&key).to_string(), decode(T::Metrics, &value)?)))
+            .collect()
+    }
+
+    async fn run_fires(&self, automation: &Handle) -> Result<Vec<(String, u64)>> {
+        let prefix = scoped(&automation.scope, &[&automation.name]);
+        Ok(self
+            .scan(T::RunFired, prefix.as_ref())?
+            .into_iter()
+            .filter_map(|(key, value)| {
+                let at = u64::from_be_bytes(value.as_slice().try_into().ok()?);
+                Some((last_segment(&key).to_string(), at))
+            })
+            .collect())
+    }
+
     async fn claim_run_fire(
         &self,
         automation: &Handle,
@@ -606,6 +635,10 @@ impl Records for Sled {
 
     async fn delivery_waits(&self, delivery: &Delivery) -> Result<bool> {
         Ok(self.get(T::Outbox, &outbox_key(delivery))?.is_some())
+    }
+
+    async fn renew_lease(&self, _delivery: &Delivery) -> Result<()> {
+        Ok(())
     }
 
     async fn finish_delivery(&self, delivery: &Delivery, next: Option<&Delivery>) -> Result<()> {

@@ -1,0 +1,295 @@
+//! The PostgreSQL engine: several hosts over one database serve as one.
+//!
+//! Real tables with typed columns and the indexes the queries need (see
+//! `migrations/`); versioned migrations run at start, under sqlx's advisory
+//! lock, so hosts starting together migrate once, and a database at a newer
+//! schema than this binary is refused. What must hold across hosts is held
+//! by the database, not by a host's memory: unique keys (an event leaves the
+//! inbox once, a run fires once per window), upserts (usage adds up), and
+//! leases on deliveries being sent (a dead host's deliveries come back when
+//! its lease runs out).
+//!
+//! A handle is the engine itself (each operation on a pooled connection, in
+//! a transaction of its own where it takes several statements) or a
+//! transaction; operations are written once for both.
+
+mod records;
+
+use std::ops::{Deref, DerefMut};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::pool::PoolConnection;
+use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions};
+use sqlx::{Postgres as Pg, Row};
+use tokio::sync::{Mutex, MutexGuard};
+
+use super::{Engine, RawRecord, Result, StoreError, Transaction};
+use crate::cfg::StoreConfig;
+
+/// The migrations, embedded; each file is one schema version.
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("src/store/postgres/migrations");
+
+/// What every handle shares.
+struct Shared {
+    pool: PgPool,
+    /// Names this host as the holder of delivery leases.
+    host_id: String,
+    lease_ms: u64,
+    /// The URL without its password, for messages.
+    shown_url: String,
+}
+
+/// A handle to the PostgreSQL store: the engine itself, or a transaction.
+pub struct Postgres {
+    shared: Arc<Shared>,
+    tx: Option<Mutex<Option<sqlx::Transaction<'static, Pg>>>>,
+}
+
+/// A connection to run statements on: a pooled one, or the transaction's.
+enum Conn<'a> {
+    Pooled(PoolConnection<Pg>),
+    Tx(MutexGuard<'a, Option<sqlx::Transaction<'static, Pg>>>),
+}
+
+impl Deref for Conn<'_> {
+    type Target = PgConnection;
+
+    fn deref(&self) -> &PgConnection {
+        match self {
+            Conn::Pooled(c) => c,
+            Conn::Tx(t) => t
+                .as_ref()
+                .expect("a transaction is used only before commit"),
+        }
+    }
+}
+
+impl DerefMut for Conn<'_> {
+    fn deref_mut(&mut self) -> &mut PgConnection {
+        match self {
+            Conn::Pooled(c) => c,
+            Conn::Tx(t) => t
+                .as_mut()
+                .expect("a transaction is used only before commit"),
+        }
+    }
+}
+
+impl Postgres {
+    /// Connects, and brings the schema up to date. Fails with a message
+    /// that names the problem, never the URL's password.
+    pub async fn open(url: &str, cfg: &StoreConfig) -> anyhow::Result<Postgres> {
+        let shown_url = redact(url);
+        let pool = PgPoolOptions::new()
+            .max_connections(cfg.max_connections.max(2))
+            .acquire_timeout(Duration::from_millis(cfg.connect_timeout_ms))
+            .connect(url)
+            .await
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "cannot connect to the PostgreSQL store at {shown_url}: {}; check [store] url \
+                     (SWITCHYARD_STORE_URL) and that the server is running",
+                    redact(&e.to_string())
+                )
+            })?;
+        migrate(&pool).await?;
+        Ok(Postgres {
+            shared: Arc::new(Shared {
+                pool,
+                host_id: format!("host_{}", crate::ids::random_hex(8)),
+                lease_ms: cfg.lease_ms,
+                shown_url,
+            }),
+            tx: None,
+        })
+    }
+
+    async fn conn(&self) -> Result<Conn<'_>> {
+        match &self.tx {
+            Some(tx) => Ok(Conn::Tx(tx.lock().await)),
+            None => Ok(Conn::Pooled(
+                self.shared
+                    .pool
+                    .acquire()
+                    .await
+                    .map_err(|e| unavailable(&self.shared.shown_url, e))?,
+            )),
+        }
+    }
+
+    fn err(&self, e: sqlx::Error) -> StoreError {
+        if is_unavailable(&e) {
+            unavailable(&self.shared.shown_url, e)
+        } else {
+            StoreError::Other(anyhow::anyhow!("PostgreSQL: {e}"))
+        }
+    }
+}
+
+async fn migrate(pool: &PgPool) -> anyhow::Result<()> {
+    let known = MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0);
+    let versioned: bool = sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations') IS NOT NULL")
+        .fetch_one(pool)
+        .await?;
+    let applied: Option<i64> = if versioned {
+        sqlx::query_scalar("SELECT max(version) FROM _sqlx_migrations")
+            .fetch_one(pool)
+            .await?
+    } else {
+        None
+    };
+    if let Some(applied) = applied
+        && applied > known
+    {
+        anyhow::bail!(
+            "the PostgreSQL store uses schema version {applied}, but this switchyard understands up \
+             to {known}; run a newer switchyard, or point [store] url at another database"
+        );
+    }
+    MIGRATOR
+        .run(pool)
+        .await
+        .map_err(|e| anyhow::anyhow!("migrating the PostgreSQL store: {e}"))
+}
+
+#[async_trait]
+impl Transaction for Postgres {
+    async fn commit(self: Box<Self>) -> Result<()> {
+        let Some(tx) = &self.tx else {
+            return Ok(());
+        };
+        let Some(tx) = tx.lock().await.take() else {
+            return Ok(());
+        };
+        tx.commit().await.map_err(|e| self.err(e))
+    }
+}
+
+#[async_trait]
+impl Engine for Postgres {
+    async fn begin(&self) -> Result<Box<dyn Transaction>> {
+        let tx = self
+            .shared
+            .pool
+            .begin()
+            .await
+            .map_err(|e| unavailable(&self.shared.shown_url, e))?;
+        Ok(Box::new(Postgres {
+            shared: self.shared.clone(),
+            tx: Some(Mutex::new(Some(tx))),
+        }))
+    }
+
+    async fn durable(&self) -> Result<()> {
+        // A commit returns once PostgreSQL has it on disk.
+        Ok(())
+    }
+
+    async fn round_trip(&self) -> Result<()> {
+        let key = format!("health/{}", crate::ids::random_hex(8));
+        let value = crate::ids::random_hex(16).into_bytes();
+        let mut c = self.conn().await?;
+        let read: Option<Vec<u8>> = sqlx::query_scalar(
+            "WITH written AS (INSERT INTO meta (key, value) VALUES ($1, $2) RETURNING value) \
+             SELECT value FROM written",
+        )
+        .bind(&key)
+        .bind(&value)
+        .fetch_optional(&mut *c)
+        .await
+        .map_err(|e| self.err(e))?;
+        sqlx::query("DELETE FROM meta WHERE key = $1")
+            .bind(&key)
+            .execute(&mut *c)
+            .await
+            .map_err(|e| self.err(e))?;
+        match read {
+            Some(bytes) if bytes == value => Ok(()),
+            _ => Err(anyhow::anyhow!("a value just written could not be read back").into()),
+        }
+    }
+
+    async fn raw_records(&self) -> Result<Vec<RawRecord>> {
+        let mut c = self.conn().await?;
+        let tables: Vec<String> = sqlx::query_scalar(
+            "SELECT table_name::text FROM information_schema.tables \
+             WHERE table_schema = current_schema() AND table_type = 'BASE TABLE' ORDER BY 1",
+        )
+        .fetch_all(&mut *c)
+        .await
+        .map_err(|e| self.err(e))?;
+        let mut out = Vec::new();
+        for table in tables {
+            // Table names come from the catalogue, quoted as identifiers.
+            let rows = sqlx::query(&format!(
+                "SELECT to_jsonb(t)::text AS row FROM \"{}\" t",
+                table.replace('"', "\"\"")
+            ))
+            .fetch_all(&mut *c)
+            .await
+            .map_err(|e| self.err(e))?;
+            for row in rows {
+                let text: String = row.try_get("row").map_err(|e| self.err(e))?;
+                out.push((table.clone(), Vec::new(), text.into_bytes()));
+            }
+        }
+        Ok(out)
+    }
+
+    async fn flush(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn lease(&self) -> Option<Duration> {
+        Some(Duration::from_millis(self.shared.lease_ms))
+    }
+}
+
+/// Whether `e` means the database cannot be reached (rather than that a
+/// statement failed).
+fn is_unavailable(e: &sqlx::Error) -> bool {
+    matches!(
+        e,
+        sqlx::Error::Io(_)
+            | sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::Tls(_)
+            | sqlx::Error::WorkerCrashed
+    ) || matches!(e, sqlx::Error::Database(db) if db.code().is_some_and(|c| c.starts_with("57P") || c.starts_with("08")))
+}
+
+fn unavailable(url: &str, e: sqlx::Error) -> StoreError {
+    StoreError::Unavailable(format!(
+        "the PostgreSQL store at {url} cannot be reached ({})",
+        redact(&e.to_string())
+    ))
+}
+
+/// `url` without its password.
+fn redact(text: &str) -> String {
+    match url::Url::parse(text) {
+        Ok(mut url) if url.password().is_some() => {
+            let _ = url.set_password(Some("****"));
+            url.to_string()
+        }
+        Ok(url) => url.to_string(),
+        Err(_) => text.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn passwords_never_show() {
+        assert_eq!(
+            super::redact("postgres://app:hunter2@db:5432/sy"),
+            "postgres://app:****@db:5432/sy"
+        );
+        assert_eq!(
+            super::redact("postgres://db:5432/sy"),
+            "postgres://db:5432/sy"
+        );
+    }
+}

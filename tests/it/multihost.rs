@@ -1,0 +1,374 @@
+//! Several hosts over one PostgreSQL database serve as one: deliveries are
+//! sent once whichever host accepted the event, a dead host's deliveries are
+//! taken over, a secret set on one host signs on another, and a database
+//! that goes away and comes back is survived without a restart.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::harness::{Engine, Host, TestDatabase, expect_error};
+use crate::receiver::{Receiver, expected_signature};
+use crate::world::{PROJECT, SIGN, World, ok};
+
+/// Every host of a deployment shares the master key.
+const MASTER_KEY: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+
+const CONFIG: &str = "[webhooks]\nallow_private = [\"127.0.0.0/8\"]\n\
+    [delivery]\nretry_schedule_ms = [0, 150, 150, 150, 150, 150, 150, 150, 150, 150, 150, 150]\n\
+    jitter = 0.0\npoll_interval_ms = 50\n\
+    [store]\nlease_ms = 1000";
+
+/// `n` hosts on one new database.
+async fn hosts(n: usize) -> Vec<Host> {
+    let first = Host::builder()
+        .config(CONFIG)
+        .env("SWITCHYARD_MASTER_KEY", MASTER_KEY)
+        .start()
+        .await;
+    let mut all = vec![];
+    for _ in 1..n {
+        all.push(
+            Host::builder()
+                .config(CONFIG)
+                .env("SWITCHYARD_MASTER_KEY", MASTER_KEY)
+                .same_database(&first)
+                .start()
+                .await,
+        );
+    }
+    all.insert(0, first);
+    all
+}
+
+/// The world on the first host, an automation on tags that calls
+/// `receiver`, and version v0 to tag: (alice, bob).
+async fn world(hosts: &[Host], receiver: &Receiver) -> (String, String) {
+    let hook = format!("{}/hook", receiver.base);
+    let world = World::build(&hosts[0], Some(&hook)).await;
+    let body = json!({"name": "tagged", "event": {"type": "ADD_ARTIFACT_TAG"},
+        "webhook": {"team": "ml", "name": "ci"}, "action": "Webhooks",
+        "payload": r#"{"tag": "${tag}"}"#});
+    ok(
+        &hosts[0],
+        &world.alice,
+        "POST",
+        &format!("{PROJECT}/automations"),
+        body,
+    )
+    .await;
+    let versions = format!("{PROJECT}/collections/detector/versions");
+    ok(&hosts[0], &world.bob, "POST", &versions, json!({})).await;
+    (world.alice, world.bob)
+}
+
+async fn tag(host: &Host, key: &str, tag: &str) {
+    let path = format!("{PROJECT}/collections/detector/versions/v0/tags");
+    ok(host, key, "POST", &path, json!({"tag": tag})).await;
+}
+
+/// Waits (at most `secs`) until the automation has `n` executions, all
+/// Finished; returns their attempt counts.
+async fn finished(host: &Host, key: &str, n: usize, secs: u64) -> Vec<usize> {
+    let path = format!("{PROJECT}/automations/tagged/executions");
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let (_, list) = host.call("GET", &path, key, None).await;
+        let data = list["data"].as_array().cloned().unwrap_or_default();
+        if data.len() == n && data.iter().all(|e| e["status"] == "Finished") {
+            return data
+                .iter()
+                .map(|e| e["attempts"].as_array().map_or(0, Vec::len))
+                .collect();
+        }
+        let statuses: Vec<_> = data.iter().map(|e| e["status"].clone()).collect();
+        assert!(
+            Instant::now() < deadline,
+            "waited {secs} s for {n} finished executions; have {statuses:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Requests the receiver answered 200, by delivery id.
+fn acknowledged(receiver: &Receiver) -> HashMap<String, usize> {
+    let mut by_id = HashMap::new();
+    for request in receiver.received() {
+        if request.answered == 200 {
+            let id = request.header("x-service-delivery").unwrap().to_string();
+            *by_id.entry(id).or_insert(0) += 1;
+        }
+    }
+    by_id
+}
+
+#[tokio::test]
+async fn three_hosts_deliver_every_event_exactly_once() {
+    Engine::Postgres
+        .run(async {
+            let receiver = Receiver::start().await;
+            let hosts = hosts(3).await;
+            let (_, bob) = world(&hosts, &receiver).await;
+            let events = 30;
+            for i in 0..events {
+                tag(&hosts[i % 3], &bob, &format!("t{i}")).await;
+            }
+            receiver.wait_for(events, 30).await;
+            let attempts = finished(&hosts[1], &bob, events, 30).await;
+            assert!(
+                attempts.iter().all(|a| *a == 1),
+                "one attempt each: {attempts:?}"
+            );
+            let acked = acknowledged(&receiver);
+            assert_eq!(acked.len(), events, "every event, its own delivery id");
+            assert!(
+                acked.values().all(|n| *n == 1),
+                "no delivery id twice: {acked:?}"
+            );
+            let tags: HashSet<String> = receiver
+                .received()
+                .iter()
+                .map(|r| r.json()["tag"].as_str().unwrap().to_string())
+                .collect();
+            assert_eq!(tags.len(), events);
+        })
+        .await;
+}
+
+#[tokio::test]
+async fn a_dead_hosts_deliveries_are_taken_over() {
+    Engine::Postgres
+        .run(async {
+            let receiver = Receiver::start().await;
+            let mut hosts = hosts(3).await;
+            let (_, bob) = world(&hosts, &receiver).await;
+            // Host 2 accepts the events and holds their deliveries, in
+            // flight to a receiver that answers slowly, when it dies.
+            receiver.delay(10_000);
+            receiver.answer(503);
+            let events = 5;
+            for i in 0..events {
+                tag(&hosts[2], &bob, &format!("t{i}")).await;
+            }
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while receiver.arrived() < events {
+                assert!(Instant::now() < deadline, "the sends never arrived");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            hosts[2].kill9();
+            let killed = Instant::now();
+            receiver.delay(0);
+            receiver.answer(200);
+            let attempts = finished(&hosts[0], &bob, events, 30).await;
+            let took = killed.elapsed();
+            eprintln!(
+                "take-over: every delivery of the killed host acknowledged {} ms after the kill",
+                took.as_millis()
+            );
+            assert!(attempts.iter().all(|a| *a >= 1), "{attempts:?}");
+            let acked = acknowledged(&receiver);
+            assert_eq!(acked.len(), events, "every event delivered: {acked:?}");
+        })
+        .await;
+}
+
+#[tokio::test]
+async fn a_secret_set_on_one_host_signs_on_another() {
+    Engine::Postgres
+        .run(async {
+            let receiver = Receiver::start().await;
+            let hosts = hosts(3).await;
+            let (alice, bob) = world(&hosts, &receiver).await;
+            tag(&hosts[2], &bob, "before").await;
+            let first = receiver.wait_for(1, 10).await;
+            assert_eq!(
+                first[0].header("x-service-signature").unwrap(),
+                expected_signature(SIGN, &first[0].body)
+            );
+            let rotated = "rotated-sign-2";
+            ok(
+                &hosts[1],
+                &alice,
+                "PUT",
+                "/v1/teams/ml/secrets/SIGN",
+                json!({"value": rotated}),
+            )
+            .await;
+            tag(&hosts[2], &bob, "after").await;
+            let all = receiver.wait_for(2, 10).await;
+            assert_eq!(
+                all[1].header("x-service-signature").unwrap(),
+                expected_signature(rotated, &all[1].body),
+                "host 3 signs with the secret set on host 2"
+            );
+        })
+        .await;
+}
+
+/// A TCP relay to the database that the test can cut and restore: the
+/// database going away and coming back, for the hosts behind it.
+struct Relay {
+    port: u16,
+    cut: Arc<AtomicBool>,
+    links: Arc<Mutex<Vec<tokio::task::AbortHandle>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Relay {
+    async fn start(target: String) -> Relay {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let cut = Arc::new(AtomicBool::new(false));
+        let links = Arc::new(Mutex::new(Vec::new()));
+        let (flag, open) = (cut.clone(), links.clone());
+        let task = tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                if flag.load(Ordering::SeqCst) {
+                    continue; // dropped: the database is away
+                }
+                let target = target.clone();
+                let link = tokio::spawn(async move {
+                    if let Ok(mut server) = tokio::net::TcpStream::connect(&target).await {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                    }
+                });
+                open.lock().unwrap().push(link.abort_handle());
+            }
+        });
+        Relay {
+            port,
+            cut,
+            links,
+            task,
+        }
+    }
+
+    /// Cuts every open connection and refuses new ones, or lets them through.
+    fn set_cut(&self, cut: bool) {
+        self.cut.store(cut, Ordering::SeqCst);
+        if cut {
+            for link in self.links.lock().unwrap().drain(..) {
+                link.abort();
+            }
+        }
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.task.abort();
+        self.set_cut(true);
+    }
+}
+
+#[tokio::test]
+async fn a_database_that_goes_away_is_survived_without_a_restart() {
+    Engine::Postgres
+        .run(async {
+            let database = TestDatabase::create().await;
+            let mut url = url::Url::parse(&database.url).unwrap();
+            let target = format!("{}:{}", url.host_str().unwrap(), url.port().unwrap_or(5432));
+            let relay = Relay::start(target).await;
+            url.set_port(Some(relay.port)).unwrap();
+            let receiver = Receiver::start().await;
+            let host = Host::builder()
+                .config(&format!("{CONFIG}\nconnect_timeout_ms = 1000"))
+                .database(Arc::new(database))
+                .env("SWITCHYARD_STORE_URL", url.as_str())
+                .start()
+                .await;
+            let hosts = [host];
+            let (_, bob) = world(&hosts, &receiver).await;
+            let host = &hosts[0];
+            // Accepted before the outage, its delivery failing meanwhile.
+            receiver.answer(503);
+            tag(host, &bob, "accepted").await;
+            receiver.wait_for(1, 10).await;
+            relay.set_cut(true);
+            let (status, report) = host.get_anon("/v1/system-check").await;
+            assert_eq!(status, 503, "{report}");
+            assert_eq!(report["database"]["success"], false, "{report}");
+            assert!(
+                report["database"]["errors"][0]
+                    .as_str()
+                    .unwrap()
+                    .contains("cannot be reached"),
+                "{report}"
+            );
+            let path = format!("{PROJECT}/collections/detector/versions/v0/tags");
+            let refused = host
+                .call("POST", &path, &bob, Some(&json!({"tag": "refused"})))
+                .await;
+            let error = expect_error(&refused, 503, "unavailable", None);
+            assert!(
+                error["message"].as_str().unwrap().contains("store"),
+                "{error}"
+            );
+            receiver.answer(200);
+            relay.set_cut(false);
+            let deadline = Instant::now() + Duration::from_secs(20);
+            loop {
+                let (status, report) = host.get_anon("/v1/system-check").await;
+                if status == 200 {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "the host did not recover: {report}"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            tag(host, &bob, "after").await;
+            let attempts = finished(host, &bob, 2, 30).await;
+            assert_eq!(attempts.len(), 2);
+            let tags: HashSet<String> = receiver
+                .received()
+                .iter()
+                .filter(|r| r.answered == 200)
+                .map(|r| r.json()["tag"].as_str().unwrap().to_string())
+                .collect();
+            assert_eq!(
+                tags,
+                HashSet::from(["accepted".to_string(), "after".to_string()]),
+                "nothing accepted is lost, nothing refused is sent"
+            );
+        })
+        .await;
+}
+
+#[tokio::test]
+async fn a_wrong_master_key_or_an_unreachable_database_stops_start_clearly() {
+    Engine::Postgres
+        .run(async {
+            let first = Host::builder()
+                .env("SWITCHYARD_MASTER_KEY", MASTER_KEY)
+                .start()
+                .await;
+            let other_key = "ff".repeat(32);
+            let refused = Host::builder()
+                .env("SWITCHYARD_MASTER_KEY", &other_key)
+                .same_database(&first)
+                .try_start()
+                .await
+                .err()
+                .expect("a host with another master key must not start");
+            assert!(refused.contains("master key does not match"), "{refused}");
+            let port = crate::receiver::closed_port();
+            let url = format!("postgres://app:hunter2-secret@127.0.0.1:{port}/sy");
+            let refused = Host::builder()
+                .env("SWITCHYARD_STORE_URL", &url)
+                .try_start()
+                .await
+                .err()
+                .expect("a host without its database must not start");
+            assert!(
+                refused.contains("cannot connect to the PostgreSQL store"),
+                "{refused}"
+            );
+            assert!(!refused.contains("hunter2-secret"), "{refused}");
+        })
+        .await;
+}
