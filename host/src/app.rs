@@ -59,7 +59,10 @@ impl App {
         .await;
         let watcher = Watcher::new(&cfg.plugins_dir, plugins.clone());
         watcher.scan().await;
-        watcher.spawn(Duration::from_millis(cfg.plugins.watch_interval_ms));
+        let interval = Duration::from_millis(cfg.plugins.watch_interval_ms);
+        watcher.spawn(interval);
+        // Uploads last: an upload replaces a plugin of the same name.
+        crate::uploads::Sync::start(store.clone(), plugins.clone(), interval).await;
         let sender = Sender::new(
             cfg.webhooks.allow_private.clone(),
             Duration::from_millis(cfg.webhooks.timeout_ms),

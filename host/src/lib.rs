@@ -28,3 +28,4 @@ pub mod seal;
 pub mod secrets;
 pub mod server;
 pub mod store;
+pub mod uploads;

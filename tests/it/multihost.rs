@@ -18,6 +18,7 @@ use crate::world::{PROJECT, SIGN, World, ok};
 const MASTER_KEY: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
 
 const CONFIG: &str = "[webhooks]\nallow_private = [\"127.0.0.0/8\"]\n\
+    [plugins]\nwatch_interval_ms = 100\n\
     [delivery]\nretry_schedule_ms = [0, 150, 150, 150, 150, 150, 150, 150, 150, 150, 150, 150]\n\
     jitter = 0.0\npoll_interval_ms = 50\n\
     [store]\nlease_ms = 1000";
@@ -204,6 +205,65 @@ async fn a_secret_set_on_one_host_signs_on_another() {
                 expected_signature(rotated, &all[1].body),
                 "host 3 signs with the secret set on host 2"
             );
+        })
+        .await;
+}
+
+/// Waits (at most 10 s) until `host` answers `status` for `path`.
+async fn until_status(host: &Host, path: &str, status: u16) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (now, body) = host.get(path).await;
+        if now == status {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{path} on {} stayed {now}, not {status}: {body}",
+            host.base
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_plugin_uploaded_on_one_host_serves_on_another_and_leaves_with_it() {
+    Engine::Postgres
+        .run(async {
+            let receiver = Receiver::start().await;
+            let hosts = hosts(2).await;
+            let (alice, bob) = world(&hosts, &receiver).await;
+            let (status, body) = hosts[0]
+                .upload_plugin(
+                    "uploaded-template",
+                    "kind=payload-template&version=2.0.0",
+                    crate::harness::plugin_wasm("template_default"),
+                )
+                .await;
+            assert_eq!(status, 201, "{body}");
+            let path = "/v1/admin/plugins/uploaded-template";
+            until_status(&hosts[1], path, 200).await;
+            let automation = json!({"name": "uploaded", "event": {"type": "ADD_ARTIFACT_TAG"},
+                "webhook": {"team": "ml", "name": "ci"}, "action": "Webhooks",
+                "payload": r#"{"via": "uploaded", "tag": "${tag}"}"#,
+                "template_plugin": "uploaded-template"});
+            ok(
+                &hosts[1],
+                &alice,
+                "POST",
+                &format!("{PROJECT}/automations"),
+                automation,
+            )
+            .await;
+            tag(&hosts[1], &bob, "x").await;
+            let sent = receiver.wait_for(2, 10).await;
+            assert!(
+                sent.iter().any(|r| r.json()["via"] == "uploaded"),
+                "host 2 rendered with the plugin uploaded on host 1"
+            );
+            let (status, body) = hosts[1].delete(path).await;
+            assert_eq!(status, 204, "{body}");
+            until_status(&hosts[0], path, 404).await;
         })
         .await;
 }

@@ -13,10 +13,12 @@ use super::json::{WasmBody, parse};
 use super::{Caller, Json};
 use crate::app::App;
 use crate::error::{Error, Result};
+use crate::model::StoredPlugin;
 use crate::plugin::input::{FilterInput, TemplateInput};
 use crate::plugin::manifest::{BackendGrant, LimitOverrides, validate_name, validate_version};
 use crate::plugin::registry::Spec;
 use crate::plugin::{Kind, Plugin, Source, builtin};
+use crate::uploads;
 
 fn require_operator(caller: &Caller) -> Result<()> {
     caller.require_operator("administer plugins")
@@ -188,7 +190,15 @@ pub async fn upload(
         grant,
         bytes: bytes.to_vec(),
     };
+    let stored = uploads::stored(&spec);
     let plugin = app.plugins.load(spec).await?;
+    // Kept in the store, so that a restart and every other host load it.
+    app.store
+        .put_plugin(&StoredPlugin {
+            sha256: plugin.sha256.clone(),
+            ..stored
+        })
+        .await?;
     let mut body = describe(&plugin);
     let status = match previous {
         Some(old) => {
@@ -212,6 +222,7 @@ pub async fn remove(
         )));
     }
     find(&app, &name)?;
+    app.store.delete_plugin(&name).await?;
     app.plugins.remove(&name);
     Ok(StatusCode::NO_CONTENT)
 }

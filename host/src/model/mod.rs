@@ -12,6 +12,7 @@ pub mod artifact;
 pub mod automation;
 pub mod delivery;
 pub mod event;
+pub mod plugin;
 pub mod run;
 pub mod scope;
 pub mod team;
@@ -24,6 +25,7 @@ pub use automation::{
 };
 pub use delivery::{Attempt, Delivery, Execution, Status};
 pub use event::{ArtifactRef, Event, EventType, RunRef};
+pub use plugin::StoredPlugin;
 pub use run::Run;
 pub use scope::Scope;
 pub use team::{Project, Secret, Webhook};

@@ -39,7 +39,7 @@ pub struct Manifest {
 
 /// What a model backend is granted beyond WASI basics. Nothing by default:
 /// no environment, no network.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct BackendGrant {
     /// Its configuration, given to it as environment variables.

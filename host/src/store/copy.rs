@@ -81,6 +81,12 @@ pub async fn copy(from: &Store, to: &dyn Records) -> anyhow::Result<usize> {
         to.finish_delivery(delivery, Some(delivery)).await?;
     }
     n += waiting.len();
+    for (name, _) in from.plugin_digests().await? {
+        if let Some(plugin) = from.plugin(&name).await? {
+            to.put_plugin(&plugin).await?;
+            n += 1;
+        }
+    }
     let personal = users.iter().map(|u| format!("~{}", u.name));
     let projects = scopes.iter().filter_map(|s| match s {
         Scope::Project { team, project } => Some(format!("{team}/{project}")),

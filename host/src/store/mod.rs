@@ -35,8 +35,8 @@ use crate::cfg::StoreConfig;
 
 use crate::model::{
     ApiKey, Attempt, Automation, Collection, Delivery, Event, EventType, Execution, Group,
-    GroupKind, Handle, Member, Project, Run, Scope, Secret, Status, Totals, UsageRow, User,
-    Version, Webhook,
+    GroupKind, Handle, Member, Project, Run, Scope, Secret, Status, StoredPlugin, Totals, UsageRow,
+    User, Version, Webhook,
 };
 
 /// The meta key of the value that checks the master key (see `seal.rs`).
@@ -292,6 +292,17 @@ pub trait Records: Send + Sync {
     ) -> Result<()>;
     /// Every usage row of `scope`, oldest day first.
     async fn usage(&self, scope: &str) -> Result<Vec<UsageRow>>;
+
+    // Uploaded plugins.
+
+    /// Creates or replaces an uploaded plugin.
+    async fn put_plugin(&self, plugin: &StoredPlugin) -> Result<()>;
+    /// The name and SHA-256 of every uploaded plugin: cheap to poll.
+    async fn plugin_digests(&self) -> Result<Vec<(String, String)>>;
+    /// One uploaded plugin, component included.
+    async fn plugin(&self, name: &str) -> Result<Option<StoredPlugin>>;
+    /// Removes an uploaded plugin; `false` if there was none.
+    async fn delete_plugin(&self, name: &str) -> Result<bool>;
 
     // Housekeeping.
 

@@ -9,8 +9,8 @@ use sqlx::postgres::PgRow;
 use super::Postgres;
 use crate::model::{
     ApiKey, Attempt, Automation, Collection, Delivery, Event, EventType, Execution, Group,
-    GroupKind, Handle, Member, Project, Role, Run, Scope, Secret, Status, Totals, UsageRow, User,
-    Version, Webhook, WebhookRef,
+    GroupKind, Handle, Member, Project, Role, Run, Scope, Secret, Status, StoredPlugin, Totals,
+    UsageRow, User, Version, Webhook, WebhookRef,
 };
 use crate::store::{Records, Result, StoreError};
 
@@ -1470,6 +1470,70 @@ impl Records for Postgres {
                 })
             })
             .collect()
+    }
+
+    async fn put_plugin(&self, p: &StoredPlugin) -> Result<()> {
+        let mut c = self.conn().await?;
+        sqlx::query(
+            "INSERT INTO plugins (name, kind, version, sha256, settings, wasm, uploaded_at_ms) \
+             VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7) ON CONFLICT (name) DO UPDATE SET \
+             kind = excluded.kind, version = excluded.version, sha256 = excluded.sha256, \
+             settings = excluded.settings, wasm = excluded.wasm, \
+             uploaded_at_ms = excluded.uploaded_at_ms",
+        )
+        .bind(&p.name)
+        .bind(&p.kind)
+        .bind(&p.version)
+        .bind(&p.sha256)
+        .bind(to_json(&p.settings)?)
+        .bind(&p.wasm)
+        .bind(i(p.uploaded_at_ms))
+        .execute(&mut *c)
+        .await
+        .db(self)?;
+        Ok(())
+    }
+
+    async fn plugin_digests(&self) -> Result<Vec<(String, String)>> {
+        let mut c = self.conn().await?;
+        sqlx::query_as("SELECT name, sha256 FROM plugins ORDER BY name")
+            .fetch_all(&mut *c)
+            .await
+            .db(self)
+    }
+
+    async fn plugin(&self, name: &str) -> Result<Option<StoredPlugin>> {
+        let mut c = self.conn().await?;
+        let row = sqlx::query(
+            "SELECT name, kind, version, sha256, settings::text AS settings, wasm, uploaded_at_ms \
+             FROM plugins WHERE name = $1",
+        )
+        .bind(name)
+        .fetch_optional(&mut *c)
+        .await
+        .db(self)?;
+        row.map(|r| {
+            Ok(StoredPlugin {
+                name: get(&r, "name")?,
+                kind: get(&r, "kind")?,
+                version: get(&r, "version")?,
+                sha256: get(&r, "sha256")?,
+                settings: from_json(&get::<String>(&r, "settings")?)?,
+                wasm: get(&r, "wasm")?,
+                uploaded_at_ms: u(get(&r, "uploaded_at_ms")?),
+            })
+        })
+        .transpose()
+    }
+
+    async fn delete_plugin(&self, name: &str) -> Result<bool> {
+        let mut c = self.conn().await?;
+        let done = sqlx::query("DELETE FROM plugins WHERE name = $1")
+            .bind(name)
+            .execute(&mut *c)
+            .await
+            .db(self)?;
+        Ok(done.rows_affected() > 0)
     }
 
     async fn quarantined(&self) -> Result<usize> {

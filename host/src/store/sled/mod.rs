@@ -114,10 +114,12 @@ enum T {
     /// `tree \0 key` → a record that could not be read, set aside with the
     /// reason so that it blocks nothing.
     Quarantine,
+    /// `name` → `StoredPlugin`.
+    Plugins,
 }
 
 impl T {
-    const ALL: [T; 28] = [
+    const ALL: [T; 29] = [
         T::Meta,
         T::Users,
         T::UserNames,
@@ -146,6 +148,7 @@ impl T {
         T::RunFired,
         T::Usage,
         T::Quarantine,
+        T::Plugins,
     ];
 
     /// The tree's name on disk.
@@ -179,6 +182,7 @@ impl T {
             T::RunFired => "run_fired",
             T::Usage => "usage",
             T::Quarantine => "quarantine",
+            T::Plugins => "plugins",
         }
     }
 }

@@ -6,8 +6,8 @@ use super::keys::{Key, prefix};
 use super::{Sled, T, decode, io};
 use crate::model::{
     ApiKey, Attempt, Automation, Collection, Delivery, Event, EventType, Execution, Group,
-    GroupKind, Handle, Member, Project, Run, Scope, Secret, State, Status, Totals, UsageRow, User,
-    Version, Webhook,
+    GroupKind, Handle, Member, Project, Run, Scope, Secret, State, Status, StoredPlugin, Totals,
+    UsageRow, User, Version, Webhook,
 };
 use crate::store::{Records, Result};
 
@@ -733,6 +733,27 @@ impl Records for Sled {
             });
         }
         Ok(rows)
+    }
+
+    async fn put_plugin(&self, plugin: &StoredPlugin) -> Result<()> {
+        self.replace(T::Plugins, plugin.name.as_bytes(), plugin)
+            .await
+    }
+
+    async fn plugin_digests(&self) -> Result<Vec<(String, String)>> {
+        Ok(self
+            .scan_json::<StoredPlugin>(T::Plugins, &[])?
+            .into_iter()
+            .map(|p| (p.name, p.sha256))
+            .collect())
+    }
+
+    async fn plugin(&self, name: &str) -> Result<Option<StoredPlugin>> {
+        self.get_json(T::Plugins, name.as_bytes())
+    }
+
+    async fn delete_plugin(&self, name: &str) -> Result<bool> {
+        self.remove(T::Plugins, name.as_bytes()).await
     }
 
     async fn quarantined(&self) -> Result<usize> {

@@ -1,0 +1,120 @@
+//! Plugins uploaded through the operator API are kept in the store, so a
+//! restart loads them again and, with a shared store, every host runs the
+//! same ones: each host polls the store's digests and loads what changed,
+//! with the same atomic swap as an upload, and unloads what was removed.
+//! Compiled code stays cached per host.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::error::Result;
+use crate::model::StoredPlugin;
+use crate::plugin::manifest::BackendGrant;
+use crate::plugin::registry::{Source, Spec};
+use crate::plugin::{Kind, Limits, Plugins};
+use crate::store::Store;
+
+/// The stored form of an upload (its `sha256` is the loaded plugin's).
+pub fn stored(spec: &Spec) -> StoredPlugin {
+    StoredPlugin {
+        name: spec.name.clone(),
+        kind: spec.kind.to_string(),
+        version: spec.version.clone(),
+        sha256: String::new(),
+        settings: json!({"limits": spec.limits, "grant": spec.grant}),
+        wasm: spec.bytes.clone(),
+        uploaded_at_ms: crate::ids::now_ms(),
+    }
+}
+
+/// The upload a stored plugin was made from.
+fn spec(stored: StoredPlugin) -> anyhow::Result<Spec> {
+    let kind: Kind = stored.kind.parse().map_err(anyhow::Error::msg)?;
+    let limits: Option<Limits> = serde_json::from_value(stored.settings["limits"].clone())?;
+    let grant: Option<BackendGrant> = serde_json::from_value(stored.settings["grant"].clone())?;
+    Ok(Spec {
+        name: stored.name,
+        kind,
+        version: stored.version,
+        limits,
+        source: Source::Upload,
+        grant,
+        bytes: stored.wasm,
+    })
+}
+
+/// Keeps this host's uploaded plugins in step with the store.
+pub struct Sync {
+    store: Store,
+    plugins: Arc<Plugins>,
+    /// Digests that failed to load here, so they are not compiled again
+    /// on every poll; the error is in the log.
+    failed: Mutex<HashMap<String, String>>,
+}
+
+impl Sync {
+    /// Loads every stored upload now, then polls every `interval`.
+    pub async fn start(store: Store, plugins: Arc<Plugins>, interval: Duration) -> Arc<Sync> {
+        let sync = Arc::new(Sync {
+            store,
+            plugins,
+            failed: Mutex::default(),
+        });
+        if let Err(e) = sync.once().await {
+            tracing::error!(error = %e, "loading the uploaded plugins failed");
+        }
+        let polling = sync.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(interval).await;
+                if let Err(e) = polling.once().await {
+                    tracing::warn!(error = %e, "checking the store for plugin changes failed");
+                }
+            }
+        });
+        sync
+    }
+
+    /// One pass: load what is new or replaced, unload what was removed.
+    async fn once(&self) -> Result<()> {
+        let stored: HashMap<String, String> =
+            self.store.plugin_digests().await?.into_iter().collect();
+        for (name, sha256) in &stored {
+            let running = self.plugins.get(name);
+            let current = running
+                .as_ref()
+                .is_some_and(|p| p.source == Source::Upload && &p.sha256 == sha256);
+            if current || self.failed_before(name, sha256) {
+                continue;
+            }
+            let Some(upload) = self.store.plugin(name).await? else {
+                continue;
+            };
+            let loaded = match spec(upload) {
+                Ok(spec) => self.plugins.load(spec).await.map_err(|e| e.to_string()),
+                Err(e) => Err(format!("{e:#}")),
+            };
+            if let Err(e) = loaded {
+                tracing::error!(plugin = %name, error = %e, "an uploaded plugin failed to load on this host");
+                self.lock().insert(name.clone(), sha256.clone());
+            }
+        }
+        for plugin in self.plugins.list() {
+            if plugin.source == Source::Upload && !stored.contains_key(&plugin.name) {
+                self.plugins.remove(&plugin.name);
+            }
+        }
+        Ok(())
+    }
+
+    fn failed_before(&self, name: &str, sha256: &str) -> bool {
+        self.lock().get(name).is_some_and(|s| s == sha256)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
+        self.failed.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
