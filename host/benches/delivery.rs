@@ -3,10 +3,18 @@
 //! generator driving the event API (adding tags, which fires a tag
 //! automation with a payload template).
 //!
-//! Prints sustained events/s end to end (event accepted → receiver
-//! acknowledged) under a closed loop of concurrent clients, the
-//! event-to-delivery latency p50/p99 at a fixed 1,000 events/s, and the
-//! host's RSS. Asserts nothing about time.
+//! For each store engine and host count it prints sustained events/s end
+//! to end (event accepted → receiver acknowledged) under a closed loop of
+//! concurrent clients spread over the hosts, the hosts' CPU per delivered
+//! event (and PostgreSQL's, on that engine), the event-to-delivery latency
+//! at a fixed 1,000 events/s, and RSS; then one summary line per run:
+//! `delivery[ENGINE]: N events/s, M µs host CPU per event, p99 P ms at 1000/s`.
+//! Every event must arrive exactly once, or the bench fails.
+//!
+//! `BENCH_STORE=sled|postgres` picks the engine (both by default),
+//! `BENCH_HOSTS=1..3` the hosts on PostgreSQL (1 and 3 by default), and
+//! `BENCH_DATABASE_URL` the PostgreSQL server (the local one by default).
+//! Asserts nothing about time.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -17,7 +25,7 @@ use axum::body::Bytes;
 use serde_json::{Value, json};
 
 mod common;
-use common::{KEY, NO_MODEL, percentile, start_host};
+use common::{Host, KEY, NO_MODEL, cpu_seconds, cpu_seconds_of, percentile, start_host_with};
 
 const VERSIONS: usize = 500;
 const THROUGHPUT_EVENTS: usize = 20_000;
@@ -29,21 +37,29 @@ fn main() {
     common::block_on(run());
 }
 
-/// Arrival time of each tag at the receiver.
+/// Arrival time of each tag at the receiver, and how often each delivery
+/// id came.
 #[derive(Clone, Default)]
 struct Arrivals {
     at: Arc<Mutex<HashMap<String, Instant>>>,
+    ids: Arc<Mutex<HashMap<String, usize>>>,
     count: Arc<AtomicUsize>,
 }
 
 async fn receiver(arrivals: Arrivals) -> String {
-    let app = axum::Router::new().fallback(move |body: Bytes| {
+    let app = axum::Router::new().fallback(move |headers: axum::http::HeaderMap, body: Bytes| {
         let arrivals = arrivals.clone();
         async move {
             let now = Instant::now();
             let tag = serde_json::from_slice::<Value>(&body)
                 .ok()
                 .and_then(|v| v["tag"].as_str().map(str::to_string));
+            let id = headers
+                .get("x-service-delivery")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_string();
+            *arrivals.ids.lock().unwrap().entry(id).or_insert(0) += 1;
             if let Some(tag) = tag {
                 arrivals.at.lock().unwrap().insert(tag, now);
                 arrivals.count.fetch_add(1, Ordering::SeqCst);
@@ -158,27 +174,127 @@ fn rss_mib(pid: u32) -> f64 {
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
+/// Where a run keeps its state.
+#[derive(Clone, Copy, PartialEq)]
+enum Engine {
+    Sled,
+    Postgres,
+}
+
+/// Every host of a run shares the master key.
+const MASTER_KEY: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+
 async fn run() {
+    let engines = match std::env::var("BENCH_STORE").as_deref() {
+        Ok("sled") => vec![Engine::Sled],
+        Ok("postgres") => vec![Engine::Postgres],
+        _ => vec![Engine::Sled, Engine::Postgres],
+    };
+    let host_counts: Vec<usize> = match std::env::var("BENCH_HOSTS") {
+        Ok(n) => vec![n.parse().expect("BENCH_HOSTS is a number, 1 to 3")],
+        Err(_) => vec![1, 3],
+    };
+    let mut summary = Vec::new();
+    for engine in engines {
+        let counts = match engine {
+            Engine::Sled => vec![1],
+            Engine::Postgres => host_counts.clone(),
+        };
+        for hosts in counts {
+            summary.push(measure(engine, hosts).await);
+        }
+    }
+    println!();
+    for line in summary {
+        println!("{line}");
+    }
+}
+
+/// A database of the run's own on the benchmark's PostgreSQL server.
+struct Database {
+    admin: String,
+    name: String,
+    url: String,
+}
+
+impl Database {
+    async fn create() -> Database {
+        use sqlx::Connection;
+        let admin = std::env::var("BENCH_DATABASE_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+        let name = format!("sy_bench_{}", std::process::id());
+        let mut conn = sqlx::PgConnection::connect(&admin)
+            .await
+            .unwrap_or_else(|e| panic!("BENCH_DATABASE_URL {admin}: {e}"));
+        sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        let mut url = url::Url::parse(&admin).unwrap();
+        url.set_path(&format!("/{name}"));
+        Database {
+            admin,
+            name,
+            url: url.to_string(),
+        }
+    }
+
+    async fn drop(self) {
+        use sqlx::Connection;
+        if let Ok(mut conn) = sqlx::PgConnection::connect(&self.admin).await {
+            let _ = sqlx::query(&format!(
+                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+                self.name
+            ))
+            .execute(&mut conn)
+            .await;
+        }
+    }
+}
+
+/// One run: `hosts` hosts on `engine`; returns its summary line.
+async fn measure(engine: Engine, hosts: usize) -> String {
     let arrivals = Arrivals::default();
     let receiver = receiver(arrivals.clone()).await;
-    let host = start_host(&format!(
-        "{NO_MODEL}[webhooks]\nallow_private = [\"127.0.0.0/8\"]\n"
-    ));
+    let config = format!("{NO_MODEL}[webhooks]\nallow_private = [\"127.0.0.0/8\"]\n");
+    let database = match engine {
+        Engine::Postgres => Some(Database::create().await),
+        Engine::Sled => None,
+    };
+    let mut env = vec![("SWITCHYARD_MASTER_KEY", MASTER_KEY)];
+    if let Some(db) = &database {
+        env.push(("SWITCHYARD_STORE_URL", db.url.as_str()));
+    }
+    let hosts: Vec<Host> = (0..hosts).map(|_| start_host_with(&config, &env)).collect();
+    let label = match (engine, hosts.len()) {
+        (Engine::Sled, _) => "sled".to_string(),
+        (Engine::Postgres, 1) => "postgres".to_string(),
+        (Engine::Postgres, n) => format!("postgres x{n}"),
+    };
+    let bases: Vec<String> = hosts.iter().map(|h| h.base.clone()).collect();
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(CLIENTS)
         .build()
         .unwrap();
-    setup(&http, &host.base, &receiver).await;
+    setup(&http, &bases[0], &receiver).await;
     println!(
-        "bench-delivery: {VERSIONS} versions, tag automation with a 5-variable template, signed + bearer"
+        "\nbench-delivery [{label}]: {VERSIONS} versions, tag automation with a 5-variable template, signed + bearer"
     );
+    let host_cpu = || -> f64 { hosts.iter().filter_map(|h| cpu_seconds(h.child.id())).sum() };
+    let db_cpu = || (engine == Engine::Postgres).then(|| cpu_seconds_of("postgres"));
 
-    // Closed loop: CLIENTS clients each send their share as fast as answered.
+    // Closed loop: CLIENTS clients each send their share as fast as
+    // answered, spread over the hosts.
+    let (cpu_before, db_before) = (host_cpu(), db_cpu());
     let started = Instant::now();
     let next = Arc::new(AtomicUsize::new(0));
     let clients: Vec<_> = (0..CLIENTS)
-        .map(|_| {
-            let (http, base, next) = (http.clone(), host.base.clone(), next.clone());
+        .map(|c| {
+            let (http, base, next) = (http.clone(), bases[c % bases.len()].clone(), next.clone());
             tokio::spawn(async move {
                 loop {
                     let i = next.fetch_add(1, Ordering::SeqCst);
@@ -198,15 +314,25 @@ async fn run() {
         .await
         .expect("not every event was delivered within 300 s");
     let end_to_end = done - started;
+    let cpu_us = (host_cpu() - cpu_before) * 1e6 / THROUGHPUT_EVENTS as f64;
+    let events_per_s = THROUGHPUT_EVENTS as f64 / end_to_end.as_secs_f64();
     println!(
-        "throughput ({CLIENTS} clients, {THROUGHPUT_EVENTS} events): accepted {:.0} events/s, delivered end to end {:.0} events/s",
+        "throughput ({CLIENTS} clients, {THROUGHPUT_EVENTS} events): accepted {:.0} events/s, delivered end to end {events_per_s:.0} events/s",
         THROUGHPUT_EVENTS as f64 / accepted.as_secs_f64(),
-        THROUGHPUT_EVENTS as f64 / end_to_end.as_secs_f64()
     );
-    println!(
-        "host RSS after throughput run: {:.1} MiB",
-        rss_mib(host.child.id())
-    );
+    println!("host CPU per delivered event: {cpu_us:.0} µs");
+    if let (Some(before), Some(after)) = (db_before, db_cpu()) {
+        println!(
+            "PostgreSQL CPU per delivered event: {:.0} µs",
+            (after - before) * 1e6 / THROUGHPUT_EVENTS as f64
+        );
+    }
+    for host in &hosts {
+        println!(
+            "host RSS after throughput run: {:.1} MiB",
+            rss_mib(host.child.id())
+        );
+    }
 
     // Open loop at a fixed rate: latency from sending the event to arrival.
     let sent: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
@@ -215,7 +341,7 @@ async fn run() {
     let mut tasks = Vec::new();
     for i in 0..RATE_EVENTS {
         ticker.tick().await;
-        let (http, base, sent) = (http.clone(), host.base.clone(), sent.clone());
+        let (http, base, sent) = (http.clone(), bases[i % bases.len()].clone(), sent.clone());
         let i = THROUGHPUT_EVENTS + i;
         sent.lock().unwrap().insert(format!("e{i}"), Instant::now());
         tasks.push(tokio::spawn(async move { tag(&http, &base, i).await }));
@@ -230,19 +356,37 @@ async fn run() {
     )
     .await
     .expect("not every paced event was delivered");
-    let at = arrivals.at.lock().unwrap();
-    let mut latencies: Vec<f64> = sent
-        .lock()
-        .unwrap()
-        .iter()
-        .filter_map(|(tag, s)| at.get(tag).map(|a| (*a - *s).as_secs_f64() * 1e3))
-        .collect();
-    latencies.sort_by(f64::total_cmp);
-    println!(
-        "latency at {RATE_PER_SEC} events/s ({RATE_EVENTS} events): p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
-        percentile(&latencies, 0.5),
-        percentile(&latencies, 0.99),
-        latencies.last().copied().unwrap_or(0.0)
+    let p99 = {
+        let at = arrivals.at.lock().unwrap();
+        let mut latencies: Vec<f64> = sent
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|(tag, s)| at.get(tag).map(|a| (*a - *s).as_secs_f64() * 1e3))
+            .collect();
+        latencies.sort_by(f64::total_cmp);
+        println!(
+            "latency at {RATE_PER_SEC} events/s ({RATE_EVENTS} events): p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+            percentile(&latencies, 0.5),
+            percentile(&latencies, 0.99),
+            latencies.last().copied().unwrap_or(0.0)
+        );
+        percentile(&latencies, 0.99)
+    };
+    let ids = arrivals.ids.lock().unwrap().clone();
+    let total = THROUGHPUT_EVENTS + RATE_EVENTS;
+    assert_eq!(
+        ids.len(),
+        total,
+        "every event delivered, each with its own delivery id"
     );
-    println!("host RSS at the end: {:.1} MiB", rss_mib(host.child.id()));
+    assert!(ids.values().all(|n| *n == 1), "a delivery id arrived twice");
+    println!("exactly once: {total} events, {total} delivery ids, none twice");
+    drop(hosts);
+    if let Some(db) = database {
+        db.drop().await;
+    }
+    format!(
+        "delivery[{label}]: {events_per_s:.0} events/s, {cpu_us:.0} µs host CPU per event, p99 {p99:.1} ms at 1000/s"
+    )
 }

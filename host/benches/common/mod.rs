@@ -42,6 +42,12 @@ impl Drop for Host {
 /// Starts the release binary with `config` (TOML, may mention `{dir}` for
 /// its temporary directory) and a fresh data directory.
 pub fn start_host(config: &str) -> Host {
+    start_host_with(config, &[])
+}
+
+/// [`start_host`] with extra environment variables (a store URL, a master
+/// key).
+pub fn start_host_with(config: &str, env: &[(&str, &str)]) -> Host {
     use std::io::{BufRead, BufReader};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("switchyard.toml");
@@ -60,6 +66,7 @@ pub fn start_host(config: &str) -> Host {
         .arg(dir.path().join("data"))
         .env("SWITCHYARD_BOOTSTRAP_KEY", KEY)
         .env("RUST_LOG", "error")
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -85,6 +92,21 @@ pub fn percentile(sorted: &[f64], p: f64) -> f64 {
         return f64::NAN;
     }
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+/// CPU time (user + system) every process named `name` has used, in
+/// seconds (e.g. all of PostgreSQL's server processes).
+pub fn cpu_seconds_of(name: &str) -> f64 {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0.0;
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == name)
+        })
+        .filter_map(cpu_seconds)
+        .sum()
 }
 
 /// CPU time (user + system) the process `pid` has used, in seconds, read
