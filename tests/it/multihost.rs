@@ -432,3 +432,81 @@ async fn a_wrong_master_key_or_an_unreachable_database_stops_start_clearly() {
         })
         .await;
 }
+
+#[tokio::test]
+async fn a_database_at_a_newer_schema_is_refused() {
+    Engine::Postgres
+        .run(async {
+            use sqlx::Connection;
+            let first = Host::builder().start().await;
+            let url = first.database.as_ref().unwrap().url.clone();
+            let mut db = sqlx::PgConnection::connect(&url).await.unwrap();
+            sqlx::query(
+                "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+                 VALUES (999, 'from the future', true, '\\x00', 0)",
+            )
+            .execute(&mut db)
+            .await
+            .unwrap();
+            let refused = Host::builder()
+                .same_database(&first)
+                .try_start()
+                .await
+                .err()
+                .expect("a newer schema must be refused");
+            assert!(
+                refused.contains("schema version 999") && refused.contains("newer switchyard"),
+                "{refused}"
+            );
+        })
+        .await;
+}
+
+#[tokio::test]
+async fn a_run_fires_once_however_many_hosts_log_its_metrics() {
+    Engine::Postgres
+        .run(async {
+            let receiver = Receiver::start().await;
+            let hosts = hosts(3).await;
+            let (alice, _) = world(&hosts, &receiver).await;
+            let body = json!({"name": "converged", "webhook": {"team": "ml", "name": "ci"},
+                "action": "Webhooks", "event": {"type": "RUN_METRIC_THRESHOLD",
+                "metric": {"name": "loss", "window": 1, "comparison": "<", "threshold": 0.5}}});
+            ok(
+                &hosts[0],
+                &alice,
+                "POST",
+                &format!("{PROJECT}/automations"),
+                body,
+            )
+            .await;
+            let runs = format!("{PROJECT}/runs");
+            let run = ok(&hosts[0], &alice, "POST", &runs, json!({"name": "r"})).await;
+            let path = format!("{runs}/{}/metrics", run["id"].as_str().unwrap());
+            // Every log crosses the threshold, on every host at once.
+            let logs = (0..12).map(|i| {
+                let (host, path, alice) = (&hosts[i % 3], path.clone(), alice.clone());
+                async move {
+                    ok(
+                        host,
+                        &alice,
+                        "POST",
+                        &path,
+                        json!({"metrics": {"loss": 0.1}}),
+                    )
+                    .await;
+                }
+            });
+            futures_util::future::join_all(logs).await;
+            receiver.wait_for(1, 10).await;
+            let executions = format!("{PROJECT}/automations/converged/executions");
+            let (_, list) = hosts[2].call("GET", &executions, &alice, None).await;
+            assert_eq!(
+                list["data"].as_array().unwrap().len(),
+                1,
+                "once per run per 24 h across hosts: {list}"
+            );
+            assert_eq!(receiver.received().len(), 1);
+        })
+        .await;
+}

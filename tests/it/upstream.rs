@@ -711,3 +711,47 @@ async fn the_embedded_model_refuses_what_it_cannot_honour_naming_the_field() {
     let (status, text) = send(&host, &alice, &request).await;
     assert_eq!(status, 200, "{text}");
 }
+
+/// Usage counted by several hosts at once adds up exactly in the shared
+/// store.
+#[tokio::test]
+async fn usage_from_concurrent_requests_on_two_hosts_adds_up_exactly() {
+    crate::harness::Engine::Postgres
+        .run(async {
+            let key = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+            let (upstream, _) = fake_upstream().await;
+            let first = upstream_host(&upstream, "")
+                .env("SWITCHYARD_MASTER_KEY", key)
+                .start()
+                .await;
+            let second = upstream_host(&upstream, "")
+                .env("SWITCHYARD_MASTER_KEY", key)
+                .same_database(&first)
+                .start()
+                .await;
+            let alice = first.create_user("alice").await;
+            let (rounds, per_host) = (5, 4);
+            for _ in 0..rounds {
+                let mut calls = Vec::new();
+                for host in [&first, &second] {
+                    for _ in 0..per_host {
+                        calls.push(chat(host, &alice, "fake-1", false));
+                    }
+                }
+                for (status, text) in futures_util::future::join_all(calls).await {
+                    assert_eq!(status, 200, "{text}");
+                }
+            }
+            let n = rounds * per_host * 2;
+            for host in [&first, &second] {
+                let (_, usage) = host.call("GET", "/v1/me/usage", &alice, None).await;
+                assert_eq!(usage["by_model"]["fake-1"]["requests"], n, "{usage}");
+                assert_eq!(
+                    usage["by_model"]["fake-1"]["total_tokens"],
+                    13 * n,
+                    "{usage}"
+                );
+            }
+        })
+        .await;
+}
