@@ -15,9 +15,9 @@ use super::scope::{Params, param, scope};
 use super::{Caller, Json};
 use crate::app::App;
 use crate::artifacts::{self, Collection, Source, Version};
-use crate::automation::automations::Scope;
 use crate::error::{Error, Result};
 use crate::groups::{self, Role};
+use crate::model::Scope;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -8,9 +8,10 @@ use serde_json::Value;
 use super::query::{Force, Query};
 use super::{Caller, Json};
 use crate::app::App;
-use crate::automation::automations::{self, Scope};
+use crate::automation::automations;
 use crate::error::{Error, Result};
 use crate::groups::{self, Role};
+use crate::model::Scope;
 use crate::projects::{self, Project};
 
 #[derive(Deserialize)]

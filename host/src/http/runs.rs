@@ -10,16 +10,21 @@ use serde_json::{Value, json};
 
 use super::{Caller, Json};
 use crate::app::App;
-use crate::automation::automations::Scope;
+use crate::auth::User;
 use crate::error::Result;
 use crate::groups::{self, Role};
+use crate::model::Scope;
 use crate::runs::{self, Run};
 
-fn project_scope(team: &str, project: &str) -> Scope {
-    Scope::Project {
-        team: team.to_string(),
-        project: project.to_string(),
-    }
+/// Runs are read and written by members of the project's team.
+async fn member(app: &App, user: &User, team: &str, project: &str) -> Result<()> {
+    groups::authorize(
+        &app.store,
+        user,
+        &Scope::project(team, project),
+        Role::Member,
+    )
+    .await
 }
 
 #[derive(Deserialize)]
@@ -34,13 +39,7 @@ pub async fn create(
     Path((team, project)): Path<(String, String)>,
     Json(body): Json<CreateRun>,
 ) -> Result<(StatusCode, axum::Json<Run>)> {
-    groups::authorize(
-        &app.store,
-        &user,
-        &project_scope(&team, &project),
-        Role::Member,
-    )
-    .await?;
+    member(&app, &user, &team, &project).await?;
     let run = runs::create(&app.store, &team, &project, &user, &body.name).await?;
     Ok((StatusCode::CREATED, axum::Json(run)))
 }
@@ -50,13 +49,7 @@ pub async fn list(
     Caller(user): Caller,
     Path((team, project)): Path<(String, String)>,
 ) -> Result<axum::Json<Value>> {
-    groups::authorize(
-        &app.store,
-        &user,
-        &project_scope(&team, &project),
-        Role::Member,
-    )
-    .await?;
+    member(&app, &user, &team, &project).await?;
     Ok(super::list_of(
         runs::list(&app.store, &team, &project).await?,
     ))
@@ -67,13 +60,7 @@ pub async fn show(
     Caller(user): Caller,
     Path((team, project, run)): Path<(String, String, String)>,
 ) -> Result<axum::Json<Run>> {
-    groups::authorize(
-        &app.store,
-        &user,
-        &project_scope(&team, &project),
-        Role::Member,
-    )
-    .await?;
+    member(&app, &user, &team, &project).await?;
     Ok(axum::Json(
         runs::get(&app.store, &team, &project, &run).await?,
     ))
@@ -92,13 +79,7 @@ pub async fn log(
     Path((team, project, run)): Path<(String, String, String)>,
     Json(body): Json<LogMetrics>,
 ) -> Result<axum::Json<Value>> {
-    groups::authorize(
-        &app.store,
-        &user,
-        &project_scope(&team, &project),
-        Role::Member,
-    )
-    .await?;
+    member(&app, &user, &team, &project).await?;
     let (kept, events) = runs::log(&app.store, &team, &project, &run, &user, &body.metrics).await?;
     app.matcher.dispatch(&events).await?;
     Ok(axum::Json(json!({"run": run, "values_kept": kept})))

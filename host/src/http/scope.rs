@@ -6,8 +6,8 @@ use std::collections::HashMap;
 
 use axum::extract::Path;
 
-use crate::automation::automations::Scope;
 use crate::error::{Error, Result};
+use crate::model::Scope;
 
 /// The path parameters of a scoped route.
 pub type Params = Path<HashMap<String, String>>;
