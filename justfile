@@ -32,9 +32,15 @@ fuzz-api SECONDS="120":
 bench-plugins:
     cargo bench --bench plugins
 
-# Webhook delivery figures: events/s end to end, latency at 1,000 events/s, RSS.
+# Webhook delivery figures per store engine (BENCH_STORE=sled|postgres,
+# BENCH_HOSTS=1..3): events/s end to end, host CPU per event, p99 at
+# 1,000 events/s, exactly-once checked; one summary line per run.
 bench-delivery:
     cargo bench --bench delivery
+
+# Idle cost: CPU per second of a host that serves nothing.
+bench-idle:
+    cargo bench --bench idle
 
 # Proxy overhead: a mock OpenAI upstream, direct and through model-openai, at
 # 500, 2,000 and 5,000 QPS in 5 rounds; prints p50/p99 added latency per

@@ -42,6 +42,7 @@ impl App {
     /// Starts the plugin host (loading the built-ins and the plugins
     /// directory) and the queues. Needs a tokio runtime.
     pub async fn start(cfg: Config, store: Store, sealer: Sealer) -> anyhow::Result<App> {
+        crate::telemetry::install();
         let cache_dir = cfg
             .plugins
             .cache_dir

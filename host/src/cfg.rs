@@ -65,6 +65,26 @@ pub struct Config {
     pub inference: InferenceConfig,
     /// Where state is kept.
     pub store: StoreConfig,
+    /// Prometheus metrics.
+    pub metrics: MetricsConfig,
+}
+
+/// Prometheus metrics at `GET /metrics`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// Serve `/metrics` on this address of its own instead of the API's
+    /// listener (e.g. a port only the scraper reaches).
+    #[serde(deserialize_with = "deserialize_listen_opt")]
+    pub listen: Option<SocketAddr>,
+    /// Require an operator's API key to scrape.
+    pub require_key: bool,
+}
+
+fn deserialize_listen_opt<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<SocketAddr>, D::Error> {
+    deserialize_listen(d).map(Some)
 }
 
 /// Where state is kept: the embedded store under `data_dir`, or PostgreSQL.
@@ -315,6 +335,7 @@ impl Default for Config {
             delivery: DeliveryConfig::default(),
             inference: InferenceConfig::default(),
             store: StoreConfig::default(),
+            metrics: MetricsConfig::default(),
         }
     }
 }

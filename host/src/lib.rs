@@ -28,4 +28,5 @@ pub mod seal;
 pub mod secrets;
 pub mod server;
 pub mod store;
+pub mod telemetry;
 pub mod uploads;

@@ -92,10 +92,12 @@ impl WorkQueue {
                 capacity: self.capacity,
             });
         }
-        let (permits, waiting) = (self.permits.clone(), self.waiting.clone());
+        let (permits, waiting, name) = (self.permits.clone(), self.waiting.clone(), self.name);
+        let queued = std::time::Instant::now();
         Ok(tokio::spawn(async move {
             let permit = permits.acquire_owned().await;
             waiting.fetch_sub(1, Ordering::Relaxed);
+            crate::telemetry::queue_wait(name, queued.elapsed());
             let _permit = permit.ok()?;
             Some(job.await)
         }))

@@ -14,6 +14,7 @@ mod health;
 mod http_errors;
 mod inference;
 mod lifecycle;
+mod metrics;
 mod multihost;
 mod openapi;
 mod plugin_units;

@@ -755,3 +755,72 @@ async fn usage_from_concurrent_requests_on_two_hosts_adds_up_exactly() {
         })
         .await;
 }
+
+on_each_store!(inference_metrics_count_requests_tokens_and_first_tokens);
+async fn inference_metrics_count_requests_tokens_and_first_tokens() {
+    use crate::metrics::sample;
+    let (upstream, _) = fake_upstream().await;
+    let host = host_with(&upstream, "").await;
+    let alice = host.create_user("alice").await;
+    for stream in [false, true] {
+        let (status, text) = chat(&host, &alice, "fake-1", stream).await;
+        assert_eq!(status, 200, "{text}");
+    }
+    let (status, _) = chat(&host, &alice, "no-such-model", false).await;
+    assert_eq!(status, 404);
+    let text = host
+        .http
+        .get(host.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let model = [("model", "fake-1")];
+    assert_eq!(
+        sample(
+            &text,
+            "switchyard_inference_requests_total",
+            &[("model", "fake-1"), ("status", "200")]
+        ),
+        Some(2.0),
+        "{text}"
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "switchyard_inference_requests_total",
+            &[("model", "no-such-model"), ("status", "404")]
+        ),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "switchyard_inference_tokens_total",
+            &[("model", "fake-1"), ("kind", "prompt")]
+        ),
+        Some(22.0),
+        "{text}"
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "switchyard_inference_tokens_total",
+            &[("model", "fake-1"), ("kind", "completion")]
+        ),
+        Some(4.0),
+        "{text}"
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "switchyard_inference_time_to_first_token_seconds_count",
+            &model
+        ),
+        Some(2.0),
+        "{text}"
+    );
+}

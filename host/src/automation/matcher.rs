@@ -254,6 +254,7 @@ impl Matcher {
             body_sealed: sealed,
             attempts: 0,
             due_ms: ids::now_ms(),
+            event_at_ms: event.at_ms,
         };
         Ok(Some(Fired {
             execution,

@@ -55,6 +55,7 @@ pub async fn replay(store: &Store, handle: &Handle, id: &str) -> Result<(Executi
         body_sealed,
         attempts: 0,
         due_ms: crate::ids::now_ms(),
+        event_at_ms: crate::ids::now_ms(),
     };
     tx.put_execution(&execution).await?;
     tx.insert_delivery(&delivery).await?;

@@ -22,6 +22,7 @@ use crate::ids;
 use crate::model::{Attempt, Delivery, Status, WebhookRef};
 use crate::seal::Sealer;
 use crate::store::Store;
+use crate::telemetry;
 
 /// Most deliveries one scan of the outbox takes up.
 const SCAN_BATCH: usize = 1000;
@@ -280,6 +281,14 @@ impl Inner {
                 .clone()
                 .or_else(|| attempt.status.map(|s| format!("the endpoint answered {s}"))),
         };
+        let outcome = match (&verdict, status) {
+            (Verdict::Gone, _) => telemetry::Delivery::Disabled,
+            (_, Status::Finished) => telemetry::Delivery::Delivered,
+            (_, Status::Pending) => telemetry::Delivery::Retried,
+            (_, Status::Failed) => telemetry::Delivery::Failed,
+        };
+        let since_event = ids::now_ms().saturating_sub(delivery.event_at_ms);
+        telemetry::delivery(outcome, Duration::from_millis(since_event));
         let tx = self.store.begin().await?;
         tx.finish_delivery(&delivery, rescheduled.as_ref()).await?;
         tx.record_attempt(

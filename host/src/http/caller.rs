@@ -51,6 +51,9 @@ impl FromRequestParts<App> for KeyedCaller {
         // inline like every other handler's reads (a blocking-pool hop cost
         // more than the reads themselves).
         let (user, record) = auth::authenticate_key(&app.store, key).await?;
+        if let Some(slot) = parts.extensions.get::<super::observe::CallerSlot>() {
+            slot.set(&user.id);
+        }
         Ok(KeyedCaller {
             user,
             key_id: record.id,

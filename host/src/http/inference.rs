@@ -67,7 +67,26 @@ pub async fn chat_completions(
     headers: HeaderMap,
     Json(body): Json<CompletionRequest>,
 ) -> Result<Response> {
-    let account = account(&app, &user, key_id, &headers).await?;
+    let started = std::time::Instant::now();
+    let model = body.model.clone();
+    let answer = chat(&app, user, key_id, &headers, body, started).await;
+    let status = match &answer {
+        Ok(response) => response.status().as_u16(),
+        Err(e) => e.status().as_u16(),
+    };
+    crate::telemetry::inference_request(&model, status);
+    answer
+}
+
+async fn chat(
+    app: &App,
+    user: User,
+    key_id: String,
+    headers: &HeaderMap,
+    body: CompletionRequest,
+    started: std::time::Instant,
+) -> Result<Response> {
+    let account = account(app, &user, key_id, headers).await?;
     let mut seed = [0u8; 8];
     let _ = getrandom::fill(&mut seed);
     let request = body.to_backend(u64::from_le_bytes(seed))?;
@@ -79,15 +98,23 @@ pub async fn chat_completions(
     let running = app.inference.chat(account, request)?;
     if body.stream {
         let include_usage = body.stream_options.is_some_and(|o| o.include_usage);
-        stream(header, running, include_usage).await
+        stream(header, running, include_usage, started).await
     } else {
-        whole(header, running).await
+        whole(header, running, started).await
     }
 }
 
-async fn whole(header: Header, mut running: Running) -> Result<Response> {
+async fn whole(
+    header: Header,
+    mut running: Running,
+    started: std::time::Instant,
+) -> Result<Response> {
     let mut text = String::new();
+    let mut first = true;
     while let Some(piece) = running.output.recv().await {
+        if std::mem::take(&mut first) {
+            crate::telemetry::time_to_first_token(&header.model, started.elapsed());
+        }
         // A backend that makes whole choices returns them in its result
         // when the client does not stream.
         if let Piece::Text(piece) = piece {
@@ -108,7 +135,12 @@ async fn finished(
 /// Waits for the first piece, so a request that fails before generating (a
 /// full queue, a backend error) gets a real status code; then streams the
 /// rest.
-async fn stream(header: Header, mut running: Running, include_usage: bool) -> Result<Response> {
+async fn stream(
+    header: Header,
+    mut running: Running,
+    include_usage: bool,
+    started: std::time::Instant,
+) -> Result<Response> {
     let Some(first) = running.output.recv().await else {
         let result = finished(running.done).await?;
         let (tx, rx) = mpsc::channel(4);
@@ -118,6 +150,7 @@ async fn stream(header: Header, mut running: Running, include_usage: bool) -> Re
         });
         return Ok(sse(rx));
     };
+    crate::telemetry::time_to_first_token(&header.model, started.elapsed());
     let (tx, rx) = mpsc::channel(16);
     tokio::spawn(pump(Chunks::new(header, tx, include_usage), running, first));
     Ok(sse(rx))

@@ -13,6 +13,8 @@ mod health;
 mod inference;
 mod json;
 mod me;
+mod metrics;
+mod observe;
 mod openapi;
 mod projects;
 mod query;
@@ -38,7 +40,11 @@ use crate::error::Error;
 
 /// The router for the whole API.
 pub fn router(app: App) -> Router {
-    let routes = Router::new()
+    let mut routes = Router::new();
+    if app.cfg.metrics.listen.is_none() {
+        routes = routes.route("/metrics", metrics_route(&app));
+    }
+    let routes = routes
         .route("/v1/system-check", get(health::system_check))
         .route("/v1/openapi.json", get(openapi::document))
         .route("/docs", get(openapi::docs_page))
@@ -130,12 +136,29 @@ pub fn router(app: App) -> Router {
         )
         .route("/v1/admin/plugins/{name}/invoke", post(admin::invoke))
         .fallback(unknown_route)
+        .layer(middleware::from_fn(observe::observe))
         .with_state(app.clone());
     // The error-shaping layer wraps the finished router, not each route:
     // only from outside does a 405 already carry axum's `Allow` header.
     Router::new()
         .fallback_service(routes)
         .layer(middleware::from_fn_with_state(app, shape_errors))
+}
+
+/// `GET /metrics`, open or for operators as configured.
+fn metrics_route(app: &App) -> axum::routing::MethodRouter<App> {
+    if app.cfg.metrics.require_key {
+        get(metrics::scrape_as_operator)
+    } else {
+        get(metrics::scrape)
+    }
+}
+
+/// The router of `[metrics] listen`: `/metrics` alone.
+pub fn metrics_router(app: App) -> Router {
+    Router::new()
+        .route("/metrics", metrics_route(&app))
+        .with_state(app)
 }
 
 /// The routes of a registry or a project, written once and nested under

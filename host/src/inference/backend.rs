@@ -242,6 +242,7 @@ impl parallel::Worker for SecondInstance {
         self.store.set_epoch_deadline(1);
         self.store.data_mut().parts = Some(parts);
         let worker = self.bindings.switchyard_plugin_worker();
+        let _ticking = crate::plugin::engine::Ticking::start();
         let run = tokio::time::timeout(self.timeout, worker.call_run(&mut self.store, &task)).await;
         // Dropping the sender tells `receive` that no more parts come.
         self.store.data_mut().parts = None;
@@ -356,6 +357,11 @@ impl Backend {
             live: Mutex::new(None),
             idle: std::sync::Mutex::new(Vec::new()),
         }))
+    }
+
+    /// Its name and version, for logs and metrics.
+    pub fn name(&self) -> &str {
+        &self.setup.name
     }
 
     /// Whether it takes the OpenAI fields the host passes through (tools,
@@ -537,8 +543,10 @@ impl Backend {
         // A kept instance's deadline passed while it sat idle; without a
         // fresh one the call would yield to tokio before doing anything.
         live.store.set_epoch_deadline(1);
+        let ticking = crate::plugin::engine::Ticking::start();
         let outcome =
             tokio::time::timeout(self.setup.timeout, f(&live.bindings, &mut live.store)).await;
+        drop(ticking);
         live.store.data_mut().output = None;
         let name = &self.setup.name;
         match outcome {
@@ -573,6 +581,8 @@ impl Backend {
 
     /// A fresh instance, with its second instance if it gets one.
     async fn instantiate(&self) -> anyhow::Result<Live> {
+        // Start-up runs guest code too: let it yield while it loads.
+        let _ticking = crate::plugin::engine::Ticking::start();
         let mut store = self.store()?;
         if let Some(pre) = &self.pre_parallel {
             let mut second = self.store()?;

@@ -184,6 +184,11 @@ impl Inference {
             .map_err(anyhow::Error::from)
     }
 
+    /// Chat requests waiting for a worker of the inference queue.
+    pub fn waiting(&self) -> usize {
+        self.queue.waiting()
+    }
+
     /// Starts `request` for `account`; refuses at once when the project is
     /// at its concurrency limit or the queue is full.
     pub fn chat(&self, account: Account, request: ChatRequest) -> Result<Running> {
@@ -201,9 +206,18 @@ impl Inference {
             let model = request.model.clone();
             let started = std::time::Instant::now();
             let result = backend.chat(account.team(), request, output_tx).await;
+            let failed = matches!(result, Err(CallError::Failed(_) | CallError::TimedOut(_)));
             if let Some(plugin) = plugin {
-                let failed = matches!(result, Err(CallError::Failed(_) | CallError::TimedOut(_)));
                 plugin.stats().record(started.elapsed(), failed);
+            }
+            crate::telemetry::plugin_call(
+                backend.name(),
+                Kind::ModelBackend.as_str(),
+                failed,
+                started.elapsed(),
+            );
+            if let Ok(r) = &result {
+                crate::telemetry::inference_tokens(&model, r.prompt_tokens, r.completion_tokens);
             }
             if let Ok(r) = &result
                 && let Err(e) = usage::record(

@@ -79,4 +79,8 @@ pub struct Delivery {
     pub attempts: u32,
     /// When it is due (unix ms).
     pub due_ms: u64,
+    /// When the event (or the replay) that queued it was accepted (unix
+    /// ms): the start of its delivery time.
+    #[serde(default)]
+    pub event_at_ms: u64,
 }

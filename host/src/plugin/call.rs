@@ -38,7 +38,9 @@ where
 {
     let mut store = new_store(runtime, plugin);
     let started = Instant::now();
+    let ticking = super::engine::Ticking::start();
     let outcome = tokio::time::timeout(plugin.limits.timeout(), f(&mut store)).await;
+    drop(ticking);
     log_output(plugin, store.data());
     let result = match outcome {
         Err(_) => Err(plugin.failed(format!(
@@ -50,6 +52,12 @@ where
     };
     let failed = matches!(result, Err(PluginError::Failed { .. }));
     plugin.stats.record(started.elapsed(), failed);
+    crate::telemetry::plugin_call(
+        &plugin.name,
+        plugin.kind.as_str(),
+        failed,
+        started.elapsed(),
+    );
     if let Err(PluginError::Failed { .. }) = &result {
         tracing::warn!(plugin = %plugin.id(), error = %result.as_ref().err().unwrap(), "plugin call failed");
     }

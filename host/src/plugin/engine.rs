@@ -6,7 +6,8 @@
 
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, Once, OnceLock};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, Once, OnceLock};
 
 use anyhow::Context;
 use sha2::{Digest, Sha256};
@@ -145,8 +146,34 @@ pub fn content_hash(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
-/// Advances `engine`'s epoch every tick until it is dropped. One thread ticks
-/// every engine: each extra thread waking every millisecond costs the host
+/// Calls running now, of every plugin and backend; the epoch thread sleeps
+/// while there are none, so an idle host burns no CPU on ticks.
+static RUNNING: AtomicUsize = AtomicUsize::new(0);
+static WAKE: (Mutex<()>, Condvar) = (Mutex::new(()), Condvar::new());
+
+/// Marks a call in flight while it lives: the epoch ticks only then.
+pub struct Ticking(());
+
+impl Ticking {
+    /// Starts ticking if no other call was running.
+    pub fn start() -> Ticking {
+        if RUNNING.fetch_add(1, Ordering::SeqCst) == 0 {
+            let _lock = WAKE.0.lock().unwrap_or_else(|p| p.into_inner());
+            WAKE.1.notify_all();
+        }
+        Ticking(())
+    }
+}
+
+impl Drop for Ticking {
+    fn drop(&mut self) {
+        RUNNING.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Advances `engine`'s epoch every tick while any call is in flight (see
+/// [`Ticking`]), until the engine is dropped. One thread ticks every
+/// engine: each extra thread waking every millisecond costs the host
 /// context switches under load.
 fn start_ticker(engine: &Engine) {
     static ENGINES: Mutex<Vec<EngineWeak>> = Mutex::new(Vec::new());
@@ -160,6 +187,14 @@ fn start_ticker(engine: &Engine) {
             .name("wasm-epoch".into())
             .spawn(|| {
                 loop {
+                    let idle = WAKE.0.lock().unwrap_or_else(|p| p.into_inner());
+                    // A call that starts between the check and the wait
+                    // notifies under the lock, so no wake-up is missed.
+                    let _idle = WAKE
+                        .1
+                        .wait_while(idle, |_| RUNNING.load(Ordering::SeqCst) == 0)
+                        .unwrap_or_else(|p| p.into_inner());
+                    drop(_idle);
                     let mut engines = ENGINES.lock().unwrap_or_else(|p| p.into_inner());
                     engines.retain(|weak| match weak.upgrade() {
                         Some(engine) => {

@@ -77,6 +77,19 @@ pub async fn serve(
         .timer(TokioTimer::new())
         .keep_alive_interval(Some(Duration::from_secs(30)));
     let service = TowerToHyperService::new(http::router(app.clone()));
+    if let Some(addr) = app.cfg.metrics.listen {
+        let listener = TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("cannot listen on {addr} for [metrics] listen"))?;
+        let bound = listener.local_addr()?;
+        tracing::info!(addr = %bound, "serving /metrics");
+        let router = http::metrics_router(app.clone());
+        tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, router).await {
+                tracing::error!(error = %e, "the metrics listener stopped");
+            }
+        });
+    }
     let graceful = GracefulShutdown::new();
     let admission = Admission::new(limits.max_connections.unwrap_or(connections::FALLBACK_CAP));
     let builder = std::sync::Arc::new(builder);

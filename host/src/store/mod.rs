@@ -260,6 +260,8 @@ pub trait Records: Send + Sync {
     async fn finish_delivery(&self, delivery: &Delivery, next: Option<&Delivery>) -> Result<()>;
     /// How many deliveries wait.
     async fn pending_deliveries(&self) -> Result<usize>;
+    /// When the delivery due first is due (unix ms), if any waits.
+    async fn first_due(&self) -> Result<Option<u64>>;
     /// Creates or replaces an execution.
     async fn put_execution(&self, execution: &Execution) -> Result<()>;
     /// One execution.

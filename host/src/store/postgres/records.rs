@@ -227,6 +227,7 @@ fn delivery(row: &PgRow) -> Result<Delivery> {
         body_sealed: get(row, "body_sealed")?,
         attempts: u32::try_from(get::<i32>(row, "attempts")?).unwrap_or(0),
         due_ms: u(get(row, "due_ms")?),
+        event_at_ms: u(get(row, "event_at_ms")?),
     })
 }
 
@@ -1182,8 +1183,8 @@ impl Records for Postgres {
         let mut c = self.conn().await?;
         sqlx::query(
             "INSERT INTO outbox (id, scope, automation, execution_id, webhook_team, webhook_name, \
-             body_sealed, attempts, due_ms, lease_owner, lease_until_ms) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) \
+             body_sealed, attempts, due_ms, lease_owner, lease_until_ms, event_at_ms) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
              ON CONFLICT (id) DO UPDATE SET attempts = excluded.attempts, \
              due_ms = excluded.due_ms, lease_owner = excluded.lease_owner, \
              lease_until_ms = excluded.lease_until_ms",
@@ -1199,6 +1200,7 @@ impl Records for Postgres {
         .bind(i(d.due_ms))
         .bind(&self.shared.host_id)
         .bind(i(lease_until))
+        .bind(i(d.event_at_ms))
         .execute(&mut *c)
         .await
         .db(self)?;
@@ -1299,6 +1301,15 @@ impl Records for Postgres {
             .await
             .db(self)?;
         Ok(usize::try_from(n).unwrap_or(0))
+    }
+
+    async fn first_due(&self) -> Result<Option<u64>> {
+        let mut c = self.conn().await?;
+        let first: Option<i64> = sqlx::query_scalar("SELECT min(due_ms) FROM outbox")
+            .fetch_one(&mut *c)
+            .await
+            .db(self)?;
+        Ok(first.map(u))
     }
 
     async fn put_execution(&self, e: &Execution) -> Result<()> {

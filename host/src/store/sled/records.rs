@@ -654,6 +654,12 @@ impl Records for Sled {
         Ok(self.tree(T::Outbox).len())
     }
 
+    async fn first_due(&self) -> Result<Option<u64>> {
+        // Keys start with the due time, big-endian.
+        let first = self.tree(T::Outbox).first().map_err(io)?;
+        Ok(first.and_then(|(key, _)| Some(u64::from_be_bytes(key.get(..8)?.try_into().ok()?))))
+    }
+
     async fn put_execution(&self, execution: &Execution) -> Result<()> {
         let key = execution_key(&execution.automation, &execution.id);
         self.replace(T::Executions, key, execution).await

@@ -1,0 +1,133 @@
+//! Prometheus metrics at `/metrics`.
+//!
+//! Counters and histograms are recorded where things happen, through the
+//! `metrics` facade and the functions below (one per family, so a name is
+//! written once); gauges that describe state (the outbox, the queues) are
+//! set when the endpoint is scraped. metrics-exporter-prometheus renders
+//! the text format. The names and labels are what operators' dashboards and
+//! alerts use: keep them stable.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use metrics::{counter, gauge, histogram};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// Bucket bounds of every `_seconds` histogram: 0.5 ms to a minute.
+const SECONDS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    60.0,
+];
+
+/// Installs the recorder, once per process.
+pub fn install() {
+    HANDLE.get_or_init(|| {
+        let recorder = PrometheusBuilder::new()
+            .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), SECONDS)
+            .expect("the bucket list is not empty")
+            .build_recorder();
+        let handle = recorder.handle();
+        if metrics::set_global_recorder(recorder).is_err() {
+            tracing::warn!("a metrics recorder was already installed; /metrics may be empty");
+        }
+        gauge!("switchyard_build_info", "version" => env!("CARGO_PKG_VERSION")).set(1.0);
+        handle
+    });
+}
+
+/// The state the gauges show, read by the scrape.
+pub struct Gauges {
+    /// Deliveries waiting in the outbox.
+    pub outbox_pending: usize,
+    /// How long the most overdue delivery has been due (0 when none is).
+    pub outbox_oldest_due: Duration,
+    /// Jobs waiting for a worker, by queue name.
+    pub queues: Vec<(&'static str, usize)>,
+}
+
+/// The text exposition, with the gauges set to `gauges`.
+pub fn render(gauges: Gauges) -> String {
+    gauge!("switchyard_outbox_pending").set(gauges.outbox_pending as f64);
+    gauge!("switchyard_outbox_oldest_due_seconds").set(gauges.outbox_oldest_due.as_secs_f64());
+    for (queue, depth) in gauges.queues {
+        gauge!("switchyard_queue_depth", "queue" => queue).set(depth as f64);
+    }
+    HANDLE
+        .get()
+        .map(PrometheusHandle::render)
+        .unwrap_or_default()
+}
+
+/// One HTTP request answered; `route` is the router's template.
+pub fn http_request(method: &str, route: &str, status: u16, took: Duration) {
+    let (method, route) = (method.to_string(), route.to_string());
+    counter!("switchyard_http_requests_total", "method" => method.clone(), "route" => route.clone(), "status" => status.to_string())
+        .increment(1);
+    histogram!("switchyard_http_request_duration_seconds", "method" => method, "route" => route)
+        .record(took.as_secs_f64());
+}
+
+/// What a delivery attempt came to.
+#[derive(Debug, Clone, Copy)]
+pub enum Delivery {
+    /// Acknowledged.
+    Delivered,
+    /// Failed, and due again.
+    Retried,
+    /// Given up.
+    Failed,
+    /// Given up, and its webhook disabled (410 Gone).
+    Disabled,
+}
+
+/// One delivery attempt; `since_event` is from the event's acceptance to
+/// now, recorded when the delivery was acknowledged.
+pub fn delivery(outcome: Delivery, since_event: Duration) {
+    let label = match outcome {
+        Delivery::Delivered => "delivered",
+        Delivery::Retried => "retried",
+        Delivery::Failed => "failed",
+        Delivery::Disabled => "disabled",
+    };
+    counter!("switchyard_deliveries_total", "outcome" => label).increment(1);
+    if let Delivery::Delivered = outcome {
+        histogram!("switchyard_delivery_duration_seconds").record(since_event.as_secs_f64());
+    }
+}
+
+/// One plugin call.
+pub fn plugin_call(plugin: &str, kind: &str, failed: bool, took: Duration) {
+    let (plugin, kind) = (plugin.to_string(), kind.to_string());
+    let outcome = if failed { "failed" } else { "ok" };
+    counter!("switchyard_plugin_calls_total", "plugin" => plugin.clone(), "kind" => kind.clone(), "outcome" => outcome)
+        .increment(1);
+    histogram!("switchyard_plugin_call_duration_seconds", "plugin" => plugin, "kind" => kind)
+        .record(took.as_secs_f64());
+}
+
+/// How long a job waited for a worker of `queue`.
+pub fn queue_wait(queue: &'static str, waited: Duration) {
+    histogram!("switchyard_queue_wait_seconds", "queue" => queue).record(waited.as_secs_f64());
+}
+
+/// One chat request answered with `status`.
+pub fn inference_request(model: &str, status: u16) {
+    counter!("switchyard_inference_requests_total", "model" => model.to_string(), "status" => status.to_string())
+        .increment(1);
+}
+
+/// The tokens of one finished chat request.
+pub fn inference_tokens(model: &str, prompt: u32, completion: u32) {
+    counter!("switchyard_inference_tokens_total", "model" => model.to_string(), "kind" => "prompt")
+        .increment(prompt.into());
+    counter!("switchyard_inference_tokens_total", "model" => model.to_string(), "kind" => "completion")
+        .increment(completion.into());
+}
+
+/// From a chat request's arrival to its first generated piece.
+pub fn time_to_first_token(model: &str, took: Duration) {
+    histogram!("switchyard_inference_time_to_first_token_seconds", "model" => model.to_string())
+        .record(took.as_secs_f64());
+}

@@ -1,0 +1,248 @@
+//! `/metrics` after real traffic: the families operators scrape, with route
+//! templates (never raw paths) and numbers that moved as they should.
+
+use serde_json::json;
+
+use crate::harness::{Host, expect_error};
+use crate::receiver::Receiver;
+use crate::world::{PROJECT, World, ok};
+
+/// The value of the sample `name{labels…}` (labels in any order).
+pub fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| l.split(['{', ' ']).next() == Some(name))
+        .find(|l| {
+            labels
+                .iter()
+                .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
+        })
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+async fn scrape(host: &Host) -> String {
+    let response = host.http.get(host.url("/metrics")).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(
+        response.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/plain"),
+    );
+    response.text().await.unwrap()
+}
+
+on_each_store!(metrics_count_requests_deliveries_plugins_and_queues);
+async fn metrics_count_requests_deliveries_plugins_and_queues() {
+    let receiver = Receiver::start().await;
+    let host = Host::builder()
+        .config("[webhooks]\nallow_private = [\"127.0.0.0/8\"]")
+        .start()
+        .await;
+    let world = World::build(&host, Some(&format!("{}/hook", receiver.base))).await;
+    let automation = json!({"name": "tagged", "event": {"type": "ADD_ARTIFACT_TAG"},
+        "webhook": {"team": "ml", "name": "ci"}, "action": "Webhooks",
+        "payload": r#"{"tag": "${tag}"}"#});
+    ok(
+        &host,
+        &world.alice,
+        "POST",
+        &format!("{PROJECT}/automations"),
+        automation,
+    )
+    .await;
+    let versions = format!("{PROJECT}/collections/detector/versions");
+    ok(&host, &world.bob, "POST", &versions, json!({})).await;
+    let before = scrape(&host).await;
+    let tags = format!("{versions}/v0/tags");
+    for tag in ["a", "b"] {
+        ok(&host, &world.bob, "POST", &tags, json!({"tag": tag})).await;
+    }
+    receiver.wait_for(2, 10).await;
+    // A delivery is counted once its attempt is recorded, just after the
+    // receiver answered: wait for that, loudly.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let text = loop {
+        let text = scrape(&host).await;
+        if sample(
+            &text,
+            "switchyard_deliveries_total",
+            &[("outcome", "delivered")],
+        ) == Some(2.0)
+        {
+            break text;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no 2 deliveries counted:\n{text}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    let route =
+        "/v1/teams/{team}/projects/{project}/collections/{collection}/versions/{version}/tags";
+    let tagged = |text: &str| {
+        sample(
+            text,
+            "switchyard_http_requests_total",
+            &[("method", "POST"), ("route", route), ("status", "200")],
+        )
+        .unwrap_or(0.0)
+    };
+    assert_eq!(tagged(&text) - tagged(&before), 2.0, "{text}");
+    assert!(
+        !text.contains("route=\"/v1/teams/ml/"),
+        "routes are templates, never raw paths:\n{text}"
+    );
+    assert!(
+        sample(
+            &text,
+            "switchyard_http_request_duration_seconds_count",
+            &[("route", route)]
+        )
+        .is_some_and(|n| n >= 2.0),
+        "{text}"
+    );
+    assert_eq!(
+        sample(&text, "switchyard_delivery_duration_seconds_count", &[]),
+        Some(2.0),
+        "{text}"
+    );
+    let renders = sample(
+        &text,
+        "switchyard_plugin_calls_total",
+        &[
+            ("plugin", "template-default"),
+            ("kind", "payload-template"),
+            ("outcome", "ok"),
+        ],
+    );
+    assert!(renders.is_some_and(|n| n >= 2.0), "{text}");
+    assert!(
+        sample(
+            &text,
+            "switchyard_plugin_call_duration_seconds_count",
+            &[("plugin", "filter-default")]
+        )
+        .is_some_and(|n| n >= 2.0),
+        "{text}"
+    );
+    assert!(
+        sample(
+            &text,
+            "switchyard_queue_wait_seconds_count",
+            &[("queue", "plugin")]
+        )
+        .is_some_and(|n| n >= 4.0),
+        "{text}"
+    );
+    assert_eq!(
+        sample(&text, "switchyard_queue_depth", &[("queue", "plugin")]),
+        Some(0.0)
+    );
+    assert_eq!(sample(&text, "switchyard_outbox_pending", &[]), Some(0.0));
+    assert_eq!(
+        sample(&text, "switchyard_outbox_oldest_due_seconds", &[]),
+        Some(0.0)
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "switchyard_build_info",
+            &[("version", env!("CARGO_PKG_VERSION"))]
+        ),
+        Some(1.0)
+    );
+    // An unknown path is counted, but never under its own name.
+    let _ = host.get("/v1/no/such/route").await;
+    let text = scrape(&host).await;
+    assert!(
+        sample(
+            &text,
+            "switchyard_http_requests_total",
+            &[("route", "unmatched"), ("status", "404")]
+        )
+        .is_some(),
+        "{text}"
+    );
+    assert!(!text.contains("/v1/no/such/route"), "{text}");
+}
+
+on_each_store!(metrics_can_require_an_operator_key);
+async fn metrics_can_require_an_operator_key() {
+    let host = Host::builder()
+        .config("[metrics]\nrequire_key = true")
+        .start()
+        .await;
+    expect_error(
+        &host.get_anon("/metrics").await,
+        401,
+        "invalid_api_key",
+        None,
+    );
+    let bob = host.create_user("bob").await;
+    expect_error(
+        &host.call("GET", "/metrics", &bob, None).await,
+        403,
+        "permission_denied",
+        None,
+    );
+    let response = host
+        .http
+        .get(host.url("/metrics"))
+        .bearer_auth(crate::harness::OPERATOR_KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(
+        response
+            .text()
+            .await
+            .unwrap()
+            .contains("switchyard_build_info")
+    );
+}
+
+on_each_store!(every_request_is_logged_once_with_its_request_id_and_caller);
+async fn every_request_is_logged_once_with_its_request_id_and_caller() {
+    let host = Host::start().await;
+    let alice = host.create_user("alice").await;
+    let (_, me) = host.call("GET", "/v1/me", &alice, None).await;
+    let response = host
+        .http
+        .get(host.url("/v1/teams/nope"))
+        .bearer_auth(&alice)
+        .header("x-request-id", "client-req-42")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 404);
+    assert_eq!(response.headers()["x-request-id"], "client-req-42");
+    let line = host.wait_for_log(&["request_id=client-req-42"]).await;
+    for needle in [
+        "method=GET",
+        "route=/v1/teams/{team}",
+        "status=404",
+        "latency_ms=",
+        &format!("caller={}", me["id"].as_str().unwrap()),
+    ] {
+        assert!(line.contains(needle), "{needle} in {line}");
+    }
+    let generated = host
+        .http
+        .get(host.url("/v1/system-check"))
+        .send()
+        .await
+        .unwrap();
+    let id = generated.headers()["x-request-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(id.len(), 16, "a new id when the client sends none: {id}");
+    let line = host.wait_for_log(&[&format!("request_id={id}")]).await;
+    assert!(
+        line.contains("caller=-") && line.contains("route=/v1/system-check"),
+        "{line}"
+    );
+    assert!(!host.log().contains(&alice), "a key never reaches the log");
+}
