@@ -39,6 +39,21 @@ pub struct Report {
 }
 
 impl Report {
+    /// The failing checks and their errors, as one line for the log:
+    /// `database: …; gpu_queue: …`.
+    pub fn failures(&self) -> String {
+        [
+            ("database", &self.database),
+            ("cpu_queue", &self.cpu_queue),
+            ("gpu_queue", &self.gpu_queue),
+        ]
+        .iter()
+        .filter(|(_, check)| !check.success)
+        .map(|(name, check)| format!("{name}: {}", check.errors.join(", ")))
+        .collect::<Vec<_>>()
+        .join("; ")
+    }
+
     /// True when every check passed.
     pub fn healthy(&self) -> bool {
         self.database.success && self.cpu_queue.success && self.gpu_queue.success

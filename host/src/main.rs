@@ -220,6 +220,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         let secrets = server::StartSecrets {
             bootstrap_key: args.bootstrap_key,
             master_key: args.master_key,
+            json_logs: matches!(args.log_format, LogFormat::Json),
         };
         let (app, listener) = server::prepare(cfg, secrets).await?;
         let addr = listener.local_addr()?;

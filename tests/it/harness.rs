@@ -76,6 +76,7 @@ pub struct Host {
     _temp: Option<Arc<tempfile::TempDir>>,
     _config_dir: tempfile::TempDir,
     log: Arc<Mutex<String>>,
+    stdout: Arc<Mutex<Vec<String>>>,
     pub http: reqwest::Client,
 }
 
@@ -239,11 +240,14 @@ impl HostBuilder {
         let log = Arc::new(Mutex::new(String::new()));
         let (tx, rx) = mpsc::channel();
         let stdout = child.stdout.take().unwrap();
+        let printed = Arc::new(Mutex::new(Vec::new()));
+        let out = printed.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
                 if let Some(base) = line.strip_prefix("switchyard listening on ") {
                     let _ = tx.send(base.to_string());
                 }
+                out.lock().unwrap().push(line);
             }
         });
         let stderr = child.stderr.take().unwrap();
@@ -266,6 +270,7 @@ impl HostBuilder {
                     _temp: temp,
                     _config_dir: config_dir,
                     log,
+                    stdout: printed,
                     // A hung host fails the test instead of hanging it.
                     http: reqwest::Client::builder()
                         .timeout(Duration::from_secs(120))
@@ -346,9 +351,14 @@ impl Host {
         }
     }
 
-    /// What the host has logged so far.
+    /// What the host has logged so far (its stderr).
     pub fn log(&self) -> String {
         self.log.lock().unwrap().clone()
+    }
+
+    /// The lines the host has printed on stdout so far.
+    pub fn stdout(&self) -> Vec<String> {
+        self.stdout.lock().unwrap().clone()
     }
 
     /// A request as the holder of `key`, with an optional JSON body.

@@ -246,3 +246,49 @@ async fn every_request_is_logged_once_with_its_request_id_and_caller() {
     );
     assert!(!host.log().contains(&alice), "a key never reaches the log");
 }
+
+on_each_store!(stdout_has_one_line_and_json_logs_are_json_lines_without_colour);
+async fn stdout_has_one_line_and_json_logs_are_json_lines_without_colour() {
+    // No plugin workers: the system check fails, and says why in the log.
+    let host = Host::builder()
+        .without_bootstrap_key()
+        .env("SWITCHYARD_LOG_FORMAT", "json")
+        .config("[queues.plugin]\nworkers = 0\ncapacity = 16\n[health]\nprobe_timeout_ms = 300")
+        .start()
+        .await;
+    let (status, _) = host.get_anon("/v1/system-check").await;
+    assert_eq!(status, 503);
+    host.wait_for_log(&["system check failed"]).await;
+    let stdout = host.stdout();
+    assert_eq!(stdout.len(), 1, "stdout: {stdout:?}");
+    assert!(stdout[0].starts_with("switchyard listening on http://"));
+    let log = host.log();
+    assert!(
+        !log.contains('\u{1b}'),
+        "no colour codes off a terminal:\n{log}"
+    );
+    let lines: Vec<serde_json::Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    let banner = lines
+        .iter()
+        .find(|l| l["fields"]["api_key"].is_string())
+        .unwrap_or_else(|| panic!("no key banner:\n{log}"));
+    assert!(
+        banner["fields"]["api_key"]
+            .as_str()
+            .unwrap()
+            .starts_with("sy_")
+    );
+    let failed = lines
+        .iter()
+        .find(|l| l["fields"]["message"] == "system check failed")
+        .unwrap();
+    let why = failed["fields"]["failing"].as_str().unwrap();
+    assert!(
+        why.starts_with("cpu_queue: "),
+        "a message, not a Debug dump: {why}"
+    );
+    assert!(!why.contains("Check {"), "{why}");
+}

@@ -26,13 +26,16 @@ use crate::seal::Sealer;
 use crate::store::Store;
 use crate::{auth, http};
 
-/// Secrets given to the host at start, from the environment.
+/// What `serve` is given beyond the configuration: secrets from the
+/// environment, and how it logs.
 #[derive(Default)]
 pub struct StartSecrets {
     /// `SWITCHYARD_BOOTSTRAP_KEY`: the first operator's API key.
     pub bootstrap_key: Option<String>,
     /// `SWITCHYARD_MASTER_KEY`: the key that seals secrets (64 hex digits).
     pub master_key: Option<String>,
+    /// Logs are JSON lines: the key banner must be one too.
+    pub json_logs: bool,
 }
 
 /// Opens the store, prepares the state and binds the listener: everything that
@@ -46,9 +49,13 @@ pub async fn prepare(mut cfg: Config, secrets: StartSecrets) -> anyhow::Result<(
     sealer.verify(&store).await?;
     if let Some(key) = auth::bootstrap(&store, secrets.bootstrap_key.as_deref()).await? {
         // Shown once: only its hash is kept.
-        eprintln!(
-            "Created the operator account. Its API key is shown only this once:\n\n    {key}\n"
-        );
+        if secrets.json_logs {
+            tracing::warn!(api_key = %key, "created the operator account; its API key is shown only this once");
+        } else {
+            eprintln!(
+                "Created the operator account. Its API key is shown only this once:\n\n    {key}\n"
+            );
+        }
     }
     let listener = TcpListener::bind(cfg.listen).await.with_context(|| {
         format!(
