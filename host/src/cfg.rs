@@ -138,6 +138,10 @@ pub struct InferenceConfig {
     pub timeout_ms: u64,
     /// Chat requests one project may have running or queued at once.
     pub per_project_concurrency: usize,
+    /// The same for models served by an upstream (a proxy backend, one
+    /// allowed to call out): the upstream does the work, so a gateway in
+    /// front of it takes many more at once.
+    pub upstream_per_project_concurrency: usize,
     /// Run a second instance of the embedded model on another core, and
     /// split prompt evaluation's matrix products (and the output layer's)
     /// with it. Twice the memory.
@@ -183,6 +187,7 @@ impl Default for InferenceConfig {
             memory_bytes: 2 << 30,
             timeout_ms: 300_000,
             per_project_concurrency: 4,
+            upstream_per_project_concurrency: 256,
             second_instance: true,
             upstreams: Vec::new(),
         }

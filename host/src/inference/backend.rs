@@ -359,6 +359,12 @@ impl Backend {
         }))
     }
 
+    /// Whether it calls out to an upstream (it was granted hosts to call):
+    /// the work happens elsewhere.
+    pub fn is_proxy(&self) -> bool {
+        self.setup.egress.is_some()
+    }
+
     /// Its name and version, for logs and metrics.
     pub fn name(&self) -> &str {
         &self.setup.name

@@ -61,6 +61,8 @@ pub struct Inference {
     queue: WorkQueue,
     store: Store,
     per_project: usize,
+    /// The same for proxy backends.
+    upstream_per_project: usize,
     running: Arc<Mutex<HashMap<String, usize>>>,
     /// Where operators' backend plugins are loaded.
     plugins: Arc<Plugins>,
@@ -103,6 +105,7 @@ impl Inference {
             queue,
             store,
             per_project: cfg.inference.per_project_concurrency.max(1),
+            upstream_per_project: cfg.inference.upstream_per_project_concurrency.max(1),
             running: Arc::default(),
             plugins,
         };
@@ -196,7 +199,17 @@ impl Inference {
         if !backend.passes_through() {
             wire::refuse_passthrough(&request)?;
         }
-        let slot = Slot::take(&self.running, &account.scope, self.per_project)?;
+        // Local and upstream work are limited apart: a project busy with
+        // the embedded model still reaches its upstream models.
+        let (limit, counted) = if backend.is_proxy() {
+            (
+                self.upstream_per_project,
+                format!("{} (upstream models)", account.scope),
+            )
+        } else {
+            (self.per_project, account.scope.clone())
+        };
+        let slot = Slot::take(&self.running, &counted, limit)?;
         let (output_tx, output) = mpsc::unbounded_channel();
         let (done_tx, done) = oneshot::channel();
         let store = self.store.clone();
