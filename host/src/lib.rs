@@ -23,6 +23,7 @@ pub mod nesting;
 pub mod plugin;
 pub mod projects;
 pub mod queue;
+pub mod remote;
 pub mod runs;
 pub mod seal;
 pub mod secrets;

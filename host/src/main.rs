@@ -35,6 +35,34 @@ enum Command {
     /// Work with the store.
     #[command(subcommand)]
     Store(StoreCommand),
+    /// Work with configuration files.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+}
+
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Validate a configuration file without starting: its syntax, its keys
+    /// (unknown ones are errors) and its values.
+    Check {
+        /// TOML configuration file.
+        #[arg(long, env = "SWITCHYARD_CONFIG")]
+        config: Option<PathBuf>,
+    },
+}
+
+/// A running host to talk to, as an operator.
+#[derive(clap::Args)]
+struct RemoteArgs {
+    /// The host's base URL.
+    #[arg(long, env = "SWITCHYARD_URL", default_value = "http://127.0.0.1:8080")]
+    url: String,
+    /// An operator's API key.
+    #[arg(long, env = "SWITCHYARD_API_KEY", hide_env_values = true)]
+    key: String,
+    /// Print the API's JSON instead of a table.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Subcommand)]
@@ -103,6 +131,11 @@ enum AdminCommand {
         #[command(flatten)]
         store: StoreArgs,
     },
+    /// List a running host's users.
+    Users {
+        #[command(flatten)]
+        remote: RemoteArgs,
+    },
 }
 
 #[derive(Subcommand)]
@@ -125,6 +158,53 @@ enum PluginCommand {
         /// Where compiled code is cached.
         #[arg(long, env = "SWITCHYARD_PLUGIN_CACHE_DIR", default_value_os_t = std::env::temp_dir().join("switchyard-plugin-cache"))]
         cache_dir: PathBuf,
+    },
+    /// List a running host's plugins.
+    List {
+        #[command(flatten)]
+        remote: RemoteArgs,
+    },
+    /// Load a component into a running host (replacing one of the same
+    /// name); every host sharing its store loads it too.
+    Upload {
+        /// The plugin's name.
+        name: String,
+        /// The component.
+        wasm: PathBuf,
+        /// payload-template, event-filter or model-backend.
+        #[arg(long)]
+        kind: String,
+        /// Its version label.
+        #[arg(long)]
+        version: String,
+        /// Memory cap, MiB.
+        #[arg(long)]
+        memory_mb: Option<u64>,
+        /// CPU budget per call, ms.
+        #[arg(long)]
+        cpu_ms: Option<u64>,
+        /// Wall-clock limit per call, ms.
+        #[arg(long)]
+        timeout_ms: Option<u64>,
+        #[command(flatten)]
+        remote: RemoteArgs,
+    },
+    /// Unload a plugin from a running host (and every host sharing its store).
+    Remove {
+        /// The plugin's name.
+        name: String,
+        #[command(flatten)]
+        remote: RemoteArgs,
+    },
+    /// Run a loaded plugin once on an input JSON file, through the host.
+    Invoke {
+        /// The plugin's name.
+        name: String,
+        /// {"template", "variables"} or {"config", "event"}.
+        #[arg(long)]
+        input: PathBuf,
+        #[command(flatten)]
+        remote: RemoteArgs,
     },
 }
 
@@ -180,6 +260,60 @@ fn main() -> ExitCode {
         }) => create_user(&name, operator, &store),
         Command::Admin(AdminCommand::DumpRecords { store }) => dump_records(&store),
         Command::Store(StoreCommand::Copy { from, to }) => copy_store(&from, &to),
+        Command::Config(ConfigCommand::Check { config }) => check_config(config.as_deref()),
+        Command::Admin(AdminCommand::Users { remote }) => remote_call(&remote, users),
+        Command::Plugin(PluginCommand::List { remote }) => remote_call(&remote, plugins),
+        Command::Plugin(PluginCommand::Upload {
+            name,
+            wasm,
+            kind,
+            version,
+            memory_mb,
+            cpu_ms,
+            timeout_ms,
+            remote,
+        }) => {
+            let mut query = vec![("kind", kind), ("version", version)];
+            for (key, value) in [
+                ("memory_mb", memory_mb),
+                ("cpu_ms", cpu_ms),
+                ("timeout_ms", timeout_ms),
+            ] {
+                if let Some(value) = value {
+                    query.push((key, value.to_string()));
+                }
+            }
+            remote_call(&remote, async |api| {
+                let plugin = api.upload(&name, &wasm, &query).await?;
+                Ok(Shown::Line(
+                    format!(
+                        "loaded {}@{} ({}, sha256 {})",
+                        name,
+                        plugin["version"].as_str().unwrap_or("?"),
+                        plugin["kind"].as_str().unwrap_or("?"),
+                        plugin["sha256"].as_str().unwrap_or("?")
+                    ),
+                    plugin,
+                ))
+            })
+        }
+        Command::Plugin(PluginCommand::Remove { name, remote }) => {
+            remote_call(&remote, async |api| {
+                api.remove(&name).await?;
+                Ok(Shown::Line(
+                    format!("removed {name}"),
+                    serde_json::json!({"removed": name}),
+                ))
+            })
+        }
+        Command::Plugin(PluginCommand::Invoke {
+            name,
+            input,
+            remote,
+        }) => remote_call(&remote, async |api| {
+            let output = api.invoke(&name, &input).await?;
+            Ok(Shown::Line(serde_json::to_string_pretty(&output)?, output))
+        }),
         Command::Model(ModelCommand::Pull { to }) => switchyard::inference::pull::pull(&to),
         Command::Plugin(PluginCommand::Check {
             wasm,
@@ -256,6 +390,69 @@ fn dump_records(store: &StoreArgs) -> anyhow::Result<()> {
         writeln!(out, "{line}")?;
     }
     out.flush()?;
+    Ok(())
+}
+
+/// What a remote command prints: a line or a table for people, and the
+/// API's JSON for `--json`.
+enum Shown {
+    Line(String, serde_json::Value),
+    Table(String, serde_json::Value),
+}
+
+fn remote_call(
+    remote: &RemoteArgs,
+    f: impl AsyncFnOnce(&switchyard::remote::Api) -> anyhow::Result<Shown>,
+) -> anyhow::Result<()> {
+    let api = switchyard::remote::Api::new(&remote.url, &remote.key);
+    let shown = tokio::runtime::Runtime::new()?.block_on(f(&api))?;
+    let (text, json) = match shown {
+        Shown::Line(text, json) | Shown::Table(text, json) => (text, json),
+    };
+    if remote.json {
+        println!("{}", serde_json::to_string_pretty(&json)?);
+    } else {
+        println!("{text}");
+    }
+    Ok(())
+}
+
+async fn plugins(api: &switchyard::remote::Api) -> anyhow::Result<Shown> {
+    use switchyard::remote::{rows, table};
+    let listing = api.plugins().await?;
+    let fields = [
+        "name", "kind", "version", "source", "calls", "failures", "p50_us",
+    ];
+    let text = table(
+        &[
+            "NAME", "KIND", "VERSION", "SOURCE", "CALLS", "FAILURES", "P50 µs",
+        ],
+        &rows(&listing, &fields),
+    );
+    Ok(Shown::Table(text, listing))
+}
+
+async fn users(api: &switchyard::remote::Api) -> anyhow::Result<Shown> {
+    use switchyard::remote::{rows, table};
+    let listing = api.users().await?;
+    let text = table(
+        &["NAME", "ID", "OPERATOR", "CREATED"],
+        &rows(&listing, &["name", "id", "operator", "created_at"]),
+    );
+    Ok(Shown::Table(text, listing))
+}
+
+fn check_config(path: Option<&std::path::Path>) -> anyhow::Result<()> {
+    let cfg = Config::load(path, Overrides::default())?;
+    let store = match &cfg.store.url {
+        Some(_) => "PostgreSQL".to_string(),
+        None => format!("embedded in {}", cfg.data_dir.display()),
+    };
+    println!(
+        "configuration is valid: listen {}, store {store}, plugins {}",
+        cfg.listen,
+        cfg.plugins_dir.display()
+    );
     Ok(())
 }
 

@@ -9,6 +9,7 @@ mod world;
 
 mod api_keys;
 mod automations;
+mod cli;
 mod delivery;
 mod health;
 mod http_errors;
