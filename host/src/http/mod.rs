@@ -223,7 +223,7 @@ fn list_of<T: serde::Serialize>(data: T) -> axum::Json<serde_json::Value> {
 
 async fn unknown_route(request: Request) -> Error {
     Error::NotFound(format!(
-        "no route {} {}; see the README for the API",
+        "no route {} {}; docs/api.md and GET /v1/openapi.json list the API",
         request.method(),
         request.uri().path()
     ))
