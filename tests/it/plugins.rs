@@ -826,3 +826,79 @@ async fn a_restart_reuses_the_compiled_code_cache() {
         .await;
     assert_eq!(entries(), before, "nothing was recompiled or rewritten");
 }
+
+on_each_store!(plugins_in_use_are_safe_to_replace_and_remove);
+async fn plugins_in_use_are_safe_to_replace_and_remove() {
+    use crate::world::{PROJECT, World, ok};
+    let host = Host::builder()
+        .config("[webhooks]\nallow_private = [\"127.0.0.0/8\"]")
+        .start()
+        .await;
+    let world = World::build(&host, Some("http://127.0.0.1:9/hook")).await;
+    let upload = async |version: &str, wasm: &str| {
+        host.upload_plugin(
+            "lenient",
+            &format!("kind=payload-template&version={version}"),
+            plugin_wasm(wasm),
+        )
+        .await
+    };
+    let (status, body) = upload("1.0.0", "misbehave").await;
+    assert_eq!(status, 201, "{body}");
+    // misbehave accepts any template, so this one saves.
+    let automation = json!({"name": "loose", "event": {"type": "ADD_ARTIFACT_TAG"},
+        "webhook": {"team": "ml", "name": "ci"}, "action": "Webhooks",
+        "payload": r#"{"x": "${not_a_variable}"}"#, "template_plugin": "lenient"});
+    ok(
+        &host,
+        &world.alice,
+        "POST",
+        &format!("{PROJECT}/automations"),
+        automation,
+    )
+    .await;
+
+    // A replacement that would break it is refused, and the old one serves.
+    let refused = upload("2.0.0", "template_default").await;
+    let message = expect_error(&refused, 400, "invalid_request", None)["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        message.contains("automation 'loose'") && message.contains("not_a_variable"),
+        "{message}"
+    );
+    let (_, loaded) = host.get("/v1/admin/plugins/lenient").await;
+    assert_eq!(loaded["version"], "1.0.0", "the old version keeps serving");
+    let (status, body) = upload("1.1.0", "misbehave").await;
+    assert_eq!(
+        status, 200,
+        "a replacement that breaks nothing goes in: {body}"
+    );
+
+    // Removing it is refused while it is used, naming the automation.
+    let removal = host.delete("/v1/admin/plugins/lenient").await;
+    let message = expect_error(&removal, 409, "conflict", None)["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(message.contains("automation 'loose'"), "{message}");
+    let (status, body) = host.delete("/v1/admin/plugins/lenient?force=true").await;
+    assert_eq!(status, 204, "{body}");
+    let (_, shown) = host
+        .call(
+            "GET",
+            &format!("{PROJECT}/automations/loose"),
+            &world.alice,
+            None,
+        )
+        .await;
+    assert_eq!(shown["state"], "disabled", "{shown}");
+    assert!(
+        shown["disabled_reason"]
+            .as_str()
+            .unwrap()
+            .contains("'lenient' was removed"),
+        "{shown}"
+    );
+}

@@ -21,7 +21,7 @@ pub use crate::model::{
     Action, Automation, EventConfig, EventType, Handle, RunFilters, Scope, State, WebhookRef,
 };
 use crate::plugin::input::{FilterSpec, check_template};
-use crate::plugin::{PluginError, Plugins};
+use crate::plugin::{Kind, Plugin, PluginError, Plugins};
 use crate::store::Store;
 use crate::{ids, names, secrets};
 
@@ -106,19 +106,93 @@ pub async fn check(
             format!("window is at most {} values", crate::runs::MAX_WINDOW),
         ));
     }
+    check_plugins(store, plugins, def, &webhook, None).await
+}
+
+/// What the plugins say of a definition: its filter, and its payload
+/// template. With `swap`, as if that plugin replaced the loaded one of its
+/// name.
+async fn check_plugins(
+    store: &Store,
+    plugins: &Arc<Plugins>,
+    def: &Definition,
+    webhook: &webhooks::Webhook,
+    swap: Option<&Arc<Plugin>>,
+) -> Result<()> {
     let filter = def
         .event
         .filter()
         .to_wit()
         .map_err(|m| Error::invalid("event", m))?;
+    let plugin = pick(plugins, FILTER_PLUGIN, Kind::EventFilter, swap)
+        .map_err(|e| plugin_input_error("event", e))?;
     plugins
-        .validate_filter(FILTER_PLUGIN, filter)
+        .validate_filter_on(plugin, filter)
         .await
         .map_err(|e| plugin_input_error("event", e))?;
     if let Some(payload) = &def.payload {
-        check_payload(store, plugins, def, &webhook, payload).await?;
+        check_payload(store, plugins, def, webhook, payload, swap).await?;
     }
     Ok(())
+}
+
+/// The plugin `name` of `kind`: `swap` if it is that one, else the loaded one.
+fn pick(
+    plugins: &Plugins,
+    name: &str,
+    kind: Kind,
+    swap: Option<&Arc<Plugin>>,
+) -> std::result::Result<Arc<Plugin>, PluginError> {
+    match swap {
+        Some(plugin) if plugin.name == name && plugin.kind == kind => Ok(plugin.clone()),
+        _ => plugins.get_kind(name, kind),
+    }
+}
+
+/// Whether `automation` calls plugin `name` of `kind`.
+fn uses(automation: &Automation, name: &str, kind: Kind) -> bool {
+    match kind {
+        Kind::PayloadTemplate => automation.template_plugin == name,
+        Kind::EventFilter => name == FILTER_PLUGIN,
+        Kind::ModelBackend => false,
+    }
+}
+
+/// The automations that call plugin `name` of `kind`.
+pub async fn using_plugin(store: &Store, name: &str, kind: Kind) -> Result<Vec<Automation>> {
+    let all = store.all_automations().await?;
+    Ok(all.into_iter().filter(|a| uses(a, name, kind)).collect())
+}
+
+/// The saved automations that `replacement` would break if it replaced the
+/// loaded plugin of its name, each with why: every one that calls it is
+/// checked again with it.
+pub async fn broken_by(
+    store: &Store,
+    plugins: &Arc<Plugins>,
+    replacement: &Arc<Plugin>,
+) -> Result<Vec<(Handle, String)>> {
+    let mut broken = Vec::new();
+    for automation in using_plugin(store, &replacement.name, replacement.kind).await? {
+        let Ok(webhook) =
+            webhooks::get(store, &automation.webhook.team, &automation.webhook.name).await
+        else {
+            continue; // already failing for want of its webhook
+        };
+        let def = Definition {
+            name: automation.name.clone(),
+            description: automation.description.clone(),
+            event: automation.event.clone(),
+            webhook: automation.webhook.clone(),
+            action: automation.action,
+            payload: automation.payload.clone(),
+            template_plugin: Some(automation.template_plugin.clone()),
+        };
+        if let Err(e) = check_plugins(store, plugins, &def, &webhook, Some(replacement)).await {
+            broken.push((automation.handle(), e.to_string()));
+        }
+    }
+    Ok(broken)
 }
 
 /// The webhook, if `user` may use it: they must belong to its team. Both a
@@ -147,6 +221,7 @@ async fn check_payload(
     def: &Definition,
     webhook: &webhooks::Webhook,
     payload: &str,
+    swap: Option<&Arc<Plugin>>,
 ) -> Result<()> {
     check_template(payload).map_err(|m| Error::invalid("payload", m))?;
     let known = variables::known(
@@ -175,10 +250,15 @@ async fn check_payload(
         .template_plugin
         .as_deref()
         .unwrap_or(DEFAULT_TEMPLATE_PLUGIN);
-    let Err(e) = plugins
-        .validate_template(plugin, payload.to_string(), known)
-        .await
-    else {
+    let validated = match pick(plugins, plugin, Kind::PayloadTemplate, swap) {
+        Ok(plugin) => {
+            plugins
+                .validate_template_on(plugin, payload.to_string(), known)
+                .await
+        }
+        Err(e) => Err(e),
+    };
+    let Err(e) = validated else {
         return Ok(());
     };
     if let PluginError::NotLoaded { .. } = e {
@@ -340,8 +420,15 @@ pub async fn disable_for_webhook(
     name: &str,
     reason: &str,
 ) -> Result<()> {
+    let handles = store.automations_using(team, name).await?;
+    disable(store, &handles, reason).await
+}
+
+/// Disables automations, saying why; saving one again re-validates it and
+/// makes it active.
+pub async fn disable(store: &Store, handles: &[Handle], reason: &str) -> Result<()> {
     let tx = store.begin().await?;
-    for handle in tx.automations_using(team, name).await? {
+    for handle in handles {
         let Some(mut automation) = tx.automation(&handle.scope, &handle.name).await? else {
             continue;
         };

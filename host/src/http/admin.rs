@@ -10,8 +10,10 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::json::{WasmBody, parse};
+use super::query::{Force, Query};
 use super::{Caller, Json};
 use crate::app::App;
+use crate::automation::automations;
 use crate::error::{Error, Result};
 use crate::model::StoredPlugin;
 use crate::plugin::input::{FilterInput, TemplateInput};
@@ -191,7 +193,27 @@ pub async fn upload(
         bytes: bytes.to_vec(),
     };
     let stored = uploads::stored(&spec);
-    let plugin = app.plugins.load(spec).await?;
+    let candidate = app.plugins.check(spec).await?;
+    if previous.is_some() {
+        // Every automation that calls it is checked with the replacement
+        // first; one it would break keeps the old version serving.
+        let broken = automations::broken_by(&app.store, &app.plugins, &candidate).await?;
+        if !broken.is_empty() {
+            let list: Vec<String> = broken
+                .iter()
+                .map(|(handle, why)| format!("{} ({why})", handle.describe()))
+                .collect();
+            return Err(Error::InvalidRequest {
+                message: format!(
+                    "replacing plugin '{}' would break {}; the old version keeps serving: fix or delete those automations first",
+                    candidate.name,
+                    list.join("; ")
+                ),
+                param: None,
+            });
+        }
+    }
+    let plugin = app.plugins.install(candidate)?;
     // Kept in the store, so that a restart and every other host load it.
     app.store
         .put_plugin(&StoredPlugin {
@@ -210,10 +232,13 @@ pub async fn upload(
     Ok((status, axum::Json(body)))
 }
 
+/// Removing a template that automations use is refused, naming them, unless
+/// `?force=true`, which disables them.
 pub async fn remove(
     State(app): State<App>,
     caller: Caller,
     Path(name): Path<String>,
+    Query(Force { force }): Query<Force>,
 ) -> Result<StatusCode> {
     require_operator(&caller)?;
     if builtin::is_builtin(&name) {
@@ -221,7 +246,18 @@ pub async fn remove(
             "'{name}' is a built-in plugin: it can be replaced (PUT) but not removed"
         )));
     }
-    find(&app, &name)?;
+    let plugin = find(&app, &name)?;
+    let users = automations::using_plugin(&app.store, &name, plugin.kind).await?;
+    if !users.is_empty() && !force {
+        let names: Vec<String> = users.iter().map(|a| a.handle().describe()).collect();
+        return Err(Error::Conflict(format!(
+            "plugin '{name}' is used by {}; change them first, or remove it anyway with ?force=true (they will be disabled)",
+            names.join(", ")
+        )));
+    }
+    let handles: Vec<_> = users.iter().map(|a| a.handle()).collect();
+    let reason = format!("its template plugin '{name}' was removed");
+    automations::disable(&app.store, &handles, &reason).await?;
     app.store.delete_plugin(&name).await?;
     app.plugins.remove(&name);
     Ok(StatusCode::NO_CONTENT)

@@ -31,6 +31,15 @@ impl Plugins {
         config: FilterConfig,
     ) -> Result<(), PluginError> {
         let plugin = self.get_kind(name, Kind::EventFilter)?;
+        self.validate_filter_on(plugin, config).await
+    }
+
+    /// [`Plugins::validate_filter`] with a given plugin, loaded or not.
+    pub async fn validate_filter_on(
+        self: &Arc<Self>,
+        plugin: Arc<Plugin>,
+        config: FilterConfig,
+    ) -> Result<(), PluginError> {
         let this = self.clone();
         self.on_queue(async move {
             let Pre::Filter(pre) = &plugin.pre else {

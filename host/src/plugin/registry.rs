@@ -233,6 +233,12 @@ impl Plugins {
     /// replacing any plugin of the same name. On failure nothing changes.
     pub async fn load(&self, spec: Spec) -> Result<Arc<Plugin>, PluginError> {
         let plugin = Arc::new(self.build(spec).await?);
+        self.install(plugin)
+    }
+
+    /// Installs a plugin built by [`Plugins::check`], replacing any of the
+    /// same name; calls in flight finish on the old one.
+    pub fn install(&self, plugin: Arc<Plugin>) -> Result<Arc<Plugin>, PluginError> {
         let _guard = self.write.lock().unwrap_or_else(|p| p.into_inner());
         let mut next = HashMap::clone(&self.loaded.load());
         self.check_model_ids(&plugin, &next)?;

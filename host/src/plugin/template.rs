@@ -33,6 +33,17 @@ impl Plugins {
         known: Vec<String>,
     ) -> Result<Vec<String>, PluginError> {
         let plugin = self.get_kind(name, Kind::PayloadTemplate)?;
+        self.validate_template_on(plugin, template, known).await
+    }
+
+    /// [`Plugins::validate_template`] with a given plugin, loaded or not
+    /// (a replacement being checked before it is swapped in).
+    pub async fn validate_template_on(
+        self: &Arc<Self>,
+        plugin: Arc<Plugin>,
+        template: String,
+        known: Vec<String>,
+    ) -> Result<Vec<String>, PluginError> {
         let this = self.clone();
         self.on_queue(async move {
             let Pre::Template(pre) = &plugin.pre else {

@@ -146,6 +146,8 @@ pub trait Records: Send + Sync {
     async fn automation(&self, scope: &Scope, name: &str) -> Result<Option<Automation>>;
     /// A scope's automations, by name.
     async fn automations(&self, scope: &Scope) -> Result<Vec<Automation>>;
+    /// Every automation of every scope (to find those a plugin serves).
+    async fn all_automations(&self) -> Result<Vec<Automation>>;
     /// The active automations in `scope` listening for `event`, by index.
     async fn triggered(&self, scope: &Scope, event: EventType) -> Result<Vec<Automation>>;
     /// Whether any automation in `scope` listens for `event`.

@@ -780,6 +780,16 @@ impl Records for Postgres {
         rows.iter().map(automation).collect()
     }
 
+    async fn all_automations(&self) -> Result<Vec<Automation>> {
+        let mut c = self.conn().await?;
+        let rows =
+            sqlx::query("SELECT record::text AS record FROM automations ORDER BY scope, name")
+                .fetch_all(&mut *c)
+                .await
+                .db(self)?;
+        rows.iter().map(automation).collect()
+    }
+
     async fn triggered(&self, scope: &Scope, event: EventType) -> Result<Vec<Automation>> {
         let mut c = self.conn().await?;
         let rows = sqlx::query(

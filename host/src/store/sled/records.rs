@@ -355,6 +355,10 @@ impl Records for Sled {
         self.scan_json(T::Automations, scoped(scope, &[]).as_ref())
     }
 
+    async fn all_automations(&self) -> Result<Vec<Automation>> {
+        self.scan_json(T::Automations, &[])
+    }
+
     async fn triggered(&self, scope: &Scope, event: EventType) -> Result<Vec<Automation>> {
         let mut out = Vec::new();
         for (key, _) in self.scan(
