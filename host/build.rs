@@ -21,6 +21,7 @@ const MEMBERS: &[&str] = &[
     "fixtures/sockets",
     "fixtures/remember",
     "fixtures/halves",
+    "adapters",
 ];
 
 fn main() {

@@ -1417,3 +1417,47 @@ async fn linking_needs_membership_of_the_source_team() {
     let (status, linked) = host.call("POST", &link, &world.bob, Some(&source)).await;
     assert_eq!(status, 201, "a member of both links: {linked}");
 }
+
+on_each_store!(an_automation_with_the_github_adapter_sends_a_repository_dispatch);
+async fn an_automation_with_the_github_adapter_sends_a_repository_dispatch() {
+    let receiver = Receiver::start().await;
+    let host = Host::builder().config(CONFIG).start().await;
+    let (alice, bob) = world(&host, &receiver).await;
+    let body = json!({"name": "dispatch", "event": {"type": "ADD_ARTIFACT_TAG"},
+        "webhook": {"team": "ml", "name": "ci"}, "action": "Webhooks",
+        "payload": "model-tagged", "template_plugin": "github"});
+    ok(
+        &host,
+        &alice,
+        "POST",
+        &format!("{PROJECT}/automations"),
+        body,
+    )
+    .await;
+    let versions = format!("{PROJECT}/collections/detector/versions");
+    ok(&host, &bob, "POST", &versions, json!({"metadata": {}})).await;
+    ok(
+        &host,
+        &bob,
+        "POST",
+        &format!("{versions}/v0/tags"),
+        json!({"tag": "gold"}),
+    )
+    .await;
+    let sent = receiver.wait_for(1, 10).await;
+    let dispatch = verified(&sent[0]);
+    assert_eq!(dispatch["event_type"], "model-tagged");
+    assert_eq!(dispatch["client_payload"]["event_author"], "bob");
+    assert_eq!(
+        dispatch["client_payload"]["artifact_collection_name"],
+        "detector"
+    );
+    assert_eq!(
+        dispatch["client_payload"]["artifact_version_string"],
+        "ml/vision/detector:v0"
+    );
+    assert_eq!(
+        dispatch["client_payload"]["artifact_version"]["version"],
+        "v0"
+    );
+}

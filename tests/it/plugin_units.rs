@@ -1,4 +1,5 @@
-//! The plugins' own unit tests (the renderer, the model's kernels), built
+//! The plugins' own unit tests (the renderer, the target adapters' shared
+//! code, the model's kernels), built
 //! natively: part of the README's test command, so `cargo test` runs every
 //! test there is. The plugins are workspaces of their own (they build for
 //! WebAssembly), so this runs cargo in each, as `host/build.rs` does.
@@ -58,6 +59,11 @@ fn native_tests(dir: &str, args: &[&str]) {
 #[test]
 fn the_template_renderers_unit_tests_pass() {
     native_tests("plugins", &["-p", "template-default"]);
+}
+
+#[test]
+fn the_target_adapters_unit_tests_pass() {
+    native_tests("plugins", &["-p", "adapter-vars"]);
 }
 
 #[test]

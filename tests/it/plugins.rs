@@ -902,3 +902,80 @@ async fn plugins_in_use_are_safe_to_replace_and_remove() {
         "{shown}"
     );
 }
+
+on_each_store!(the_built_in_target_adapters_render_each_targets_shape);
+async fn the_built_in_target_adapters_render_each_targets_shape() {
+    let host = Host::start().await;
+    let variables = json!({"event_type": "ADD_ARTIFACT_ALIAS", "event_author": "alice",
+        "alias": "prod", "artifact_collection_name": "detector",
+        "artifact_version_string": "ml/vision/detector:v3", "project_name": "vision",
+        "entity_name": "ml", "artifact_version": {"version": "v3", "index": 3}});
+    let render = async |adapter: &str, template: &str| {
+        let (status, body) = host
+            .invoke(
+                adapter,
+                &json!({"template": template, "variables": variables}),
+            )
+            .await;
+        assert_eq!(status, 200, "{adapter}: {body}");
+        body["output"].clone()
+    };
+
+    let slack = render("slack", "Model promoted").await;
+    assert_eq!(
+        slack["text"],
+        "Model promoted: alias prod on ml/vision/detector:v3"
+    );
+    assert_eq!(slack["blocks"][0]["text"]["text"], "Model promoted");
+    assert!(
+        slack["blocks"][1]["fields"].as_array().unwrap().len() == 4,
+        "{slack}"
+    );
+
+    let teams = render("teams", "").await;
+    assert_eq!(teams["@type"], "MessageCard");
+    assert_eq!(teams["@context"], "http://schema.org/extensions");
+    assert_eq!(teams["summary"], "ADD_ARTIFACT_ALIAS by alice");
+    let section = &teams["sections"][0];
+    assert_eq!(section["activityTitle"], "ADD_ARTIFACT_ALIAS by alice");
+    assert_eq!(section["text"], "alias prod on ml/vision/detector:v3");
+    assert_eq!(section["markdown"], true);
+    assert_eq!(
+        section["facts"][3],
+        json!({"name": "Version", "value": "ml/vision/detector:v3"})
+    );
+
+    let github = render("github", "model-promoted").await;
+    assert_eq!(
+        github,
+        json!({"event_type": "model-promoted", "client_payload": {
+            "event_author": "alice", "artifact_version": {"version": "v3", "index": 3},
+            "artifact_version_string": "ml/vision/detector:v3",
+            "artifact_collection_name": "detector", "project_name": "vision", "entity_name": "ml"}})
+    );
+
+    let discord = render("discord", "").await;
+    assert_eq!(discord["content"], "ADD_ARTIFACT_ALIAS by alice");
+    assert_eq!(
+        discord["embeds"][0]["description"],
+        "alias prod on ml/vision/detector:v3"
+    );
+
+    let (_, listing) = host.get("/v1/admin/plugins").await;
+    for adapter in ["slack", "teams", "github", "discord"] {
+        let plugin = listing["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == adapter)
+            .unwrap_or_else(|| panic!("{adapter} is not loaded: {listing}"));
+        assert_eq!(plugin["source"], "builtin");
+        assert_eq!(plugin["kind"], "payload-template");
+    }
+    expect_error(
+        &host.delete("/v1/admin/plugins/slack").await,
+        409,
+        "conflict",
+        None,
+    );
+}

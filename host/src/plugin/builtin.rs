@@ -1,5 +1,17 @@
 //! The plugins embedded in the binary. They carry the host's version.
 
+/// A component the host's build made, embedded.
+macro_rules! component {
+    ($file:literal) => {
+        include_bytes!(concat!(
+            env!("SWITCHYARD_PLUGIN_BUILD_DIR"),
+            "/",
+            $file,
+            ".wasm"
+        ))
+    };
+}
+
 use super::Kind;
 use super::registry::{Source, Spec};
 
@@ -7,6 +19,14 @@ use super::registry::{Source, Spec};
 pub const TEMPLATE_DEFAULT: &str = "template-default";
 /// The default event filter plugin.
 pub const FILTER_DEFAULT: &str = "filter-default";
+/// The target adapters: payload templates that shape a Slack, Teams,
+/// GitHub (repository dispatch) or Discord message from the event.
+pub const ADAPTERS: [(&str, &[u8]); 4] = [
+    ("slack", component!("target_slack")),
+    ("teams", component!("target_teams")),
+    ("github", component!("target_github")),
+    ("discord", component!("target_discord")),
+];
 
 const TEMPLATE_DEFAULT_WASM: &[u8] = include_bytes!(concat!(
     env!("SWITCHYARD_PLUGIN_BUILD_DIR"),
@@ -19,7 +39,7 @@ const FILTER_DEFAULT_WASM: &[u8] = include_bytes!(concat!(
 
 /// Whether `name` is a built-in (built-ins can be replaced but not removed).
 pub fn is_builtin(name: &str) -> bool {
-    name == TEMPLATE_DEFAULT || name == FILTER_DEFAULT
+    name == TEMPLATE_DEFAULT || name == FILTER_DEFAULT || ADAPTERS.iter().any(|(n, _)| *n == name)
 }
 
 /// Load specifications for every built-in.
@@ -33,6 +53,11 @@ pub fn specs() -> Vec<Spec> {
         (FILTER_DEFAULT, Kind::EventFilter, FILTER_DEFAULT_WASM),
     ]
     .into_iter()
+    .chain(
+        ADAPTERS
+            .iter()
+            .map(|(name, bytes)| (*name, Kind::PayloadTemplate, *bytes)),
+    )
     .map(|(name, kind, bytes)| Spec {
         name: name.to_string(),
         kind,
