@@ -261,7 +261,8 @@ async fn a_plugin_uploaded_on_one_host_serves_on_another_and_leaves_with_it() {
                 sent.iter().any(|r| r.json()["via"] == "uploaded"),
                 "host 2 rendered with the plugin uploaded on host 1"
             );
-            let (status, body) = hosts[1].delete(path).await;
+            // It is in use: removing it takes force, and disables the automation.
+            let (status, body) = hosts[1].delete(&format!("{path}?force=true")).await;
             assert_eq!(status, 204, "{body}");
             until_status(&hosts[0], path, 404).await;
         })

@@ -569,7 +569,17 @@ async fn operators_list_replace_and_remove_plugins() {
         .iter()
         .map(|p| p["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["filter-default", "template-default"]);
+    assert_eq!(
+        names,
+        [
+            "discord",
+            "filter-default",
+            "github",
+            "slack",
+            "teams",
+            "template-default"
+        ]
+    );
     host.invoke("template-default", &json!({"template": "{}"}))
         .await;
     let (_, info) = host.get("/v1/admin/plugins/template-default").await;
