@@ -91,10 +91,11 @@ pub fn delivery(outcome: Delivery, since_event: Duration) {
         Delivery::Failed => "failed",
         Delivery::Disabled => "disabled",
     };
-    counter!("switchyard_deliveries_total", "outcome" => label).increment(1);
+    // The histogram first: a scrape that counts a delivery sees its time.
     if let Delivery::Delivered = outcome {
         histogram!("switchyard_delivery_duration_seconds").record(since_event.as_secs_f64());
     }
+    counter!("switchyard_deliveries_total", "outcome" => label).increment(1);
 }
 
 /// One plugin call.

@@ -288,7 +288,6 @@ impl Inner {
             (_, Status::Failed) => telemetry::Delivery::Failed,
         };
         let since_event = ids::now_ms().saturating_sub(delivery.event_at_ms);
-        telemetry::delivery(outcome, Duration::from_millis(since_event));
         let tx = self.store.begin().await?;
         tx.finish_delivery(&delivery, rescheduled.as_ref()).await?;
         tx.record_attempt(
@@ -300,6 +299,9 @@ impl Inner {
         )
         .await?;
         tx.commit().await?;
+        // Counted once recorded: a scrape that sees it sees the outbox
+        // without it.
+        telemetry::delivery(outcome, Duration::from_millis(since_event));
         if rescheduled.is_some() {
             self.wake.notify_one();
         }
