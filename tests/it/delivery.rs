@@ -213,16 +213,23 @@ async fn every_artifact_event_fires_with_its_payload_and_signature() {
     assert_eq!(link["accuracy"], 0.95);
     assert_eq!(link["project"], "vision");
 
-    // History: one Finished execution per delivery, payload redacted.
-    let (status, list) = host
-        .call(
-            "GET",
-            &format!("{PROJECT}/automations/prod-alias/executions"),
-            &bob,
-            None,
-        )
-        .await;
-    assert_eq!(status, 200, "{list}");
+    // History: one Finished execution per delivery, payload redacted. An
+    // attempt is recorded just after the receiver answers it: wait for both.
+    let path = format!("{PROJECT}/automations/prod-alias/executions");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let list = loop {
+        let (status, list) = host.call("GET", &path, &bob, None).await;
+        assert_eq!(status, 200, "{list}");
+        let data = list["data"].as_array().cloned().unwrap_or_default();
+        if data.len() == 2 && data.iter().all(|e| e["status"] == "Finished") {
+            break list;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "two Finished executions expected: {list}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
     let executions = list["data"].as_array().unwrap();
     assert_eq!(executions.len(), 2);
     for e in executions {

@@ -271,6 +271,18 @@ async fn an_embedded_store_copied_to_postgres_serves_the_same() {
     )
     .await;
     receiver.wait_for(1, 10).await;
+    // The attempt is recorded just after the receiver answers: wait for it,
+    // so the store holds a finished history when it is read and copied.
+    let history = format!("{project}/automations/tagged/executions");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, list) = host.call("GET", &history, &world.alice, None).await;
+        if list["data"][0]["status"] == "Finished" {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "not finished: {list}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let run = crate::world::ok(
         &host,
         &world.bob,

@@ -375,6 +375,12 @@ async fn a_plugin_that_traps_is_reported() {
     upload_misbehave(&host, "").await;
     let message = failure_message(&host, "trap").await;
     assert!(message.contains("misbehave@9.9.9 trapped"), "{message}");
+    // The author sees what the plugin said before it trapped: the panic.
+    assert!(
+        message.contains("its stderr ended with:")
+            && message.contains("misbehave was asked to trap"),
+        "{message}"
+    );
 }
 
 on_each_store!(a_template_sees_no_files_and_no_environment);

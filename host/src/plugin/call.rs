@@ -47,7 +47,10 @@ where
             "did not finish within {} ms",
             plugin.limits.timeout_ms
         ))),
-        Ok(Err(trap)) => Err(classify(plugin, &trap, store.data().limiter.exceeded)),
+        Ok(Err(trap)) => Err(with_stderr(
+            classify(plugin, &trap, store.data().limiter.exceeded),
+            &store.data().stderr.contents(),
+        )),
         Ok(Ok(result)) => result,
     };
     let failed = matches!(result, Err(PluginError::Failed { .. }));
@@ -78,6 +81,30 @@ fn classify(plugin: &Plugin, error: &wasmtime::Error, memory_exceeded: bool) -> 
         )),
         Some(trap) => plugin.failed(format!("trapped: {trap}")),
         None => plugin.failed(format!("failed: {error:#}")),
+    }
+}
+
+/// How much of a failed call's stderr its error carries.
+const STDERR_TAIL: usize = 2048;
+
+/// A failure with the end of what the plugin wrote to stderr, so that a
+/// panic's message or a Python traceback reaches its author.
+fn with_stderr(error: PluginError, stderr: &[u8]) -> PluginError {
+    let text = String::from_utf8_lossy(stderr);
+    let text = text.trim_end();
+    match error {
+        PluginError::Failed { plugin, what } if !text.is_empty() => {
+            let start = text.len().saturating_sub(STDERR_TAIL);
+            let start = (start..text.len())
+                .find(|i| text.is_char_boundary(*i))
+                .unwrap_or(0);
+            let cut = if start > 0 { "…" } else { "" };
+            PluginError::Failed {
+                plugin,
+                what: format!("{what}; its stderr ended with: {cut}{}", &text[start..]),
+            }
+        }
+        other => other,
     }
 }
 
