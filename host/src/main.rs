@@ -285,7 +285,7 @@ fn main() -> ExitCode {
             }
             remote_call(&remote, async |api| {
                 let plugin = api.upload(&name, &wasm, &query).await?;
-                Ok(Shown::Line(
+                Ok(Shown(
                     format!(
                         "loaded {}@{} ({}, sha256 {})",
                         name,
@@ -300,7 +300,7 @@ fn main() -> ExitCode {
         Command::Plugin(PluginCommand::Remove { name, remote }) => {
             remote_call(&remote, async |api| {
                 api.remove(&name).await?;
-                Ok(Shown::Line(
+                Ok(Shown(
                     format!("removed {name}"),
                     serde_json::json!({"removed": name}),
                 ))
@@ -312,7 +312,7 @@ fn main() -> ExitCode {
             remote,
         }) => remote_call(&remote, async |api| {
             let output = api.invoke(&name, &input).await?;
-            Ok(Shown::Line(serde_json::to_string_pretty(&output)?, output))
+            Ok(Shown(serde_json::to_string_pretty(&output)?, output))
         }),
         Command::Model(ModelCommand::Pull { to }) => switchyard::inference::pull::pull(&to),
         Command::Plugin(PluginCommand::Check {
@@ -393,22 +393,16 @@ fn dump_records(store: &StoreArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// What a remote command prints: a line or a table for people, and the
-/// API's JSON for `--json`.
-enum Shown {
-    Line(String, serde_json::Value),
-    Table(String, serde_json::Value),
-}
+/// What a remote command prints: text for people (a line or a table), and
+/// the API's JSON for `--json`.
+struct Shown(String, serde_json::Value);
 
 fn remote_call(
     remote: &RemoteArgs,
     f: impl AsyncFnOnce(&switchyard::remote::Api) -> anyhow::Result<Shown>,
 ) -> anyhow::Result<()> {
     let api = switchyard::remote::Api::new(&remote.url, &remote.key);
-    let shown = tokio::runtime::Runtime::new()?.block_on(f(&api))?;
-    let (text, json) = match shown {
-        Shown::Line(text, json) | Shown::Table(text, json) => (text, json),
-    };
+    let Shown(text, json) = tokio::runtime::Runtime::new()?.block_on(f(&api))?;
     if remote.json {
         println!("{}", serde_json::to_string_pretty(&json)?);
     } else {
@@ -429,7 +423,7 @@ async fn plugins(api: &switchyard::remote::Api) -> anyhow::Result<Shown> {
         ],
         &rows(&listing, &fields),
     );
-    Ok(Shown::Table(text, listing))
+    Ok(Shown(text, listing))
 }
 
 async fn users(api: &switchyard::remote::Api) -> anyhow::Result<Shown> {
@@ -439,7 +433,7 @@ async fn users(api: &switchyard::remote::Api) -> anyhow::Result<Shown> {
         &["NAME", "ID", "OPERATOR", "CREATED"],
         &rows(&listing, &["name", "id", "operator", "created_at"]),
     );
-    Ok(Shown::Table(text, listing))
+    Ok(Shown(text, listing))
 }
 
 fn check_config(path: Option<&std::path::Path>) -> anyhow::Result<()> {

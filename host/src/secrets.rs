@@ -67,14 +67,19 @@ pub async fn list(store: &Store, team: &str) -> Result<Vec<SecretInfo>> {
     Ok(store.secrets(team).await?.iter().map(info).collect())
 }
 
-/// The names of the team's secrets.
-pub async fn names(store: &Store, team: &str) -> Result<std::collections::BTreeSet<String>> {
-    Ok(store
-        .secrets(team)
-        .await?
-        .into_iter()
-        .map(|s| s.name)
-        .collect())
+/// Those of `names` that are secrets of the team.
+pub async fn among(
+    store: &Store,
+    team: &str,
+    names: &[&str],
+) -> Result<std::collections::BTreeSet<String>> {
+    let mut found = std::collections::BTreeSet::new();
+    for name in names {
+        if exists(store, team, name).await? {
+            found.insert(name.to_string());
+        }
+    }
+    Ok(found)
 }
 
 /// Whether the team has a secret of that name.

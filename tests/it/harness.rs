@@ -617,17 +617,27 @@ impl Engine {
     /// PostgreSQL server, a PostgreSQL run says so and passes, unless
     /// `SWITCHYARD_TEST_REQUIRE_POSTGRES` is set (CI sets it).
     pub async fn run(self, test: impl std::future::Future<Output = ()>) {
-        if self == Engine::Postgres && postgres_server().is_none() {
-            let why = "no PostgreSQL: set SWITCHYARD_TEST_DATABASE_URL, or put initdb and pg_ctl on the PATH";
-            assert!(
-                std::env::var_os("SWITCHYARD_TEST_REQUIRE_POSTGRES").is_none(),
-                "{why}"
-            );
-            eprintln!("skipped on PostgreSQL: {why}");
+        if self == Engine::Postgres && postgres_missing() {
             return;
         }
         ENGINE.scope(self, test).await
     }
+}
+
+/// Whether there is no PostgreSQL to test on; says so in one line. Fails
+/// instead when `SWITCHYARD_TEST_REQUIRE_POSTGRES` is set (CI sets it).
+pub fn postgres_missing() -> bool {
+    if postgres_server().is_some() {
+        return false;
+    }
+    let why =
+        "no PostgreSQL: set SWITCHYARD_TEST_DATABASE_URL, or put initdb and pg_ctl on the PATH";
+    assert!(
+        std::env::var_os("SWITCHYARD_TEST_REQUIRE_POSTGRES").is_none(),
+        "{why}"
+    );
+    eprintln!("skipped on PostgreSQL: {why}");
+    true
 }
 
 /// Declares the end-to-end test `name` (an `async fn name()`) once per

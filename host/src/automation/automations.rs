@@ -237,7 +237,8 @@ async fn check_payload(
     if webhook.access_token_secret.is_some() {
         carried.insert(variables::ACCESS_TOKEN.to_string(), String::new());
     }
-    let team_secrets = secrets::names(store, &def.webhook.team).await?;
+    let lacking = secret_refs::uncarried(payload, &carried);
+    let team_secrets = secrets::among(store, &def.webhook.team, &lacking).await?;
     let payload = &secret_refs::resolve(
         payload,
         &webhook.name,
@@ -267,7 +268,7 @@ async fn check_payload(
     // An unknown variable that names another of the team's secrets gets a
     // precise message: the webhook has to carry it.
     if let Some(name) = unknown_variable(&e, payload)
-        && team_secrets.contains(name)
+        && secrets::exists(store, &def.webhook.team, name).await?
     {
         return Err(Error::invalid(
             "payload",

@@ -272,7 +272,9 @@ impl Matcher {
         template: &str,
         secrets: &BTreeMap<String, String>,
     ) -> Result<std::result::Result<String, Uncarried>> {
-        let team_secrets = crate::secrets::names(&self.store, &automation.webhook.team).await?;
+        let lacking = secret_refs::uncarried(template, secrets);
+        let team_secrets =
+            crate::secrets::among(&self.store, &automation.webhook.team, &lacking).await?;
         Ok(secret_refs::resolve(
             template,
             &automation.webhook.name,

@@ -59,17 +59,7 @@ pub fn resolve(
 ) -> Result<String, Uncarried> {
     let mut out = String::with_capacity(text.len());
     let mut last = 0;
-    for caps in REFERENCE.captures_iter(text) {
-        let whole = caps.get(0).expect("group 0 always matches");
-        // `$$` escapes: `$${NAME}` is the text `${NAME}` to the template.
-        if text[..whole.start()].ends_with('$') {
-            continue;
-        }
-        let name = caps
-            .get(1)
-            .or_else(|| caps.get(2))
-            .expect("one group matches")
-            .as_str();
+    for (whole, name) in references(text) {
         out.push_str(&text[last..whole.start()]);
         last = whole.end();
         let uncarried = |why| Uncarried {
@@ -94,6 +84,32 @@ pub fn resolve(
     }
     out.push_str(&text[last..]);
     Ok(out)
+}
+
+/// The names `text` references that `carried` lacks, `ACCESS_TOKEN` aside:
+/// the only ones [`resolve`] needs to know are team secrets or not, so a
+/// payload whose references are all carried costs no store read.
+pub fn uncarried<'a>(text: &'a str, carried: &BTreeMap<String, String>) -> Vec<&'a str> {
+    references(text)
+        .map(|(_, name)| name)
+        .filter(|name| *name != ACCESS_TOKEN && !carried.contains_key(*name))
+        .collect()
+}
+
+/// Every reference in `text` and the name it names; `$$` escapes one
+/// (`$${NAME}` is the text `${NAME}` to the template).
+fn references(text: &str) -> impl Iterator<Item = (regex::Match<'_>, &str)> {
+    REFERENCE.captures_iter(text).filter_map(move |caps| {
+        let whole = caps.get(0).expect("group 0 always matches");
+        if text[..whole.start()].ends_with('$') {
+            return None;
+        }
+        let name = caps
+            .get(1)
+            .or_else(|| caps.get(2))
+            .expect("one group matches");
+        Some((whole, name.as_str()))
+    })
 }
 
 fn json_escape(value: &str) -> String {
@@ -155,6 +171,12 @@ mod tests {
         assert!(e.to_string().contains("$OTHER at byte 7"), "{e}");
         let e = run(r#"{"a": "${OTHER}"}"#, Rewrite::Value).unwrap_err();
         assert_eq!(e.name, "OTHER");
+    }
+
+    #[test]
+    fn only_references_the_webhook_lacks_need_a_lookup() {
+        let text = r#"{"a":"$SIGN","b":"${OTHER}","c":"$ACCESS_TOKEN","d":"$${NOPE}","e":"$x"}"#;
+        assert_eq!(uncarried(text, &carried()), ["OTHER", "x"]);
     }
 
     #[test]

@@ -108,7 +108,7 @@ async fn substitute(
         text,
         &webhook.name,
         &secrets.by_name,
-        &secrets::names(store, team).await?,
+        &secrets::among(store, team, &secret_refs::uncarried(text, &secrets.by_name)).await?,
         Rewrite::Value,
     )
     .map_err(|e| Error::invalid("payload", e.to_string()))

@@ -365,14 +365,24 @@ impl Sled {
                 Err(e) => unreadable.push((key, value, e.to_string())),
             }
         }
-        if !unreadable.is_empty() {
-            let w = self.writer().await;
-            for (key, value, reason) in unreadable {
-                w.quarantine(t, &key, &value, &reason)?;
-            }
-            w.finish()?;
-        }
+        self.quarantine_all(t, unreadable).await?;
         Ok(out)
+    }
+
+    /// [`Sled::quarantine`] for each (key, value, reason), in one write.
+    async fn quarantine_all(
+        &self,
+        t: T,
+        unreadable: Vec<(Vec<u8>, Vec<u8>, String)>,
+    ) -> Result<()> {
+        if unreadable.is_empty() {
+            return Ok(());
+        }
+        let w = self.writer().await;
+        for (key, value, reason) in unreadable {
+            w.quarantine(t, &key, &value, &reason)?;
+        }
+        w.finish()
     }
 
     /// Buffers a write; only on a transaction (see [`Sled::writer`]).
