@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use crate::auth::User;
 use crate::error::{Error, Result};
 use crate::model::{ArtifactRef, Event, EventType, Scope};
-pub use crate::model::{Collection, Source, Version};
+pub use crate::model::{Collection, LabelledVersion, Source, Version};
 use crate::store::Store;
 use crate::{ids, names};
 
@@ -86,22 +86,26 @@ fn no_version(scope: &Scope, collection: &str, version: &str) -> Error {
     ))
 }
 
-/// One version.
+/// One version, with its labels.
 pub async fn version(
     store: &Store,
     scope: &Scope,
     collection: &str,
     version: &str,
-) -> Result<Version> {
+) -> Result<LabelledVersion> {
     let index = parse_version(version)?;
     store
-        .version(scope, collection, index)
+        .labelled_version(scope, collection, index)
         .await?
         .ok_or_else(|| no_version(scope, collection, version))
 }
 
-/// A collection's versions, oldest first.
-pub async fn versions(store: &Store, scope: &Scope, collection_name: &str) -> Result<Vec<Version>> {
+/// A collection's versions with their labels, oldest first.
+pub async fn versions(
+    store: &Store,
+    scope: &Scope,
+    collection_name: &str,
+) -> Result<Vec<LabelledVersion>> {
     collection(store, scope, collection_name).await?;
     Ok(store.versions(scope, collection_name).await?)
 }
@@ -140,7 +144,14 @@ pub async fn link(
     source: Source,
 ) -> Result<(Version, Vec<Event>)> {
     let project = Scope::project(&source.team, &source.project);
-    let original = version(store, &project, &source.collection, &source.version).await?;
+    let original = store
+        .version(
+            &project,
+            &source.collection,
+            parse_version(&source.version)?,
+        )
+        .await?
+        .ok_or_else(|| no_version(&project, &source.collection, &source.version))?;
     let source = Source {
         version: original.version.clone(),
         ..source
@@ -173,8 +184,6 @@ async fn add_version(
         collection: collection_name.to_string(),
         version: format!("v{index}"),
         index,
-        aliases: Vec::new(),
-        tags: Vec::new(),
         metadata,
         source,
         created_by: user.name.clone(),
@@ -187,22 +196,38 @@ async fn add_version(
     Ok((version, events))
 }
 
-/// Adds `alias` to a version, moving it from whichever version held it;
-/// emits `ADD_ARTIFACT_ALIAS`.
-pub async fn add_alias(
+/// Most labels one request may add.
+pub const MAX_LABELS_PER_REQUEST: usize = 1000;
+
+/// What adding labels to a version did.
+#[derive(Debug, Clone)]
+pub struct Labelled {
+    /// The version labelled.
+    pub version: Version,
+    /// The labels, in the order given (each fired its own event).
+    pub labels: Vec<String>,
+    /// For aliases: the version each alias was taken from, where another held it.
+    pub moved_from: BTreeMap<String, String>,
+}
+
+/// Adds `aliases` to a version, moving each from whichever version held it;
+/// each emits its own `ADD_ARTIFACT_ALIAS`, all in one transaction.
+pub async fn add_aliases(
     store: &Store,
     scope: &Scope,
     user: &User,
     collection: &str,
     version_text: &str,
-    alias: &str,
-) -> Result<(Version, Vec<Event>)> {
-    check_label("alias", alias)?;
-    if alias.starts_with('v') && alias[1..].parse::<u64>().is_ok() || alias == "latest" {
-        return Err(Error::invalid(
-            "alias",
-            format!("'{alias}' is reserved: aliases may not look like versions or be 'latest'"),
-        ));
+    aliases: Vec<String>,
+) -> Result<(Labelled, Vec<Event>)> {
+    check_labels("alias", &aliases)?;
+    for alias in &aliases {
+        if alias.starts_with('v') && alias[1..].parse::<u64>().is_ok() || alias == "latest" {
+            return Err(Error::invalid(
+                "alias",
+                format!("'{alias}' is reserved: aliases may not look like versions or be 'latest'"),
+            ));
+        }
     }
     label(
         store,
@@ -210,30 +235,47 @@ pub async fn add_alias(
         user,
         collection,
         version_text,
-        Label::Alias(alias),
+        Label::Alias,
+        aliases,
     )
     .await
 }
 
-/// Adds `tag` to a version; emits `ADD_ARTIFACT_TAG`.
-pub async fn add_tag(
+/// Adds `tags` to a version; each emits its own `ADD_ARTIFACT_TAG`, all in
+/// one transaction.
+pub async fn add_tags(
     store: &Store,
     scope: &Scope,
     user: &User,
     collection: &str,
     version_text: &str,
-    tag: &str,
-) -> Result<(Version, Vec<Event>)> {
-    check_label("tag", tag)?;
+    tags: Vec<String>,
+) -> Result<(Labelled, Vec<Event>)> {
+    check_labels("tag", &tags)?;
     label(
         store,
         scope,
         user,
         collection,
         version_text,
-        Label::Tag(tag),
+        Label::Tag,
+        tags,
     )
     .await
+}
+
+fn check_labels(field: &str, values: &[String]) -> Result<()> {
+    if values.is_empty() || values.len() > MAX_LABELS_PER_REQUEST {
+        let plural = if field == "alias" { "aliases" } else { "tags" };
+        return Err(Error::invalid(
+            plural,
+            format!(
+                "{} {plural} given: give `{field}` for one, or `{plural}` with 1 to {MAX_LABELS_PER_REQUEST}",
+                values.len()
+            ),
+        ));
+    }
+    values.iter().try_for_each(|v| check_label(field, v))
 }
 
 fn check_label(field: &str, value: &str) -> Result<()> {
@@ -253,10 +295,10 @@ fn check_label(field: &str, value: &str) -> Result<()> {
     }
 }
 
-#[derive(Clone, Copy)]
-enum Label<'a> {
-    Alias(&'a str),
-    Tag(&'a str),
+#[derive(Clone, Copy, PartialEq)]
+enum Label {
+    Alias,
+    Tag,
 }
 
 async fn label(
@@ -265,29 +307,53 @@ async fn label(
     user: &User,
     collection: &str,
     version_text: &str,
-    label: Label<'_>,
-) -> Result<(Version, Vec<Event>)> {
+    kind: Label,
+    labels: Vec<String>,
+) -> Result<(Labelled, Vec<Event>)> {
     let index = parse_version(version_text)?;
     let tx = store.begin().await?;
-    let labelled = match label {
-        Label::Alias(alias) => tx.set_alias(scope, collection, index, alias).await?,
-        Label::Tag(tag) => tx.add_tag(scope, collection, index, tag).await?,
-    };
-    let version = labelled.ok_or_else(|| no_version(scope, collection, version_text))?;
-    let event = match label {
-        Label::Alias(alias) => Event {
-            alias: Some(alias.to_string()),
-            ..event_for(scope, user, &version, EventType::AddArtifactAlias)
+    let version = tx
+        .version(scope, collection, index)
+        .await?
+        .ok_or_else(|| no_version(scope, collection, version_text))?;
+    let template = event_for(
+        scope,
+        user,
+        &version,
+        match kind {
+            Label::Alias => EventType::AddArtifactAlias,
+            Label::Tag => EventType::AddArtifactTag,
         },
-        Label::Tag(tag) => Event {
-            tag: Some(tag.to_string()),
-            ..event_for(scope, user, &version, EventType::AddArtifactTag)
-        },
-    };
-    let events = vec![event];
+    );
+    let mut events = Vec::with_capacity(labels.len());
+    let mut moved_from = BTreeMap::new();
+    for label in &labels {
+        let mut event = Event {
+            id: ids::ordered_id(),
+            ..template.clone()
+        };
+        match kind {
+            Label::Alias => {
+                if let Some(old) = tx.set_alias(scope, collection, index, label).await? {
+                    moved_from.insert(label.clone(), format!("v{old}"));
+                }
+                event.alias = Some(label.clone());
+            }
+            Label::Tag => {
+                tx.add_tag(scope, collection, index, label).await?;
+                event.tag = Some(label.clone());
+            }
+        }
+        events.push(event);
+    }
     tx.insert_events(&events).await?;
     tx.commit().await?;
-    Ok((version, events))
+    let labelled = Labelled {
+        version,
+        labels,
+        moved_from,
+    };
+    Ok((labelled, events))
 }
 
 /// A link fires `LINK_ARTIFACT` twice: in the registry linked to, and in
@@ -340,8 +406,6 @@ fn event_for(scope: &Scope, user: &User, version: &Version, event_type: EventTyp
                 "collection": version.collection,
                 "version": version.version,
                 "index": version.index,
-                "aliases": version.aliases,
-                "tags": version.tags,
                 "metadata": version.metadata,
                 "source": version.source,
                 "created_by": version.created_by,

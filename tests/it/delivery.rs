@@ -147,11 +147,25 @@ async fn every_artifact_event_fires_with_its_payload_and_signature() {
         json!({"alias": "prod"}),
     )
     .await;
-    assert_eq!(v1["aliases"], json!(["prod"]));
+    assert_eq!(
+        v1,
+        json!({"collection": "detector", "version": "v1", "aliases": ["prod"],
+               "moved_from": {"prod": "v0"}})
+    );
     let (_, v0) = host
         .call("GET", &format!("{versions}/v0"), &bob, None)
         .await;
-    assert_eq!(v0["aliases"], json!(["staging"]));
+    assert_eq!(
+        (&v0["aliases"], &v0["tags"]),
+        (&json!(["staging"]), &json!(["wip"]))
+    );
+    let (_, v1) = host
+        .call("GET", &format!("{versions}/v1"), &bob, None)
+        .await;
+    assert_eq!(
+        (&v1["aliases"], &v1["tags"]),
+        (&json!(["prod"]), &json!(["release-2"]))
+    );
 
     // A registry collection created after the automation is covered.
     ok(
@@ -257,6 +271,134 @@ async fn every_artifact_event_fires_with_its_payload_and_signature() {
     }
     assert_eq!(total, 4);
     assert_eq!(receiver.received().len(), 4);
+}
+
+on_each_store!(a_list_of_labels_fires_one_event_each_in_one_request);
+async fn a_list_of_labels_fires_one_event_each_in_one_request() {
+    let receiver = Receiver::start().await;
+    let host = Host::builder().config(CONFIG).start().await;
+    let (alice, bob) = world(&host, &receiver).await;
+    automation(
+        &host,
+        &alice,
+        PROJECT,
+        "tagged",
+        json!({"type": "ADD_ARTIFACT_TAG"}),
+    )
+    .await;
+    automation(
+        &host,
+        &alice,
+        PROJECT,
+        "aliased",
+        json!({"type": "ADD_ARTIFACT_ALIAS", "alias_regex": ".*"}),
+    )
+    .await;
+    let versions = format!("{PROJECT}/collections/detector/versions");
+    for _ in 0..2 {
+        ok(
+            &host,
+            &bob,
+            "POST",
+            &versions,
+            json!({"metadata": {"accuracy": 0.5}}),
+        )
+        .await;
+    }
+    let added = ok(
+        &host,
+        &bob,
+        "POST",
+        &format!("{versions}/v0/tags"),
+        json!({"tags": ["b", "a", "c"]}),
+    )
+    .await;
+    assert_eq!(
+        added,
+        json!({"collection": "detector", "version": "v0", "tags": ["b", "a", "c"]})
+    );
+    ok(
+        &host,
+        &bob,
+        "POST",
+        &format!("{versions}/v1/aliases"),
+        json!({"alias": "prod"}),
+    )
+    .await;
+    let moved = ok(
+        &host,
+        &bob,
+        "POST",
+        &format!("{versions}/v0/aliases"),
+        json!({"aliases": ["prod", "best"]}),
+    )
+    .await;
+    assert_eq!(
+        moved,
+        json!({"collection": "detector", "version": "v0", "aliases": ["prod", "best"],
+               "moved_from": {"prod": "v1"}})
+    );
+
+    let got = receiver.wait_for(6, 10).await;
+    let bodies: Vec<Value> = got.iter().map(verified).collect();
+    let ids: HashSet<&str> = got
+        .iter()
+        .map(|r| r.header("x-service-delivery").unwrap())
+        .collect();
+    assert_eq!(ids.len(), 6, "one delivery per label: {bodies:?}");
+    let mut tags: Vec<&str> = bodies
+        .iter()
+        .filter_map(|b| b["tag"].as_str())
+        .filter(|t| !t.is_empty())
+        .collect();
+    tags.sort_unstable();
+    assert_eq!(tags, ["a", "b", "c"]);
+    // The version as an event carries it, without its label lists.
+    let artifact = &bodies[0]["artifact"];
+    assert_eq!(artifact["metadata"], json!({"accuracy": 0.5}));
+    assert!(
+        artifact.get("tags").is_none() && artifact.get("aliases").is_none(),
+        "{artifact}"
+    );
+    let (_, v0) = host
+        .call("GET", &format!("{versions}/v0"), &bob, None)
+        .await;
+    assert_eq!(
+        (&v0["tags"], &v0["aliases"]),
+        (&json!(["b", "a", "c"]), &json!(["prod", "best"]))
+    );
+    let (_, v1) = host
+        .call("GET", &format!("{versions}/v1"), &bob, None)
+        .await;
+    assert_eq!(v1["aliases"], json!([]));
+
+    // Each form alone, 1 to 1,000 labels, each label valid: or nothing happens.
+    let tags_path = format!("{versions}/v0/tags");
+    let too_many: Vec<String> = (0..1001).map(|i| format!("t{i}")).collect();
+    for (body, param, says) in [
+        (json!({"tag": "x", "tags": ["y"]}), "tags", "not both"),
+        (json!({}), "tag", "missing field `tag`"),
+        (json!({"tags": []}), "tags", "0 tags given"),
+        (json!({"tags": too_many}), "tags", "1001 tags given"),
+        (
+            json!({"tags": ["ok", "not ok"]}),
+            "tag",
+            "'not ok' is not valid",
+        ),
+    ] {
+        let answer = host.call("POST", &tags_path, &bob, Some(&body)).await;
+        let error = expect_error(&answer, 400, "invalid_request", Some(param));
+        assert!(error["message"].as_str().unwrap().contains(says), "{error}");
+    }
+    let (_, v0) = host
+        .call("GET", &format!("{versions}/v0"), &bob, None)
+        .await;
+    assert_eq!(
+        v0["tags"],
+        json!(["b", "a", "c"]),
+        "a refused list adds nothing"
+    );
+    assert_eq!(receiver.received().len(), 6);
 }
 
 on_each_store!(a_link_fires_the_source_projects_link_automations_once);

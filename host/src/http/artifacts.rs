@@ -8,13 +8,13 @@ use std::collections::BTreeMap;
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::scope::{Params, param, scope};
 use super::{Caller, Json};
 use crate::app::App;
-use crate::artifacts::{self, Collection, Source, Version};
+use crate::artifacts::{self, Collection, LabelledVersion, Source};
 use crate::error::{Error, Result};
 use crate::groups::{self, Role};
 use crate::model::Scope;
@@ -83,7 +83,7 @@ pub async fn show_version(
     State(app): State<App>,
     Caller(user): Caller,
     Path(params): Params,
-) -> Result<axum::Json<Version>> {
+) -> Result<axum::Json<LabelledVersion>> {
     let scope = scope(&params)?;
     groups::authorize(&app.store, &user, &scope, Role::Member).await?;
     let (collection, version) = (param(&params, "collection")?, param(&params, "version")?);
@@ -105,7 +105,7 @@ pub async fn create_version(
     Caller(user): Caller,
     Path(params): Params,
     Json(body): Json<CreateVersion>,
-) -> Result<(StatusCode, axum::Json<Version>)> {
+) -> Result<(StatusCode, axum::Json<LabelledVersion>)> {
     let scope = scope(&params)?;
     groups::authorize(&app.store, &user, &scope, Role::Member).await?;
     if let Scope::Registry { registry } = &scope {
@@ -120,56 +120,103 @@ pub async fn create_version(
     let (version, events) =
         artifacts::create_version(&app.store, &scope, &user, &collection, body.metadata).await?;
     app.matcher.dispatch(&events).await?;
-    Ok((StatusCode::CREATED, axum::Json(version)))
+    Ok((
+        StatusCode::CREATED,
+        axum::Json(LabelledVersion::bare(version)),
+    ))
+}
+
+/// One label (`alias` or `tag`) or several (`aliases` or `tags`).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AddAliases {
+    alias: Option<String>,
+    aliases: Option<Vec<String>>,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct AddAlias {
-    alias: String,
+pub struct AddTags {
+    tag: Option<String>,
+    tags: Option<Vec<String>>,
+}
+
+/// The one form given, as a list.
+fn one_or_many(
+    (one, one_name): (Option<String>, &str),
+    (many, many_name): (Option<Vec<String>>, &str),
+) -> Result<Vec<String>> {
+    match (one, many) {
+        (Some(one), None) => Ok(vec![one]),
+        (None, Some(many)) => Ok(many),
+        (Some(_), Some(_)) => Err(Error::invalid(
+            many_name,
+            format!("give `{one_name}` or `{many_name}`, not both"),
+        )),
+        (None, None) => Err(Error::invalid(
+            one_name,
+            format!("missing field `{one_name}` (or `{many_name}` for several)"),
+        )),
+    }
+}
+
+/// What adding aliases did.
+#[derive(Serialize)]
+pub struct AliasesAdded {
+    collection: String,
+    version: String,
+    aliases: Vec<String>,
+    /// Alias → the version it was taken from.
+    moved_from: BTreeMap<String, String>,
+}
+
+/// What adding tags did.
+#[derive(Serialize)]
+pub struct TagsAdded {
+    collection: String,
+    version: String,
+    tags: Vec<String>,
 }
 
 pub async fn add_alias(
     State(app): State<App>,
     Caller(user): Caller,
     Path(params): Params,
-    Json(body): Json<AddAlias>,
-) -> Result<axum::Json<Version>> {
+    Json(body): Json<AddAliases>,
+) -> Result<axum::Json<AliasesAdded>> {
     let scope = scope(&params)?;
     groups::authorize(&app.store, &user, &scope, Role::Member).await?;
+    let aliases = one_or_many((body.alias, "alias"), (body.aliases, "aliases"))?;
     let (collection, version) = (param(&params, "collection")?, param(&params, "version")?);
-    let (version, events) = artifacts::add_alias(
-        &app.store,
-        &scope,
-        &user,
-        &collection,
-        &version,
-        &body.alias,
-    )
-    .await?;
+    let (done, events) =
+        artifacts::add_aliases(&app.store, &scope, &user, &collection, &version, aliases).await?;
     app.matcher.dispatch(&events).await?;
-    Ok(axum::Json(version))
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AddTag {
-    tag: String,
+    Ok(axum::Json(AliasesAdded {
+        collection: done.version.collection,
+        version: done.version.version,
+        aliases: done.labels,
+        moved_from: done.moved_from,
+    }))
 }
 
 pub async fn add_tag(
     State(app): State<App>,
     Caller(user): Caller,
     Path(params): Params,
-    Json(body): Json<AddTag>,
-) -> Result<axum::Json<Version>> {
+    Json(body): Json<AddTags>,
+) -> Result<axum::Json<TagsAdded>> {
     let scope = scope(&params)?;
     groups::authorize(&app.store, &user, &scope, Role::Member).await?;
+    let tags = one_or_many((body.tag, "tag"), (body.tags, "tags"))?;
     let (collection, version) = (param(&params, "collection")?, param(&params, "version")?);
-    let (version, events) =
-        artifacts::add_tag(&app.store, &scope, &user, &collection, &version, &body.tag).await?;
+    let (done, events) =
+        artifacts::add_tags(&app.store, &scope, &user, &collection, &version, tags).await?;
     app.matcher.dispatch(&events).await?;
-    Ok(axum::Json(version))
+    Ok(axum::Json(TagsAdded {
+        collection: done.version.collection,
+        version: done.version.version,
+        tags: done.labels,
+    }))
 }
 
 /// Links a project version into a registry collection. The caller must be a
@@ -179,7 +226,7 @@ pub async fn link(
     Caller(user): Caller,
     Path(params): Params,
     Json(source): Json<Source>,
-) -> Result<(StatusCode, axum::Json<Version>)> {
+) -> Result<(StatusCode, axum::Json<LabelledVersion>)> {
     let registry = scope(&params)?;
     groups::authorize(&app.store, &user, &registry, Role::Member).await?;
     let project = Scope::Project {
@@ -191,5 +238,8 @@ pub async fn link(
     let (version, events) =
         artifacts::link(&app.store, &registry, &user, &collection, source).await?;
     app.matcher.dispatch(&events).await?;
-    Ok((StatusCode::CREATED, axum::Json(version)))
+    Ok((
+        StatusCode::CREATED,
+        axum::Json(LabelledVersion::bare(version)),
+    ))
 }

@@ -20,7 +20,9 @@ pub struct Collection {
     pub created_at: u64,
 }
 
-/// A version of a collection.
+/// A version of a collection, without its aliases and tags: those are
+/// records of their own, so that labelling a version costs the same however
+/// many labels it has.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Version {
     /// The collection.
@@ -29,10 +31,6 @@ pub struct Version {
     pub version: String,
     /// The number in `version`.
     pub index: u64,
-    /// Aliases it holds.
-    pub aliases: Vec<String>,
-    /// Its tags.
-    pub tags: Vec<String>,
     /// Top-level metadata.
     pub metadata: BTreeMap<String, Value>,
     /// For a registry version: the project version it links to.
@@ -56,4 +54,27 @@ pub struct Source {
     pub collection: String,
     /// `v3`.
     pub version: String,
+}
+
+/// A version with its aliases and tags, as the API shows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LabelledVersion {
+    /// The version.
+    #[serde(flatten)]
+    pub version: Version,
+    /// Aliases it holds, oldest first.
+    pub aliases: Vec<String>,
+    /// Its tags, oldest first.
+    pub tags: Vec<String>,
+}
+
+impl LabelledVersion {
+    /// A version with no labels yet.
+    pub fn bare(version: Version) -> LabelledVersion {
+        LabelledVersion {
+            version,
+            aliases: Vec::new(),
+            tags: Vec::new(),
+        }
+    }
 }

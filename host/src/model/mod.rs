@@ -19,7 +19,7 @@ pub mod team;
 pub mod usage;
 
 pub use access::{ApiKey, Group, GroupKind, Member, Role, User};
-pub use artifact::{Collection, Source, Version};
+pub use artifact::{Collection, LabelledVersion, Source, Version};
 pub use automation::{
     Action, Automation, EventConfig, Handle, MetricSpec, RunFilters, State, WebhookRef,
 };

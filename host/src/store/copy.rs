@@ -154,13 +154,14 @@ async fn copy_scope(from: &Store, to: &dyn Records, scope: &Scope) -> anyhow::Re
     }
     for collection in from.collections(scope).await? {
         to.insert_collection(scope, &collection).await?;
-        for version in from.versions(scope, &collection.name).await? {
-            to.insert_version(scope, &version).await?;
-            for alias in &version.aliases {
+        for labelled in from.versions(scope, &collection.name).await? {
+            let version = &labelled.version;
+            to.insert_version(scope, version).await?;
+            for alias in &labelled.aliases {
                 to.set_alias(scope, &collection.name, version.index, alias)
                     .await?;
             }
-            for tag in &version.tags {
+            for tag in &labelled.tags {
                 to.add_tag(scope, &collection.name, version.index, tag)
                     .await?;
             }

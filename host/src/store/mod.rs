@@ -35,8 +35,8 @@ use crate::cfg::StoreConfig;
 
 use crate::model::{
     ApiKey, Attempt, Automation, Collection, Delivery, Event, EventType, Execution, Group,
-    GroupKind, Handle, Member, Project, Run, Scope, Secret, Status, StoredPlugin, Totals, UsageRow,
-    User, Version, Webhook,
+    GroupKind, Handle, LabelledVersion, Member, Project, Run, Scope, Secret, Status, StoredPlugin,
+    Totals, UsageRow, User, Version, Webhook,
 };
 
 /// The meta key of the value that checks the master key (see `seal.rs`).
@@ -170,30 +170,30 @@ pub trait Records: Send + Sync {
     async fn next_version(&self, scope: &Scope, collection: &str) -> Result<Option<u64>>;
     /// Adds a version (its index from [`Records::next_version`]).
     async fn insert_version(&self, scope: &Scope, version: &Version) -> Result<()>;
-    /// A version.
+    /// A version, without its labels.
     async fn version(&self, scope: &Scope, collection: &str, index: u64)
     -> Result<Option<Version>>;
-    /// A collection's versions, oldest first.
-    async fn versions(&self, scope: &Scope, collection: &str) -> Result<Vec<Version>>;
-    /// Gives `alias` to version `index`, taking it from whichever version
-    /// of the collection held it. Returns the version as it is now, or
-    /// `None` when there is no such version.
+    /// A version with its aliases and tags.
+    async fn labelled_version(
+        &self,
+        scope: &Scope,
+        collection: &str,
+        index: u64,
+    ) -> Result<Option<LabelledVersion>>;
+    /// A collection's versions with their labels, oldest first.
+    async fn versions(&self, scope: &Scope, collection: &str) -> Result<Vec<LabelledVersion>>;
+    /// Gives `alias` to version `index` (which the caller has found), taking
+    /// it from whichever version of the collection held it. Returns the
+    /// index of that version, if another held it.
     async fn set_alias(
         &self,
         scope: &Scope,
         collection: &str,
         index: u64,
         alias: &str,
-    ) -> Result<Option<Version>>;
-    /// Adds `tag` to version `index` (once). Returns the version as it is
-    /// now, or `None` when there is no such version.
-    async fn add_tag(
-        &self,
-        scope: &Scope,
-        collection: &str,
-        index: u64,
-        tag: &str,
-    ) -> Result<Option<Version>>;
+    ) -> Result<Option<u64>>;
+    /// Adds `tag` to version `index` (which the caller has found), once.
+    async fn add_tag(&self, scope: &Scope, collection: &str, index: u64, tag: &str) -> Result<()>;
 
     // Runs and their metrics.
 

@@ -9,8 +9,8 @@ use sqlx::postgres::PgRow;
 use super::Postgres;
 use crate::model::{
     ApiKey, Attempt, Automation, Collection, Delivery, Event, EventType, Execution, Group,
-    GroupKind, Handle, Member, Project, Role, Run, Scope, Secret, Status, StoredPlugin, Totals,
-    UsageRow, User, Version, Webhook, WebhookRef,
+    GroupKind, Handle, LabelledVersion, Member, Project, Role, Run, Scope, Secret, Status,
+    StoredPlugin, Totals, UsageRow, User, Version, Webhook, WebhookRef,
 };
 use crate::store::{Records, Result, StoreError};
 
@@ -179,13 +179,25 @@ fn collection(row: &PgRow) -> Result<Collection> {
     })
 }
 
-/// Columns of a version with its aliases and tags, for `FROM versions v`.
+/// Columns of a version, for `FROM versions v`.
 const VERSION_COLUMNS: &str = "v.collection, v.idx, v.metadata::text AS metadata, \
+     v.source::text AS source, v.created_by, v.created_at";
+
+/// The same with its aliases and tags.
+const LABELLED_VERSION_COLUMNS: &str = "v.collection, v.idx, v.metadata::text AS metadata, \
      v.source::text AS source, v.created_by, v.created_at, \
      ARRAY(SELECT a.alias FROM aliases a WHERE a.scope = v.scope \
            AND a.collection = v.collection AND a.idx = v.idx ORDER BY a.seq) AS aliases, \
      ARRAY(SELECT t.tag FROM tags t WHERE t.scope = v.scope \
            AND t.collection = v.collection AND t.idx = v.idx ORDER BY t.seq) AS tags";
+
+fn labelled_version(row: &PgRow) -> Result<LabelledVersion> {
+    Ok(LabelledVersion {
+        version: version(row)?,
+        aliases: get(row, "aliases")?,
+        tags: get(row, "tags")?,
+    })
+}
 
 fn version(row: &PgRow) -> Result<Version> {
     let index = u(get(row, "idx")?);
@@ -194,8 +206,6 @@ fn version(row: &PgRow) -> Result<Version> {
         collection: get(row, "collection")?,
         version: format!("v{index}"),
         index,
-        aliases: get(row, "aliases")?,
-        tags: get(row, "tags")?,
         metadata: from_json(&get::<String>(row, "metadata")?)?,
         source: source.as_deref().map(from_json).transpose()?,
         created_by: get(row, "created_by")?,
@@ -936,10 +946,30 @@ impl Records for Postgres {
         row.as_ref().map(version).transpose()
     }
 
-    async fn versions(&self, scope: &Scope, col: &str) -> Result<Vec<Version>> {
+    async fn labelled_version(
+        &self,
+        scope: &Scope,
+        col: &str,
+        index: u64,
+    ) -> Result<Option<LabelledVersion>> {
+        let mut c = self.conn().await?;
+        let row = sqlx::query(&format!(
+            "SELECT {LABELLED_VERSION_COLUMNS} FROM versions v \
+             WHERE v.scope = $1 AND v.collection = $2 AND v.idx = $3"
+        ))
+        .bind(scope_key(scope))
+        .bind(col)
+        .bind(i(index))
+        .fetch_optional(&mut *c)
+        .await
+        .db(self)?;
+        row.as_ref().map(labelled_version).transpose()
+    }
+
+    async fn versions(&self, scope: &Scope, col: &str) -> Result<Vec<LabelledVersion>> {
         let mut c = self.conn().await?;
         let rows = sqlx::query(&format!(
-            "SELECT {VERSION_COLUMNS} FROM versions v \
+            "SELECT {LABELLED_VERSION_COLUMNS} FROM versions v \
              WHERE v.scope = $1 AND v.collection = $2 ORDER BY v.idx"
         ))
         .bind(scope_key(scope))
@@ -947,7 +977,7 @@ impl Records for Postgres {
         .fetch_all(&mut *c)
         .await
         .db(self)?;
-        rows.iter().map(version).collect()
+        rows.iter().map(labelled_version).collect()
     }
 
     async fn set_alias(
@@ -956,57 +986,43 @@ impl Records for Postgres {
         col: &str,
         index: u64,
         alias: &str,
-    ) -> Result<Option<Version>> {
-        {
-            let mut c = self.conn().await?;
-            let done = sqlx::query(
-                "INSERT INTO aliases (scope, collection, alias, idx) \
-                 SELECT $1, $2, $3, $4 WHERE EXISTS (SELECT 1 FROM versions \
-                 WHERE scope = $1 AND collection = $2 AND idx = $4) \
-                 ON CONFLICT (scope, collection, alias) DO UPDATE SET idx = excluded.idx",
-            )
-            .bind(scope_key(scope))
-            .bind(col)
-            .bind(alias)
-            .bind(i(index))
-            .execute(&mut *c)
-            .await
-            .db(self)?;
-            if done.rows_affected() == 0 {
-                return Ok(None);
-            }
-        }
-        self.version(scope, col, index).await
+    ) -> Result<Option<u64>> {
+        let mut c = self.conn().await?;
+        // The row as it was before the upsert: its version, if another held it.
+        let held: Option<i64> = sqlx::query_scalar(
+            "WITH old AS (SELECT idx FROM aliases WHERE scope = $1 AND collection = $2 \
+                          AND alias = $3 FOR UPDATE), \
+                  up AS (INSERT INTO aliases (scope, collection, alias, idx) \
+                         VALUES ($1, $2, $3, $4) \
+                         ON CONFLICT (scope, collection, alias) DO UPDATE SET idx = excluded.idx, \
+                         seq = CASE WHEN aliases.idx = excluded.idx THEN aliases.seq \
+                                    ELSE excluded.seq END) \
+             SELECT idx FROM old",
+        )
+        .bind(scope_key(scope))
+        .bind(col)
+        .bind(alias)
+        .bind(i(index))
+        .fetch_optional(&mut *c)
+        .await
+        .db(self)?;
+        Ok(held.map(u).filter(|old| *old != index))
     }
 
-    async fn add_tag(
-        &self,
-        scope: &Scope,
-        col: &str,
-        index: u64,
-        tag: &str,
-    ) -> Result<Option<Version>> {
-        {
-            let mut c = self.conn().await?;
-            let exists: bool = sqlx::query_scalar(
-                "WITH v AS (SELECT 1 FROM versions WHERE scope = $1 AND collection = $2 \
-                            AND idx = $3), \
-                      t AS (INSERT INTO tags (scope, collection, idx, tag) \
-                            SELECT $1, $2, $3, $4 FROM v ON CONFLICT DO NOTHING) \
-                 SELECT EXISTS (SELECT 1 FROM v)",
-            )
-            .bind(scope_key(scope))
-            .bind(col)
-            .bind(i(index))
-            .bind(tag)
-            .fetch_one(&mut *c)
-            .await
-            .db(self)?;
-            if !exists {
-                return Ok(None);
-            }
-        }
-        self.version(scope, col, index).await
+    async fn add_tag(&self, scope: &Scope, col: &str, index: u64, tag: &str) -> Result<()> {
+        let mut c = self.conn().await?;
+        sqlx::query(
+            "INSERT INTO tags (scope, collection, idx, tag) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(scope_key(scope))
+        .bind(col)
+        .bind(i(index))
+        .bind(tag)
+        .execute(&mut *c)
+        .await
+        .db(self)?;
+        Ok(())
     }
 
     async fn insert_run(&self, team: &str, project: &str, r: &Run) -> Result<()> {

@@ -33,11 +33,11 @@ use tokio::sync::OwnedMutexGuard;
 use super::{Engine, RawRecord, Result, StoreError, Transaction};
 
 /// The schema this build reads and writes.
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// Migrations, in order: entry `i` moves a store from version `i + 1` to `i + 2`.
 /// A new schema version appends one function here.
-const MIGRATIONS: &[fn(&Shared) -> anyhow::Result<()>] = &[index_user_names];
+const MIGRATIONS: &[fn(&Shared) -> anyhow::Result<()>] = &[index_user_names, labels_apart];
 
 /// 1 → 2: users gained a name index.
 fn index_user_names(shared: &Shared) -> anyhow::Result<()> {
@@ -46,6 +46,41 @@ fn index_user_names(shared: &Shared) -> anyhow::Result<()> {
         shared
             .tree(T::UserNames)
             .insert(user.name.as_bytes(), user.id.as_bytes())?;
+    }
+    Ok(())
+}
+
+/// 2 → 3: a version's aliases and tags moved out of its record into records
+/// of their own, so labelling costs the same however many labels there are.
+fn labels_apart(shared: &Shared) -> anyhow::Result<()> {
+    #[derive(serde::Deserialize)]
+    struct Labels {
+        #[serde(default)]
+        aliases: Vec<String>,
+        #[serde(default)]
+        tags: Vec<String>,
+    }
+    for item in shared.tree(T::Versions).iter() {
+        let (key, value) = item?;
+        let Ok(labels) = serde_json::from_slice::<Labels>(&value) else {
+            continue; // unreadable: the quarantine takes it on its first read
+        };
+        for (t, label) in labels
+            .aliases
+            .iter()
+            .map(|a| (T::VersionAliases, a))
+            .chain(labels.tags.iter().map(|t| (T::Tags, t)))
+        {
+            let label_key = keys::Key::new().text(label).into_bytes();
+            let seq = shared.db.generate_id()?.to_be_bytes();
+            shared
+                .tree(t)
+                .insert([&key[..], &label_key].concat(), &seq)?;
+        }
+        let version: crate::model::Version = serde_json::from_slice(&value)?;
+        shared
+            .tree(T::Versions)
+            .insert(key, serde_json::to_vec(&version)?)?;
     }
     Ok(())
 }
@@ -97,6 +132,11 @@ enum T {
     Versions,
     /// `scope \0 collection \0 alias \0` → the index of the version holding it.
     Aliases,
+    /// `scope \0 collection \0 index alias \0` → a sequence number: the
+    /// aliases a version holds, in the order it got them.
+    VersionAliases,
+    /// `scope \0 collection \0 index tag \0` → a sequence number.
+    Tags,
     /// `team \0 project \0 run id \0` → `Run`.
     Runs,
     /// `team \0 project \0 run id \0 metric \0` → its recent values.
@@ -119,7 +159,7 @@ enum T {
 }
 
 impl T {
-    const ALL: [T; 29] = [
+    const ALL: [T; 31] = [
         T::Meta,
         T::Users,
         T::UserNames,
@@ -140,6 +180,8 @@ impl T {
         T::Collections,
         T::Versions,
         T::Aliases,
+        T::VersionAliases,
+        T::Tags,
         T::Runs,
         T::Metrics,
         T::EventInbox,
@@ -174,6 +216,8 @@ impl T {
             T::Collections => "collections",
             T::Versions => "versions",
             T::Aliases => "aliases",
+            T::VersionAliases => "version_aliases",
+            T::Tags => "tags",
             T::Runs => "runs",
             T::Metrics => "metrics",
             T::EventInbox => "event_inbox",
@@ -674,7 +718,7 @@ mod tests {
             store.shared.db.flush().unwrap();
         }
         let store = Sled::open(dir.path()).unwrap();
-        assert_eq!(store.schema_version().unwrap(), 2);
+        assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
         assert!(
             store
                 .user_named("operator")
@@ -683,6 +727,71 @@ mod tests {
                 .unwrap()
                 .operator
         );
+    }
+
+    #[tokio::test]
+    async fn version_2_stores_move_labels_out_of_version_records() {
+        let dir = tempfile::tempdir().unwrap();
+        let scope = crate::model::Scope::project("t", "p");
+        let key = scope
+            .parts()
+            .iter()
+            .fold(keys::Key::new(), |k, s| k.text(s))
+            .text("c")
+            .num(0)
+            .into_bytes();
+        {
+            let store = Sled::open(dir.path()).unwrap();
+            // A version record as schema 2 wrote it: labels inside.
+            let old = serde_json::json!({"collection": "c", "version": "v0", "index": 0,
+                "aliases": ["prod"], "tags": ["a", "b"], "metadata": {"x": 1},
+                "created_by": "u", "created_at": 0});
+            store
+                .tree(T::Versions)
+                .insert(&key, serde_json::to_vec(&old).unwrap())
+                .unwrap();
+            store
+                .tree(T::Aliases)
+                .insert(
+                    [&key[..key.len() - 8], b"prod\0"].concat(),
+                    &0u64.to_be_bytes(),
+                )
+                .unwrap();
+            set_schema_version(&store.shared, 2).unwrap();
+            store.shared.db.flush().unwrap();
+        }
+        let store = Sled::open(dir.path()).unwrap();
+        assert_eq!(store.schema_version().unwrap(), 3);
+        let v = store
+            .labelled_version(&scope, "c", 0)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (v.aliases, v.tags),
+            (vec!["prod".into()], vec!["a".into(), "b".into()])
+        );
+        let raw: serde_json::Value =
+            serde_json::from_slice(&store.tree(T::Versions).get(&key).unwrap().unwrap()).unwrap();
+        assert!(
+            raw.get("tags").is_none() && raw.get("aliases").is_none(),
+            "{raw}"
+        );
+        // Labels keep working after the move: the alias moves on.
+        let mut v1 = v.version.clone();
+        v1.index = 1;
+        v1.version = "v1".into();
+        store.insert_version(&scope, &v1).await.unwrap();
+        assert_eq!(
+            store.set_alias(&scope, "c", 1, "prod").await.unwrap(),
+            Some(0)
+        );
+        let v0 = store
+            .labelled_version(&scope, "c", 0)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(v0.aliases.is_empty());
     }
 
     #[tokio::test]

@@ -6,8 +6,8 @@ use super::keys::{Key, prefix};
 use super::{Sled, T, decode, io};
 use crate::model::{
     ApiKey, Attempt, Automation, Collection, Delivery, Event, EventType, Execution, Group,
-    GroupKind, Handle, Member, Project, Run, Scope, Secret, State, Status, StoredPlugin, Totals,
-    UsageRow, User, Version, Webhook,
+    GroupKind, Handle, LabelledVersion, Member, Project, Run, Scope, Secret, State, Status,
+    StoredPlugin, Totals, UsageRow, User, Version, Webhook,
 };
 use crate::store::{Records, Result};
 
@@ -20,6 +20,11 @@ fn scoped(scope: &Scope, rest: &[&str]) -> Key {
 
 fn version_key(scope: &Scope, collection: &str, index: u64) -> Vec<u8> {
     scoped(scope, &[collection]).num(index).into_bytes()
+}
+
+/// The key of a label (`Key::text` of it) of version `index`.
+fn label_key(scope: &Scope, collection: &str, index: u64, label: &[u8]) -> Vec<u8> {
+    [version_key(scope, collection, index).as_slice(), label].concat()
 }
 
 fn trigger_key(a: &Automation) -> Key {
@@ -61,6 +66,36 @@ fn last_segment(key: &[u8]) -> &str {
 }
 
 impl Sled {
+    /// `version` with its aliases and tags, each in the order it got them.
+    fn with_labels(&self, scope: &Scope, version: Version) -> Result<LabelledVersion> {
+        let key = version_key(scope, &version.collection, version.index);
+        let labels = |t: T| -> Result<Vec<String>> {
+            let mut found = self.scan(t, &key)?;
+            found.sort_by(|a, b| a.1.cmp(&b.1));
+            // After the version's key: the label, then its 0x00.
+            Ok(found
+                .iter()
+                .map(|(k, _)| String::from_utf8_lossy(&k[key.len()..k.len() - 1]).into_owned())
+                .collect())
+        };
+        Ok(LabelledVersion {
+            aliases: labels(T::VersionAliases)?,
+            tags: labels(T::Tags)?,
+            version,
+        })
+    }
+
+    /// A number larger than any this store gave before: orders labels.
+    fn next_seq(&self) -> Result<Vec<u8>> {
+        Ok(self
+            .shared
+            .db
+            .generate_id()
+            .map_err(io)?
+            .to_be_bytes()
+            .to_vec())
+    }
+
     /// Stores `value` under `key` unless the key is taken; `false` if it was.
     async fn insert_new<V: serde::Serialize + Sync>(
         &self,
@@ -445,8 +480,23 @@ impl Records for Sled {
         self.get_json(T::Versions, &version_key(scope, collection, index))
     }
 
-    async fn versions(&self, scope: &Scope, collection: &str) -> Result<Vec<Version>> {
-        self.scan_json(T::Versions, scoped(scope, &[collection]).as_ref())
+    async fn labelled_version(
+        &self,
+        scope: &Scope,
+        collection: &str,
+        index: u64,
+    ) -> Result<Option<LabelledVersion>> {
+        let version = self.version(scope, collection, index).await?;
+        version.map(|v| self.with_labels(scope, v)).transpose()
+    }
+
+    async fn versions(&self, scope: &Scope, collection: &str) -> Result<Vec<LabelledVersion>> {
+        let versions: Vec<Version> =
+            self.scan_json(T::Versions, scoped(scope, &[collection]).as_ref())?;
+        versions
+            .into_iter()
+            .map(|v| self.with_labels(scope, v))
+            .collect()
     }
 
     async fn set_alias(
@@ -455,52 +505,38 @@ impl Records for Sled {
         collection: &str,
         index: u64,
         alias: &str,
-    ) -> Result<Option<Version>> {
-        let key = version_key(scope, collection, index);
+    ) -> Result<Option<u64>> {
         let alias_key = scoped(scope, &[collection, alias]).into_bytes();
+        let label = Key::new().text(alias).into_bytes();
         let w = self.writer().await;
-        if w.get(T::Versions, &key)?.is_none() {
+        let held = w
+            .get(T::Aliases, &alias_key)?
+            .and_then(|held| held.as_slice().try_into().ok().map(u64::from_be_bytes));
+        if held == Some(index) {
             return Ok(None);
         }
-        if let Some(held) = w.get(T::Aliases, &alias_key)? {
-            let old = held
-                .as_slice()
-                .try_into()
-                .map_or(u64::MAX, u64::from_be_bytes);
-            let old_key = version_key(scope, collection, old);
-            if let Some(mut old) = w.get_json::<Version>(T::Versions, &old_key)? {
-                old.aliases.retain(|a| a != alias);
-                w.put_json(T::Versions, old_key, &old)?;
-            }
+        if let Some(old) = held {
+            w.delete(T::VersionAliases, label_key(scope, collection, old, &label));
         }
-        let mut version: Version = w
-            .get_json(T::Versions, &key)?
-            .expect("checked above, under the writer lock");
-        version.aliases.push(alias.to_string());
-        w.put_json(T::Versions, key, &version)?;
         w.put(T::Aliases, alias_key, index.to_be_bytes().to_vec());
+        let seq = w.next_seq()?;
+        w.put(
+            T::VersionAliases,
+            label_key(scope, collection, index, &label),
+            seq,
+        );
         w.finish()?;
-        Ok(Some(version))
+        Ok(held)
     }
 
-    async fn add_tag(
-        &self,
-        scope: &Scope,
-        collection: &str,
-        index: u64,
-        tag: &str,
-    ) -> Result<Option<Version>> {
-        let key = version_key(scope, collection, index);
+    async fn add_tag(&self, scope: &Scope, collection: &str, index: u64, tag: &str) -> Result<()> {
+        let key = label_key(scope, collection, index, &Key::new().text(tag).into_bytes());
         let w = self.writer().await;
-        let Some(mut version) = w.get_json::<Version>(T::Versions, &key)? else {
-            return Ok(None);
-        };
-        if !version.tags.iter().any(|t| t == tag) {
-            version.tags.push(tag.to_string());
-            w.put_json(T::Versions, key, &version)?;
+        if w.get(T::Tags, &key)?.is_none() {
+            let seq = w.next_seq()?;
+            w.put(T::Tags, key, seq);
         }
-        w.finish()?;
-        Ok(Some(version))
+        w.finish()
     }
 
     async fn insert_run(&self, team: &str, project: &str, run: &Run) -> Result<()> {
