@@ -14,7 +14,11 @@
 //! `BENCH_STORE=sled|postgres` picks the engine (both by default),
 //! `BENCH_HOSTS=1..3` the hosts on PostgreSQL (1 and 3 by default), and
 //! `BENCH_DATABASE_URL` the PostgreSQL server (the local one by default).
-//! Asserts nothing about time.
+//! Tags go to 500 versions in turn; on sled a second run puts every tag on
+//! one version (`BENCH_LABELS=spread|one` runs only one of the two), to show
+//! that an event costs the same however many tags its version has.
+//! `BENCH_BATCH=N` sends N tags per request (the list form), each its own
+//! event. Asserts nothing about time.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -146,12 +150,28 @@ async fn setup(http: &reqwest::Client, base: &str, receiver: &str) {
     }
 }
 
-async fn tag(http: &reqwest::Client, base: &str, i: usize) {
-    let path = format!(
-        "{PROJECT}/collections/model/versions/v{}/tags",
-        i % VERSIONS
-    );
-    call(http, base, "POST", &path, json!({"tag": format!("e{i}")})).await;
+/// Which versions the tags go to.
+#[derive(Clone, Copy, PartialEq)]
+enum Labels {
+    /// Version `i % VERSIONS` for tag `i`.
+    Spread,
+    /// All on v0.
+    OneVersion,
+}
+
+/// Adds tags `first..first + n` in one request.
+async fn tag(http: &reqwest::Client, base: &str, labels: Labels, first: usize, n: usize) {
+    let version = match labels {
+        Labels::Spread => first % VERSIONS,
+        Labels::OneVersion => 0,
+    };
+    let path = format!("{PROJECT}/collections/model/versions/v{version}/tags");
+    let body = if n == 1 {
+        json!({"tag": format!("e{first}")})
+    } else {
+        json!({"tags": (first..first + n).map(|i| format!("e{i}")).collect::<Vec<_>>()})
+    };
+    call(http, base, "POST", &path, body).await;
 }
 
 async fn wait_for(arrivals: &Arrivals, n: usize, limit: Duration) -> Option<Instant> {
@@ -194,14 +214,23 @@ async fn run() {
         Ok(n) => vec![n.parse().expect("BENCH_HOSTS is a number, 1 to 3")],
         Err(_) => vec![1, 3],
     };
+    let labels = match std::env::var("BENCH_LABELS").as_deref() {
+        Ok("spread") => vec![Labels::Spread],
+        Ok("one") => vec![Labels::OneVersion],
+        _ => vec![Labels::Spread, Labels::OneVersion],
+    };
+    let batch: usize = std::env::var("BENCH_BATCH").map_or(1, |n| {
+        n.parse()
+            .expect("BENCH_BATCH is a number of tags per request")
+    });
     let mut summary = Vec::new();
     for engine in engines {
-        let counts = match engine {
-            Engine::Sled => vec![1],
-            Engine::Postgres => host_counts.clone(),
+        let runs: Vec<(usize, Labels)> = match engine {
+            Engine::Sled => labels.iter().map(|l| (1, *l)).collect(),
+            Engine::Postgres => host_counts.iter().map(|h| (*h, labels[0])).collect(),
         };
-        for hosts in counts {
-            summary.push(measure(engine, hosts).await);
+        for (hosts, labels) in runs {
+            summary.push(measure(engine, hosts, labels, batch).await);
         }
     }
     println!();
@@ -257,7 +286,7 @@ impl Database {
 }
 
 /// One run: `hosts` hosts on `engine`; returns its summary line.
-async fn measure(engine: Engine, hosts: usize) -> String {
+async fn measure(engine: Engine, hosts: usize, labels: Labels, batch: usize) -> String {
     let arrivals = Arrivals::default();
     let receiver = receiver(arrivals.clone()).await;
     let config = format!("{NO_MODEL}[webhooks]\nallow_private = [\"127.0.0.0/8\"]\n");
@@ -270,19 +299,29 @@ async fn measure(engine: Engine, hosts: usize) -> String {
         env.push(("SWITCHYARD_STORE_URL", db.url.as_str()));
     }
     let hosts: Vec<Host> = (0..hosts).map(|_| start_host_with(&config, &env)).collect();
-    let label = match (engine, hosts.len()) {
+    let mut label = match (engine, hosts.len()) {
         (Engine::Sled, _) => "sled".to_string(),
         (Engine::Postgres, 1) => "postgres".to_string(),
         (Engine::Postgres, n) => format!("postgres x{n}"),
     };
+    if labels == Labels::OneVersion {
+        label.push_str(", one version");
+    }
+    if batch > 1 {
+        label.push_str(&format!(", {batch} per request"));
+    }
     let bases: Vec<String> = hosts.iter().map(|h| h.base.clone()).collect();
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(CLIENTS)
         .build()
         .unwrap();
     setup(&http, &bases[0], &receiver).await;
+    let spread = match labels {
+        Labels::Spread => format!("tags spread over {VERSIONS} versions"),
+        Labels::OneVersion => "every tag on one version".to_string(),
+    };
     println!(
-        "\nbench-delivery [{label}]: {VERSIONS} versions, tag automation with a 5-variable template, signed + bearer"
+        "\nbench-delivery [{label}]: {spread}, {batch} per request, tag automation with a 5-variable template, signed + bearer"
     );
     let host_cpu = || -> f64 { hosts.iter().filter_map(|h| cpu_seconds(h.child.id())).sum() };
     let db_cpu = || (engine == Engine::Postgres).then(|| cpu_seconds_of("postgres"));
@@ -297,11 +336,12 @@ async fn measure(engine: Engine, hosts: usize) -> String {
             let (http, base, next) = (http.clone(), bases[c % bases.len()].clone(), next.clone());
             tokio::spawn(async move {
                 loop {
-                    let i = next.fetch_add(1, Ordering::SeqCst);
+                    let i = next.fetch_add(batch, Ordering::SeqCst);
                     if i >= THROUGHPUT_EVENTS {
                         break;
                     }
-                    tag(&http, &base, i).await;
+                    let n = batch.min(THROUGHPUT_EVENTS - i);
+                    tag(&http, &base, labels, i, n).await;
                 }
             })
         })
@@ -344,7 +384,9 @@ async fn measure(engine: Engine, hosts: usize) -> String {
         let (http, base, sent) = (http.clone(), bases[i % bases.len()].clone(), sent.clone());
         let i = THROUGHPUT_EVENTS + i;
         sent.lock().unwrap().insert(format!("e{i}"), Instant::now());
-        tasks.push(tokio::spawn(async move { tag(&http, &base, i).await }));
+        tasks.push(tokio::spawn(async move {
+            tag(&http, &base, labels, i, 1).await
+        }));
     }
     for t in tasks {
         t.await.unwrap();

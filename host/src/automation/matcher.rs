@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde_json::Value;
+use tokio::sync::{mpsc, oneshot};
 
 use super::automations::{Automation, FILTER_PLUGIN};
 use super::outbox::{Delivery, Execution, Status};
@@ -43,6 +44,75 @@ pub struct Matcher {
     sealer: Sealer,
     plugins: Arc<Plugins>,
     dispatcher: Dispatcher,
+    /// Matched events on their way to the outbox (see [`write_loop`]).
+    writes: mpsc::UnboundedSender<(Matched, oneshot::Sender<Option<Vec<Delivery>>>)>,
+}
+
+/// One event, matched: what to write when it leaves the inbox.
+struct Matched {
+    event: String,
+    at_ms: u64,
+    fired: Vec<Fired>,
+}
+
+/// Most matched events written in one transaction.
+const WRITE_BATCH: usize = 256;
+
+/// Writes matched events as they come, every event matched while one
+/// transaction committed going into the next, so that concurrent actions
+/// (and the events of one action) share a transaction. Answers each with
+/// the deliveries it queued, or `None` if the transaction failed.
+async fn write_loop(
+    store: Store,
+    mut queued: mpsc::UnboundedReceiver<(Matched, oneshot::Sender<Option<Vec<Delivery>>>)>,
+) {
+    let mut batch = Vec::new();
+    while queued.recv_many(&mut batch, WRITE_BATCH).await > 0 {
+        let (matched, answers): (Vec<Matched>, Vec<_>) = batch.drain(..).unzip();
+        match write_matched(&store, matched).await {
+            Ok(queued) => {
+                for (answer, deliveries) in answers.into_iter().zip(queued) {
+                    let _ = answer.send(Some(deliveries));
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, events = answers.len(), "writing matched events failed; they stay in the inbox for the sweep");
+                for answer in answers {
+                    let _ = answer.send(None);
+                }
+            }
+        }
+    }
+}
+
+/// Takes each event out of the inbox and writes what it fired, in one
+/// transaction; an event already taken (by its request, the sweep, or
+/// another host) writes nothing. Returns the deliveries queued, per event.
+async fn write_matched(store: &Store, matched: Vec<Matched>) -> Result<Vec<Vec<Delivery>>> {
+    let tx = store.begin().await?;
+    let mut out = Vec::with_capacity(matched.len());
+    for m in matched {
+        let mut queued = Vec::new();
+        if tx.take_event(&m.event).await? {
+            for f in m.fired {
+                if let Some(run) = &f.run
+                    && !tx
+                        .claim_run_fire(&f.execution.automation, run, m.at_ms, RUN_REFIRE_MS)
+                        .await?
+                {
+                    continue;
+                }
+                tx.put_execution(&f.execution).await?;
+                if let Some(delivery) = f.delivery {
+                    tx.insert_delivery(&delivery).await?;
+                    queued.push(delivery);
+                }
+            }
+        }
+        out.push(queued);
+    }
+    tx.commit().await?;
+    Ok(out)
 }
 
 impl Matcher {
@@ -53,11 +123,14 @@ impl Matcher {
         plugins: Arc<Plugins>,
         dispatcher: Dispatcher,
     ) -> Matcher {
+        let (writes, queued) = mpsc::unbounded_channel();
+        tokio::spawn(write_loop(store.clone(), queued));
         Matcher {
             store,
             sealer,
             plugins,
             dispatcher,
+            writes,
         }
     }
 
@@ -73,28 +146,17 @@ impl Matcher {
                 fired.push(f);
             }
         }
-        let tx = self.store.begin().await?;
-        // Someone else (the request, or the sweep) matched it first.
-        if !tx.take_event(&event.id).await? {
-            return Ok(Vec::new());
-        }
-        let mut queued = Vec::new();
-        for f in fired {
-            if let Some(run) = &f.run
-                && !tx
-                    .claim_run_fire(&f.execution.automation, run, event.at_ms, RUN_REFIRE_MS)
-                    .await?
-            {
-                continue;
-            }
-            tx.put_execution(&f.execution).await?;
-            if let Some(delivery) = f.delivery {
-                tx.insert_delivery(&delivery).await?;
-                queued.push(delivery);
-            }
-        }
-        tx.commit().await?;
-        Ok(queued)
+        let matched = Matched {
+            event: event.id.clone(),
+            at_ms: event.at_ms,
+            fired,
+        };
+        let (answer, written) = oneshot::channel();
+        let unwritten = || Error::Unavailable("the outbox could not be written".into());
+        self.writes
+            .send((matched, answer))
+            .map_err(|_| unwritten())?;
+        written.await.ok().flatten().ok_or_else(unwritten)
     }
 
     /// Matches every event in the inbox older than `min_age_ms`, oldest
@@ -148,9 +210,11 @@ impl Matcher {
     /// full) stays in the inbox for the sweep: the action has happened, and
     /// its event is not lost.
     pub async fn dispatch(&self, events: &[Event]) -> Result<()> {
+        // Matched together, so that their writes share a transaction.
+        let outcomes = futures_util::future::join_all(events.iter().map(|e| self.process(e))).await;
         let mut deliveries = Vec::new();
-        for event in events {
-            match self.process(event).await {
+        for (event, outcome) in events.iter().zip(outcomes) {
+            match outcome {
                 Ok(queued) => deliveries.extend(queued),
                 Err(e) => {
                     tracing::warn!(event = %event.id, error = %e, "event left in the inbox for the sweep");

@@ -9,10 +9,11 @@
 //! a crash it may be sent again, with the same delivery id.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
 
 use super::send::{Answer, Failure, Outgoing, Sender};
 use super::webhooks;
@@ -26,6 +27,10 @@ use crate::telemetry;
 
 /// Most deliveries one scan of the outbox takes up.
 const SCAN_BATCH: usize = 1000;
+
+/// Most deliveries in flight (sending or waiting for a slot) before a scan
+/// takes up more: a large backlog waits in the outbox, not in memory.
+const MAX_IN_FLIGHT: usize = 4 * SCAN_BATCH;
 
 /// What one attempt came to.
 enum Verdict {
@@ -52,6 +57,10 @@ struct Inner {
     cfg: DeliveryConfig,
     wake: Notify,
     in_flight: Mutex<HashSet<String>>,
+    /// A scan stopped at [`MAX_IN_FLIGHT`]: wake it when there is room.
+    starved: std::sync::atomic::AtomicBool,
+    /// Attempts on their way to the store (see [`record_loop`]).
+    records: mpsc::UnboundedSender<(Outcome, oneshot::Sender<bool>)>,
     slots: Arc<Semaphore>,
     endpoints: Mutex<HashMap<String, Arc<Semaphore>>>,
 }
@@ -59,7 +68,9 @@ struct Inner {
 impl Dispatcher {
     /// Starts the dispatcher's scan loop.
     pub fn start(store: Store, sealer: Sealer, sender: Sender, cfg: DeliveryConfig) -> Dispatcher {
+        let (records, queued) = mpsc::unbounded_channel();
         let inner = Arc::new(Inner {
+            records,
             slots: Arc::new(Semaphore::new(cfg.concurrency.max(1))),
             store,
             sealer,
@@ -67,9 +78,11 @@ impl Dispatcher {
             cfg,
             wake: Notify::new(),
             in_flight: Mutex::new(HashSet::new()),
+            starved: Default::default(),
             endpoints: Mutex::new(HashMap::new()),
         });
         tokio::spawn(scan_loop(inner.clone()));
+        tokio::spawn(record_loop(Arc::downgrade(&inner), queued));
         Dispatcher { inner }
     }
 
@@ -86,7 +99,7 @@ impl Dispatcher {
 
     /// How many sends are running or waiting for a slot.
     pub fn in_flight(&self) -> usize {
-        self.inner.in_flight.lock().map_or(0, |s| s.len())
+        self.inner.in_flight_count()
     }
 }
 
@@ -111,17 +124,96 @@ async fn scan_loop(inner: Arc<Inner>) {
     }
 }
 
+/// An attempt, ready to write.
+struct Outcome {
+    delivery: Delivery,
+    rescheduled: Option<Delivery>,
+    status: Status,
+    error: Option<String>,
+    attempt: Attempt,
+    /// What the metrics count once it is written.
+    counted: (telemetry::Delivery, Duration),
+}
+
+/// Most attempts written in one transaction.
+const RECORD_BATCH: usize = 256;
+
+/// Writes attempts as they come, every attempt that arrived while one
+/// transaction committed going into the next: under load, one transaction
+/// (and on PostgreSQL one commit) records many deliveries.
+async fn record_loop(
+    inner: std::sync::Weak<Inner>,
+    mut queued: mpsc::UnboundedReceiver<(Outcome, oneshot::Sender<bool>)>,
+) {
+    let mut batch = Vec::new();
+    while queued.recv_many(&mut batch, RECORD_BATCH).await > 0 {
+        let Some(inner) = inner.upgrade() else { return };
+        let written = match write_outcomes(&inner.store, &batch).await {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::error!(error = %e, attempts = batch.len(), "recording delivery attempts failed; their deliveries stay in the outbox");
+                false
+            }
+        };
+        let mut rescheduled = false;
+        for (outcome, done) in batch.drain(..) {
+            if written {
+                // Counted once recorded: a scrape that sees it sees the
+                // outbox without it.
+                telemetry::delivery(outcome.counted.0, outcome.counted.1);
+                rescheduled |= outcome.rescheduled.is_some();
+            }
+            let _ = done.send(written);
+        }
+        if rescheduled {
+            inner.wake.notify_one();
+        }
+    }
+}
+
+/// The execution's history, and each delivery removed or rescheduled, in
+/// one transaction.
+async fn write_outcomes(store: &Store, batch: &[(Outcome, oneshot::Sender<bool>)]) -> Result<()> {
+    let tx = store.begin().await?;
+    for (o, _) in batch {
+        tx.finish_delivery(&o.delivery, o.rescheduled.as_ref())
+            .await?;
+        tx.record_attempt(
+            &o.delivery.execution,
+            &o.delivery.execution_id,
+            o.status,
+            o.error.as_deref(),
+            &o.attempt,
+        )
+        .await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
 impl Inner {
     /// Submits every due delivery not already in flight; returns when the
-    /// next one falls due.
+    /// next one falls due. Deliveries in flight are skipped unread: under
+    /// load most of the outbox is in flight, handed over by the matcher.
     async fn scan(self: &Arc<Self>) -> Result<Option<u64>> {
-        let (due, next) = self.store.due_deliveries(ids::now_ms(), SCAN_BATCH).await?;
+        let room = MAX_IN_FLIGHT.saturating_sub(self.in_flight_count());
+        if room == 0 {
+            self.starved.store(true, Ordering::SeqCst);
+            return Ok(None);
+        }
+        let in_flight = |id: &str| self.is_in_flight(id);
+        let (due, next) = self
+            .store
+            .due_deliveries(ids::now_ms(), room.min(SCAN_BATCH), &in_flight)
+            .await?;
         for delivery in due {
-            if !self.is_in_flight(&delivery.id) {
-                self.clone().submit(delivery);
-            }
+            self.clone().submit(delivery);
         }
         Ok(next)
+    }
+
+    fn in_flight_count(&self) -> usize {
+        self.in_flight.lock().map_or(0, |s| s.len())
     }
 
     fn is_in_flight(&self, id: &str) -> bool {
@@ -139,8 +231,12 @@ impl Inner {
             if let Err(e) = self.deliver_holding(delivery).await {
                 tracing::error!(delivery = %id, error = %e, "recording a delivery attempt failed");
             }
-            if let Ok(mut set) = self.in_flight.lock() {
+            let left = self.in_flight.lock().map_or(0, |mut set| {
                 set.remove(&id);
+                set.len()
+            });
+            if left < MAX_IN_FLIGHT / 2 && self.starved.swap(false, Ordering::SeqCst) {
+                self.wake.notify_one();
             }
         });
     }
@@ -288,22 +384,19 @@ impl Inner {
             (_, Status::Failed) => telemetry::Delivery::Failed,
         };
         let since_event = ids::now_ms().saturating_sub(delivery.event_at_ms);
-        let tx = self.store.begin().await?;
-        tx.finish_delivery(&delivery, rescheduled.as_ref()).await?;
-        tx.record_attempt(
-            &delivery.execution,
-            &delivery.execution_id,
+        let outcome = Outcome {
+            delivery,
+            rescheduled,
             status,
-            error.as_deref(),
-            &attempt,
-        )
-        .await?;
-        tx.commit().await?;
-        // Counted once recorded: a scrape that sees it sees the outbox
-        // without it.
-        telemetry::delivery(outcome, Duration::from_millis(since_event));
-        if rescheduled.is_some() {
-            self.wake.notify_one();
+            error,
+            attempt,
+            counted: (outcome, Duration::from_millis(since_event)),
+        };
+        let (done, written) = oneshot::channel();
+        if self.records.send((outcome, done)).is_err() || !written.await.unwrap_or(false) {
+            return Err(crate::error::Error::Unavailable(
+                "the attempt could not be recorded; the delivery stays in the outbox".into(),
+            ));
         }
         Ok(())
     }

@@ -246,12 +246,14 @@ pub trait Records: Send + Sync {
 
     /// Queues a delivery.
     async fn insert_delivery(&self, delivery: &Delivery) -> Result<()>;
-    /// Up to `limit` deliveries due at `now_ms`, oldest due first, and when
-    /// the next one not yet due falls due. Unreadable ones are set aside.
+    /// Up to `limit` deliveries due at `now_ms`, oldest due first, leaving
+    /// out (unread) those whose id `skip` names, and when the next one not
+    /// yet due falls due. Unreadable ones are set aside.
     async fn due_deliveries(
         &self,
         now_ms: u64,
         limit: usize,
+        skip: &(dyn for<'k> Fn(&'k str) -> bool + Sync),
     ) -> Result<(Vec<Delivery>, Option<u64>)>;
     /// Whether `delivery` still waits as it was read (not yet recorded).
     async fn delivery_waits(&self, delivery: &Delivery) -> Result<bool>;

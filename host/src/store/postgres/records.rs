@@ -1237,7 +1237,10 @@ impl Records for Postgres {
         &self,
         now_ms: u64,
         limit: usize,
+        _skip: &(dyn for<'k> Fn(&'k str) -> bool + Sync),
     ) -> Result<(Vec<Delivery>, Option<u64>)> {
+        // This host's deliveries in flight hold live leases, so the claim
+        // below never returns them.
         let mut c = self.conn().await?;
         // Claims what is due and not held by a live lease; a host that died
         // holding deliveries lets them go when its leases run out.

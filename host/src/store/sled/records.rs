@@ -644,6 +644,7 @@ impl Records for Sled {
         &self,
         now_ms: u64,
         limit: usize,
+        skip: &(dyn for<'k> Fn(&'k str) -> bool + Sync),
     ) -> Result<(Vec<Delivery>, Option<u64>)> {
         // Keys start with the due time, so the first one not due ends the scan.
         let mut due = Vec::new();
@@ -651,6 +652,19 @@ impl Records for Sled {
         let mut next = None;
         for item in self.tree(T::Outbox).iter() {
             let (key, value) = item.map_err(io)?;
+            let due_ms = key
+                .get(..8)
+                .and_then(|b| b.try_into().ok())
+                .map(u64::from_be_bytes);
+            if due_ms.is_some_and(|d| d > now_ms) {
+                next = due_ms;
+                break;
+            }
+            // `due ms` then `id \0`: an id in flight is left unread.
+            let id = key.get(8..key.len().saturating_sub(1)).unwrap_or_default();
+            if skip(std::str::from_utf8(id).unwrap_or_default()) {
+                continue;
+            }
             match serde_json::from_slice::<Delivery>(&value) {
                 Err(e) => unreadable.push((key.to_vec(), value.to_vec(), e.to_string())),
                 Ok(delivery) if delivery.due_ms > now_ms => {
