@@ -28,6 +28,19 @@ pub enum Error {
         /// The JSON path of the offending field, if known.
         param: Option<String>,
     },
+    /// A plugin refused client input (a payload template, an event filter):
+    /// a 400 with the plugin's own code and where in the input it pointed.
+    #[error("{message}")]
+    PluginRefused {
+        /// The plugin's message, naming it.
+        message: String,
+        /// The field holding the input.
+        param: Option<String>,
+        /// The plugin's code, e.g. `unknown-variable`.
+        code: String,
+        /// Where in the input, when the plugin said and the input is known.
+        position: Option<Position>,
+    },
     /// No or an unknown API key.
     #[error("{0}")]
     Unauthenticated(String),
@@ -106,6 +119,32 @@ impl From<crate::store::StoreError> for Error {
     }
 }
 
+/// A place in a client's text: byte offset, and line and column (from 1,
+/// columns in characters).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Position {
+    /// Bytes from the start.
+    pub offset: u32,
+    /// Line, from 1.
+    pub line: u32,
+    /// Column in characters, from 1.
+    pub column: u32,
+}
+
+impl Position {
+    /// Where byte `offset` of `text` is; `None` when it is past the end.
+    pub fn locate(text: &str, offset: u32) -> Option<Position> {
+        let before = text.get(..offset as usize)?;
+        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+        let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        Some(Position {
+            offset,
+            line: count(before.matches('\n').count() + 1),
+            column: count(before[line_start..].chars().count() + 1),
+        })
+    }
+}
+
 /// Shorthand for results whose error is an API [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -121,7 +160,9 @@ impl Error {
     /// The HTTP status this error is reported with.
     pub fn status(&self) -> StatusCode {
         match self {
-            Error::InvalidRequest { .. } | Error::InvalidJson { .. } => StatusCode::BAD_REQUEST,
+            Error::InvalidRequest { .. }
+            | Error::InvalidJson { .. }
+            | Error::PluginRefused { .. } => StatusCode::BAD_REQUEST,
             Error::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
             Error::PermissionDenied(_) => StatusCode::FORBIDDEN,
             Error::NotFound(_) | Error::ModelNotFound(_) => StatusCode::NOT_FOUND,
@@ -159,6 +200,7 @@ impl Error {
     fn code(&self) -> &'static str {
         match self {
             Error::InvalidRequest { .. } => "invalid_request",
+            Error::PluginRefused { .. } => "plugin_refused",
             Error::InvalidJson { .. } => "invalid_json",
             Error::Unauthenticated(_) => "invalid_api_key",
             Error::PermissionDenied(_) => "permission_denied",
@@ -182,9 +224,9 @@ impl Error {
 
     fn param(&self) -> Option<&str> {
         match self {
-            Error::InvalidRequest { param, .. } | Error::InvalidJson { param, .. } => {
-                param.as_deref()
-            }
+            Error::InvalidRequest { param, .. }
+            | Error::InvalidJson { param, .. }
+            | Error::PluginRefused { param, .. } => param.as_deref(),
             Error::ModelNotFound(_) => Some("model"),
             _ => None,
         }
@@ -198,12 +240,20 @@ impl Error {
             Error::Internal(_) => "the server hit an unexpected error; it has been logged".into(),
             other => other.to_string(),
         };
-        json!({"error": {
+        let mut body = json!({"error": {
             "message": message,
             "type": self.kind(),
             "param": self.param(),
             "code": self.code(),
-        }})
+        }});
+        // The plugin's own code, and where it points, for tools to show.
+        if let Error::PluginRefused { code, position, .. } = self {
+            body["error"]["code"] = json!(code);
+            if let Some(position) = position {
+                body["error"]["position"] = json!(position);
+            }
+        }
+        body
     }
 }
 
@@ -226,6 +276,22 @@ impl IntoResponse for Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn positions_count_lines_and_characters_from_one() {
+        let text = "{\n  \"é\": \"${x}\"}";
+        let at = text.find('$').unwrap() as u32;
+        assert_eq!(
+            Position::locate(text, at),
+            Some(Position {
+                offset: at,
+                line: 2,
+                column: 9
+            })
+        );
+        assert_eq!(Position::locate(text, 0).unwrap().column, 1);
+        assert_eq!(Position::locate(text, 999), None);
+    }
 
     #[test]
     fn code_is_always_a_string() {

@@ -191,14 +191,19 @@ async fn automation_lifecycle_in_a_project() {
     changed["event"] = json!({"type": "ADD_ARTIFACT_TAG", "tag_regex": "("});
     let renamed = format!("{PROJECT_AUTOMATIONS}/promote-v2");
     let (status, body) = host.call("PUT", &renamed, &alice, Some(&changed)).await;
-    expect_error(
-        &(status, body.clone()),
-        400,
-        "invalid_request",
-        Some("event"),
-    );
+    expect_error(&(status, body.clone()), 400, "invalid-regex", Some("event"));
     let (_, still) = host.call("GET", &renamed, &bob, None).await;
     assert_eq!(still["event"]["tag_regex"], "^release-");
+    // A template's error carries the plugin's code and where in the payload.
+    changed["event"] = json!({"type": "ADD_ARTIFACT_TAG"});
+    changed["payload"] = json!("{\n  \"x\": \"${nope}\"}");
+    let answer = host.call("PUT", &renamed, &alice, Some(&changed)).await;
+    let error = expect_error(&answer, 400, "unknown-variable", Some("payload"));
+    assert_eq!(
+        error["position"],
+        json!({"offset": 10, "line": 2, "column": 9}),
+        "{error}"
+    );
 
     assert_eq!(host.call("DELETE", &renamed, &alice, None).await.0, 204);
     expect_error(

@@ -167,8 +167,15 @@ async fn unknown_variables_and_invalid_templates_are_reported_with_position() {
             &json!({"template": "{\n \"a\": \"${nope}\"}", "variables": {"alias": "x"}}),
         )
         .await;
-    expect_error(&(status, body.clone()), 400, "invalid_request", None);
-    let message = assert_error_shape(&body)["message"].as_str().unwrap();
+    // The plugin's own code, and its position as offset, line and column.
+    let answer = (status, body.clone());
+    let error = expect_error(&answer, 400, "unknown-variable", Some("template"));
+    assert_eq!(
+        error["position"],
+        json!({"offset": 9, "line": 2, "column": 8}),
+        "{body}"
+    );
+    let message = error["message"].as_str().unwrap();
     assert!(
         message.contains("template-default@"),
         "names the plugin: {message}"
@@ -178,15 +185,17 @@ async fn unknown_variables_and_invalid_templates_are_reported_with_position() {
         "{message}"
     );
 
-    for broken in [r#"{"a": "${alias"}"#, r#"{"a": "${alias}",}"#] {
+    for (broken, code) in [
+        (r#"{"a": "${alias"}"#, "invalid-template"),
+        (r#"{"a": "${alias}",}"#, "invalid-json"),
+    ] {
         let (status, body) = host
             .invoke(
                 "template-default",
                 &json!({"template": broken, "variables": {"alias": "x"}}),
             )
             .await;
-        expect_error(&(status, body.clone()), 400, "invalid_request", None);
-        assert_error_shape(&body);
+        expect_error(&(status, body.clone()), 400, code, Some("template"));
     }
 }
 
@@ -276,7 +285,12 @@ async fn invalid_regexes_and_conditions_are_reported_not_panicked_on() {
             &json!({"config": {"alias_regex": "(unclosed"}, "event": event}),
         )
         .await;
-    expect_error(&(status, body.clone()), 400, "invalid_request", None);
+    expect_error(
+        &(status, body.clone()),
+        400,
+        "invalid-regex",
+        Some("config"),
+    );
     let message = assert_error_shape(&body)["message"].as_str().unwrap();
     assert!(
         message.contains("alias_regex") && message.contains("regular expression"),

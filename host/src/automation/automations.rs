@@ -125,11 +125,11 @@ async fn check_plugins(
         .to_wit()
         .map_err(|m| Error::invalid("event", m))?;
     let plugin = pick(plugins, FILTER_PLUGIN, Kind::EventFilter, swap)
-        .map_err(|e| plugin_input_error("event", e))?;
+        .map_err(|e| e.on_input(Some("event"), None))?;
     plugins
         .validate_filter_on(plugin, filter)
         .await
-        .map_err(|e| plugin_input_error("event", e))?;
+        .map_err(|e| e.on_input(Some("event"), None))?;
     if let Some(payload) = &def.payload {
         check_payload(store, plugins, def, webhook, payload, swap).await?;
     }
@@ -279,7 +279,7 @@ async fn check_payload(
             ),
         ));
     }
-    Err(plugin_input_error("payload", e))
+    Err(e.on_input(Some("payload"), Some(payload)))
 }
 
 /// The name of the variable an `unknown-variable` error points at.
@@ -297,15 +297,6 @@ fn unknown_variable<'a>(e: &PluginError, payload: &'a str) -> Option<&'a str> {
     }
     let rest = payload.get(*at as usize..)?.strip_prefix("${")?;
     rest.split('}').next()
-}
-
-/// A plugin's complaint about client input is a 400 on `field`; a plugin
-/// failure stays what it is.
-fn plugin_input_error(field: &str, e: PluginError) -> Error {
-    match e {
-        PluginError::Reported { .. } => Error::invalid(field, e.to_string()),
-        e => e.into(),
-    }
 }
 
 fn record(scope: &Scope, def: Definition, user: &User, created_at: u64) -> Automation {

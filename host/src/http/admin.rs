@@ -281,7 +281,12 @@ pub async fn invoke(
             let input: TemplateInput = parse(&bytes)?;
             input.check().map_err(|m| Error::invalid("template", m))?;
             let vars = input.variables();
-            let rendered = app.plugins.render(&name, input.template, vars).await?;
+            let template = input.template.clone();
+            let rendered = app
+                .plugins
+                .render(&name, input.template, vars)
+                .await
+                .map_err(|e| e.on_input(Some("template"), Some(&template)))?;
             let output: Value = serde_json::from_str(&rendered).map_err(anyhow::Error::from)?;
             Ok(axum::Json(json!({"output": output, "rendered": rendered})))
         }
@@ -294,7 +299,8 @@ pub async fn invoke(
             let matches = app
                 .plugins
                 .matches(&name, config, input.event.to_wit())
-                .await?;
+                .await
+                .map_err(|e| e.on_input(Some("config"), None))?;
             Ok(axum::Json(json!({"matches": matches})))
         }
         Kind::ModelBackend => Err(Error::invalid(

@@ -124,11 +124,33 @@ pub enum PluginError {
     Queue(String),
 }
 
+impl PluginError {
+    /// The API error for a call on client input held in field `param`
+    /// (`input` its text, to place the plugin's position in): a refusal
+    /// keeps the plugin's code and position; anything else is as `From`.
+    pub fn on_input(self, param: Option<&str>, input: Option<&str>) -> crate::error::Error {
+        match self {
+            PluginError::Reported {
+                ref code, position, ..
+            } => crate::error::Error::PluginRefused {
+                code: code.clone(),
+                position: position
+                    .zip(input)
+                    .and_then(|(at, text)| crate::error::Position::locate(text, at)),
+                param: param.map(str::to_string),
+                message: self.to_string(),
+            },
+            other => other.into(),
+        }
+    }
+}
+
 impl From<PluginError> for crate::error::Error {
     fn from(e: PluginError) -> Self {
         use crate::error::Error;
         match e {
-            PluginError::Reported { .. } | PluginError::Load { .. } => Error::InvalidRequest {
+            PluginError::Reported { .. } => e.on_input(None, None),
+            PluginError::Load { .. } => Error::InvalidRequest {
                 message: e.to_string(),
                 param: None,
             },
