@@ -430,7 +430,17 @@ async fn plugin_output_goes_to_the_host_log_with_the_plugins_name() {
 
 on_each_store!(a_template_importing_sockets_is_rejected_at_load);
 async fn a_template_importing_sockets_is_rejected_at_load() {
-    let host = Host::start().await;
+    // A cache of its own, to see that a refused component leaves nothing.
+    let cache = tempfile::tempdir().unwrap();
+    let host = Host::builder()
+        .env(
+            "SWITCHYARD_PLUGIN_CACHE_DIR",
+            &cache.path().display().to_string(),
+        )
+        .start()
+        .await;
+    let cached = || std::fs::read_dir(cache.path()).unwrap().count();
+    let before = cached();
     let (status, body) = host
         .upload_plugin(
             "phone-home",
@@ -446,6 +456,21 @@ async fn a_template_importing_sockets_is_rejected_at_load() {
     );
     let answer = host.get("/v1/admin/plugins/phone-home").await;
     expect_error(&answer, 404, "not_found", None);
+    // Nor does a component of the wrong world, refused after compiling
+    // (a template the host does not already serve, as a filter).
+    let answer = host
+        .upload_plugin(
+            "wrong-world",
+            "kind=event-filter&version=1",
+            plugin_wasm("misbehave"),
+        )
+        .await;
+    expect_error(&answer, 400, "invalid_request", None);
+    assert_eq!(
+        cached(),
+        before,
+        "refused components leave no compiled code"
+    );
 }
 
 on_each_store!(a_broken_upload_leaves_the_old_version_serving);

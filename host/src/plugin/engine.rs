@@ -69,6 +69,24 @@ impl Runtime {
         compile_cached(&self.engine, &self.cache_dir, bytes)
     }
 
+    /// Whether `bytes` has a cached compilation.
+    pub fn is_cached(&self, bytes: &[u8]) -> bool {
+        cache_path(&self.engine, &self.cache_dir, bytes).exists()
+    }
+
+    /// Drops the cached compilation of `bytes`: a refused component leaves
+    /// nothing behind.
+    pub fn forget(&self, bytes: &[u8]) {
+        let path = cache_path(&self.engine, &self.cache_dir, bytes);
+        for path in [path.with_extension("lock"), path] {
+            if let Err(e) = std::fs::remove_file(&path)
+                && e.kind() != std::io::ErrorKind::NotFound
+            {
+                tracing::warn!(path = %path.display(), error = %e, "could not remove a refused plugin's compiled code");
+            }
+        }
+    }
+
     /// Where compiled code is cached.
     pub fn cache_dir(&self) -> &Path {
         &self.cache_dir

@@ -286,10 +286,17 @@ impl Plugins {
             let runtime = self.runtime.clone();
             let bytes = spec.bytes;
             tokio::task::spawn_blocking(move || {
+                // The same bytes may be in use as another plugin (or kind):
+                // only what this load compiled is dropped on refusal.
+                let cached = runtime.is_cached(&bytes);
                 let component = runtime
                     .compile(&bytes)
                     .map_err(|e| format!("it is not a valid WebAssembly component: {e:#}"))?;
-                let pre = super::call::prepare(&runtime, kind, &component)?;
+                let pre = super::call::prepare(&runtime, kind, &component).inspect_err(|_| {
+                    if !cached {
+                        runtime.forget(&bytes);
+                    }
+                })?;
                 Ok::<_, String>((content_hash(&bytes), pre))
             })
             .await
