@@ -315,8 +315,8 @@ impl Backend {
             Instances::Single => model_engine()?,
             Instances::PerCall | Instances::PerTeam => runtime.engine.clone(),
         };
+        check_imports(bytes, setup.egress.is_some())?;
         let component: Component = compile_cached(&engine, runtime.cache_dir(), bytes)?;
-        check_imports(&engine, &component, setup.egress.is_some())?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
         if setup.egress.is_some() {
@@ -654,9 +654,8 @@ fn v2_error(e: v2::switchyard::plugin::types::PluginError) -> GuestError {
 
 /// Refuses imports outside the model-backend kind, and `wasi:http` without an
 /// allow-list to use it with.
-fn check_imports(engine: &Engine, component: &Component, egress: bool) -> anyhow::Result<()> {
-    let imports =
-        capabilities::check(engine, Kind::ModelBackend, component).map_err(anyhow::Error::msg)?;
+fn check_imports(bytes: &[u8], egress: bool) -> anyhow::Result<()> {
+    let imports = capabilities::check(Kind::ModelBackend, bytes).map_err(anyhow::Error::msg)?;
     let http: Vec<String> = imports
         .into_iter()
         .filter(|i| i.starts_with("wasi:http/"))

@@ -117,8 +117,8 @@ fn log_output(plugin: &Plugin, state: &State) {
     }
 }
 
-/// Checks a compiled component against its kind: allowed imports, and the
-/// world's exports. Returns the pre-instantiated form ready to call.
+/// Checks a compiled component against its kind's world (its imports were
+/// checked before compiling). Returns the pre-instantiated form ready to call.
 pub fn prepare(
     runtime: &Runtime,
     kind: Kind,
@@ -126,7 +126,6 @@ pub fn prepare(
 ) -> Result<super::registry::Pre, String> {
     use super::bindings::v0_1_0::{filter, template};
     use super::registry::Pre;
-    super::capabilities::check(&runtime.engine, kind, component)?;
     let instance_pre = runtime
         .linker
         .instantiate_pre(component)

@@ -7,9 +7,6 @@
 //! arguments and no network, so the filesystem imports Rust's std pulls in find
 //! nothing to open.
 
-use wasmtime::Engine;
-use wasmtime::component::Component;
-
 use super::Kind;
 
 /// WASI interfaces any plugin may import (`*` allows the whole package).
@@ -46,13 +43,11 @@ fn extra(kind: Kind) -> &'static [&'static str] {
     }
 }
 
-/// The component's imports, or why its kind may not have them.
-pub fn check(engine: &Engine, kind: Kind, component: &Component) -> Result<Vec<String>, String> {
-    let ty = component.component_type();
-    let imports: Vec<String> = ty
-        .imports(engine)
-        .map(|(name, _)| name.to_string())
-        .collect();
+/// The component's imports, or why its kind may not have them (or why
+/// `bytes` is not a component). Reads the binary without compiling it, so
+/// a refusal comes before the compile's seconds and leaves no cache entry.
+pub fn check(kind: Kind, bytes: &[u8]) -> Result<Vec<String>, String> {
+    let imports = imports(bytes)?;
     let denied = disallowed_imports(kind, imports.iter().map(String::as_str));
     if denied.is_empty() {
         return Ok(imports);
@@ -67,6 +62,36 @@ pub fn check(engine: &Engine, kind: Kind, component: &Component) -> Result<Vec<S
         "plugins of kind {kind} may not import {}; remove those imports ({why})",
         denied.join(", ")
     ))
+}
+
+/// The names a component imports at its top level (not its inner modules').
+fn imports(bytes: &[u8]) -> Result<Vec<String>, String> {
+    use wasmparser::{Encoding, Parser, Payload};
+    let invalid =
+        |e: wasmparser::BinaryReaderError| format!("it is not a valid WebAssembly component: {e}");
+    let mut names = Vec::new();
+    // Inner modules and components each end with their own `End`.
+    let mut depth = 0usize;
+    for payload in Parser::new(0).parse_all(bytes) {
+        match payload.map_err(invalid)? {
+            Payload::Version { encoding, .. } if depth == 0 && encoding != Encoding::Component => {
+                return Err(
+                    "it is a core WebAssembly module, not a component; build it as a component \
+                     (cargo build --target wasm32-wasip2, or wasm-tools component new)"
+                        .into(),
+                );
+            }
+            Payload::ModuleSection { .. } | Payload::ComponentSection { .. } => depth += 1,
+            Payload::End(_) if depth > 0 => depth -= 1,
+            Payload::ComponentImportSection(section) if depth == 0 => {
+                for import in section {
+                    names.push(import.map_err(invalid)?.name.name.to_string());
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(names)
 }
 
 /// The imports of a component that its kind does not allow.
@@ -96,6 +121,18 @@ fn allowed(kind: Kind, import: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_components_are_read() {
+        let core_module = b"\0asm\x01\0\0\0";
+        let err = check(Kind::PayloadTemplate, core_module).unwrap_err();
+        assert!(err.contains("core WebAssembly module"), "{err}");
+        let err = check(Kind::PayloadTemplate, b"not wasm").unwrap_err();
+        assert!(err.contains("not a valid WebAssembly component"), "{err}");
+        // An empty component imports nothing, and may.
+        let empty_component = b"\0asm\x0d\0\x01\0";
+        assert_eq!(check(Kind::EventFilter, empty_component), Ok(Vec::new()));
+    }
 
     #[test]
     fn templates_may_not_open_sockets_or_make_http_calls() {

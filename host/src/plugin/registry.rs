@@ -286,6 +286,7 @@ impl Plugins {
             let runtime = self.runtime.clone();
             let bytes = spec.bytes;
             tokio::task::spawn_blocking(move || {
+                super::capabilities::check(kind, &bytes)?;
                 // The same bytes may be in use as another plugin (or kind):
                 // only what this load compiled is dropped on refusal.
                 let cached = runtime.is_cached(&bytes);
