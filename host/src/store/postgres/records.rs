@@ -291,6 +291,27 @@ impl Postgres {
         );
         Ok(())
     }
+
+    /// One version's row, with `columns` (for `FROM versions v`).
+    async fn version_row(
+        &self,
+        columns: &str,
+        scope: &Scope,
+        col: &str,
+        index: u64,
+    ) -> Result<Option<PgRow>> {
+        let mut c = self.conn().await?;
+        sqlx::query(&format!(
+            "SELECT {columns} FROM versions v \
+             WHERE v.scope = $1 AND v.collection = $2 AND v.idx = $3"
+        ))
+        .bind(scope_key(scope))
+        .bind(col)
+        .bind(i(index))
+        .fetch_optional(&mut *c)
+        .await
+        .db(self)
+    }
 }
 
 #[async_trait]
@@ -932,17 +953,7 @@ impl Records for Postgres {
     }
 
     async fn version(&self, scope: &Scope, col: &str, index: u64) -> Result<Option<Version>> {
-        let mut c = self.conn().await?;
-        let row = sqlx::query(&format!(
-            "SELECT {VERSION_COLUMNS} FROM versions v \
-             WHERE v.scope = $1 AND v.collection = $2 AND v.idx = $3"
-        ))
-        .bind(scope_key(scope))
-        .bind(col)
-        .bind(i(index))
-        .fetch_optional(&mut *c)
-        .await
-        .db(self)?;
+        let row = self.version_row(VERSION_COLUMNS, scope, col, index).await?;
         row.as_ref().map(version).transpose()
     }
 
@@ -952,17 +963,9 @@ impl Records for Postgres {
         col: &str,
         index: u64,
     ) -> Result<Option<LabelledVersion>> {
-        let mut c = self.conn().await?;
-        let row = sqlx::query(&format!(
-            "SELECT {LABELLED_VERSION_COLUMNS} FROM versions v \
-             WHERE v.scope = $1 AND v.collection = $2 AND v.idx = $3"
-        ))
-        .bind(scope_key(scope))
-        .bind(col)
-        .bind(i(index))
-        .fetch_optional(&mut *c)
-        .await
-        .db(self)?;
+        let row = self
+            .version_row(LABELLED_VERSION_COLUMNS, scope, col, index)
+            .await?;
         row.as_ref().map(labelled_version).transpose()
     }
 
