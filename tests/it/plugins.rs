@@ -428,8 +428,8 @@ async fn plugin_output_goes_to_the_host_log_with_the_plugins_name() {
         .await;
 }
 
-on_each_store!(a_template_importing_sockets_is_rejected_at_load);
-async fn a_template_importing_sockets_is_rejected_at_load() {
+on_each_store!(a_template_importing_http_is_refused_and_leaves_no_compiled_code);
+async fn a_template_importing_http_is_refused_and_leaves_no_compiled_code() {
     // A cache of its own, to see that a refused component leaves nothing.
     let cache = tempfile::tempdir().unwrap();
     let host = Host::builder()
@@ -445,13 +445,13 @@ async fn a_template_importing_sockets_is_rejected_at_load() {
         .upload_plugin(
             "phone-home",
             "kind=payload-template&version=1",
-            plugin_wasm("sockets"),
+            plugin_wasm("model_openai"),
         )
         .await;
     expect_error(&(status, body.clone()), 400, "invalid_request", None);
     let message = assert_error_shape(&body)["message"].as_str().unwrap();
     assert!(
-        message.contains("wasi:sockets/tcp"),
+        message.contains("wasi:http/"),
         "lists the offending imports: {message}"
     );
     let answer = host.get("/v1/admin/plugins/phone-home").await;
@@ -473,6 +473,42 @@ async fn a_template_importing_sockets_is_rejected_at_load() {
     );
 }
 
+on_each_store!(a_template_that_opens_a_socket_loads_and_is_denied);
+async fn a_template_that_opens_a_socket_loads_and_is_denied() {
+    let host = Host::start().await;
+    // Toolchains import sockets whatever the code does: the import loads.
+    let (status, body) = host
+        .upload_plugin(
+            "phone-home",
+            "kind=payload-template&version=1",
+            plugin_wasm("sockets"),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    // A listener it tries to reach, which must see no connection.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let target = listener.local_addr().unwrap().to_string();
+    let (status, body) = host
+        .invoke("phone-home", &json!({"template": target}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["output"]["outcome"], "PermissionDenied", "{body}");
+    let accepted = listener.accept();
+    assert!(
+        matches!(&accepted, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "the plugin reached the listener: {accepted:?}"
+    );
+    // And the host goes on.
+    let (status, body) = host
+        .invoke(
+            "template-default",
+            &json!({"template": "{\"a\": \"${alias}\"}", "variables": {"alias": "x"}}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+}
+
 on_each_store!(a_broken_upload_leaves_the_old_version_serving);
 async fn a_broken_upload_leaves_the_old_version_serving() {
     let host = Host::start().await;
@@ -481,7 +517,7 @@ async fn a_broken_upload_leaves_the_old_version_serving() {
     for bad in [
         b"not wasm at all".to_vec(),
         plugin_wasm("filter_default"),
-        plugin_wasm("sockets"),
+        plugin_wasm("model_openai"),
     ] {
         let (status, body) = host
             .upload_plugin(
@@ -810,15 +846,15 @@ fn plugin_check_validates_and_dry_runs_a_component() {
     assert_eq!(report["kind"], "payload-template");
     assert_eq!(report["result"], json!({"a": "prod"}));
 
-    let sockets = format!("{}/sockets.wasm", env!("SWITCHYARD_PLUGIN_BUILD_DIR"));
+    let http = format!("{}/model_openai.wasm", env!("SWITCHYARD_PLUGIN_BUILD_DIR"));
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
-        .args(["plugin", "check", &sockets, "--kind", "payload-template"])
+        .args(["plugin", "check", &http, "--kind", "payload-template"])
         .env("SWITCHYARD_PLUGIN_CACHE_DIR", dir.path())
         .output()
         .unwrap();
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("wasi:sockets/tcp"), "{stderr}");
+    assert!(stderr.contains("wasi:http/"), "{stderr}");
 
     // A model backend is checked with its manifest's grant and lists its models.
     let backend = format!("{}/model_openai.wasm", env!("SWITCHYARD_PLUGIN_BUILD_DIR"));

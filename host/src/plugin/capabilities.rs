@@ -32,7 +32,10 @@ const BASE: &[&str] = &[
 /// Interfaces a kind may import beyond [`BASE`].
 fn extra(kind: Kind) -> &'static [&'static str] {
     match kind {
-        Kind::PayloadTemplate | Kind::EventFilter => &[],
+        // Toolchains (componentize-py, jco) import sockets whatever the
+        // code does; the import is linked, and every use of it is denied
+        // (see `state.rs`).
+        Kind::PayloadTemplate | Kind::EventFilter => &["wasi:sockets/*"],
         // The network only as `wasi:http`, and only to hosts its grant lists
         // (see `inference::egress`); never raw sockets.
         Kind::ModelBackend => &[
@@ -54,7 +57,7 @@ pub fn check(kind: Kind, bytes: &[u8]) -> Result<Vec<String>, String> {
     }
     let why = match kind {
         Kind::PayloadTemplate | Kind::EventFilter => {
-            "they get no network and no host access beyond WASI basics"
+            "they get no network (sockets are linked but every use is denied) and no host access beyond WASI basics"
         }
         Kind::ModelBackend => "they reach the network only through wasi:http, to the hosts granted",
     };
@@ -135,7 +138,7 @@ mod tests {
     }
 
     #[test]
-    fn templates_may_not_open_sockets_or_make_http_calls() {
+    fn templates_may_import_sockets_but_not_http() {
         let imports = [
             "wasi:io/streams@0.2.4",
             "wasi:sockets/tcp@0.2.4",
@@ -144,7 +147,7 @@ mod tests {
         ];
         assert_eq!(
             disallowed_imports(Kind::PayloadTemplate, imports),
-            ["wasi:sockets/tcp@0.2.4", "wasi:http/outgoing-handler@0.2.4"]
+            ["wasi:http/outgoing-handler@0.2.4"]
         );
     }
 

@@ -23,9 +23,15 @@ impl State {
     pub fn new(memory_bytes: u64) -> State {
         let stdout = MemoryOutputPipe::new(OUTPUT_CAPACITY);
         let stderr = MemoryOutputPipe::new(OUTPUT_CAPACITY);
+        // Sockets are linked (toolchains import them) and every use is
+        // denied: wasmtime's defaults, stated here so they stay so.
         let wasi = WasiCtx::builder()
             .stdout(stdout.clone())
             .stderr(stderr.clone())
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .socket_addr_check(|_, _| Box::pin(async { false }))
             .build();
         State {
             wasi,
