@@ -17,6 +17,42 @@ pub const USED: &[&str] = &[
     "tag",
 ];
 
+/// Declares a target adapter: the `payload-template` world, with `validate`
+/// naming the variables of [`USED`] among those known and `render` calling
+/// `$message(template, &Vars)` for the message. Used from each adapter's
+/// crate root (the WIT path is relative to it).
+#[macro_export]
+macro_rules! adapter {
+    ($name:ident, $message:path) => {
+        wit_bindgen::generate!({ path: "../../../wit/v0.1.0", world: "payload-template" });
+
+        struct $name;
+
+        impl exports::switchyard::plugin::template::Guest for $name {
+            fn validate(
+                _template: String,
+                known: Vec<String>,
+            ) -> Result<Vec<String>, switchyard::plugin::types::PluginError> {
+                Ok($crate::used(&known))
+            }
+
+            fn render(
+                template: String,
+                variables: Vec<exports::switchyard::plugin::template::Variable>,
+            ) -> Result<String, switchyard::plugin::types::PluginError> {
+                let vars = $crate::Vars::new(
+                    variables
+                        .iter()
+                        .map(|x| (x.name.as_str(), x.value.as_str())),
+                );
+                Ok($message(&template, &vars).to_string())
+            }
+        }
+
+        export!($name);
+    };
+}
+
 /// The variables of [`USED`] among `known`.
 pub fn used(known: &[String]) -> Vec<String> {
     USED.iter()
