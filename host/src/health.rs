@@ -107,6 +107,7 @@ async fn render_probe(plugins: std::sync::Arc<crate::plugin::Plugins>) -> anyhow
     let out = plugins
         .render(
             TEMPLATE_DEFAULT,
+            crate::plugin::warm::HOST,
             r#"{"probe": "${event_type}"}"#.into(),
             vars,
         )

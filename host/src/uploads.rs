@@ -81,8 +81,10 @@ impl Sync {
     /// One pass: load what is new or replaced, unload what was removed.
     async fn once(&self) -> Result<()> {
         // An upload on this host may land between this read and the
-        // unloading below: what was loaded since is left for the next pass.
-        let read_at = crate::ids::now();
+        // unloading below: what was installed since is left for the next
+        // pass. (A compile takes seconds, so when a plugin was built says
+        // nothing.)
+        let installs_read = self.plugins.installs();
         let stored: HashMap<String, String> =
             self.store.plugin_digests().await?.into_iter().collect();
         for (name, sha256) in &stored {
@@ -108,7 +110,7 @@ impl Sync {
         for plugin in self.plugins.list() {
             if plugin.source == Source::Upload
                 && !stored.contains_key(&plugin.name)
-                && plugin.loaded_at < read_at
+                && plugin.installed_as() <= installs_read
             {
                 self.plugins.remove(&plugin.name);
             }

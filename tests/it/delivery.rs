@@ -1610,3 +1610,87 @@ async fn an_automation_with_the_github_adapter_sends_a_repository_dispatch() {
         "v0"
     );
 }
+
+on_each_store!(a_kept_template_instance_serves_only_the_team_it_first_served);
+async fn a_kept_template_instance_serves_only_the_team_it_first_served() {
+    let (receiver, eves) = (Receiver::start().await, Receiver::start().await);
+    let host = Host::builder().config(CONFIG).start().await;
+    let world = World::build(&host, Some(&format!("{}/hook", receiver.base))).await;
+    let (status, body) = host
+        .upload_plugin(
+            "recall",
+            "kind=payload-template&version=1.0.0",
+            crate::harness::plugin_wasm("recall"),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    // eve's team gets the same plugin, its own webhook and project.
+    let eve = &world.eve;
+    let hook = json!({"name": "hook", "url": format!("{}/hook", eves.base)});
+    ok(&host, eve, "POST", "/v1/teams/other/webhooks", hook).await;
+    let theirs = "/v1/teams/other/projects/lab";
+    ok(
+        &host,
+        eve,
+        "POST",
+        "/v1/teams/other/projects",
+        json!({"name": "lab"}),
+    )
+    .await;
+    let collection = json!({"name": "detector"});
+    ok(
+        &host,
+        eve,
+        "POST",
+        &format!("{theirs}/collections"),
+        collection,
+    )
+    .await;
+    for (key, scope, team, webhook) in [
+        (&world.alice, PROJECT, "ml", "ci"),
+        (eve, theirs, "other", "hook"),
+    ] {
+        let automation = json!({"name": "recall", "event": {"type": "ADD_ARTIFACT_TAG"},
+            "webhook": {"team": team, "name": webhook}, "action": "Webhooks",
+            "payload": "{}", "template_plugin": "recall"});
+        ok(
+            &host,
+            key,
+            "POST",
+            &format!("{scope}/automations"),
+            automation,
+        )
+        .await;
+        let versions = format!("{scope}/collections/detector/versions");
+        ok(&host, key, "POST", &versions, json!({})).await;
+    }
+    let tag = async |key: &str, scope: &str, tag: &str| {
+        let path = format!("{scope}/collections/detector/versions/v0/tags");
+        ok(&host, key, "POST", &path, json!({"tag": tag})).await;
+    };
+    let seen = |r: &Received| r.json()["seen"].clone();
+
+    tag(&world.alice, PROJECT, "a1").await;
+    assert_eq!(seen(&receiver.wait_for(1, 10).await[0]), json!(["a1"]));
+    tag(eve, theirs, "e1").await;
+    assert_eq!(seen(&eves.wait_for(1, 10).await[0]), json!(["e1"]));
+    // alice's next render runs on the instance that rendered her first.
+    tag(&world.alice, PROJECT, "a2").await;
+    assert_eq!(
+        seen(&receiver.wait_for(2, 10).await[1]),
+        json!(["a1", "a2"])
+    );
+    tag(eve, theirs, "e2").await;
+    assert_eq!(seen(&eves.wait_for(2, 10).await[1]), json!(["e1", "e2"]));
+
+    // An instance that trapped is not kept: the next render starts afresh.
+    tag(&world.alice, PROJECT, "trap").await;
+    let executions = format!("{PROJECT}/automations/recall/executions");
+    let failed = wait_for_status(&host, &world.alice, &executions, "Failed").await;
+    assert!(
+        failed["error"].as_str().unwrap().contains("recall@1.0.0"),
+        "{failed}"
+    );
+    tag(&world.alice, PROJECT, "a3").await;
+    assert_eq!(seen(&receiver.wait_for(3, 10).await[2]), json!(["a3"]));
+}

@@ -127,7 +127,7 @@ async fn check_plugins(
     let plugin = pick(plugins, FILTER_PLUGIN, Kind::EventFilter, swap)
         .map_err(|e| e.on_input(Some("event"), None))?;
     plugins
-        .validate_filter_on(plugin, filter)
+        .validate_filter_on(plugin, &def.webhook.team, filter)
         .await
         .map_err(|e| e.on_input(Some("event"), None))?;
     if let Some(payload) = &def.payload {
@@ -254,7 +254,7 @@ async fn check_payload(
     let validated = match pick(plugins, plugin, Kind::PayloadTemplate, swap) {
         Ok(plugin) => {
             plugins
-                .validate_template_on(plugin, payload.to_string(), known)
+                .validate_template_on(plugin, &def.webhook.team, payload.to_string(), known)
                 .await
         }
         Err(e) => Err(e),

@@ -257,7 +257,12 @@ impl Matcher {
         };
         match self
             .plugins
-            .matches(FILTER_PLUGIN, filter, event.filter_view().to_wit())
+            .matches(
+                FILTER_PLUGIN,
+                &automation.webhook.team,
+                filter,
+                event.filter_view().to_wit(),
+            )
             .await
         {
             Ok(true) => {}
@@ -379,7 +384,12 @@ impl Matcher {
             value: Value::String(value.clone()).to_string(),
         }));
         self.plugins
-            .render(&automation.template_plugin, template, vars)
+            .render(
+                &automation.template_plugin,
+                &automation.webhook.team,
+                template,
+                vars,
+            )
             .await
     }
 }

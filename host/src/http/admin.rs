@@ -19,6 +19,7 @@ use crate::model::StoredPlugin;
 use crate::plugin::input::{FilterInput, TemplateInput};
 use crate::plugin::manifest::{BackendGrant, LimitOverrides, validate_name, validate_version};
 use crate::plugin::registry::Spec;
+use crate::plugin::warm::HOST;
 use crate::plugin::{Kind, Plugin, Source, builtin};
 use crate::uploads;
 
@@ -213,14 +214,17 @@ pub async fn upload(
             });
         }
     }
-    let plugin = app.plugins.install(candidate)?;
+    app.plugins.can_install(&candidate)?;
     // Kept in the store, so that a restart and every other host load it.
+    // Stored first: this host's plugin sync unloads an upload that is
+    // installed but not (yet) stored.
     app.store
         .put_plugin(&StoredPlugin {
-            sha256: plugin.sha256.clone(),
+            sha256: candidate.sha256.clone(),
             ..stored
         })
         .await?;
+    let plugin = app.plugins.install(candidate)?;
     let mut body = describe(&plugin);
     let status = match previous {
         Some(old) => {
@@ -284,7 +288,7 @@ pub async fn invoke(
             let template = input.template.clone();
             let rendered = app
                 .plugins
-                .render(&name, input.template, vars)
+                .render(&name, HOST, input.template, vars)
                 .await
                 .map_err(|e| e.on_input(Some("template"), Some(&template)))?;
             let output: Value = serde_json::from_str(&rendered).map_err(anyhow::Error::from)?;
@@ -298,7 +302,7 @@ pub async fn invoke(
                 .map_err(|m| Error::invalid("config", m))?;
             let matches = app
                 .plugins
-                .matches(&name, config, input.event.to_wit())
+                .matches(&name, HOST, config, input.event.to_wit())
                 .await
                 .map_err(|e| e.on_input(Some("config"), None))?;
             Ok(axum::Json(json!({"matches": matches})))

@@ -22,6 +22,7 @@ use crate::plugin::bindings::v0_2_0::model as v2;
 use crate::plugin::engine::{Runtime, compile_cached, model_engine};
 use crate::plugin::manifest::BackendGrant;
 use crate::plugin::state::MemoryLimiter;
+use crate::plugin::warm::{HOST, Warm};
 use crate::plugin::{Kind, Limits, capabilities};
 
 use super::egress::Egress;
@@ -97,10 +98,6 @@ pub enum Instances {
 
 /// Warm instances a [`Instances::PerTeam`] backend keeps, across all teams.
 const MAX_IDLE: usize = 64;
-
-/// Calls an instance serves before it is replaced, so nothing a guest
-/// accumulates can grow for ever.
-const MAX_CALLS: u32 = 1_000;
 
 impl Setup {
     /// The setup an operator's grant describes: its environment, its
@@ -261,7 +258,6 @@ impl parallel::Worker for SecondInstance {
 struct Live {
     store: Store<BackendState>,
     bindings: Bindings,
-    calls: u32,
 }
 
 /// A loaded backend component.
@@ -276,11 +272,8 @@ pub struct Backend {
     live: Mutex<Option<Live>>,
     /// Idle instances of a [`Instances::PerTeam`] backend with the team
     /// each serves, the most recently used last.
-    idle: std::sync::Mutex<Vec<(String, Live)>>,
+    idle: Warm<Live>,
 }
-
-/// The team of the host's own calls (listing models, health checks).
-const HOST: &str = "";
 
 /// A failed backend call, already worded for the client.
 #[derive(Debug, thiserror::Error)]
@@ -355,7 +348,7 @@ impl Backend {
             pre,
             pre_parallel,
             live: Mutex::new(None),
-            idle: std::sync::Mutex::new(Vec::new()),
+            idle: Warm::new(MAX_IDLE),
         }))
     }
 
@@ -485,13 +478,13 @@ impl Backend {
                 self.run(&mut live, output, f).await.0
             }
             Instances::PerTeam => {
-                let mut live = match self.take_idle(team) {
-                    Some(live) => live,
-                    None => self.instantiate().await.map_err(start_failed)?,
+                let (mut live, calls) = match self.idle.take(team) {
+                    Some(kept) => kept,
+                    None => (self.instantiate().await.map_err(start_failed)?, 0),
                 };
                 let (result, poisoned) = self.run(&mut live, output, f).await;
                 if !poisoned {
-                    self.put_idle(team, live);
+                    self.idle.keep(team, live, calls + 1);
                 }
                 result
             }
@@ -507,30 +500,6 @@ impl Backend {
                 }
                 result
             }
-        }
-    }
-
-    /// The most recently used idle instance that served `team`.
-    fn take_idle(&self, team: &str) -> Option<Live> {
-        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-        let at = idle.iter().rposition(|(t, _)| t == team)?;
-        Some(idle.remove(at).1)
-    }
-
-    /// Keeps `live` for `team`'s next call, unless it is worn out; the
-    /// least recently used instance goes when too many are idle.
-    fn put_idle(&self, team: &str, mut live: Live) {
-        live.calls += 1;
-        if live.calls >= MAX_CALLS {
-            return;
-        }
-        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-        idle.push((team.to_string(), live));
-        if idle.len() > MAX_IDLE {
-            // Dropped outside the lock: tearing down a store takes a while.
-            let oldest = idle.remove(0);
-            drop(idle);
-            drop(oldest);
         }
     }
 
@@ -605,11 +574,7 @@ impl Backend {
             Pre::V1(pre) => Bindings::V1(pre.instantiate_async(&mut store).await?),
             Pre::V2(pre) => Bindings::V2(pre.instantiate_async(&mut store).await?),
         };
-        Ok(Live {
-            store,
-            bindings,
-            calls: 0,
-        })
+        Ok(Live { store, bindings })
     }
 
     /// A store for an instance, with the setup's grants and limits.

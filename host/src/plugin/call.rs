@@ -1,21 +1,41 @@
-//! Running one plugin call under its limits.
+//! Running one plugin call under its limits, on a warm instance of the
+//! caller's team or a fresh one.
 
 use std::time::Instant;
 
-use wasmtime::component::Component;
 use wasmtime::{Store, Trap, UpdateDeadline};
 
+use super::bindings::v0_1_0::{filter, template};
 use super::engine::Runtime;
-use super::registry::Plugin;
+use super::registry::{Plugin, Pre};
 use super::state::State;
 use super::{Kind, PluginError};
 
-/// A fresh store for one call of `plugin`, with its memory cap and CPU budget.
-/// Each CPU tick also yields to the async executor, so a busy plugin cannot
-/// starve the host's other work.
+/// An instance of a template or filter plugin, with its store.
+pub struct Live {
+    store: Store<State>,
+    bound: Bound,
+}
+
+/// The exports of an instance, by kind.
+pub enum Bound {
+    /// A `payload-template`'s.
+    Template(template::PayloadTemplate),
+    /// An `event-filter`'s.
+    Filter(filter::EventFilter),
+}
+
+/// A store for an instance of `plugin`, with its memory cap.
 pub fn new_store(runtime: &Runtime, plugin: &Plugin) -> Store<State> {
     let mut store = Store::new(&runtime.engine, State::new(plugin.limits.memory_bytes));
     store.limiter(|state| &mut state.limiter);
+    arm(&mut store, plugin);
+    store
+}
+
+/// Gives `store` a call's CPU budget. Each CPU tick also yields to the async
+/// executor, so a busy plugin cannot starve the host's other work.
+fn arm(store: &mut Store<State>, plugin: &Plugin) {
     let budget = plugin.limits.cpu_ticks();
     let mut used = 0;
     store.set_epoch_deadline(1);
@@ -27,21 +47,49 @@ pub fn new_store(runtime: &Runtime, plugin: &Plugin) -> Store<State> {
             UpdateDeadline::Yield(1)
         })
     });
-    store
 }
 
-/// Runs `f` against a fresh store, under the plugin's wall-clock timeout, and
-/// turns traps and exhausted limits into errors that name the plugin.
-pub async fn call<R, F>(runtime: &Runtime, plugin: &Plugin, f: F) -> Result<R, PluginError>
+async fn instantiate(plugin: &Plugin, store: &mut Store<State>) -> wasmtime::Result<Bound> {
+    Ok(match &plugin.pre {
+        Pre::Template(pre) => Bound::Template(pre.instantiate_async(store).await?),
+        Pre::Filter(pre) => Bound::Filter(pre.instantiate_async(store).await?),
+        Pre::Backend(_) => wasmtime::bail!("{} is a model backend", plugin.id()),
+    })
+}
+
+/// Runs `f` for `team` on a warm instance of that team or a fresh one, under
+/// the plugin's limits and wall-clock timeout, and turns traps and exhausted
+/// limits into errors that name the plugin. The instance is kept for the
+/// team's next call unless the call failed.
+pub async fn call<R, F>(
+    runtime: &Runtime,
+    plugin: &Plugin,
+    team: &str,
+    f: F,
+) -> Result<R, PluginError>
 where
-    F: AsyncFnOnce(&mut Store<State>) -> wasmtime::Result<Result<R, PluginError>>,
+    F: AsyncFnOnce(&mut Store<State>, &Bound) -> wasmtime::Result<Result<R, PluginError>>,
 {
-    let mut store = new_store(runtime, plugin);
     let started = Instant::now();
+    let (mut store, mut bound, calls) = match plugin.warm.take(team) {
+        Some((Live { mut store, bound }, calls)) => {
+            arm(&mut store, plugin);
+            store.data_mut().limiter.exceeded = false;
+            (store, Some(bound), calls)
+        }
+        None => (new_store(runtime, plugin), None, 0),
+    };
     let ticking = super::engine::Ticking::start();
-    let outcome = tokio::time::timeout(plugin.limits.timeout(), f(&mut store)).await;
+    let outcome = tokio::time::timeout(plugin.limits.timeout(), async {
+        let bound = match &mut bound {
+            Some(bound) => bound,
+            none => none.insert(instantiate(plugin, &mut store).await?),
+        };
+        f(&mut store, bound).await
+    })
+    .await;
     drop(ticking);
-    log_output(plugin, store.data());
+    let stderr = log_output(plugin, store.data());
     let result = match outcome {
         Err(_) => Err(plugin.failed(format!(
             "did not finish within {} ms",
@@ -49,9 +97,14 @@ where
         ))),
         Ok(Err(trap)) => Err(with_stderr(
             classify(plugin, &trap, store.data().limiter.exceeded),
-            &store.data().stderr.contents(),
+            &stderr,
         )),
-        Ok(Ok(result)) => result,
+        Ok(Ok(result)) => {
+            if let Some(bound) = bound {
+                plugin.warm.keep(team, Live { store, bound }, calls + 1);
+            }
+            result
+        }
     };
     let failed = matches!(result, Err(PluginError::Failed { .. }));
     plugin.stats.record(started.elapsed(), failed);
@@ -108,13 +161,15 @@ fn with_stderr(error: PluginError, stderr: &[u8]) -> PluginError {
     }
 }
 
-fn log_output(plugin: &Plugin, state: &State) {
-    for (stream, pipe) in [("stdout", &state.stdout), ("stderr", &state.stderr)] {
-        let text = pipe.contents();
+/// Logs what the call printed under the plugin's name; returns its stderr.
+fn log_output(plugin: &Plugin, state: &State) -> Vec<u8> {
+    let (stdout, stderr) = (state.stdout.take(), state.stderr.take());
+    for (stream, text) in [("stdout", &stdout), ("stderr", &stderr)] {
         if !text.is_empty() {
-            tracing::info!(plugin = %plugin.id(), stream, output = %String::from_utf8_lossy(&text).trim_end(), "plugin output");
+            tracing::info!(plugin = %plugin.id(), stream, output = %String::from_utf8_lossy(text).trim_end(), "plugin output");
         }
     }
+    stderr
 }
 
 /// Checks a compiled component against its kind's world (its imports were
@@ -122,10 +177,8 @@ fn log_output(plugin: &Plugin, state: &State) {
 pub fn prepare(
     runtime: &Runtime,
     kind: Kind,
-    component: &Component,
-) -> Result<super::registry::Pre, String> {
-    use super::bindings::v0_1_0::{filter, template};
-    use super::registry::Pre;
+    component: &wasmtime::component::Component,
+) -> Result<Pre, String> {
     let instance_pre = runtime
         .linker
         .instantiate_pre(component)

@@ -1,6 +1,7 @@
 //! `switchyard plugin check`: validates a component and, given input, runs it
 //! once, on the same build and call path as a loaded plugin.
 
+use super::warm::HOST;
 use std::path::Path;
 
 use anyhow::{Context, bail};
@@ -100,7 +101,7 @@ async fn run(plugins: &Plugins, plugin: &super::Plugin, input: &Path) -> anyhow:
                 .context("input is not {\"template\", \"variables\"}")?;
             input.check().map_err(anyhow::Error::msg)?;
             let rendered = plugins
-                .render_with(plugin, &input.template, &input.variables())
+                .render_with(plugin, HOST, &input.template, &input.variables())
                 .await
                 .map_err(failed)?;
             Ok(serde_json::from_str(&rendered)?)
@@ -110,7 +111,7 @@ async fn run(plugins: &Plugins, plugin: &super::Plugin, input: &Path) -> anyhow:
                 serde_json::from_slice(&bytes).context("input is not {\"config\", \"event\"}")?;
             let config = input.config.to_wit().map_err(anyhow::Error::msg)?;
             let matches = plugins
-                .matches_with(plugin, &config, &input.event.to_wit())
+                .matches_with(plugin, HOST, &config, &input.event.to_wit())
                 .await
                 .map_err(failed)?;
             Ok(json!({"matches": matches}))

@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use super::bindings::v0_1_0::filter::exports::switchyard::plugin::filter as wit;
-use super::call::call;
-use super::registry::{Plugin, Plugins, Pre};
+use super::call::{Bound, call};
+use super::registry::{Plugin, Plugins};
 use super::{Kind, PluginError};
 
 pub use wit::{Aggregation, Comparison, Event, FilterConfig, MetricCondition};
@@ -15,12 +15,13 @@ impl Plugins {
     pub async fn matches(
         self: &Arc<Self>,
         name: &str,
+        team: &str,
         config: FilterConfig,
         event: Event,
     ) -> Result<bool, PluginError> {
         let plugin = self.get_kind(name, Kind::EventFilter)?;
-        let this = self.clone();
-        self.on_queue(async move { this.matches_with(&plugin, &config, &event).await })
+        let (this, team) = (self.clone(), team.to_string());
+        self.on_queue(async move { this.matches_with(&plugin, &team, &config, &event).await })
             .await
     }
 
@@ -28,25 +29,26 @@ impl Plugins {
     pub async fn validate_filter(
         self: &Arc<Self>,
         name: &str,
+        team: &str,
         config: FilterConfig,
     ) -> Result<(), PluginError> {
         let plugin = self.get_kind(name, Kind::EventFilter)?;
-        self.validate_filter_on(plugin, config).await
+        self.validate_filter_on(plugin, team, config).await
     }
 
     /// [`Plugins::validate_filter`] with a given plugin, loaded or not.
     pub async fn validate_filter_on(
         self: &Arc<Self>,
         plugin: Arc<Plugin>,
+        team: &str,
         config: FilterConfig,
     ) -> Result<(), PluginError> {
-        let this = self.clone();
+        let (this, team) = (self.clone(), team.to_string());
         self.on_queue(async move {
-            let Pre::Filter(pre) = &plugin.pre else {
-                return Err(not_a_filter(&plugin));
-            };
-            call(&this.runtime, &plugin, async |store| {
-                let instance = pre.instantiate_async(&mut *store).await?;
+            call(&this.runtime, &plugin, &team, async |store, bound| {
+                let Bound::Filter(instance) = bound else {
+                    return Ok(Err(not_a_filter(&plugin)));
+                };
                 let result = instance
                     .switchyard_plugin_filter()
                     .call_validate(&mut *store, &config)
@@ -58,18 +60,19 @@ impl Plugins {
         .await
     }
 
-    /// Filters with a given plugin, loaded or not, on the current task.
+    /// Filters with a given plugin, loaded or not, for `team`, on the
+    /// current task.
     pub async fn matches_with(
         &self,
         plugin: &Plugin,
+        team: &str,
         config: &FilterConfig,
         event: &Event,
     ) -> Result<bool, PluginError> {
-        let Pre::Filter(pre) = &plugin.pre else {
-            return Err(not_a_filter(plugin));
-        };
-        call(&self.runtime, plugin, async |store| {
-            let instance = pre.instantiate_async(&mut *store).await?;
+        call(&self.runtime, plugin, team, async |store, bound| {
+            let Bound::Filter(instance) = bound else {
+                return Ok(Err(not_a_filter(plugin)));
+            };
             let result = instance
                 .switchyard_plugin_filter()
                 .call_matches(&mut *store, config, event)

@@ -5,6 +5,7 @@
 //! - [`limits`]: memory, CPU and wall-clock limits per call.
 //! - [`registry`]: loaded plugins by name, swapped atomically.
 //! - [`call`]: running one call under its limits.
+//! - [`warm`]: instances kept between calls, per team.
 //! - [`template`], [`filter`] and [`model`]: the typed calls of each kind.
 //! - [`builtin`], [`manifest`] and [`watch`]: where plugins come from.
 
@@ -22,6 +23,7 @@ pub mod model;
 pub mod registry;
 pub mod state;
 pub mod template;
+pub mod warm;
 pub mod watch;
 
 use std::fmt;

@@ -16,12 +16,19 @@ use arc_swap::ArcSwap;
 use serde::Serialize;
 
 use super::bindings::v0_1_0::{filter, template};
+use super::call::Live;
 use super::engine::{Runtime, content_hash};
 use super::manifest::BackendGrant;
 use super::state::State;
+use super::warm::Warm;
 use super::{Kind, Limits, PluginError};
 use crate::cfg::QueueConfig;
 use crate::queue::WorkQueue;
+
+/// Idle instances kept of one template or filter plugin, across all teams.
+/// Each holds pooled slots (an interpreter's component has a dozen core
+/// instances), so few are kept: the teams most recently served.
+const MAX_IDLE: usize = 8;
 
 /// Where a plugin came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -66,6 +73,10 @@ pub struct Plugin {
     /// The checked, pre-linked component of its kind.
     pub pre: Pre,
     pub(super) stats: Stats,
+    /// Idle instances of a template or filter, by the team each served.
+    pub(super) warm: Warm<Live>,
+    /// Which install it was (see [`Plugins::installs`]); 0 until installed.
+    installed: AtomicU64,
 }
 
 /// What to load.
@@ -137,6 +148,11 @@ impl Stats {
 }
 
 impl Plugin {
+    /// Which install this was: later installs have larger numbers.
+    pub fn installed_as(&self) -> u64 {
+        self.installed.load(Ordering::SeqCst)
+    }
+
     /// `name@version`, as errors and logs name it.
     pub fn id(&self) -> String {
         format!("{}@{}", self.name, self.version)
@@ -175,6 +191,8 @@ pub struct Plugins {
     pub(super) reserved_models: Mutex<Vec<String>>,
     /// Serialises writers; readers never wait.
     write: Mutex<()>,
+    /// Installs so far: each plugin is numbered as it is installed.
+    installs: AtomicU64,
     /// Every plugin call runs on this queue (`cpu_queue` in the system check).
     pub queue: WorkQueue,
 }
@@ -189,6 +207,7 @@ impl Plugins {
             loaded: ArcSwap::default(),
             reserved_models: Mutex::default(),
             write: Mutex::new(()),
+            installs: AtomicU64::new(0),
             queue: WorkQueue::start("plugin", queue),
         }))
     }
@@ -242,10 +261,23 @@ impl Plugins {
         let _guard = self.write.lock().unwrap_or_else(|p| p.into_inner());
         let mut next = HashMap::clone(&self.loaded.load());
         self.check_model_ids(&plugin, &next)?;
+        let number = self.installs.fetch_add(1, Ordering::SeqCst) + 1;
+        plugin.installed.store(number, Ordering::SeqCst);
         next.insert(plugin.name.clone(), plugin.clone());
         self.loaded.store(Arc::new(next));
         tracing::info!(plugin = %plugin.id(), kind = %plugin.kind, sha256 = %plugin.sha256, "plugin loaded");
         Ok(plugin)
+    }
+
+    /// Whether `plugin` could be installed now (its models clash with no
+    /// other plugin's), as [`Plugins::install`] will check again.
+    pub fn can_install(&self, plugin: &Plugin) -> Result<(), PluginError> {
+        self.check_model_ids(plugin, &self.loaded.load())
+    }
+
+    /// Installs so far; [`Plugin::installed_as`] numbers each.
+    pub fn installs(&self) -> u64 {
+        self.installs.load(Ordering::SeqCst)
     }
 
     /// Checks `spec` without installing it: the dry run of `plugin check`.
@@ -315,6 +347,8 @@ impl Plugins {
             size_bytes,
             pre,
             stats: Stats::default(),
+            warm: Warm::new(MAX_IDLE),
+            installed: AtomicU64::new(0),
         })
     }
 

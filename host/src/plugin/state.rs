@@ -1,28 +1,35 @@
-//! The data of one plugin call's `Store`: a WASI context with nothing in it,
-//! captured stdout/stderr, and the memory limiter.
+//! The data of a template or filter instance's `Store`: a WASI context with
+//! nothing in it, captured stdout/stderr, and the memory limiter.
 
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
 use wasmtime::ResourceLimiter;
 use wasmtime::component::ResourceTable;
-use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
+use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
-/// Most a plugin may print to stdout or stderr in one call.
+/// Most of a plugin's stdout or stderr kept from one call; the rest is
+/// dropped, never refused, so printing a lot cannot make a call fail.
 const OUTPUT_CAPACITY: usize = 64 * 1024;
 
-/// Store data for one call.
+/// Store data of an instance.
 pub struct State {
     wasi: WasiCtx,
     table: ResourceTable,
     pub(super) limiter: MemoryLimiter,
-    pub(super) stdout: MemoryOutputPipe,
-    pub(super) stderr: MemoryOutputPipe,
+    pub(super) stdout: Capture,
+    pub(super) stderr: Capture,
 }
 
 impl State {
     /// A context with no files, no environment, no arguments and no network.
     pub fn new(memory_bytes: u64) -> State {
-        let stdout = MemoryOutputPipe::new(OUTPUT_CAPACITY);
-        let stderr = MemoryOutputPipe::new(OUTPUT_CAPACITY);
+        let stdout = Capture::default();
+        let stderr = Capture::default();
         // Sockets are linked (toolchains import them) and every use is
         // denied: wasmtime's defaults, stated here so they stay so.
         let wasi = WasiCtx::builder()
@@ -49,6 +56,80 @@ impl WasiView for State {
             ctx: &mut self.wasi,
             table: &mut self.table,
         }
+    }
+}
+
+/// A plugin's stdout or stderr since it was last taken, up to
+/// [`OUTPUT_CAPACITY`] bytes.
+#[derive(Clone, Default)]
+pub struct Capture(Arc<Mutex<Vec<u8>>>);
+
+impl Capture {
+    /// What was written since the last call, emptied for the next.
+    pub fn take(&self) -> Vec<u8> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    fn append(&self, bytes: &[u8]) {
+        let mut kept = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let room = OUTPUT_CAPACITY.saturating_sub(kept.len());
+        kept.extend_from_slice(&bytes[..bytes.len().min(room)]);
+    }
+}
+
+impl IsTerminal for Capture {
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+impl StdoutStream for Capture {
+    fn p2_stream(&self) -> Box<dyn OutputStream> {
+        Box::new(self.clone())
+    }
+
+    fn async_stream(&self) -> Box<dyn tokio::io::AsyncWrite + Send + Sync> {
+        Box::new(self.clone())
+    }
+}
+
+#[async_trait::async_trait]
+impl OutputStream for Capture {
+    fn write(&mut self, bytes: Bytes) -> StreamResult<()> {
+        self.append(&bytes);
+        Ok(())
+    }
+
+    fn flush(&mut self) -> StreamResult<()> {
+        Ok(())
+    }
+
+    fn check_write(&mut self) -> StreamResult<usize> {
+        Ok(OUTPUT_CAPACITY)
+    }
+}
+
+#[async_trait::async_trait]
+impl Pollable for Capture {
+    async fn ready(&mut self) {}
+}
+
+impl tokio::io::AsyncWrite for Capture {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        self.append(buf);
+        Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
     }
 }
 

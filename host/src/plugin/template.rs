@@ -3,24 +3,25 @@
 use std::sync::Arc;
 
 use super::bindings::v0_1_0::template::exports::switchyard::plugin::template as wit;
-use super::call::call;
-use super::registry::{Plugin, Plugins, Pre};
+use super::call::{Bound, call};
+use super::registry::{Plugin, Plugins};
 use super::{Kind, PluginError};
 
 pub use wit::Variable;
 
 impl Plugins {
-    /// Renders `template` with the payload-template plugin `name`, on the
-    /// plugin work queue.
+    /// Renders `template` with the payload-template plugin `name` for
+    /// `team`, on the plugin work queue.
     pub async fn render(
         self: &Arc<Self>,
         name: &str,
+        team: &str,
         template: String,
         vars: Vec<Variable>,
     ) -> Result<String, PluginError> {
         let plugin = self.get_kind(name, Kind::PayloadTemplate)?;
-        let this = self.clone();
-        self.on_queue(async move { this.render_with(&plugin, &template, &vars).await })
+        let (this, team) = (self.clone(), team.to_string());
+        self.on_queue(async move { this.render_with(&plugin, &team, &template, &vars).await })
             .await
     }
 
@@ -29,11 +30,13 @@ impl Plugins {
     pub async fn validate_template(
         self: &Arc<Self>,
         name: &str,
+        team: &str,
         template: String,
         known: Vec<String>,
     ) -> Result<Vec<String>, PluginError> {
         let plugin = self.get_kind(name, Kind::PayloadTemplate)?;
-        self.validate_template_on(plugin, template, known).await
+        self.validate_template_on(plugin, team, template, known)
+            .await
     }
 
     /// [`Plugins::validate_template`] with a given plugin, loaded or not
@@ -41,16 +44,16 @@ impl Plugins {
     pub async fn validate_template_on(
         self: &Arc<Self>,
         plugin: Arc<Plugin>,
+        team: &str,
         template: String,
         known: Vec<String>,
     ) -> Result<Vec<String>, PluginError> {
-        let this = self.clone();
+        let (this, team) = (self.clone(), team.to_string());
         self.on_queue(async move {
-            let Pre::Template(pre) = &plugin.pre else {
-                return Err(not_a_template(&plugin));
-            };
-            call(&this.runtime, &plugin, async |store| {
-                let instance = pre.instantiate_async(&mut *store).await?;
+            call(&this.runtime, &plugin, &team, async |store, bound| {
+                let Bound::Template(instance) = bound else {
+                    return Ok(Err(not_a_template(&plugin)));
+                };
                 let result = instance
                     .switchyard_plugin_template()
                     .call_validate(&mut *store, &template, &known)
@@ -62,18 +65,19 @@ impl Plugins {
         .await
     }
 
-    /// Renders with a given plugin, loaded or not, on the current task.
+    /// Renders with a given plugin, loaded or not, for `team`, on the
+    /// current task.
     pub async fn render_with(
         &self,
         plugin: &Plugin,
+        team: &str,
         template: &str,
         vars: &[Variable],
     ) -> Result<String, PluginError> {
-        let Pre::Template(pre) = &plugin.pre else {
-            return Err(not_a_template(plugin));
-        };
-        call(&self.runtime, plugin, async |store| {
-            let instance = pre.instantiate_async(&mut *store).await?;
+        call(&self.runtime, plugin, team, async |store, bound| {
+            let Bound::Template(instance) = bound else {
+                return Ok(Err(not_a_template(plugin)));
+            };
             let result = instance
                 .switchyard_plugin_template()
                 .call_render(&mut *store, template, vars)

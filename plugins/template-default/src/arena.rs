@@ -1,7 +1,10 @@
-//! The component's allocator: a bump pointer that never frees.
+//! The component's allocator: a bump pointer that frees nothing until
+//! everything is freed.
 //!
-//! The host gives every call a fresh instance and discards it afterwards, so
-//! freeing memory only costs time. Allocation starts in the heap the linker
+//! Freeing memory block by block only costs time in a call this short. When
+//! the last live block is freed (at the end of a call, once the host has read
+//! the result) the arena starts over, so an instance the host keeps for the
+//! team's next call does not grow with every call. Allocation starts in the heap the linker
 //! leaves between `__heap_base` and `__heap_end` (the end of the initial
 //! memory, sized in `plugins/.cargo/config.toml`), so a typical render never
 //! grows its memory: in the host's pooled instances a `memory.grow` adds about
@@ -25,6 +28,8 @@ unsafe extern "C" {
 struct Arena {
     /// The next free byte; 0 until the first allocation.
     next: Cell<usize>,
+    /// Blocks allocated and not yet freed.
+    live: Cell<usize>,
     /// One past the last usable byte.
     end: Cell<usize>,
 }
@@ -35,6 +40,7 @@ unsafe impl Sync for Arena {}
 #[global_allocator]
 static ARENA: Arena = Arena {
     next: Cell::new(0),
+    live: Cell::new(0),
     end: Cell::new(0),
 };
 
@@ -65,10 +71,17 @@ unsafe impl GlobalAlloc for Arena {
             return std::ptr::null_mut();
         }
         self.next.set(end);
+        self.live.set(self.live.get() + 1);
         start as *mut u8
     }
 
-    unsafe fn dealloc(&self, _ptr: *mut u8, _layout: Layout) {}
+    unsafe fn dealloc(&self, _ptr: *mut u8, _layout: Layout) {
+        let live = self.live.get().saturating_sub(1);
+        self.live.set(live);
+        if live == 0 {
+            self.next.set(&raw const __heap_base as usize);
+        }
+    }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         // The newest allocation (a growing output string, typically) grows in place.
@@ -87,6 +100,8 @@ unsafe impl GlobalAlloc for Arena {
         if !new.is_null() {
             // SAFETY: both blocks are live and distinct; the copy stays within both.
             unsafe { std::ptr::copy_nonoverlapping(ptr, new, layout.size().min(new_size)) };
+            // SAFETY: the old block was allocated here and is no longer used.
+            unsafe { self.dealloc(ptr, layout) };
         }
         new
     }
