@@ -140,6 +140,21 @@ enum AdminCommand {
 
 #[derive(Subcommand)]
 enum PluginCommand {
+    /// Start a plugin project that builds on its own: WIT files, build
+    /// file, a minimal working plugin, a sample input and a README.
+    New {
+        /// The plugin's name (lowercase letters, digits and '-').
+        name: String,
+        /// The language to write it in.
+        #[arg(long, value_enum)]
+        lang: switchyard::plugin::scaffold::Lang,
+        /// payload-template or event-filter.
+        #[arg(long, default_value = "payload-template")]
+        kind: switchyard::plugin::Kind,
+        /// Where to write it (default ./NAME); must not exist or be empty.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
     /// Validate a component (kind, world, imports) and optionally run it once
     /// on an input JSON file: {"template", "variables"} for a payload
     /// template, {"config", "event"} for an event filter.
@@ -263,6 +278,12 @@ fn main() -> ExitCode {
         Command::Config(ConfigCommand::Check { config }) => check_config(config.as_deref()),
         Command::Admin(AdminCommand::Users { remote }) => remote_call(&remote, users),
         Command::Plugin(PluginCommand::List { remote }) => remote_call(&remote, plugins),
+        Command::Plugin(PluginCommand::New {
+            name,
+            lang,
+            kind,
+            dir,
+        }) => new_plugin(&name, lang, kind, dir),
         Command::Plugin(PluginCommand::Upload {
             name,
             wasm,
@@ -456,6 +477,22 @@ fn copy_store(from: &std::path::Path, to: &str) -> anyhow::Result<()> {
     println!(
         "copied {copied} records from {} to PostgreSQL",
         from.display()
+    );
+    Ok(())
+}
+
+fn new_plugin(
+    name: &str,
+    lang: switchyard::plugin::scaffold::Lang,
+    kind: switchyard::plugin::Kind,
+    dir: Option<PathBuf>,
+) -> anyhow::Result<()> {
+    let dir = dir.unwrap_or_else(|| PathBuf::from(name));
+    switchyard::plugin::scaffold::write(&dir, name, lang, kind)?;
+    println!(
+        "wrote {} ({kind}); build it there with: {}",
+        dir.display(),
+        lang.build_command(name, kind)
     );
     Ok(())
 }

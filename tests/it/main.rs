@@ -20,6 +20,7 @@ mod multihost;
 mod openapi;
 mod plugin_units;
 mod plugins;
+mod scaffolds;
 mod teams;
 mod upstream;
 mod webhooks;

@@ -20,15 +20,9 @@ fn host_triple() -> String {
         .to_string()
 }
 
-/// Runs `cargo test` natively in `dir` (a plugin workspace) with `args`;
-/// the outer build's settings are left out.
-fn native_tests(dir: &str, args: &[&str]) {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(dir);
-    let mut command = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-    command
-        .current_dir(&dir)
-        .args(["test", "--locked", "--target", &host_triple()])
-        .args(args);
+/// Leaves out of `command` the settings of the cargo running the tests, so
+/// a cargo it starts builds as it would from a shell.
+pub fn without_outer_cargo(command: &mut Command) {
     for (key, _) in std::env::vars_os() {
         let key = key.to_string_lossy();
         if key.starts_with("CARGO_") && key != "CARGO_HOME"
@@ -38,6 +32,18 @@ fn native_tests(dir: &str, args: &[&str]) {
             command.env_remove(key.as_ref());
         }
     }
+}
+
+/// Runs `cargo test` natively in `dir` (a plugin workspace) with `args`;
+/// the outer build's settings are left out.
+fn native_tests(dir: &str, args: &[&str]) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(dir);
+    let mut command = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    command
+        .current_dir(&dir)
+        .args(["test", "--locked", "--target", &host_triple()])
+        .args(args);
+    without_outer_cargo(&mut command);
     let out = command.output().expect("running cargo test for a plugin");
     let said = format!(
         "{}{}",

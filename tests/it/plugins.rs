@@ -95,15 +95,18 @@ async fn template_default_renders_large_and_deeply_nested_payloads() {
         r#"{{"parts": [{}], "version": "${{artifact_version}}"}}"#,
         vec![r#""${alias}""#; 15].join(", ")
     );
-    let (status, body) = host
-        .invoke(
-            "template-default",
-            &json!({"template": template,
-                    "variables": {"alias": long, "artifact_version": serde_json::from_str::<Value>(&deep).unwrap()}}),
-        )
-        .await;
+    let input = json!({"template": template,
+        "variables": {"alias": long, "artifact_version": serde_json::from_str::<Value>(&deep).unwrap()}});
+    let (status, body) = host.invoke("template-default", &input).await;
     let head: String = body.to_string().chars().take(500).collect();
     assert_eq!(status, 200, "{head}");
+    // Calls reuse the kept instance, whose memory must not grow with each:
+    // 60 of them would pass its 64 MiB cap if nothing were freed.
+    for call in 0..60 {
+        let (status, body) = host.invoke("template-default", &input).await;
+        let head: String = body.to_string().chars().take(300).collect();
+        assert_eq!(status, 200, "call {call}: {head}");
+    }
     let parts = body["output"]["parts"].as_array().unwrap();
     assert_eq!(parts.len(), 15);
     assert!(parts.iter().all(|p| p.as_str() == Some(long.as_str())));
@@ -742,7 +745,7 @@ async fn the_watched_directory_loads_reloads_and_unloads_plugins() {
         .await;
     std::fs::write(
         dir.path().join("discord.wasm"),
-        plugin_wasm("discord_adapter"),
+        crate::scaffolds::discord_example(),
     )
     .unwrap();
     std::fs::write(

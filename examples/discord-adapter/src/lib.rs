@@ -3,10 +3,10 @@
 //! (`{"content", "embeds": [...]}`) from the event's variables. The template,
 //! if not empty, is used as the message title.
 //!
-//! Build: `cargo build --release --target wasm32-wasip2`, then load the
-//! `.wasm` with a manifest (`kind = "payload-template"`) or the upload API.
+//! Build: `cargo build --release` (see the README), then load the `.wasm`
+//! with a manifest (`kind = "payload-template"`) or the upload API.
 
-wit_bindgen::generate!({ path: "../../wit/v0.1.0", world: "payload-template" });
+wit_bindgen::generate!({ path: "wit", world: "payload-template" });
 
 use exports::switchyard::plugin::template::{Guest, Variable};
 use serde_json::{Value, json};

@@ -8,6 +8,7 @@
 //! - [`warm`]: instances kept between calls, per team.
 //! - [`template`], [`filter`] and [`model`]: the typed calls of each kind.
 //! - [`builtin`], [`manifest`] and [`watch`]: where plugins come from.
+//! - [`scaffold`]: new plugin projects, for `switchyard plugin new`.
 
 pub mod bindings;
 pub mod builtin;
@@ -21,6 +22,7 @@ pub mod limits;
 pub mod manifest;
 pub mod model;
 pub mod registry;
+pub mod scaffold;
 pub mod state;
 pub mod template;
 pub mod warm;
