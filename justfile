@@ -16,6 +16,7 @@ fmt:
     cargo fmt --all
     cd plugins && cargo fmt --all
     cd plugins/model-smollm && cargo fmt --all
+    cd examples/discord-adapter && cargo fmt --all
 
 lint:
     cargo clippy --all-targets -- -D warnings
@@ -28,7 +29,9 @@ fuzz-api SECONDS="120":
     cargo build
     bash tests/fuzz_api.sh target/debug/switchyard {{SECONDS}}
 
-# Plugin runtime figures: cold load, render p50 vs native, hot swap under load.
+# Plugin runtime figures: cold load, render p50 vs native, hot swap under load,
+# and plugins from `switchyard plugin new` in Rust, Python and JS built by
+# their own toolchains (compile, cached load, render p50 kept and fresh).
 bench-plugins:
     cargo bench --bench plugins
 

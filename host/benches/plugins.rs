@@ -1,13 +1,16 @@
 //! Plugin runtime figures (`just bench-plugins`): cold load of a precompiled
-//! plugin, one render through `template-default` with a fresh instance per
-//! call (and the same render natively, for the ratio), and a hot swap under a
-//! steady render load. Prints medians; asserts nothing about time.
+//! plugin, one render through `template-default` on a kept instance and on a
+//! fresh one (and the same render natively, for the ratio), the same for
+//! plugins started by `switchyard plugin new` in Rust, Python
+//! (componentize-py) and JavaScript (jco), and a hot swap under a steady
+//! render load. Prints medians; asserts nothing about time.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 mod common;
+mod scaffolds;
 
 use switchyard::cfg::QueueConfig;
 use switchyard::plugin::builtin::{self, TEMPLATE_DEFAULT};
@@ -16,6 +19,10 @@ use switchyard::plugin::registry::Pre;
 use switchyard::plugin::registry::Spec;
 use switchyard::plugin::template::Variable;
 use switchyard::plugin::{Plugin, Plugins};
+
+/// The team every render is for: calls reuse its kept instance, as a
+/// team's deliveries do.
+const TEAM: &str = "bench";
 
 fn main() {
     common::block_on(run());
@@ -128,11 +135,11 @@ async fn run() {
         median(&mut loads).as_secs_f64() * 1e3
     );
 
-    // Render: a fresh instance per call, as in production.
+    // Render: on the team's kept instance, as in production.
     let (template, vars) = workload();
     let plugin = plugins.get(TEMPLATE_DEFAULT).unwrap();
     let reference = plugins
-        .render_with(&plugin, &template, &vars)
+        .render_with(&plugin, TEAM, &template, &vars)
         .await
         .unwrap();
     let pairs: Vec<(String, String)> = vars
@@ -158,7 +165,10 @@ async fn run() {
         .collect();
     for _ in 0..300 {
         for p in &contenders {
-            plugins.render_with(p, &template, &vars).await.unwrap();
+            plugins
+                .render_with(p, TEAM, &template, &vars)
+                .await
+                .unwrap();
         }
     }
     // Native renders alternate with the WASM ones, so the ratio compares
@@ -168,7 +178,10 @@ async fn run() {
     for _ in 0..CALLS {
         for (p, samples) in contenders.iter().zip(&mut times) {
             let started = Instant::now();
-            let out = plugins.render_with(p, &template, &vars).await.unwrap();
+            let out = plugins
+                .render_with(p, TEAM, &template, &vars)
+                .await
+                .unwrap();
             samples.push(started.elapsed());
             assert_eq!(out, reference, "{} renders as the built-in does", p.id());
         }
@@ -203,14 +216,15 @@ async fn run() {
     let mut empty = Vec::with_capacity(CALLS);
     for _ in 0..CALLS {
         let started = Instant::now();
-        plugins.render_with(&plugin, "{}", &[]).await.unwrap();
+        plugins.render_with(&plugin, TEAM, "{}", &[]).await.unwrap();
         empty.push(started.elapsed());
     }
     phases(&plugins, &plugin, &template, &vars).await;
+    scaffolds::run(&plugins).await;
     let (wasm_p50, wasm_p99) = (median(&mut wasm), percentile(&mut wasm, 0.99));
     let native_p50 = median(&mut native);
     println!(
-        "render {} B template, wasm p50:       {:>9.2} µs   (p99 {:.2} µs) target p50 < 20 µs",
+        "render {} B template, wasm p50:       {:>9.2} µs   (p99 {:.2} µs) target p50 < 20 µs, kept instance",
         template.len(),
         wasm_p50.as_secs_f64() * 1e6,
         wasm_p99.as_secs_f64() * 1e6
@@ -238,7 +252,7 @@ async fn run() {
         callers.push(tokio::spawn(async move {
             while !stop.load(Ordering::Relaxed) {
                 match plugins
-                    .render(TEMPLATE_DEFAULT, template.clone(), vars.clone())
+                    .render(TEMPLATE_DEFAULT, TEAM, template.clone(), vars.clone())
                     .await
                 {
                     Ok(_) => ok.fetch_add(1, Ordering::Relaxed),
@@ -268,8 +282,9 @@ async fn run() {
 }
 
 /// Where a fresh-instance call spends its time: store, instance, the call
-/// itself (trivial and 1 KB), and dropping the store (which resets memory).
-async fn phases(plugins: &Plugins, plugin: &Plugin, template: &str, vars: &[Variable]) {
+/// itself (trivial and 1 KB), and dropping the store (which resets memory);
+/// and the same call on an instance kept from the previous one.
+pub async fn phases(plugins: &Plugins, plugin: &Plugin, template: &str, vars: &[Variable]) {
     let Pre::Template(pre) = &plugin.pre else {
         unreachable!()
     };
@@ -301,6 +316,25 @@ async fn phases(plugins: &Plugins, plugin: &Plugin, template: &str, vars: &[Vari
         times[2 + i % 2].push(t3 - t2);
         times[4].push(t4 - t3);
     }
+    let mut store = new_store(plugins.runtime(), plugin);
+    let instance = pre.instantiate_async(&mut store).await.unwrap();
+    let mut kept = Vec::with_capacity(3000);
+    for _ in 0..3000 {
+        let started = Instant::now();
+        std::hint::black_box(
+            instance
+                .switchyard_plugin_template()
+                .call_render(&mut store, template, vars)
+                .await
+                .unwrap()
+                .unwrap(),
+        );
+        kept.push(started.elapsed());
+    }
+    println!(
+        "  kept instance, call, 1 KB p50:     {:>9.2} µs",
+        median(&mut kept).as_secs_f64() * 1e6
+    );
     let names = [
         "new store",
         "instantiate",
