@@ -19,9 +19,10 @@ use crate::plugin::bindings::v0_1_0::model_parallel::{
     ModelBackendParallel, ModelBackendParallelPre,
 };
 use crate::plugin::bindings::v0_2_0::model as v2;
+use crate::plugin::call::{log_output, with_stderr_tail};
 use crate::plugin::engine::{Runtime, compile_cached, model_engine};
 use crate::plugin::manifest::BackendGrant;
-use crate::plugin::state::MemoryLimiter;
+use crate::plugin::state::{Capture, MemoryLimiter};
 use crate::plugin::warm::{HOST, Warm};
 use crate::plugin::{Kind, Limits, capabilities};
 
@@ -145,6 +146,9 @@ pub struct BackendState {
     parallel: Option<Parallel>,
     /// In a second instance, during a task: where `parallel.send` goes.
     parts: Option<parallel::Parts>,
+    /// What it prints, logged after each call under its name.
+    stdout: Capture,
+    stderr: Capture,
 }
 
 impl WasiView for BackendState {
@@ -524,6 +528,8 @@ impl Backend {
         drop(ticking);
         live.store.data_mut().output = None;
         let name = &self.setup.name;
+        let state = live.store.data();
+        let stderr = log_output(name, &state.stdout, &state.stderr);
         match outcome {
             Ok(Ok(Ok(value))) => (Ok(value), false),
             Ok(Ok(Err(reported))) => (
@@ -540,7 +546,7 @@ impl Backend {
                         self.setup.memory_bytes >> 20
                     )
                 } else {
-                    format!("{name}: trapped: {trap:#}")
+                    with_stderr_tail(format!("{name}: trapped: {trap:#}"), &stderr)
                 };
                 (Err(CallError::Failed(message)), true)
             }
@@ -588,6 +594,8 @@ impl Backend {
             std::fs::create_dir_all(host)?;
             wasi.preopened_dir(host, guest, *perms)?;
         }
+        let (stdout, stderr) = (Capture::default(), Capture::default());
+        wasi.stdout(stdout.clone()).stderr(stderr.clone());
         let wasi = wasi.build();
         let state = BackendState {
             wasi,
@@ -598,6 +606,8 @@ impl Backend {
             output: None,
             parallel: None,
             parts: None,
+            stdout,
+            stderr,
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limiter);
@@ -689,6 +699,35 @@ mod tests {
             Piece::Text(text) => text,
             other => panic!("a 0.1.0 backend sent {other:?}"),
         }
+    }
+
+    #[tokio::test]
+    async fn a_trap_reports_the_end_of_the_backends_stderr() {
+        let (backend, _cache) = remember(Instances::PerTeam);
+        let mut request = ChatRequest {
+            model: String::new(),
+            messages: Vec::new(),
+            max_tokens: None,
+            temperature: None,
+            top_p: None,
+            seed: None,
+            stop: Vec::new(),
+            streamed: false,
+            extra: None,
+        };
+        request.messages.push(Message {
+            role: "user".into(),
+            content: "panic".into(),
+            extra: None,
+        });
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let Err(CallError::Failed(message)) = backend.chat("red", request, tx).await else {
+            panic!("the call must fail");
+        };
+        assert!(message.starts_with("remember@0.1.0: trapped"), "{message}");
+        assert!(message.contains("asked to panic"), "{message}");
+        // The failed instance was dropped; the team's next call starts afresh.
+        assert_eq!(reply(&backend, "red", "one").await, "one");
     }
 
     #[tokio::test]

@@ -8,7 +8,7 @@ use wasmtime::{Store, Trap, UpdateDeadline};
 use super::bindings::v0_1_0::{filter, template};
 use super::engine::Runtime;
 use super::registry::{Plugin, Pre};
-use super::state::State;
+use super::state::{Capture, State};
 use super::{Kind, PluginError};
 
 /// An instance of a template or filter plugin, with its store.
@@ -89,7 +89,8 @@ where
     })
     .await;
     drop(ticking);
-    let stderr = log_output(plugin, store.data());
+    let state = store.data();
+    let stderr = log_output(&plugin.id(), &state.stdout, &state.stderr);
     let result = match outcome {
         Err(_) => Err(plugin.failed(format!(
             "did not finish within {} ms",
@@ -143,30 +144,37 @@ const STDERR_TAIL: usize = 2048;
 /// A failure with the end of what the plugin wrote to stderr, so that a
 /// panic's message or a Python traceback reaches its author.
 fn with_stderr(error: PluginError, stderr: &[u8]) -> PluginError {
-    let text = String::from_utf8_lossy(stderr);
-    let text = text.trim_end();
     match error {
-        PluginError::Failed { plugin, what } if !text.is_empty() => {
-            let start = text.len().saturating_sub(STDERR_TAIL);
-            let start = (start..text.len())
-                .find(|i| text.is_char_boundary(*i))
-                .unwrap_or(0);
-            let cut = if start > 0 { "…" } else { "" };
-            PluginError::Failed {
-                plugin,
-                what: format!("{what}; its stderr ended with: {cut}{}", &text[start..]),
-            }
-        }
+        PluginError::Failed { plugin, what } => PluginError::Failed {
+            plugin,
+            what: with_stderr_tail(what, stderr),
+        },
         other => other,
     }
 }
 
-/// Logs what the call printed under the plugin's name; returns its stderr.
-fn log_output(plugin: &Plugin, state: &State) -> Vec<u8> {
-    let (stdout, stderr) = (state.stdout.take(), state.stderr.take());
+/// `what`, followed by the end of `stderr` when there is any.
+pub fn with_stderr_tail(what: String, stderr: &[u8]) -> String {
+    let text = String::from_utf8_lossy(stderr);
+    let text = text.trim_end();
+    if text.is_empty() {
+        return what;
+    }
+    let start = text.len().saturating_sub(STDERR_TAIL);
+    let start = (start..text.len())
+        .find(|i| text.is_char_boundary(*i))
+        .unwrap_or(0);
+    let cut = if start > 0 { "…" } else { "" };
+    format!("{what}; its stderr ended with: {cut}{}", &text[start..])
+}
+
+/// Logs what a call of `plugin` (`name@version`) printed, under its name;
+/// returns its stderr. Every plugin kind's output goes through here.
+pub fn log_output(plugin: &str, stdout: &Capture, stderr: &Capture) -> Vec<u8> {
+    let (stdout, stderr) = (stdout.take(), stderr.take());
     for (stream, text) in [("stdout", &stdout), ("stderr", &stderr)] {
         if !text.is_empty() {
-            tracing::info!(plugin = %plugin.id(), stream, output = %String::from_utf8_lossy(text).trim_end(), "plugin output");
+            tracing::info!(plugin = %plugin, stream, output = %String::from_utf8_lossy(text).trim_end(), "plugin output");
         }
     }
     stderr
