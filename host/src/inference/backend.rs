@@ -19,7 +19,7 @@ use crate::plugin::bindings::v0_1_0::model_parallel::{
     ModelBackendParallel, ModelBackendParallelPre,
 };
 use crate::plugin::bindings::v0_2_0::model as v2;
-use crate::plugin::call::{log_output, with_stderr_tail};
+use crate::plugin::call::{log_output, what_failed, with_stderr_tail};
 use crate::plugin::engine::{Runtime, compile_cached, model_engine};
 use crate::plugin::manifest::BackendGrant;
 use crate::plugin::state::{Capture, MemoryLimiter};
@@ -540,14 +540,15 @@ impl Backend {
                 false,
             ),
             Ok(Err(trap)) => {
-                let message = if live.store.data().limiter.exceeded {
-                    format!(
-                        "{name}: exceeded its memory cap of {} MiB",
-                        self.setup.memory_bytes >> 20
-                    )
-                } else {
-                    with_stderr_tail(format!("{name}: trapped: {trap:#}"), &stderr)
+                // A backend yields at every tick, so only memory and time bound it.
+                let limits = Limits {
+                    memory_bytes: self.setup.memory_bytes,
+                    cpu_ms: 0,
+                    timeout_ms: self.setup.timeout.as_millis() as u64,
                 };
+                let exceeded = live.store.data().limiter.exceeded;
+                let what = what_failed(&trap, exceeded, &limits);
+                let message = with_stderr_tail(format!("{name}: {what}"), &stderr);
                 (Err(CallError::Failed(message)), true)
             }
             Err(_) => (

@@ -9,7 +9,7 @@ use super::bindings::v0_1_0::{filter, template};
 use super::engine::Runtime;
 use super::registry::{Plugin, Pre};
 use super::state::{Capture, State};
-use super::{Kind, PluginError};
+use super::{Kind, Limits, PluginError};
 
 /// An instance of a template or filter plugin, with its store.
 pub struct Live {
@@ -122,19 +122,24 @@ where
 }
 
 fn classify(plugin: &Plugin, error: &wasmtime::Error, memory_exceeded: bool) -> PluginError {
+    plugin.failed(what_failed(error, memory_exceeded, &plugin.limits))
+}
+
+/// What went wrong in a call that ended with `error`, in words for the
+/// plugin's author: a limit it hit (`memory_exceeded` says the limiter
+/// refused it memory), a trap, or another failure. Every kind's calls
+/// describe failures through here.
+pub fn what_failed(error: &wasmtime::Error, memory_exceeded: bool, limits: &Limits) -> String {
     if memory_exceeded {
-        return plugin.failed(format!(
+        return format!(
             "exceeded its memory cap of {} MiB",
-            plugin.limits.memory_bytes >> 20
-        ));
+            limits.memory_bytes >> 20
+        );
     }
     match error.downcast_ref::<Trap>() {
-        Some(Trap::Interrupt) => plugin.failed(format!(
-            "exceeded its CPU budget of {} ms",
-            plugin.limits.cpu_ms
-        )),
-        Some(trap) => plugin.failed(format!("trapped: {trap}")),
-        None => plugin.failed(format!("failed: {error:#}")),
+        Some(Trap::Interrupt) => format!("exceeded its CPU budget of {} ms", limits.cpu_ms),
+        Some(trap) => format!("trapped: {trap}"),
+        None => format!("failed: {error:#}"),
     }
 }
 
