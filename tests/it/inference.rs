@@ -254,7 +254,10 @@ async fn greedy_replies_match_the_reference_implementation() {
         let host = Host::builder()
             .with_model()
             .config(&format!("{INFERENCE}\nsecond_instance = {second_instance}"))
-            .env("RUST_LOG", "info,switchyard::inference::parallel=debug")
+            .env(
+                "RUST_LOG",
+                "info,switchyard::plugin::backend::parallel=debug",
+            )
             .start()
             .await;
         let alice = world(&host).await;

@@ -1,6 +1,7 @@
 //! Inference: model backends behind the OpenAI-compatible API.
 //!
-//! - [`backend`]: one model-backend plugin and its long-lived instance.
+//! - the backends themselves (wasmtime instances, egress, second
+//!   instances) are plugins: [`crate::plugin::backend`].
 //! - [`wire`]: the chat-completions request and response formats.
 //! - [`usage`]: token accounting per team, project, key, model and day.
 //! - [`pull`]: fetching the default model.
@@ -9,9 +10,6 @@
 //! means 429), and at most `per_project_concurrency` requests of one project
 //! are running or queued at once.
 
-pub mod backend;
-pub mod egress;
-pub mod parallel;
 pub mod pull;
 pub mod usage;
 pub mod wire;
@@ -23,10 +21,10 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
-use self::backend::{
+use self::usage::Account;
+use crate::plugin::backend::{
     Backend, CallError, ChatRequest, ChatResult, Instances, ModelInfo, Piece, Setup,
 };
-use self::usage::Account;
 use wasmtime_wasi::FsPerms;
 
 use crate::cfg::{Config, UpstreamConfig};

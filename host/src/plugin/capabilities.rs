@@ -37,7 +37,7 @@ fn extra(kind: Kind) -> &'static [&'static str] {
         // (see `state.rs`).
         Kind::PayloadTemplate | Kind::EventFilter => &["wasi:sockets/*"],
         // The network only as `wasi:http`, and only to hosts its grant lists
-        // (see `inference::egress`); never raw sockets.
+        // (see `backend::egress`); never raw sockets.
         Kind::ModelBackend => &[
             "switchyard:plugin/output",
             "switchyard:plugin/parallel",

@@ -6,10 +6,13 @@
 //! - [`registry`]: loaded plugins by name, swapped atomically.
 //! - [`call`]: running one call under its limits.
 //! - [`warm`]: instances kept between calls, per team.
-//! - [`template`], [`filter`] and [`model`]: the typed calls of each kind.
+//! - [`template`], [`filter`] and [`model`]: the typed calls of each kind;
+//!   [`backend`]: a model backend's instances, its egress and its second
+//!   instance, which inference calls.
 //! - [`builtin`], [`manifest`] and [`watch`]: where plugins come from.
 //! - [`scaffold`]: new plugin projects, for `switchyard plugin new`.
 
+pub mod backend;
 pub mod bindings;
 pub mod builtin;
 pub mod call;

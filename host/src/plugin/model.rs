@@ -8,10 +8,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use super::backend::{Backend, ModelInfo, Setup};
 use super::manifest::BackendGrant;
 use super::registry::{Plugin, Plugins, Pre};
 use super::{Limits, PluginError};
-use crate::inference::backend::{Backend, ModelInfo, Setup};
 
 /// A loaded model backend and the models it serves.
 pub struct Served {

@@ -26,8 +26,11 @@ use crate::plugin::state::{Capture, MemoryLimiter};
 use crate::plugin::warm::{HOST, Warm};
 use crate::plugin::{Kind, Limits, capabilities};
 
-use super::egress::Egress;
-use super::parallel::{self, Parallel};
+pub mod egress;
+pub mod parallel;
+
+use self::egress::Egress;
+use self::parallel::Parallel;
 
 type GuestError = crate::plugin::bindings::v0_1_0::template::switchyard::plugin::types::PluginError;
 
