@@ -181,16 +181,35 @@ async fn filters_like_the_default(host: &Host, name: &str) {
     expect_error(&answer, 400, "invalid-regex", Some("config"));
 }
 
+/// The `lang` filter scaffold, built, loaded as `name` and tried.
+async fn filter_from_scaffold(host: &Host, lang: &str, name: &str) {
+    let filter = Built::new(name, lang, "event-filter", |_| {}).await;
+    let answer = check_and_invoke(host, &filter, name, "event-filter").await;
+    assert_eq!(answer["matches"], true);
+    filters_like_the_default(host, name).await;
+}
+
+/// An automation saved with `payload` rendered by the template `plugin`:
+/// the plugin's refusal, as the API reports it.
+async fn refusal_at_save(host: &Host, plugin: &str, payload: &str) -> Value {
+    let world = World::build(host, Some("http://127.0.0.1:9/hook")).await;
+    let automation = json!({"name": "refused", "event": {"type": "ADD_ARTIFACT_TAG"},
+        "webhook": {"team": "ml", "name": "ci"}, "action": "Webhooks",
+        "payload": payload, "template_plugin": plugin});
+    let path = format!("{PROJECT}/automations");
+    let answer = host
+        .call("POST", &path, &world.alice, Some(&automation))
+        .await;
+    expect_error(&answer, 400, "unknown-variable", Some("payload")).clone()
+}
+
 #[tokio::test]
 async fn a_rust_plugin_from_plugin_new_builds_on_its_own_and_loads() {
     let host = Host::start().await;
     let template = Built::new("rust-template", "rust", "payload-template", |_| {}).await;
     let answer = check_and_invoke(&host, &template, "rust-template", "payload-template").await;
     assert_eq!(answer["output"], sample_payload());
-    let filter = Built::new("rust-filter", "rust", "event-filter", |_| {}).await;
-    let answer = check_and_invoke(&host, &filter, "rust-filter", "event-filter").await;
-    assert_eq!(answer["matches"], true);
-    filters_like_the_default(&host, "rust-filter").await;
+    filter_from_scaffold(&host, "rust", "rust-filter").await;
 }
 
 #[tokio::test]
@@ -226,29 +245,13 @@ async fn a_python_plugin_built_by_componentize_py_loads_and_speaks_to_its_author
     );
 
     // Its refusal, at save time, arrives with its code and position.
-    let world = World::build(&host, Some("http://127.0.0.1:9/hook")).await;
-    let automation = json!({"name": "py", "event": {"type": "ADD_ARTIFACT_TAG"},
-        "webhook": {"team": "ml", "name": "ci"}, "action": "Webhooks",
-        "payload": "{\n  \"x\": ${nope}}", "template_plugin": "py-template"});
-    let answer = host
-        .call(
-            "POST",
-            &format!("{PROJECT}/automations"),
-            &world.alice,
-            Some(&automation),
-        )
-        .await;
-    let error = expect_error(&answer, 400, "unknown-variable", Some("payload"));
+    let error = refusal_at_save(&host, "py-template", "{\n  \"x\": ${nope}}").await;
     assert_eq!(
         error["position"],
         json!({"offset": 9, "line": 2, "column": 8}),
         "{error}"
     );
-
-    let filter = Built::new("py-filter", "python", "event-filter", |_| {}).await;
-    let answer = check_and_invoke(&host, &filter, "py-filter", "event-filter").await;
-    assert_eq!(answer["matches"], true);
-    filters_like_the_default(&host, "py-filter").await;
+    filter_from_scaffold(&host, "python", "py-filter").await;
 }
 
 #[tokio::test]
@@ -267,26 +270,9 @@ async fn a_javascript_plugin_built_by_jco_loads() {
     assert_eq!(answer["output"], sample_payload());
     host.wait_for_log(&["js-template@0.1.0", "rendering "])
         .await;
-    let unknown = json!({"template": "{\"x\": ${nope}}", "variables": {}});
-    let world = World::build(&host, Some("http://127.0.0.1:9/hook")).await;
-    let automation = json!({"name": "js", "event": {"type": "ADD_ARTIFACT_TAG"},
-        "webhook": {"team": "ml", "name": "ci"}, "action": "Webhooks",
-        "payload": unknown["template"], "template_plugin": "js-template"});
-    let answer = host
-        .call(
-            "POST",
-            &format!("{PROJECT}/automations"),
-            &world.alice,
-            Some(&automation),
-        )
-        .await;
-    let error = expect_error(&answer, 400, "unknown-variable", Some("payload"));
+    let error = refusal_at_save(&host, "js-template", "{\"x\": ${nope}}").await;
     assert_eq!(error["position"]["offset"], 6, "{error}");
-
-    let filter = Built::new("js-filter", "js", "event-filter", |_| {}).await;
-    let answer = check_and_invoke(&host, &filter, "js-filter", "event-filter").await;
-    assert_eq!(answer["matches"], true);
-    filters_like_the_default(&host, "js-filter").await;
+    filter_from_scaffold(&host, "js", "js-filter").await;
 }
 
 #[tokio::test]

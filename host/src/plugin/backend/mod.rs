@@ -681,8 +681,9 @@ mod tests {
         (Backend::load(setup, &bytes, &runtime).unwrap(), cache)
     }
 
-    async fn reply(backend: &Backend, team: &str, text: &str) -> String {
-        let request = ChatRequest {
+    /// A request of one user message, `text`.
+    fn say(text: &str) -> ChatRequest {
+        ChatRequest {
             model: String::new(),
             messages: vec![Message {
                 role: "user".into(),
@@ -696,9 +697,12 @@ mod tests {
             stop: Vec::new(),
             streamed: false,
             extra: None,
-        };
+        }
+    }
+
+    async fn reply(backend: &Backend, team: &str, text: &str) -> String {
         let (tx, mut rx) = mpsc::unbounded_channel();
-        backend.chat(team, request, tx).await.unwrap();
+        backend.chat(team, say(text), tx).await.unwrap();
         match rx.recv().await.unwrap() {
             Piece::Text(text) => text,
             other => panic!("a 0.1.0 backend sent {other:?}"),
@@ -708,24 +712,8 @@ mod tests {
     #[tokio::test]
     async fn a_trap_reports_the_end_of_the_backends_stderr() {
         let (backend, _cache) = remember(Instances::PerTeam);
-        let mut request = ChatRequest {
-            model: String::new(),
-            messages: Vec::new(),
-            max_tokens: None,
-            temperature: None,
-            top_p: None,
-            seed: None,
-            stop: Vec::new(),
-            streamed: false,
-            extra: None,
-        };
-        request.messages.push(Message {
-            role: "user".into(),
-            content: "panic".into(),
-            extra: None,
-        });
         let (tx, _rx) = mpsc::unbounded_channel();
-        let Err(CallError::Failed(message)) = backend.chat("red", request, tx).await else {
+        let Err(CallError::Failed(message)) = backend.chat("red", say("panic"), tx).await else {
             panic!("the call must fail");
         };
         assert!(message.starts_with("remember@0.1.0: trapped"), "{message}");
