@@ -26,6 +26,7 @@ use crate::plugin::state::{Capture, MemoryLimiter};
 use crate::plugin::warm::{HOST, Warm};
 use crate::plugin::{Kind, Limits, capabilities};
 
+pub mod chat;
 pub mod egress;
 pub mod parallel;
 
@@ -34,12 +35,7 @@ use self::parallel::Parallel;
 
 type GuestError = crate::plugin::bindings::v0_1_0::template::switchyard::plugin::types::PluginError;
 
-// The host's own request and result are 0.2.0's, the larger; a 0.1.0
-// backend gets them converted down (see `Backend::chat`).
-pub use v1::exports::switchyard::plugin::backend::ModelInfo;
-pub use v2::exports::switchyard::plugin::backend::{
-    ChatRequest, ChatResult, FinishReason, Message,
-};
+pub use self::chat::{ChatRequest, ChatResult, FinishReason, Message, ModelInfo};
 
 /// What a backend sends while it generates.
 #[derive(Debug, Clone, PartialEq)]
@@ -380,21 +376,13 @@ impl Backend {
     /// The models the backend serves.
     pub async fn models(&self) -> Result<Vec<ModelInfo>, CallError> {
         self.call(HOST, None, async |b, s| match b {
-            Bindings::V1(b) => b
-                .switchyard_plugin_backend()
-                .call_list_models(s)
-                .await
-                .map(Ok),
+            Bindings::V1(b) => {
+                let models = b.switchyard_plugin_backend().call_list_models(s).await?;
+                Ok(Ok(models.into_iter().map(ModelInfo::from).collect()))
+            }
             Bindings::V2(b) => {
                 let models = b.switchyard_plugin_backend().call_list_models(s).await?;
-                Ok(Ok(models
-                    .into_iter()
-                    .map(|m| ModelInfo {
-                        id: m.id,
-                        owned_by: m.owned_by,
-                        created: m.created,
-                    })
-                    .collect()))
+                Ok(Ok(models.into_iter().map(ModelInfo::from).collect()))
             }
         })
         .await
@@ -427,41 +415,17 @@ impl Backend {
         self.call(team, Some(output), async move |b, s| match b {
             Bindings::V2(b) => Ok(b
                 .switchyard_plugin_backend()
-                .call_chat(s, &request)
+                .call_chat(s, &request.into())
                 .await?
+                .map(ChatResult::from)
                 .map_err(v2_error)),
             Bindings::V1(b) => {
                 // The host refused what 0.1.0 cannot carry (`extra`) before.
-                let request = v1::exports::switchyard::plugin::backend::ChatRequest {
-                    model: request.model,
-                    messages: request
-                        .messages
-                        .into_iter()
-                        .map(|m| v1::exports::switchyard::plugin::backend::Message {
-                            role: m.role,
-                            content: m.content,
-                        })
-                        .collect(),
-                    max_tokens: request.max_tokens,
-                    temperature: request.temperature,
-                    top_p: request.top_p,
-                    seed: request.seed,
-                    stop: request.stop,
-                };
-                let result = b.switchyard_plugin_backend().call_chat(s, &request).await?;
-                Ok(result.map(|r| ChatResult {
-                    finish_reason: match r.finish_reason {
-                        v1::exports::switchyard::plugin::backend::FinishReason::Stop => {
-                            FinishReason::Stop
-                        }
-                        v1::exports::switchyard::plugin::backend::FinishReason::Length => {
-                            FinishReason::Length
-                        }
-                    },
-                    prompt_tokens: r.prompt_tokens,
-                    completion_tokens: r.completion_tokens,
-                    choices: None,
-                }))
+                let result = b
+                    .switchyard_plugin_backend()
+                    .call_chat(s, &request.into())
+                    .await?;
+                Ok(result.map(ChatResult::from))
             }
         })
         .await

@@ -1,0 +1,175 @@
+//! The host's own chat types: all that inference and the HTTP layer see of
+//! a backend's calls. The WIT bindings' types stay inside `plugin::backend`
+//! and are converted here, so an interface version changes nothing above.
+
+use crate::plugin::bindings::v0_1_0::model::exports::switchyard::plugin::backend as v1;
+use crate::plugin::bindings::v0_2_0::model::exports::switchyard::plugin::backend as v2;
+
+/// A model a backend serves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelInfo {
+    /// Its id, as clients name it.
+    pub id: String,
+    /// Who owns it, as `/v1/models` shows.
+    pub owned_by: String,
+    /// Unix seconds.
+    pub created: u64,
+}
+
+/// One chat message.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Message {
+    /// `system`, `user`, `assistant` or `tool`.
+    pub role: String,
+    /// Its text.
+    pub content: String,
+    /// Its other OpenAI fields (tool calls, …) as JSON, passed through.
+    pub extra: Option<String>,
+}
+
+/// A chat request, as a backend gets it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChatRequest {
+    /// The model asked for.
+    pub model: String,
+    /// The conversation.
+    pub messages: Vec<Message>,
+    /// Most tokens to generate.
+    pub max_tokens: Option<u32>,
+    /// Sampling temperature.
+    pub temperature: Option<f32>,
+    /// Nucleus sampling.
+    pub top_p: Option<f32>,
+    /// Sampling seed.
+    pub seed: Option<u64>,
+    /// Stop sequences.
+    pub stop: Vec<String>,
+    /// Whether the client streams the reply.
+    pub streamed: bool,
+    /// The request's other OpenAI fields (tools, `response_format`, …) as
+    /// JSON, passed through.
+    pub extra: Option<String>,
+}
+
+/// Why generation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinishReason {
+    /// A natural end or a stop sequence.
+    Stop,
+    /// `max_tokens` reached.
+    Length,
+    /// The model called tools.
+    ToolCalls,
+    /// Withheld by a content filter.
+    ContentFilter,
+}
+
+/// How a chat call ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChatResult {
+    /// Why it ended.
+    pub finish_reason: FinishReason,
+    /// Tokens in the prompt.
+    pub prompt_tokens: u32,
+    /// Tokens generated.
+    pub completion_tokens: u32,
+    /// Whole choices as JSON, when the backend gave them.
+    pub choices: Option<String>,
+}
+
+impl From<v1::ModelInfo> for ModelInfo {
+    fn from(m: v1::ModelInfo) -> Self {
+        ModelInfo {
+            id: m.id,
+            owned_by: m.owned_by,
+            created: m.created,
+        }
+    }
+}
+
+impl From<v2::ModelInfo> for ModelInfo {
+    fn from(m: v2::ModelInfo) -> Self {
+        ModelInfo {
+            id: m.id,
+            owned_by: m.owned_by,
+            created: m.created,
+        }
+    }
+}
+
+impl From<ChatRequest> for v2::ChatRequest {
+    fn from(r: ChatRequest) -> Self {
+        v2::ChatRequest {
+            model: r.model,
+            messages: r
+                .messages
+                .into_iter()
+                .map(|m| v2::Message {
+                    role: m.role,
+                    content: m.content,
+                    extra: m.extra,
+                })
+                .collect(),
+            max_tokens: r.max_tokens,
+            temperature: r.temperature,
+            top_p: r.top_p,
+            seed: r.seed,
+            stop: r.stop,
+            streamed: r.streamed,
+            extra: r.extra,
+        }
+    }
+}
+
+/// 0.1.0 carries no `extra`: the host refuses requests that use it before
+/// they reach such a backend.
+impl From<ChatRequest> for v1::ChatRequest {
+    fn from(r: ChatRequest) -> Self {
+        v1::ChatRequest {
+            model: r.model,
+            messages: r
+                .messages
+                .into_iter()
+                .map(|m| v1::Message {
+                    role: m.role,
+                    content: m.content,
+                })
+                .collect(),
+            max_tokens: r.max_tokens,
+            temperature: r.temperature,
+            top_p: r.top_p,
+            seed: r.seed,
+            stop: r.stop,
+        }
+    }
+}
+
+impl From<v2::ChatResult> for ChatResult {
+    fn from(r: v2::ChatResult) -> Self {
+        ChatResult {
+            finish_reason: match r.finish_reason {
+                v2::FinishReason::Stop => FinishReason::Stop,
+                v2::FinishReason::Length => FinishReason::Length,
+                v2::FinishReason::ToolCalls => FinishReason::ToolCalls,
+                v2::FinishReason::ContentFilter => FinishReason::ContentFilter,
+            },
+            prompt_tokens: r.prompt_tokens,
+            completion_tokens: r.completion_tokens,
+            choices: r.choices,
+        }
+    }
+}
+
+impl From<v1::ChatResult> for ChatResult {
+    fn from(r: v1::ChatResult) -> Self {
+        ChatResult {
+            finish_reason: match r.finish_reason {
+                v1::FinishReason::Stop => FinishReason::Stop,
+                v1::FinishReason::Length => FinishReason::Length,
+            },
+            prompt_tokens: r.prompt_tokens,
+            completion_tokens: r.completion_tokens,
+            choices: None,
+        }
+    }
+}
