@@ -25,18 +25,8 @@ impl Plugins {
             .await
     }
 
-    /// Checks a filter configuration (e.g. that its regexes compile).
-    pub async fn validate_filter(
-        self: &Arc<Self>,
-        name: &str,
-        team: &str,
-        config: FilterConfig,
-    ) -> Result<(), PluginError> {
-        let plugin = self.get_kind(name, Kind::EventFilter)?;
-        self.validate_filter_on(plugin, team, config).await
-    }
-
-    /// [`Plugins::validate_filter`] with a given plugin, loaded or not.
+    /// Checks a filter configuration (e.g. that its regexes compile) with
+    /// `plugin`, loaded or not.
     pub async fn validate_filter_on(
         self: &Arc<Self>,
         plugin: Arc<Plugin>,

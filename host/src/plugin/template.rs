@@ -25,22 +25,9 @@ impl Plugins {
             .await
     }
 
-    /// Checks `template` against the variable names `known`, with the plugin
-    /// `name`; returns the names it uses.
-    pub async fn validate_template(
-        self: &Arc<Self>,
-        name: &str,
-        team: &str,
-        template: String,
-        known: Vec<String>,
-    ) -> Result<Vec<String>, PluginError> {
-        let plugin = self.get_kind(name, Kind::PayloadTemplate)?;
-        self.validate_template_on(plugin, team, template, known)
-            .await
-    }
-
-    /// [`Plugins::validate_template`] with a given plugin, loaded or not
-    /// (a replacement being checked before it is swapped in).
+    /// Checks `template` against the variable names `known` with `plugin`,
+    /// loaded or not (a replacement being checked before it is swapped in);
+    /// returns the names it uses.
     pub async fn validate_template_on(
         self: &Arc<Self>,
         plugin: Arc<Plugin>,
