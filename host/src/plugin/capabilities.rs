@@ -61,8 +61,14 @@ pub fn check(kind: Kind, bytes: &[u8]) -> Result<Vec<String>, String> {
         }
         Kind::ModelBackend => "they reach the network only through wasi:http, to the hosts granted",
     };
+    // StarlingMonkey links wasi:http for fetch() unless told not to.
+    let hint = if kind != Kind::ModelBackend && denied.iter().any(|i| i.starts_with("wasi:http/")) {
+        "; a JavaScript component built by jco: add `--disable http fetch-event` to `jco componentize`"
+    } else {
+        ""
+    };
     Err(format!(
-        "plugins of kind {kind} may not import {}; remove those imports ({why})",
+        "plugins of kind {kind} may not import {}; remove those imports ({why}){hint}",
         denied.join(", ")
     ))
 }
@@ -124,6 +130,17 @@ fn allowed(kind: Kind, import: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_template_importing_wasi_http_is_refused_with_the_jco_flag_that_drops_it() {
+        // model-openai imports wasi:http, as a jco build without the flag does.
+        let path = format!("{}/model_openai.wasm", env!("SWITCHYARD_PLUGIN_BUILD_DIR"));
+        let bytes = std::fs::read(path).unwrap();
+        let err = check(Kind::PayloadTemplate, &bytes).unwrap_err();
+        assert!(err.contains("wasi:http/outgoing-handler"), "{err}");
+        assert!(err.contains("--disable http fetch-event"), "{err}");
+        assert!(check(Kind::ModelBackend, &bytes).is_ok());
+    }
 
     #[test]
     fn only_components_are_read() {
