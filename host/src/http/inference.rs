@@ -17,9 +17,9 @@ use crate::error::{Error, Result};
 use crate::groups::{self, Role};
 use crate::ids;
 use crate::inference::Running;
+use crate::inference::backend::{ChatResult, ModelInfo, Piece};
 use crate::inference::usage::{self, Account};
 use crate::inference::wire::{self, CompletionRequest, Header};
-use crate::plugin::backend::{ModelInfo, Piece};
 use crate::projects;
 
 /// The project headers: ours (the spec's) and the one the `openai` SDK sends
@@ -125,9 +125,7 @@ async fn whole(
     Ok(axum::Json(header.completion(text, &result)).into_response())
 }
 
-async fn finished(
-    done: tokio::sync::oneshot::Receiver<Result<crate::plugin::backend::ChatResult>>,
-) -> Result<crate::plugin::backend::ChatResult> {
+async fn finished(done: tokio::sync::oneshot::Receiver<Result<ChatResult>>) -> Result<ChatResult> {
     done.await
         .map_err(|_| Error::Unavailable("the inference job was dropped; retry".into()))?
 }
@@ -252,7 +250,7 @@ impl Chunks {
         .await
     }
 
-    async fn finish(&mut self, outcome: Result<crate::plugin::backend::ChatResult>) -> Sent {
+    async fn finish(&mut self, outcome: Result<ChatResult>) -> Sent {
         let last = std::mem::take(&mut self.pending);
         match outcome {
             Ok(result) => {

@@ -1,7 +1,9 @@
 //! Inference: model backends behind the OpenAI-compatible API.
 //!
-//! - the backends themselves (wasmtime instances, egress, second
-//!   instances) are plugins: [`crate::plugin::backend`].
+//! - [`backend`]: the one trait inference calls backends through, and the
+//!   request and response types it speaks. The backends themselves
+//!   (wasmtime instances, egress, second instances) are plugins:
+//!   [`crate::plugin::backend`].
 //! - [`wire`]: the chat-completions request and response formats.
 //! - [`usage`]: token accounting per team, project, key, model and day.
 //! - [`pull`]: fetching the default model.
@@ -10,6 +12,7 @@
 //! means 429), and at most `per_project_concurrency` requests of one project
 //! are running or queued at once.
 
+pub mod backend;
 pub mod pull;
 pub mod usage;
 pub mod wire;
@@ -21,10 +24,9 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
+use self::backend::{CallError, ChatRequest, ChatResult, ModelBackend, ModelInfo, Piece};
 use self::usage::Account;
-use crate::plugin::backend::{
-    Backend, CallError, ChatRequest, ChatResult, Instances, ModelInfo, Piece, Setup,
-};
+use crate::plugin::backend::{Backend, Instances, Setup};
 use wasmtime_wasi::FsPerms;
 
 use crate::cfg::{Config, UpstreamConfig};
@@ -49,9 +51,9 @@ const OPENAI_WASM: &[u8] = include_bytes!(concat!(
 
 /// The inference service.
 pub struct Inference {
-    backends: Vec<Arc<Backend>>,
+    backends: Vec<Route>,
     /// Model id → the backend serving it.
-    routes: HashMap<String, Arc<Backend>>,
+    routes: HashMap<String, Route>,
     /// Backends that failed to load, with why: for the system check and for
     /// requests naming their models.
     missing: Vec<(String, String)>,
@@ -65,6 +67,9 @@ pub struct Inference {
     /// Where operators' backend plugins are loaded.
     plugins: Arc<Plugins>,
 }
+
+/// A backend as inference holds it.
+type Route = Arc<dyn ModelBackend>;
 
 /// A chat request under way: what is generated as it comes, then the outcome.
 pub struct Running {
@@ -143,7 +148,7 @@ impl Inference {
         inference
     }
 
-    fn add(&mut self, backend: Arc<Backend>, models: Vec<ModelInfo>) {
+    fn add(&mut self, backend: Route, models: Vec<ModelInfo>) {
         for model in models {
             if self.routes.contains_key(&model.id) {
                 tracing::warn!(model = %model.id, "served by two backends; the first one wins");
@@ -169,11 +174,10 @@ impl Inference {
         }
         let mut backends = self.backends.clone();
         let plugins = self.plugins.list();
-        backends.extend(
-            plugins
-                .iter()
-                .filter_map(|p| Some(p.served()?.backend.clone())),
-        );
+        backends.extend(plugins.iter().filter_map(|p| {
+            let backend: Route = p.served()?.backend.clone();
+            Some(backend)
+        }));
         self.queue
             .run(async move {
                 for backend in backends {
@@ -252,7 +256,7 @@ impl Inference {
     }
 
     /// The backend serving `model` (and its plugin, if it is one).
-    fn route(&self, model: &str) -> Result<(Arc<Backend>, Option<Arc<Plugin>>)> {
+    fn route(&self, model: &str) -> Result<(Route, Option<Arc<Plugin>>)> {
         if let Some(backend) = self.routes.get(model) {
             return Ok((backend.clone(), None));
         }
@@ -353,7 +357,7 @@ fn proxy(upstream: &UpstreamConfig) -> std::result::Result<Setup, String> {
     );
     Ok(Setup {
         instances: Instances::PerTeam,
-        ..Setup::granted(name, &grant, &limits)?
+        ..Setup::granted(name, &grant, &limits).map_err(|e| e.to_string())?
     })
 }
 

@@ -7,8 +7,8 @@
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::backend::{ChatRequest, ChatResult, FinishReason, Message};
 use crate::error::{Error, Result};
-use crate::plugin::backend::{ChatRequest, ChatResult, FinishReason, Message};
 
 /// Most stop sequences OpenAI accepts.
 const MAX_STOPS: usize = 4;

@@ -3,13 +3,13 @@
 
 use std::time::Instant;
 
-use wasmtime::{Store, Trap, UpdateDeadline};
+use wasmtime::{Store, Trap};
 
 use super::bindings::v0_1_0::{filter, template};
 use super::engine::Runtime;
 use super::registry::{Plugin, Pre};
-use super::state::{Capture, State};
-use super::{Kind, Limits, PluginError};
+use super::state::{Pace, State, arm};
+use super::{Kind, Limits, LoadError, PluginError};
 
 /// An instance of a template or filter plugin, with its store.
 pub struct Live {
@@ -25,28 +25,14 @@ pub enum Bound {
     Filter(filter::EventFilter),
 }
 
-/// A store for an instance of `plugin`, with its memory cap.
+/// A store for an instance of `plugin`, with its memory cap and CPU budget.
 pub fn new_store(runtime: &Runtime, plugin: &Plugin) -> Store<State> {
-    let mut store = Store::new(&runtime.engine, State::new(plugin.limits.memory_bytes));
-    store.limiter(|state| &mut state.limiter);
-    arm(&mut store, plugin);
-    store
+    let state = State::new(plugin.limits.memory_bytes);
+    super::state::new_store(&runtime.engine, state, pace(plugin))
 }
 
-/// Gives `store` a call's CPU budget. Each CPU tick also yields to the async
-/// executor, so a busy plugin cannot starve the host's other work.
-fn arm(store: &mut Store<State>, plugin: &Plugin) {
-    let budget = plugin.limits.cpu_ticks();
-    let mut used = 0;
-    store.set_epoch_deadline(1);
-    store.epoch_deadline_callback(move |_| {
-        used += 1;
-        Ok(if used >= budget {
-            UpdateDeadline::Interrupt
-        } else {
-            UpdateDeadline::Yield(1)
-        })
-    });
+fn pace(plugin: &Plugin) -> Pace {
+    Pace::Budget(plugin.limits.cpu_ticks())
 }
 
 async fn instantiate(plugin: &Plugin, store: &mut Store<State>) -> wasmtime::Result<Bound> {
@@ -73,8 +59,7 @@ where
     let started = Instant::now();
     let (mut store, mut bound, calls) = match plugin.warm.take(team) {
         Some((Live { mut store, bound }, calls)) => {
-            arm(&mut store, plugin);
-            store.data_mut().limiter.exceeded = false;
+            arm(&mut store, pace(plugin));
             (store, Some(bound), calls)
         }
         None => (new_store(runtime, plugin), None, 0),
@@ -89,17 +74,13 @@ where
     })
     .await;
     drop(ticking);
-    let state = store.data();
-    let stderr = log_output(&plugin.id(), &state.stdout, &state.stderr);
+    let stderr = log_output(&plugin.id(), store.data());
     let result = match outcome {
         Err(_) => Err(plugin.failed(format!(
             "did not finish within {} ms",
             plugin.limits.timeout_ms
         ))),
-        Ok(Err(trap)) => Err(with_stderr(
-            classify(plugin, &trap, store.data().limiter.exceeded),
-            &stderr,
-        )),
+        Ok(Err(trap)) => Err(plugin.failed(failure(&trap, store.data(), &plugin.limits, &stderr))),
         Ok(Ok(result)) => {
             if let Some(bound) = bound {
                 plugin.warm.keep(team, Live { store, bound }, calls + 1);
@@ -119,10 +100,6 @@ where
         tracing::warn!(plugin = %plugin.id(), error = %result.as_ref().err().unwrap(), "plugin call failed");
     }
     result
-}
-
-fn classify(plugin: &Plugin, error: &wasmtime::Error, memory_exceeded: bool) -> PluginError {
-    plugin.failed(what_failed(error, memory_exceeded, &plugin.limits))
 }
 
 /// What went wrong in a call that ended with `error`, in words for the
@@ -146,20 +123,15 @@ pub fn what_failed(error: &wasmtime::Error, memory_exceeded: bool, limits: &Limi
 /// How much of a failed call's stderr its error carries.
 const STDERR_TAIL: usize = 2048;
 
-/// A failure with the end of what the plugin wrote to stderr, so that a
-/// panic's message or a Python traceback reaches its author.
-fn with_stderr(error: PluginError, stderr: &[u8]) -> PluginError {
-    match error {
-        PluginError::Failed { plugin, what } => PluginError::Failed {
-            plugin,
-            what: with_stderr_tail(what, stderr),
-        },
-        other => other,
-    }
+/// What went wrong in a call of an instance with `state` that ended with
+/// `error`, followed by the end of its `stderr` so that a panic's message or
+/// a Python traceback reaches its author.
+pub fn failure(error: &wasmtime::Error, state: &State, limits: &Limits, stderr: &[u8]) -> String {
+    with_stderr_tail(what_failed(error, state.limiter.exceeded, limits), stderr)
 }
 
 /// `what`, followed by the end of `stderr` when there is any.
-pub fn with_stderr_tail(what: String, stderr: &[u8]) -> String {
+fn with_stderr_tail(what: String, stderr: &[u8]) -> String {
     let text = String::from_utf8_lossy(stderr);
     let text = text.trim_end();
     if text.is_empty() {
@@ -175,8 +147,8 @@ pub fn with_stderr_tail(what: String, stderr: &[u8]) -> String {
 
 /// Logs what a call of `plugin` (`name@version`) printed, under its name;
 /// returns its stderr. Every plugin kind's output goes through here.
-pub fn log_output(plugin: &str, stdout: &Capture, stderr: &Capture) -> Vec<u8> {
-    let (stdout, stderr) = (stdout.take(), stderr.take());
+pub fn log_output(plugin: &str, state: &State) -> Vec<u8> {
+    let (stdout, stderr) = (state.stdout.take(), state.stderr.take());
     for (stream, text) in [("stdout", &stdout), ("stderr", &stderr)] {
         if !text.is_empty() {
             tracing::info!(plugin = %plugin, stream, output = %String::from_utf8_lossy(text).trim_end(), "plugin output");
@@ -191,13 +163,15 @@ pub fn prepare(
     runtime: &Runtime,
     kind: Kind,
     component: &wasmtime::component::Component,
-) -> Result<Pre, String> {
+) -> Result<Pre, LoadError> {
     let instance_pre = runtime
         .linker
         .instantiate_pre(component)
-        .map_err(|e| format!("its imports cannot be satisfied: {e:#}"))?;
-    let world = |e: wasmtime::Error| {
-        format!("it does not implement the {kind} world of switchyard:plugin@0.1.0: {e:#}")
+        .map_err(|e| LoadError::Unlinkable(format!("{e:#}")))?;
+    let world = |e: wasmtime::Error| LoadError::WrongWorld {
+        kind,
+        versions: "0.1.0",
+        detail: format!("{e:#}"),
     };
     Ok(match kind {
         Kind::PayloadTemplate => {
@@ -205,7 +179,9 @@ pub fn prepare(
         }
         Kind::EventFilter => Pre::Filter(filter::EventFilterPre::new(instance_pre).map_err(world)?),
         Kind::ModelBackend => {
-            return Err("model backends are loaded by the inference service".into());
+            return Err(LoadError::Host(
+                "model backends are loaded by the inference service".into(),
+            ));
         }
     })
 }

@@ -7,7 +7,7 @@
 //! arguments and no network, so the filesystem imports Rust's std pulls in find
 //! nothing to open.
 
-use super::Kind;
+use super::{Kind, LoadError};
 
 /// WASI interfaces any plugin may import (`*` allows the whole package).
 const BASE: &[&str] = &[
@@ -49,46 +49,49 @@ fn extra(kind: Kind) -> &'static [&'static str] {
 /// The component's imports, or why its kind may not have them (or why
 /// `bytes` is not a component). Reads the binary without compiling it, so
 /// a refusal comes before the compile's seconds and leaves no cache entry.
-pub fn check(kind: Kind, bytes: &[u8]) -> Result<Vec<String>, String> {
+pub fn check(kind: Kind, bytes: &[u8]) -> Result<Vec<String>, LoadError> {
     let imports = imports(bytes)?;
     let denied = disallowed_imports(kind, imports.iter().map(String::as_str));
     if denied.is_empty() {
         return Ok(imports);
     }
-    let why = match kind {
+    Err(LoadError::Refused {
+        kind,
+        imports: denied,
+    })
+}
+
+/// Why a kind may not have what it was refused.
+pub fn why_refused(kind: Kind) -> &'static str {
+    match kind {
         Kind::PayloadTemplate | Kind::EventFilter => {
             "they get no network (sockets are linked but every use is denied) and no host access beyond WASI basics"
         }
         Kind::ModelBackend => "they reach the network only through wasi:http, to the hosts granted",
-    };
+    }
+}
+
+/// How to build without `refused`, where we know.
+pub fn hint(kind: Kind, refused: &[String]) -> &'static str {
     // StarlingMonkey links wasi:http for fetch() unless told not to.
-    let hint = if kind != Kind::ModelBackend && denied.iter().any(|i| i.starts_with("wasi:http/")) {
+    if kind != Kind::ModelBackend && refused.iter().any(|i| i.starts_with("wasi:http/")) {
         "; a JavaScript component built by jco: add `--disable http fetch-event` to `jco componentize`"
     } else {
         ""
-    };
-    Err(format!(
-        "plugins of kind {kind} may not import {}; remove those imports ({why}){hint}",
-        denied.join(", ")
-    ))
+    }
 }
 
 /// The names a component imports at its top level (not its inner modules').
-fn imports(bytes: &[u8]) -> Result<Vec<String>, String> {
+fn imports(bytes: &[u8]) -> Result<Vec<String>, LoadError> {
     use wasmparser::{Encoding, Parser, Payload};
-    let invalid =
-        |e: wasmparser::BinaryReaderError| format!("it is not a valid WebAssembly component: {e}");
+    let invalid = |e: wasmparser::BinaryReaderError| LoadError::NotAComponent(e.to_string());
     let mut names = Vec::new();
     // Inner modules and components each end with their own `End`.
     let mut depth = 0usize;
     for payload in Parser::new(0).parse_all(bytes) {
         match payload.map_err(invalid)? {
             Payload::Version { encoding, .. } if depth == 0 && encoding != Encoding::Component => {
-                return Err(
-                    "it is a core WebAssembly module, not a component; build it as a component \
-                     (cargo build --target wasm32-wasip2, or wasm-tools component new)"
-                        .into(),
-                );
+                return Err(LoadError::CoreModule);
             }
             Payload::ModuleSection { .. } | Payload::ComponentSection { .. } => depth += 1,
             Payload::End(_) if depth > 0 => depth -= 1,
@@ -137,6 +140,15 @@ mod tests {
         let path = format!("{}/model_openai.wasm", env!("SWITCHYARD_PLUGIN_BUILD_DIR"));
         let bytes = std::fs::read(path).unwrap();
         let err = check(Kind::PayloadTemplate, &bytes).unwrap_err();
+        let LoadError::Refused { kind, imports } = &err else {
+            panic!("refused for its imports, not {err:?}");
+        };
+        assert_eq!(*kind, Kind::PayloadTemplate);
+        assert!(
+            imports.iter().any(|i| i.starts_with("wasi:http/")),
+            "{imports:?}"
+        );
+        let err = err.to_string();
         assert!(err.contains("wasi:http/outgoing-handler"), "{err}");
         assert!(err.contains("--disable http fetch-event"), "{err}");
         assert!(check(Kind::ModelBackend, &bytes).is_ok());
@@ -146,8 +158,12 @@ mod tests {
     fn only_components_are_read() {
         let core_module = b"\0asm\x01\0\0\0";
         let err = check(Kind::PayloadTemplate, core_module).unwrap_err();
+        assert_eq!(err, LoadError::CoreModule);
+        let err = err.to_string();
         assert!(err.contains("core WebAssembly module"), "{err}");
-        let err = check(Kind::PayloadTemplate, b"not wasm").unwrap_err();
+        let err = check(Kind::PayloadTemplate, b"not wasm")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("not a valid WebAssembly component"), "{err}");
         // An empty component imports nothing, and may.
         let empty_component = b"\0asm\x0d\0\x01\0";

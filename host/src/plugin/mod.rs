@@ -83,6 +83,68 @@ impl FromStr for Kind {
     }
 }
 
+/// Why a component could not be loaded, worded for its author: the
+/// sentence follows "cannot load plugin name@version: ".
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum LoadError {
+    /// The bytes are not a WebAssembly component.
+    #[error("it is not a valid WebAssembly component: {0}")]
+    NotAComponent(String),
+    /// A core module where a component was expected.
+    #[error(
+        "it is a core WebAssembly module, not a component; build it as a component \
+         (cargo build --target wasm32-wasip2, or wasm-tools component new)"
+    )]
+    CoreModule,
+    /// It imports what its kind may not have (checked before compiling).
+    #[error(
+        "plugins of kind {kind} may not import {}; remove those imports ({}){}",
+        imports.join(", "),
+        capabilities::why_refused(*kind),
+        capabilities::hint(*kind, imports)
+    )]
+    Refused {
+        /// Its kind.
+        kind: Kind,
+        /// The imports refused.
+        imports: Vec<String>,
+    },
+    /// A model backend imports `wasi:http` but was granted no hosts.
+    #[error(
+        "it imports {} but is granted no network; list the hosts it may call in allow_hosts",
+        .0.join(", ")
+    )]
+    NoNetworkGranted(Vec<String>),
+    /// The linker cannot satisfy its imports.
+    #[error("its imports cannot be satisfied: {0}")]
+    Unlinkable(String),
+    /// It does not export its kind's world.
+    #[error("it does not implement the {kind} world of switchyard:plugin@{versions}: {detail}")]
+    WrongWorld {
+        /// The kind it was loaded as.
+        kind: Kind,
+        /// The WIT versions accepted, e.g. "0.2.0 or @0.1.0".
+        versions: &'static str,
+        /// wasmtime's words.
+        detail: String,
+    },
+    /// Its limits are out of range.
+    #[error("{0}")]
+    Limits(String),
+    /// Its grant names a credential the host does not have.
+    #[error("the environment variable {0} (api_key_env) is not set on the host")]
+    MissingCredential(String),
+    /// A model backend that failed to start or to list its models.
+    #[error("{0}")]
+    DidNotStart(String),
+    /// A model backend that serves no models.
+    #[error("it lists no models; list-models must return at least one")]
+    NoModels,
+    /// The host failed while compiling it: a bug or a broken engine.
+    #[error("{0}")]
+    Host(String),
+}
+
 /// Why a plugin could not be loaded or called. Every message names the plugin
 /// and its version.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -116,12 +178,12 @@ pub enum PluginError {
         kind: Kind,
     },
     /// The component could not be loaded.
-    #[error("cannot load plugin {plugin}: {message}")]
+    #[error("cannot load plugin {plugin}: {why}")]
     Load {
         /// `name@version`.
         plugin: String,
         /// Why.
-        message: String,
+        why: LoadError,
     },
     /// The plugin would clash with what is already served.
     #[error("{0}")]

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use super::backend::{Backend, ModelInfo, Setup};
 use super::manifest::BackendGrant;
 use super::registry::{Plugin, Plugins, Pre};
-use super::{Limits, PluginError};
+use super::{Limits, LoadError, PluginError};
 
 /// A loaded model backend and the models it serves.
 pub struct Served {
@@ -52,21 +52,21 @@ impl Plugins {
         grant: &BackendGrant,
         limits: &Limits,
         bytes: Vec<u8>,
-    ) -> Result<(String, Served), String> {
+    ) -> Result<(String, Served), LoadError> {
         let setup = Setup::granted(id.to_string(), grant, limits)?;
         let runtime = self.runtime.clone();
         let (sha256, backend) = tokio::task::spawn_blocking(move || {
-            let backend = Backend::load(setup, &bytes, &runtime).map_err(|e| format!("{e:#}"))?;
-            Ok::<_, String>((super::engine::content_hash(&bytes), backend))
+            let backend = Backend::load(setup, &bytes, &runtime)?;
+            Ok::<_, LoadError>((super::engine::content_hash(&bytes), backend))
         })
         .await
-        .map_err(|e| format!("compilation crashed: {e}"))??;
+        .map_err(|e| LoadError::Host(format!("compilation crashed: {e}")))??;
         let models = backend
             .models()
             .await
-            .map_err(|e| format!("listing its models failed: {e}"))?;
+            .map_err(|e| LoadError::DidNotStart(format!("listing its models failed: {e}")))?;
         if models.is_empty() {
-            return Err("it lists no models; list-models must return at least one".into());
+            return Err(LoadError::NoModels);
         }
         Ok((sha256, Served { backend, models }))
     }

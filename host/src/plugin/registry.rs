@@ -21,7 +21,7 @@ use super::engine::{Runtime, content_hash};
 use super::manifest::BackendGrant;
 use super::state::State;
 use super::warm::Warm;
-use super::{Kind, Limits, PluginError};
+use super::{Kind, Limits, LoadError, PluginError};
 use crate::cfg::QueueConfig;
 use crate::queue::WorkQueue;
 
@@ -297,14 +297,16 @@ impl Plugins {
 
     async fn build(&self, spec: Spec) -> Result<Plugin, PluginError> {
         let id = format!("{}@{}", spec.name, spec.version);
-        let load_error = |message: String| PluginError::Load {
+        let load_error = |why: LoadError| PluginError::Load {
             plugin: id.clone(),
-            message,
+            why,
         };
         let limits = spec
             .limits
             .unwrap_or_else(|| Limits::default_for(spec.kind));
-        limits.validate().map_err(load_error)?;
+        limits
+            .validate()
+            .map_err(|e| load_error(LoadError::Limits(e)))?;
         let kind = spec.kind;
         let size_bytes = spec.bytes.len();
         let (sha256, pre) = if kind == Kind::ModelBackend {
@@ -324,16 +326,16 @@ impl Plugins {
                 let cached = runtime.is_cached(&bytes);
                 let component = runtime
                     .compile(&bytes)
-                    .map_err(|e| format!("it is not a valid WebAssembly component: {e:#}"))?;
+                    .map_err(|e| LoadError::NotAComponent(format!("{e:#}")))?;
                 let pre = super::call::prepare(&runtime, kind, &component).inspect_err(|_| {
                     if !cached {
                         runtime.forget(&bytes);
                     }
                 })?;
-                Ok::<_, String>((content_hash(&bytes), pre))
+                Ok::<_, LoadError>((content_hash(&bytes), pre))
             })
             .await
-            .map_err(|e| load_error(format!("compilation crashed: {e}")))?
+            .map_err(|e| load_error(LoadError::Host(format!("compilation crashed: {e}"))))?
             .map_err(load_error)?
         };
         Ok(Plugin {

@@ -4,14 +4,13 @@
 //! unknown state, so that instance is dropped and the next call starts a
 //! fresh one.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{Mutex, mpsc};
-use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
+use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Engine, Store};
-use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi::{WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use crate::plugin::bindings::v0_1_0::model as v1;
@@ -19,12 +18,12 @@ use crate::plugin::bindings::v0_1_0::model_parallel::{
     ModelBackendParallel, ModelBackendParallelPre,
 };
 use crate::plugin::bindings::v0_2_0::model as v2;
-use crate::plugin::call::{log_output, what_failed, with_stderr_tail};
+use crate::plugin::call::{failure, log_output};
 use crate::plugin::engine::{Runtime, compile_cached, model_engine};
 use crate::plugin::manifest::BackendGrant;
-use crate::plugin::state::{Capture, MemoryLimiter};
+use crate::plugin::state::{Pace, Preopen, State, arm, new_store};
 use crate::plugin::warm::{HOST, Warm};
-use crate::plugin::{Kind, Limits, capabilities};
+use crate::plugin::{Kind, Limits, LoadError, capabilities};
 
 pub mod chat;
 pub mod egress;
@@ -66,7 +65,7 @@ pub struct Setup {
     /// Environment variables: the backend's configuration.
     pub env: Vec<(String, String)>,
     /// Host directories preopened at guest paths.
-    pub preopens: Vec<(PathBuf, String, FsPerms)>,
+    pub preopens: Vec<Preopen>,
     /// `wasi:http` access, if any.
     pub egress: Option<Egress>,
     /// Memory cap of the instance.
@@ -103,11 +102,15 @@ impl Setup {
     /// The setup an operator's grant describes: its environment, its
     /// network allow-list with the credential read from the host's
     /// environment now, no files, and `limits`' memory cap and timeout.
-    pub fn granted(name: String, grant: &BackendGrant, limits: &Limits) -> Result<Setup, String> {
+    pub fn granted(
+        name: String,
+        grant: &BackendGrant,
+        limits: &Limits,
+    ) -> Result<Setup, LoadError> {
         let bearer = match &grant.api_key_env {
-            Some(var) => Some(std::env::var(var).map_err(|_| {
-                format!("the environment variable {var} (api_key_env) is not set on the host")
-            })?),
+            Some(var) => {
+                Some(std::env::var(var).map_err(|_| LoadError::MissingCredential(var.clone()))?)
+            }
             None => None,
         };
         let egress = (!grant.allow_hosts.is_empty()).then(|| Egress {
@@ -132,11 +135,9 @@ impl Setup {
     }
 }
 
-/// Store data of a backend instance.
+/// Store data of a backend instance: every kind's, and `wasi:http`.
 pub struct BackendState {
-    wasi: WasiCtx,
-    table: ResourceTable,
-    limiter: MemoryLimiter,
+    base: State,
     http: WasiHttpCtx,
     egress: Egress,
     /// Where `output` sends what is generated during a chat call.
@@ -145,17 +146,17 @@ pub struct BackendState {
     parallel: Option<Parallel>,
     /// In a second instance, during a task: where `parallel.send` goes.
     parts: Option<parallel::Parts>,
-    /// What it prints, logged after each call under its name.
-    stdout: Capture,
-    stderr: Capture,
+}
+
+impl AsMut<State> for BackendState {
+    fn as_mut(&mut self) -> &mut State {
+        &mut self.base
+    }
 }
 
 impl WasiView for BackendState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView {
-            ctx: &mut self.wasi,
-            table: &mut self.table,
-        }
+        self.base.ctx()
     }
 }
 
@@ -163,7 +164,7 @@ impl WasiHttpView for BackendState {
     fn http(&mut self) -> WasiHttpCtxView<'_> {
         WasiHttpCtxView {
             ctx: &mut self.http,
-            table: &mut self.table,
+            table: &mut self.base.table,
             hooks: &mut self.egress,
         }
     }
@@ -239,7 +240,7 @@ impl parallel::Worker for SecondInstance {
         task: Vec<u8>,
         parts: parallel::Parts,
     ) -> Result<parallel::Reply, String> {
-        self.store.set_epoch_deadline(1);
+        arm(&mut self.store, Pace::Unbounded);
         self.store.data_mut().parts = Some(parts);
         let worker = self.bindings.switchyard_plugin_worker();
         let _ticking = crate::plugin::engine::Ticking::start();
@@ -306,28 +307,20 @@ impl Backend {
     /// A backend with many instances shares the plugin runtime's pooled
     /// engine, where instantiating is cheap; a long-lived one gets an engine
     /// that allocates its large memory on demand.
-    pub fn load(setup: Setup, bytes: &[u8], runtime: &Runtime) -> anyhow::Result<Arc<Backend>> {
+    pub fn load(setup: Setup, bytes: &[u8], runtime: &Runtime) -> Result<Arc<Backend>, LoadError> {
+        let host = |e: anyhow::Error| LoadError::Host(format!("{e:#}"));
         let engine = match setup.instances {
-            Instances::Single => model_engine()?,
+            Instances::Single => model_engine().map_err(host)?,
             Instances::PerCall | Instances::PerTeam => runtime.engine.clone(),
         };
         check_imports(bytes, setup.egress.is_some())?;
-        let component: Component = compile_cached(&engine, runtime.cache_dir(), bytes)?;
-        let mut linker = Linker::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
-        if setup.egress.is_some() {
-            wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
-        }
-        v1::ModelBackend::add_to_linker::<_, HasSelf<BackendState>>(&mut linker, |s| s)?;
-        v2::ModelBackend::add_to_linker::<_, HasSelf<BackendState>>(&mut linker, |s| s)?;
-        crate::plugin::bindings::v0_1_0::model_parallel::switchyard::plugin::parallel::add_to_linker::<
-            _,
-            HasSelf<BackendState>,
-        >(&mut linker, |s| s)?;
-        let not_a_backend = |e: wasmtime::Error| {
-            anyhow::anyhow!(
-                "it does not implement the model-backend world of switchyard:plugin@0.2.0 or @0.1.0: {e:#}"
-            )
+        let component: Component = compile_cached(&engine, runtime.cache_dir(), bytes)
+            .map_err(|e| LoadError::NotAComponent(format!("{e:#}")))?;
+        let linker = linker(&engine, setup.egress.is_some()).map_err(host)?;
+        let not_a_backend = |e: wasmtime::Error| LoadError::WrongWorld {
+            kind: Kind::ModelBackend,
+            versions: "0.2.0 or @0.1.0",
+            detail: format!("{e:#}"),
         };
         let instance_pre = linker.instantiate_pre(&component).map_err(not_a_backend)?;
         let is_v2 = component
@@ -344,7 +337,8 @@ impl Backend {
         let pre_parallel =
             (setup.instances == Instances::Single && setup.second_instance && exports_worker)
                 .then(|| ModelBackendParallelPre::new(instance_pre))
-                .transpose()?;
+                .transpose()
+                .map_err(not_a_backend)?;
         Ok(Arc::new(Backend {
             setup,
             engine,
@@ -486,17 +480,14 @@ impl Backend {
         ) -> wasmtime::Result<Result<R, GuestError>>,
     ) -> (Result<R, CallError>, bool) {
         live.store.data_mut().output = output;
-        // A kept instance's deadline passed while it sat idle; without a
-        // fresh one the call would yield to tokio before doing anything.
-        live.store.set_epoch_deadline(1);
+        arm(&mut live.store, Pace::Unbounded);
         let ticking = crate::plugin::engine::Ticking::start();
         let outcome =
             tokio::time::timeout(self.setup.timeout, f(&live.bindings, &mut live.store)).await;
         drop(ticking);
         live.store.data_mut().output = None;
         let name = &self.setup.name;
-        let state = live.store.data();
-        let stderr = log_output(name, &state.stdout, &state.stderr);
+        let stderr = log_output(name, &live.store.data().base);
         match outcome {
             Ok(Ok(Ok(value))) => (Ok(value), false),
             Ok(Ok(Err(reported))) => (
@@ -513,10 +504,8 @@ impl Backend {
                     cpu_ms: 0,
                     timeout_ms: self.setup.timeout.as_millis() as u64,
                 };
-                let exceeded = live.store.data().limiter.exceeded;
-                let what = what_failed(&trap, exceeded, &limits);
-                let message = with_stderr_tail(format!("{name}: {what}"), &stderr);
-                (Err(CallError::Failed(message)), true)
+                let what = failure(&trap, &live.store.data().base, &limits, &stderr);
+                (Err(CallError::Failed(format!("{name}: {what}"))), true)
             }
             Err(_) => (
                 Err(CallError::TimedOut(format!(
@@ -554,36 +543,33 @@ impl Backend {
     /// A store for an instance, with the setup's grants and limits.
     fn store(&self) -> anyhow::Result<Store<BackendState>> {
         let setup = &self.setup;
-        let mut wasi = WasiCtx::builder();
-        for (key, value) in &setup.env {
-            wasi.env(key, value);
-        }
-        for (host, guest, perms) in &setup.preopens {
-            std::fs::create_dir_all(host)?;
-            wasi.preopened_dir(host, guest, *perms)?;
-        }
-        let (stdout, stderr) = (Capture::default(), Capture::default());
-        wasi.stdout(stdout.clone()).stderr(stderr.clone());
-        let wasi = wasi.build();
         let state = BackendState {
-            wasi,
-            table: ResourceTable::new(),
-            limiter: MemoryLimiter::new(setup.memory_bytes),
+            base: State::granted(setup.memory_bytes, &setup.env, &setup.preopens)?,
             http: WasiHttpCtx::new(),
             egress: setup.egress.clone().unwrap_or_default(),
             output: None,
             parallel: None,
             parts: None,
-            stdout,
-            stderr,
         };
-        let mut store = Store::new(&self.engine, state);
-        store.limiter(|s| &mut s.limiter);
-        // Yield to tokio every tick: generation is long, and the host must
-        // keep serving meanwhile. Time is bounded by the call's timeout.
-        store.epoch_deadline_async_yield_and_update(1);
-        Ok(store)
+        Ok(new_store(&self.engine, state, Pace::Unbounded))
     }
+}
+
+/// A linker with what backends may import: WASI, our interfaces, and
+/// `wasi:http` when they may use it.
+fn linker(engine: &Engine, http: bool) -> anyhow::Result<Linker<BackendState>> {
+    let mut linker = Linker::new(engine);
+    wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+    if http {
+        wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
+    }
+    v1::ModelBackend::add_to_linker::<_, HasSelf<BackendState>>(&mut linker, |s| s)?;
+    v2::ModelBackend::add_to_linker::<_, HasSelf<BackendState>>(&mut linker, |s| s)?;
+    crate::plugin::bindings::v0_1_0::model_parallel::switchyard::plugin::parallel::add_to_linker::<
+        _,
+        HasSelf<BackendState>,
+    >(&mut linker, |s| s)?;
+    Ok(linker)
 }
 
 /// A 0.2.0 backend's error as the host's one error type.
@@ -597,17 +583,14 @@ fn v2_error(e: v2::switchyard::plugin::types::PluginError) -> GuestError {
 
 /// Refuses imports outside the model-backend kind, and `wasi:http` without an
 /// allow-list to use it with.
-fn check_imports(bytes: &[u8], egress: bool) -> anyhow::Result<()> {
-    let imports = capabilities::check(Kind::ModelBackend, bytes).map_err(anyhow::Error::msg)?;
+fn check_imports(bytes: &[u8], egress: bool) -> Result<(), LoadError> {
+    let imports = capabilities::check(Kind::ModelBackend, bytes)?;
     let http: Vec<String> = imports
         .into_iter()
         .filter(|i| i.starts_with("wasi:http/"))
         .collect();
     if !egress && !http.is_empty() {
-        anyhow::bail!(
-            "it imports {} but is granted no network; list the hosts it may call in allow_hosts",
-            http.join(", ")
-        );
+        return Err(LoadError::NoNetworkGranted(http));
     }
     Ok(())
 }
@@ -671,6 +654,51 @@ mod tests {
             Piece::Text(text) => text,
             other => panic!("a 0.1.0 backend sent {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_grant_naming_an_unset_credential_is_refused_by_name() {
+        let grant = BackendGrant {
+            api_key_env: Some("SWITCHYARD_TEST_NEVER_SET".into()),
+            allow_hosts: vec!["127.0.0.1:9".into()],
+            ..BackendGrant::default()
+        };
+        let limits = Limits::default_for(Kind::ModelBackend);
+        let Err(err) = Setup::granted("b@1".into(), &grant, &limits) else {
+            panic!("an unset credential must be refused");
+        };
+        assert_eq!(
+            err,
+            LoadError::MissingCredential("SWITCHYARD_TEST_NEVER_SET".into())
+        );
+    }
+
+    #[test]
+    fn a_backend_importing_http_without_hosts_is_refused_before_compiling() {
+        let cache = tempfile::tempdir().unwrap();
+        let runtime = Runtime::new(cache.path()).unwrap();
+        let path = format!("{}/model_openai.wasm", env!("SWITCHYARD_PLUGIN_BUILD_DIR"));
+        let setup = Setup {
+            egress: None,
+            ..Setup::granted(
+                "model-openai@1".into(),
+                &BackendGrant::default(),
+                &Limits::default_for(Kind::ModelBackend),
+            )
+            .unwrap()
+        };
+        let Err(err) = Backend::load(setup, &std::fs::read(path).unwrap(), &runtime) else {
+            panic!("a backend that imports wasi:http needs granted hosts");
+        };
+        assert!(
+            matches!(&err, LoadError::NoNetworkGranted(i) if !i.is_empty()),
+            "{err:?}"
+        );
+        assert_eq!(
+            std::fs::read_dir(cache.path()).unwrap().count(),
+            0,
+            "nothing compiled"
+        );
     }
 
     #[tokio::test]

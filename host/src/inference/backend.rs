@@ -1,0 +1,72 @@
+//! What inference needs of a model backend, and nothing more: its models,
+//! its health and a chat call, in the host's own types. The backends the
+//! host runs are wasmtime plugins ([`crate::plugin::backend::Backend`]);
+//! routing, limits, usage and the HTTP layer see only this trait.
+
+use tokio::sync::mpsc;
+
+pub use crate::plugin::backend::{
+    CallError, ChatRequest, ChatResult, FinishReason, Message, ModelInfo, Piece,
+};
+
+/// A model backend as inference calls it.
+#[async_trait::async_trait]
+pub trait ModelBackend: Send + Sync {
+    /// Its name and version, for logs and metrics.
+    fn name(&self) -> &str;
+
+    /// Whether the work happens elsewhere (an upstream server), so it is
+    /// limited apart from local generation.
+    fn is_proxy(&self) -> bool;
+
+    /// Whether it takes the OpenAI fields the host passes through as they
+    /// are (tools, response formats, log probabilities, several choices).
+    fn passes_through(&self) -> bool;
+
+    /// The models it serves.
+    async fn models(&self) -> Result<Vec<ModelInfo>, CallError>;
+
+    /// Whether it is ready; a backend busy with a request is.
+    async fn health(&self) -> Result<(), CallError>;
+
+    /// Generates a reply for `team`'s request, sending text to `output` as
+    /// it is made.
+    async fn chat(
+        &self,
+        team: &str,
+        request: ChatRequest,
+        output: mpsc::UnboundedSender<Piece>,
+    ) -> Result<ChatResult, CallError>;
+}
+
+#[async_trait::async_trait]
+impl ModelBackend for crate::plugin::backend::Backend {
+    fn name(&self) -> &str {
+        self.name()
+    }
+
+    fn is_proxy(&self) -> bool {
+        self.is_proxy()
+    }
+
+    fn passes_through(&self) -> bool {
+        self.passes_through()
+    }
+
+    async fn models(&self) -> Result<Vec<ModelInfo>, CallError> {
+        self.models().await
+    }
+
+    async fn health(&self) -> Result<(), CallError> {
+        self.health().await
+    }
+
+    async fn chat(
+        &self,
+        team: &str,
+        request: ChatRequest,
+        output: mpsc::UnboundedSender<Piece>,
+    ) -> Result<ChatResult, CallError> {
+        self.chat(team, request, output).await
+    }
+}
