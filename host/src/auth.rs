@@ -1,4 +1,4 @@
-//! Users and API keys.
+//! Users, API keys and console sessions.
 //!
 //! A key is `sy_` followed by 48 random hex characters. Only its SHA-256 is
 //! stored: keys are long random strings, so a plain hash is enough (no
@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
 use crate::ids;
-pub use crate::model::{ApiKey, User};
+pub use crate::model::{ApiKey, Session, User};
 use crate::store::{Records, Store};
 
 /// Every key starts with this, so leaked keys are easy to scan for.
@@ -152,6 +152,45 @@ pub async fn revoke_key(store: &Store, user: &User, key_id: &str) -> Result<()> 
             "you have no API key with id '{key_id}'; list yours at GET /v1/me/api-keys"
         )))
     }
+}
+
+/// How long a console session lasts after sign-in.
+pub const SESSION_SECONDS: u64 = 12 * 3600;
+
+/// Signs in to the console with an API key: a new session, and the cookie
+/// value that names it (only its hash is stored, like a key's).
+pub async fn sign_in(store: &Store, key: &str) -> Result<(String, Session)> {
+    let (user, _) = authenticate_key(store, key.trim()).await?;
+    let cookie = ids::random_hex(32);
+    let now = ids::now();
+    let session = Session {
+        user_id: user.id,
+        csrf: ids::random_hex(16),
+        created_at: now,
+        expires_at: now + SESSION_SECONDS,
+    };
+    store.insert_session(&hash_key(&cookie), &session).await?;
+    Ok((cookie, session))
+}
+
+/// The user a session cookie signs in, and the session; an expired
+/// session is removed and signs no one in.
+pub async fn session_user(store: &Store, cookie: &str) -> Result<(User, Session)> {
+    let expired = || Error::Unauthenticated("the session has ended; sign in again".into());
+    let hash = hash_key(cookie);
+    let session = store.session(&hash).await?.ok_or_else(expired)?;
+    if session.expires_at <= ids::now() {
+        store.delete_session(&hash).await?;
+        return Err(expired());
+    }
+    let user = store.user(&session.user_id).await?.ok_or_else(expired)?;
+    Ok((user, session))
+}
+
+/// Ends the session a cookie names.
+pub async fn sign_out(store: &Store, cookie: &str) -> Result<()> {
+    store.delete_session(&hash_key(cookie)).await?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -222,7 +222,8 @@ impl Error {
         }
     }
 
-    fn param(&self) -> Option<&str> {
+    /// The field an error is about, when it names one.
+    pub fn param(&self) -> Option<&str> {
         match self {
             Error::InvalidRequest { param, .. }
             | Error::InvalidJson { param, .. }

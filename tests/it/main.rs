@@ -4,12 +4,14 @@
 
 #[macro_use]
 mod harness;
+mod browser;
 mod receiver;
 mod world;
 
 mod api_keys;
 mod automations;
 mod cli;
+mod console;
 mod delivery;
 mod health;
 mod http_errors;

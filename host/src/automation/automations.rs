@@ -400,6 +400,23 @@ pub async fn delete_scope(store: &Store, scope: &Scope) -> Result<()> {
     Ok(())
 }
 
+/// Deletes webhook `team/name`. One that automations call is refused,
+/// naming them, unless `force`, which disables them first.
+pub async fn delete_webhook(store: &Store, team: &str, name: &str, force: bool) -> Result<()> {
+    webhooks::get(store, team, name).await?;
+    let users = using_webhook(store, team, name).await?;
+    if !users.is_empty() && !force {
+        let names: Vec<String> = users.iter().map(|h| h.describe()).collect();
+        return Err(Error::Conflict(format!(
+            "webhook '{name}' is used by {}; change them first, or delete anyway with ?force=true (they will be disabled)",
+            names.join(", ")
+        )));
+    }
+    let reason = format!("its webhook '{team}/{name}' was deleted");
+    disable_for_webhook(store, team, name, &reason).await?;
+    webhooks::delete(store, team, name).await
+}
+
 /// The automations that call webhook `team/name`.
 pub async fn using_webhook(store: &Store, team: &str, name: &str) -> Result<Vec<Handle>> {
     Ok(store.automations_using(team, name).await?)

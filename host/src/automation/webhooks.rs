@@ -193,6 +193,19 @@ pub async fn delete(store: &Store, team: &str, name: &str) -> Result<()> {
     }
 }
 
+/// Deletes a team secret. One that webhooks use is refused, naming them,
+/// unless `force`.
+pub async fn delete_secret(store: &Store, team: &str, name: &str, force: bool) -> Result<()> {
+    let users = using_secret(store, team, name).await?;
+    if !users.is_empty() && !force {
+        return Err(Error::Conflict(format!(
+            "secret '{name}' is used by webhook(s) {}; change them first, or delete anyway with ?force=true",
+            users.join(", ")
+        )));
+    }
+    secrets::delete(store, team, name).await
+}
+
 /// Names of the team's webhooks that use `secret`.
 pub async fn using_secret(store: &Store, team: &str, secret: &str) -> Result<Vec<String>> {
     Ok(list(store, team)

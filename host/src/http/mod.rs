@@ -8,6 +8,7 @@ mod admin;
 mod artifacts;
 mod automations;
 mod caller;
+mod console;
 mod groups;
 mod health;
 mod inference;
@@ -135,6 +136,7 @@ pub fn router(app: App) -> Router {
             get(admin::show).put(admin::upload).delete(admin::remove),
         )
         .route("/v1/admin/plugins/{name}/invoke", post(admin::invoke))
+        .merge(console::routes())
         .fallback(unknown_route)
         .layer(middleware::from_fn(observe::observe))
         .with_state(app.clone());
@@ -259,11 +261,14 @@ async fn shape_errors(State(app): State<App>, request: Request, next: Next) -> R
     tracing::debug!(%method, %path, "request received");
     let response = next.run(request).await;
     let status = response.status();
-    let is_json = response
+    // JSON errors are the API's own; HTML ones the console's pages.
+    let shaped = response
         .headers()
         .get(header::CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
-    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        .is_some_and(|v| {
+            v.as_bytes().starts_with(b"application/json") || v.as_bytes().starts_with(b"text/html")
+        });
+    if !(status.is_client_error() || status.is_server_error()) || shaped {
         return response;
     }
     let allow = response.headers().get(header::ALLOW).cloned();

@@ -9,7 +9,7 @@ use super::query::{Force, Query};
 use super::{Caller, Json};
 use crate::app::App;
 use crate::automation::webhooks;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::groups::{self, Role};
 use crate::secrets;
 
@@ -53,14 +53,7 @@ pub async fn delete_secret(
     Query(Force { force }): Query<Force>,
 ) -> Result<StatusCode> {
     groups::require_team(&app.store, &user, &team, Role::Admin).await?;
-    let users = webhooks::using_secret(&app.store, &team, &name).await?;
-    if !users.is_empty() && !force {
-        return Err(Error::Conflict(format!(
-            "secret '{name}' is used by webhook(s) {}; change them first, or delete anyway with ?force=true",
-            users.join(", ")
-        )));
-    }
-    secrets::delete(&app.store, &team, &name).await?;
+    webhooks::delete_secret(&app.store, &team, &name, force).await?;
     tracing::info!(team = %team, secret = %name, by = %user.name, "secret deleted");
     Ok(StatusCode::NO_CONTENT)
 }

@@ -10,7 +10,7 @@ use super::query::{Force, Query};
 use super::{Caller, Json};
 use crate::app::App;
 use crate::automation::{automations, webhook_test, webhooks};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::groups::{self, Role};
 
 pub async fn list_webhooks(
@@ -97,23 +97,7 @@ pub async fn delete_webhook(
     Query(Force { force }): Query<Force>,
 ) -> Result<StatusCode> {
     groups::require_team(&app.store, &user, &team, Role::Admin).await?;
-    webhooks::get(&app.store, &team, &name).await?;
-    let users = automations::using_webhook(&app.store, &team, &name).await?;
-    if !users.is_empty() && !force {
-        let names: Vec<String> = users.iter().map(|h| h.describe()).collect();
-        return Err(Error::Conflict(format!(
-            "webhook '{name}' is used by {}; change them first, or delete anyway with ?force=true (they will be disabled)",
-            names.join(", ")
-        )));
-    }
-    automations::disable_for_webhook(
-        &app.store,
-        &team,
-        &name,
-        &format!("its webhook '{team}/{name}' was deleted"),
-    )
-    .await?;
-    webhooks::delete(&app.store, &team, &name).await?;
+    automations::delete_webhook(&app.store, &team, &name, force).await?;
     tracing::info!(team = %team, webhook = %name, by = %user.name, "webhook deleted");
     Ok(StatusCode::NO_CONTENT)
 }

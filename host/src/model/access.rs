@@ -31,6 +31,19 @@ pub struct ApiKey {
     pub created_at: u64,
 }
 
+/// A signed-in console session, stored under the SHA-256 of its cookie.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Session {
+    /// Whose session it is.
+    pub user_id: String,
+    /// The token every form of the session carries (CSRF protection).
+    pub csrf: String,
+    /// Unix seconds.
+    pub created_at: u64,
+    /// Unix seconds after which it no longer signs anyone in.
+    pub expires_at: u64,
+}
+
 /// Which kind of group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum GroupKind {

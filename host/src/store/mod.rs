@@ -35,8 +35,8 @@ use crate::cfg::StoreConfig;
 
 use crate::model::{
     ApiKey, Attempt, Automation, Collection, Delivery, Event, EventType, Execution, Group,
-    GroupKind, Handle, LabelledVersion, Member, Project, Run, Scope, Secret, Status, StoredPlugin,
-    Totals, UsageRow, User, Version, Webhook,
+    GroupKind, Handle, LabelledVersion, Member, Project, Run, Scope, Secret, Session, Status,
+    StoredPlugin, Totals, UsageRow, User, Version, Webhook,
 };
 
 /// The meta key of the value that checks the master key (see `seal.rs`).
@@ -77,6 +77,15 @@ pub trait Records: Send + Sync {
     async fn key_hash(&self, user_id: &str, key_id: &str) -> Result<Option<String>>;
     /// Removes one of a user's keys; `false` if they have no such key.
     async fn delete_key(&self, user_id: &str, key_id: &str) -> Result<bool>;
+
+    // Console sessions, under the SHA-256 (hex) of their cookie.
+
+    /// Adds a session.
+    async fn insert_session(&self, hash: &str, session: &Session) -> Result<()>;
+    /// The session whose cookie hashes to `hash`, expired or not.
+    async fn session(&self, hash: &str) -> Result<Option<Session>>;
+    /// Removes a session; `false` if there was none.
+    async fn delete_session(&self, hash: &str) -> Result<bool>;
 
     // Teams and registries.
 

@@ -9,7 +9,7 @@ use sqlx::postgres::PgRow;
 use super::Postgres;
 use crate::model::{
     ApiKey, Attempt, Automation, Collection, Delivery, Event, EventType, Execution, Group,
-    GroupKind, Handle, LabelledVersion, Member, Project, Role, Run, Scope, Secret, Status,
+    GroupKind, Handle, LabelledVersion, Member, Project, Role, Run, Scope, Secret, Session, Status,
     StoredPlugin, Totals, UsageRow, User, Version, Webhook, WebhookRef,
 };
 use crate::store::{Records, Result, StoreError};
@@ -113,6 +113,15 @@ fn api_key(row: &PgRow) -> Result<ApiKey> {
         name: get(row, "name")?,
         prefix: get(row, "prefix")?,
         created_at: u(get(row, "created_at")?),
+    })
+}
+
+fn session(row: &PgRow) -> Result<Session> {
+    Ok(Session {
+        user_id: get(row, "user_id")?,
+        csrf: get(row, "csrf")?,
+        created_at: u(get(row, "created_at")?),
+        expires_at: u(get(row, "expires_at")?),
     })
 }
 
@@ -445,6 +454,43 @@ impl Records for Postgres {
         let done = sqlx::query("DELETE FROM api_keys WHERE user_id = $1 AND id = $2")
             .bind(user_id)
             .bind(key_id)
+            .execute(&mut *c)
+            .await
+            .db(self)?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn insert_session(&self, hash: &str, session: &Session) -> Result<()> {
+        let mut c = self.conn().await?;
+        sqlx::query(
+            "INSERT INTO sessions (hash, user_id, csrf, created_at, expires_at) \
+             VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(hash)
+        .bind(&session.user_id)
+        .bind(&session.csrf)
+        .bind(i(session.created_at))
+        .bind(i(session.expires_at))
+        .execute(&mut *c)
+        .await
+        .db(self)?;
+        Ok(())
+    }
+
+    async fn session(&self, hash: &str) -> Result<Option<Session>> {
+        let mut c = self.conn().await?;
+        let row = sqlx::query("SELECT * FROM sessions WHERE hash = $1")
+            .bind(hash)
+            .fetch_optional(&mut *c)
+            .await
+            .db(self)?;
+        row.as_ref().map(session).transpose()
+    }
+
+    async fn delete_session(&self, hash: &str) -> Result<bool> {
+        let mut c = self.conn().await?;
+        let done = sqlx::query("DELETE FROM sessions WHERE hash = $1")
+            .bind(hash)
             .execute(&mut *c)
             .await
             .db(self)?;

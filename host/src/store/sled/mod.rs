@@ -156,10 +156,12 @@ enum T {
     Quarantine,
     /// `name` → `StoredPlugin`.
     Plugins,
+    /// `sha256(session cookie) hex` → `Session`.
+    Sessions,
 }
 
 impl T {
-    const ALL: [T; 31] = [
+    const ALL: [T; 32] = [
         T::Meta,
         T::Users,
         T::UserNames,
@@ -191,6 +193,7 @@ impl T {
         T::Usage,
         T::Quarantine,
         T::Plugins,
+        T::Sessions,
     ];
 
     /// The tree's name on disk.
@@ -227,6 +230,7 @@ impl T {
             T::Usage => "usage",
             T::Quarantine => "quarantine",
             T::Plugins => "plugins",
+            T::Sessions => "sessions",
         }
     }
 }

@@ -6,8 +6,8 @@ use super::keys::{Key, prefix};
 use super::{Sled, T, decode, io};
 use crate::model::{
     ApiKey, Attempt, Automation, Collection, Delivery, Event, EventType, Execution, Group,
-    GroupKind, Handle, LabelledVersion, Member, Project, Run, Scope, Secret, State, Status,
-    StoredPlugin, Totals, UsageRow, User, Version, Webhook,
+    GroupKind, Handle, LabelledVersion, Member, Project, Run, Scope, Secret, Session, State,
+    Status, StoredPlugin, Totals, UsageRow, User, Version, Webhook,
 };
 use crate::store::{Records, Result};
 
@@ -222,6 +222,26 @@ impl Records for Sled {
         };
         w.delete(T::ApiKeys, hash);
         w.delete(T::UserKeys, index);
+        w.finish()?;
+        Ok(true)
+    }
+
+    async fn insert_session(&self, hash: &str, session: &Session) -> Result<()> {
+        let w = self.writer().await;
+        w.put_json(T::Sessions, hash.as_bytes(), session)?;
+        w.finish()
+    }
+
+    async fn session(&self, hash: &str) -> Result<Option<Session>> {
+        self.get_json(T::Sessions, hash.as_bytes())
+    }
+
+    async fn delete_session(&self, hash: &str) -> Result<bool> {
+        let w = self.writer().await;
+        if w.get(T::Sessions, hash.as_bytes())?.is_none() {
+            return Ok(false);
+        }
+        w.delete(T::Sessions, hash.as_bytes().to_vec());
         w.finish()?;
         Ok(true)
     }

@@ -1,0 +1,155 @@
+//! The web console: server-rendered pages under `/` (the API stays under
+//! `/v1`). Every page calls the same domain functions as the API, so the
+//! role rules are the same: members read, admins act, outsiders get the
+//! API's 404.
+//!
+//! - [`session`]: sign-in with an API key, exchanged for a session cookie
+//!   (HttpOnly, SameSite=Strict), the [`Viewer`] and [`Posted`] extractors,
+//!   and CSRF checks on every form.
+//! - [`teams`] and [`webhooks`]: the pages.
+//!
+//! Pages need no script: every form is a plain POST answered by a page or a
+//! redirect, so the console works with JavaScript off as well as on.
+
+mod session;
+mod teams;
+mod webhooks;
+
+use askama::Template;
+use axum::Router;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+
+pub use session::{Posted, Viewer};
+
+use crate::app::App;
+use crate::error::Error;
+
+/// The console's routes, merged into the API's router.
+pub fn routes() -> Router<App> {
+    Router::new()
+        .route("/", get(home))
+        .route("/console/console.css", get(stylesheet))
+        .route("/console/favicon.svg", get(favicon))
+        .route("/favicon.ico", get(favicon))
+        .route("/sign-in", get(session::form).post(session::sign_in))
+        .route("/sign-out", post(session::sign_out))
+        .route("/teams", get(teams::list))
+        .route("/teams/{team}", get(teams::show))
+        .route("/teams/{team}/secrets", post(teams::put_secret))
+        .route(
+            "/teams/{team}/secrets/{name}/delete",
+            post(teams::delete_secret),
+        )
+        .route("/teams/{team}/webhooks", post(webhooks::create))
+        .route("/teams/{team}/webhooks/{name}", get(webhooks::show))
+        .route("/teams/{team}/webhooks/{name}/test", post(webhooks::test))
+        .route(
+            "/teams/{team}/webhooks/{name}/delete",
+            get(webhooks::confirm_delete).post(webhooks::delete),
+        )
+}
+
+async fn home(viewer: Option<Viewer>) -> Redirect {
+    match viewer {
+        Some(_) => Redirect::to("/teams"),
+        None => Redirect::to("/sign-in"),
+    }
+}
+
+async fn stylesheet() -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "text/css; charset=utf-8")],
+        include_str!("console.css"),
+    )
+}
+
+async fn favicon() -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "image/svg+xml")],
+        include_str!("favicon.svg"),
+    )
+}
+
+/// What the header of a signed-in page shows.
+pub struct Nav {
+    /// The user's name.
+    pub user: String,
+    /// The session's CSRF token, for the sign-out form.
+    pub csrf: String,
+}
+
+/// A page's HTML with the console's headers: no caching, no framing, and a
+/// content policy that allows only the console's own stylesheet and forms.
+pub fn page(status: StatusCode, template: &impl Template) -> Response {
+    let html = match template.render() {
+        Ok(html) => html,
+        Err(e) => return Error::Internal(anyhow::anyhow!("rendering a page: {e}")).into_response(),
+    };
+    let mut response = (status, axum::response::Html(html)).into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; \
+             frame-ancestors 'none'; base-uri 'none'",
+        ),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("same-origin"),
+    );
+    response
+}
+
+#[derive(Template)]
+#[template(path = "console/error.html")]
+struct ErrorPage<'a> {
+    nav: Option<Nav>,
+    status: String,
+    message: &'a str,
+}
+
+/// A domain error as a page, with the status and words the API would give.
+pub struct Failed {
+    error: Error,
+    nav: Option<Nav>,
+}
+
+impl Failed {
+    /// `error`, shown to `viewer`.
+    pub fn new(error: Error, viewer: &Viewer) -> Failed {
+        Failed {
+            error,
+            nav: Some(viewer.nav()),
+        }
+    }
+}
+
+impl IntoResponse for Failed {
+    fn into_response(self) -> Response {
+        if let Error::Internal(cause) = &self.error {
+            tracing::error!(error = format!("{cause:#}"), "internal error");
+        }
+        let status = self.error.status();
+        let message = match &self.error {
+            Error::Internal(_) => "the server hit an unexpected error; it has been logged".into(),
+            other => other.to_string(),
+        };
+        let page_ = ErrorPage {
+            nav: self.nav,
+            status: status.to_string(),
+            message: &message,
+        };
+        page(status, &page_)
+    }
+}
+
+/// A page's result: the page, or the error page.
+pub type Shown = Result<Response, Failed>;

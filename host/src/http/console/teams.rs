@@ -1,0 +1,213 @@
+//! Teams: the list of the viewer's teams, and a team's settings page
+//! (members, secrets, webhooks) with the admin's forms.
+
+use askama::Template;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Redirect};
+
+use super::{Failed, Nav, Posted, Shown, Viewer, page};
+use crate::app::App;
+use crate::automation::webhooks;
+use crate::error::Error;
+use crate::groups::{self, GroupKind, Role};
+use crate::secrets;
+
+#[derive(Template)]
+#[template(path = "console/teams.html")]
+struct TeamsPage {
+    nav: Option<Nav>,
+    teams: Vec<(String, Role)>,
+}
+
+/// `GET /teams`.
+pub async fn list(State(app): State<App>, viewer: Viewer) -> Shown {
+    let teams = groups::list_for(&app.store, GroupKind::Team, &viewer.user)
+        .await
+        .map_err(|e| Failed::new(e, &viewer))?;
+    let teams = teams.into_iter().map(|(g, role)| (g.name, role)).collect();
+    Ok(page(
+        StatusCode::OK,
+        &TeamsPage {
+            nav: Some(viewer.nav()),
+            teams,
+        },
+    ))
+}
+
+/// A secret as the team page lists it.
+struct SecretRow {
+    name: String,
+    updated: String,
+}
+
+/// A webhook as the team page lists it.
+struct WebhookRow {
+    name: String,
+    url: String,
+    state: String,
+}
+
+/// What the secret form shows again after a refusal.
+#[derive(Default)]
+pub struct SecretForm {
+    name: String,
+    error: Option<String>,
+}
+
+/// What the webhook form shows again after a refusal.
+#[derive(Default)]
+pub struct WebhookForm {
+    name: String,
+    url: String,
+    error: Option<String>,
+    param: Option<String>,
+}
+
+#[derive(Template)]
+#[template(path = "console/team.html")]
+struct TeamPage {
+    nav: Option<Nav>,
+    csrf: String,
+    team: String,
+    role: Role,
+    admin: bool,
+    members: Vec<(String, Role)>,
+    secrets: Vec<SecretRow>,
+    webhooks: Vec<WebhookRow>,
+    secret_form: SecretForm,
+    webhook_form: WebhookForm,
+}
+
+/// `GET /teams/{team}`.
+pub async fn show(State(app): State<App>, viewer: Viewer, Path(team): Path<String>) -> Shown {
+    team_page(&app, &viewer, &team, StatusCode::OK, Forms::default()).await
+}
+
+/// The forms of the team page, as posted when one was refused.
+#[derive(Default)]
+pub struct Forms {
+    /// The secret form.
+    pub secret: SecretForm,
+    /// The webhook form.
+    pub webhook: WebhookForm,
+}
+
+impl Forms {
+    /// The webhook form as posted, with the error the domain gave.
+    pub fn webhook(name: &str, url: &str, error: &Error) -> Forms {
+        Forms {
+            webhook: WebhookForm {
+                name: name.into(),
+                url: url.into(),
+                error: Some(error.to_string()),
+                param: error.param().map(str::to_string),
+            },
+            ..Forms::default()
+        }
+    }
+}
+
+/// The team page; `status` and `forms` say how a refused form is shown.
+pub async fn team_page(
+    app: &App,
+    viewer: &Viewer,
+    team: &str,
+    status: StatusCode,
+    forms: Forms,
+) -> Shown {
+    let failed = |e| Failed::new(e, viewer);
+    let store = &app.store;
+    let role = groups::require_team(store, &viewer.user, team, Role::Member)
+        .await
+        .map_err(failed)?;
+    let members = groups::members(store, GroupKind::Team, team)
+        .await
+        .map_err(failed)?;
+    let secrets = secrets::list(store, team).await.map_err(failed)?;
+    let webhooks = webhooks::list(store, team).await.map_err(failed)?;
+    Ok(page(
+        status,
+        &TeamPage {
+            nav: Some(viewer.nav()),
+            csrf: viewer.csrf().to_string(),
+            team: team.to_string(),
+            role,
+            admin: role == Role::Admin,
+            members: members.into_iter().map(|m| (m.user, m.role)).collect(),
+            secrets: secrets
+                .into_iter()
+                .map(|s| SecretRow {
+                    name: s.name,
+                    updated: date(s.updated_at),
+                })
+                .collect(),
+            webhooks: webhooks
+                .into_iter()
+                .map(|w| WebhookRow {
+                    state: state_of(&w),
+                    name: w.name,
+                    url: w.url,
+                })
+                .collect(),
+            secret_form: forms.secret,
+            webhook_form: forms.webhook,
+        },
+    ))
+}
+
+/// A webhook's state in words.
+pub fn state_of(webhook: &webhooks::Webhook) -> String {
+    match &webhook.disabled_reason {
+        Some(why) => format!("disabled: {why}"),
+        None => "active".into(),
+    }
+}
+
+/// Unix seconds as a UTC date and time.
+fn date(seconds: u64) -> String {
+    httpdate::fmt_http_date(std::time::UNIX_EPOCH + std::time::Duration::from_secs(seconds))
+}
+
+/// `POST /teams/{team}/secrets`: add or replace.
+pub async fn put_secret(State(app): State<App>, Path(team): Path<String>, posted: Posted) -> Shown {
+    let viewer = &posted.viewer;
+    let name = posted.field("name").trim();
+    let put = async {
+        groups::require_team(&app.store, &viewer.user, &team, Role::Admin).await?;
+        secrets::put(&app.store, &app.sealer, &team, name, posted.field("value")).await
+    };
+    match put.await {
+        Ok(_) => {
+            tracing::info!(team = %team, secret = %name, by = %viewer.user.name, "secret stored");
+            Ok(Redirect::to(&format!("/teams/{team}#secrets")).into_response())
+        }
+        Err(e @ Error::InvalidRequest { .. }) => {
+            let forms = Forms {
+                secret: SecretForm {
+                    name: name.to_string(),
+                    error: Some(e.to_string()),
+                },
+                ..Forms::default()
+            };
+            team_page(&app, viewer, &team, e.status(), forms).await
+        }
+        Err(e) => Err(Failed::new(e, viewer)),
+    }
+}
+
+/// `POST /teams/{team}/secrets/{name}/delete`.
+pub async fn delete_secret(
+    State(app): State<App>,
+    Path((team, name)): Path<(String, String)>,
+    posted: Posted,
+) -> Shown {
+    let viewer = &posted.viewer;
+    let delete = async {
+        groups::require_team(&app.store, &viewer.user, &team, Role::Admin).await?;
+        webhooks::delete_secret(&app.store, &team, &name, false).await
+    };
+    delete.await.map_err(|e| Failed::new(e, viewer))?;
+    tracing::info!(team = %team, secret = %name, by = %viewer.user.name, "secret deleted");
+    Ok(Redirect::to(&format!("/teams/{team}#secrets")).into_response())
+}

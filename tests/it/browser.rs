@@ -1,0 +1,229 @@
+//! Headless Chromium driven over WebDriver (Debian's `chromium` and
+//! `chromium-driver`), for the console's tests.
+//!
+//! Where Chromium is missing the browser tests say so in one line and skip,
+//! unless `SWITCHYARD_TEST_REQUIRE_BROWSER` is set (CI sets it), when they
+//! fail.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use fantoccini::wd::WebDriverCompatibleCommand;
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::{Value, json};
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+
+/// A browser session; the driver and browser stop when it is dropped.
+pub struct Browser {
+    pub client: Client,
+    driver: Child,
+    _profile: tempfile::TempDir,
+}
+
+impl Browser {
+    /// Starts Chromium, or says why not and returns `None` (a failure when
+    /// the browser is required).
+    pub async fn start(test: &str) -> Option<Browser> {
+        if !Path::new(CHROMIUM).exists() || !Path::new(CHROMEDRIVER).exists() {
+            assert!(
+                std::env::var_os("SWITCHYARD_TEST_REQUIRE_BROWSER").is_none(),
+                "{test}: Chromium is required but {CHROMIUM} or {CHROMEDRIVER} is missing; apt-get install chromium chromium-driver"
+            );
+            eprintln!(
+                "{test}: skipped, no Chromium here (apt-get install chromium chromium-driver)"
+            );
+            return None;
+        }
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let driver = Command::new(CHROMEDRIVER)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting chromedriver");
+        let profile = tempfile::tempdir().unwrap();
+        // Without the network flags Chromium's own connections are refused
+        // by these machines' closed network, and it logs errors for them.
+        let args = [
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--no-first-run",
+            "--disable-sync",
+            "--disable-dev-shm-usage",
+            "--window-size=1280,900",
+            &format!("--user-data-dir={}", profile.path().display()),
+        ];
+        let capabilities = json!({
+            "browserName": "chrome",
+            "goog:chromeOptions": {"binary": CHROMIUM, "args": args},
+            "goog:loggingPrefs": {"browser": "ALL"},
+        });
+        let Value::Object(capabilities) = capabilities else {
+            unreachable!()
+        };
+        let url = format!("http://127.0.0.1:{port}");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        let client = loop {
+            let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+            match ClientBuilder::new(connector)
+                .capabilities(capabilities.clone())
+                .connect(&url)
+                .await
+            {
+                Ok(client) => break client,
+                Err(e) if tokio::time::Instant::now() > deadline => {
+                    panic!("{test}: chromedriver did not start a session within 30 s: {e}")
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        };
+        Some(Browser {
+            client,
+            driver,
+            _profile: profile,
+        })
+    }
+
+    /// Goes to `url`.
+    pub async fn goto(&self, url: &str) {
+        self.client.goto(url).await.unwrap();
+    }
+
+    /// Types `text` into the field with id `id`, replacing what was there.
+    pub async fn fill(&self, id: &str, text: &str) {
+        let field = self.client.find(Locator::Id(id)).await.unwrap();
+        field.clear().await.unwrap();
+        field.send_keys(text).await.unwrap();
+    }
+
+    /// Chooses the option with `value` in the select with id `id`.
+    pub async fn choose(&self, id: &str, value: &str) {
+        let select = self.client.find(Locator::Id(id)).await.unwrap();
+        select.select_by_value(value).await.unwrap();
+    }
+
+    /// Clicks the button whose text is `label`, and waits for the page it
+    /// leads to.
+    pub async fn press(&self, label: &str) {
+        let xpath = format!("//button[normalize-space()='{label}']");
+        let button = self.client.find(Locator::XPath(&xpath)).await.unwrap();
+        button.click().await.unwrap();
+        self.client
+            .wait()
+            .at_most(Duration::from_secs(20))
+            .for_element(Locator::Css("body"))
+            .await
+            .unwrap();
+    }
+
+    /// Follows the link whose text is `label`.
+    pub async fn follow(&self, label: &str) {
+        let link = self.client.find(Locator::LinkText(label)).await.unwrap();
+        link.click().await.unwrap();
+    }
+
+    /// The visible text of the page.
+    pub async fn text(&self) -> String {
+        let body = self.client.find(Locator::Css("body")).await.unwrap();
+        body.text().await.unwrap()
+    }
+
+    /// The text of the element with id `id`.
+    pub async fn text_of(&self, id: &str) -> String {
+        let element = self.client.find(Locator::Id(id)).await.unwrap();
+        element.text().await.unwrap()
+    }
+
+    /// The page's path.
+    pub async fn path(&self) -> String {
+        self.client.current_url().await.unwrap().path().to_string()
+    }
+
+    /// Saves a screenshot as `target/console-screenshots/{name}.png`, for
+    /// review.
+    pub async fn screenshot(&self, name: &str) {
+        let png = self.client.screenshot().await.unwrap();
+        let dir = screenshot_dir();
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
+    }
+
+    /// The errors the browser logged to its console (a script error, a
+    /// refused resource, a content-policy violation) since the last call.
+    pub async fn console_errors(&self) -> Vec<Value> {
+        let entries = self.client.issue_cmd(BrowserLog).await.unwrap();
+        let Value::Array(entries) = entries else {
+            panic!("the browser log is not a list: {entries}");
+        };
+        entries
+            .into_iter()
+            .filter(|e| e["level"] == "SEVERE")
+            .collect()
+    }
+
+    /// Fails if the browser logged an error since the last check.
+    pub async fn assert_no_console_errors(&self) {
+        let errors = self.console_errors().await;
+        assert!(errors.is_empty(), "browser console errors: {errors:?}");
+    }
+
+    /// Scrolls the element with id `id` into view (for a screenshot).
+    pub async fn scroll_to(&self, id: &str) {
+        let script = format!("document.getElementById('{id}').scrollIntoView()");
+        self.client.execute(&script, Vec::new()).await.unwrap();
+    }
+
+    /// Closes the session.
+    pub async fn close(mut self) {
+        let _ = self.client.clone().close().await;
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.driver.kill();
+    }
+}
+
+/// Where screenshots go: `target/console-screenshots/`.
+pub fn screenshot_dir() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
+    target.join("console-screenshots")
+}
+
+/// ChromeDriver's log of the browser's console (`goog:loggingPrefs`).
+#[derive(Debug)]
+struct BrowserLog;
+
+impl WebDriverCompatibleCommand for BrowserLog {
+    fn endpoint(
+        &self,
+        base_url: &url::Url,
+        session_id: Option<&str>,
+    ) -> Result<url::Url, url::ParseError> {
+        base_url.join(&format!("session/{}/se/log", session_id.unwrap_or("")))
+    }
+
+    fn method_and_body(&self, _: &url::Url) -> (axum::http::Method, Option<String>) {
+        (
+            axum::http::Method::POST,
+            Some(json!({"type": "browser"}).to_string()),
+        )
+    }
+}

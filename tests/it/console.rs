@@ -1,0 +1,343 @@
+//! The web console: sign-in and sessions, CSRF, roles as the API has them
+//! (over plain HTTP), and the admin's flows in real Chromium.
+
+use reqwest::header::{COOKIE, LOCATION, SET_COOKIE};
+use reqwest::redirect::Policy;
+
+use crate::browser::Browser;
+use crate::harness::Host;
+use crate::receiver::Receiver;
+use crate::world::World;
+
+const LOOPBACK_HOOKS: &str = "[webhooks]\nallow_private = [\"127.0.0.0/8\"]\n";
+
+/// A page as a browser without script would see it: no redirects followed.
+struct Page {
+    status: u16,
+    location: Option<String>,
+    set_cookies: Vec<String>,
+    body: String,
+}
+
+/// A console visitor over plain HTTP, with the cookie it holds.
+struct Visitor<'h> {
+    host: &'h Host,
+    http: reqwest::Client,
+    cookie: String,
+}
+
+impl<'h> Visitor<'h> {
+    fn new(host: &'h Host) -> Visitor<'h> {
+        let http = reqwest::Client::builder()
+            .redirect(Policy::none())
+            .build()
+            .unwrap();
+        Visitor {
+            host,
+            http,
+            cookie: String::new(),
+        }
+    }
+
+    /// Signs in with `key` through the form; panics unless it works.
+    async fn signed_in(host: &'h Host, key: &str) -> Visitor<'h> {
+        let mut visitor = Visitor::new(host);
+        let form = visitor.get("/sign-in").await;
+        visitor.cookie = cookie_pair(&form.set_cookies[0]);
+        let token = csrf(&form.body);
+        let page = visitor
+            .post("/sign-in", &[("csrf", &token), ("api_key", key)])
+            .await;
+        assert_eq!(page.status, 303, "{}", page.body);
+        assert_eq!(page.location.as_deref(), Some("/teams"));
+        let session = page
+            .set_cookies
+            .iter()
+            .find(|c| c.starts_with("sy_session="))
+            .expect("a session cookie");
+        visitor.cookie = cookie_pair(session);
+        visitor
+    }
+
+    async fn get(&self, path: &str) -> Page {
+        let request = self.http.get(self.host.url(path));
+        self.send(request).await
+    }
+
+    async fn post(&self, path: &str, fields: &[(&str, &str)]) -> Page {
+        let request = self.http.post(self.host.url(path)).form(fields);
+        self.send(request).await
+    }
+
+    async fn send(&self, mut request: reqwest::RequestBuilder) -> Page {
+        if !self.cookie.is_empty() {
+            request = request.header(COOKIE, &self.cookie);
+        }
+        let response = request.send().await.unwrap();
+        let headers = response.headers().clone();
+        Page {
+            status: response.status().as_u16(),
+            location: headers
+                .get(LOCATION)
+                .map(|v| v.to_str().unwrap().to_string()),
+            set_cookies: headers
+                .get_all(SET_COOKIE)
+                .iter()
+                .map(|v| v.to_str().unwrap().to_string())
+                .collect(),
+            body: response.text().await.unwrap(),
+        }
+    }
+
+    /// The CSRF token of the page at `path`'s forms.
+    async fn token(&self, path: &str) -> String {
+        let page = self.get(path).await;
+        assert_eq!(page.status, 200, "{path}: {}", page.body);
+        csrf(&page.body)
+    }
+}
+
+/// `name=value` of a `Set-Cookie` header.
+fn cookie_pair(set_cookie: &str) -> String {
+    set_cookie.split(';').next().unwrap().to_string()
+}
+
+/// The first CSRF token in a page's forms.
+fn csrf(html: &str) -> String {
+    let re = regex::Regex::new(r#"name="csrf" value="([0-9a-f]+)""#).unwrap();
+    re.captures(html).expect("a form with a CSRF token")[1].to_string()
+}
+
+async fn signing_in_exchanges_a_key_for_a_session_cookie() {
+    let host = Host::start().await;
+    let world = World::build(&host, None).await;
+    let visitor = Visitor::new(&host);
+    for path in ["/", "/teams", "/teams/ml"] {
+        let page = visitor.get(path).await;
+        assert_eq!(page.status, 303, "{path} signed out");
+        assert_eq!(page.location.as_deref(), Some("/sign-in"), "{path}");
+    }
+
+    let form = visitor.get("/sign-in").await;
+    assert_eq!(form.status, 200);
+    let token = csrf(&form.body);
+    let wrong = Visitor {
+        cookie: cookie_pair(&form.set_cookies[0]),
+        ..Visitor::new(&host)
+    };
+    let refused = wrong
+        .post("/sign-in", &[("csrf", &token), ("api_key", "sy_not_a_key")])
+        .await;
+    assert_eq!(refused.status, 401);
+    assert!(refused.body.contains("not valid"), "{}", refused.body);
+    assert!(
+        !refused.body.contains("sy_not_a_key"),
+        "the key is not echoed"
+    );
+    let forged = visitor
+        .post("/sign-in", &[("csrf", &token), ("api_key", &world.alice)])
+        .await;
+    assert_eq!(forged.status, 403, "a sign-in without the form's cookie");
+    assert!(
+        forged
+            .set_cookies
+            .iter()
+            .all(|c| !c.starts_with("sy_session="))
+    );
+
+    let alice = Visitor::signed_in(&host, &world.alice).await;
+    let login = Visitor::new(&host).get("/sign-in").await;
+    let mut fresh = Visitor::new(&host);
+    fresh.cookie = cookie_pair(&login.set_cookies[0]);
+    let signed = fresh
+        .post(
+            "/sign-in",
+            &[("csrf", &csrf(&login.body)), ("api_key", &world.alice)],
+        )
+        .await;
+    let session = signed
+        .set_cookies
+        .iter()
+        .find(|c| c.starts_with("sy_session="))
+        .unwrap();
+    for attribute in ["HttpOnly", "SameSite=Strict", "Path=/", "Max-Age="] {
+        assert!(session.contains(attribute), "{session}");
+    }
+    let teams = alice.get("/teams").await;
+    assert_eq!(teams.status, 200);
+    assert!(teams.body.contains("href=\"/teams/ml\""), "{}", teams.body);
+    assert!(!teams.body.contains(&world.alice), "the key never appears");
+    assert!(!host.log().contains(&world.alice), "nor in the log");
+
+    let token = alice.token("/teams").await;
+    let out = alice.post("/sign-out", &[("csrf", &token)]).await;
+    assert_eq!(out.status, 303);
+    assert_eq!(out.location.as_deref(), Some("/sign-in"));
+    let after = alice.get("/teams/ml").await;
+    assert_eq!(after.status, 303, "the old cookie signs no one in");
+}
+on_each_store!(signing_in_exchanges_a_key_for_a_session_cookie);
+
+async fn console_roles_and_csrf_match_the_api() {
+    let host = Host::start().await;
+    let world = World::build(&host, None).await;
+    let alice = Visitor::signed_in(&host, &world.alice).await;
+    let bob = Visitor::signed_in(&host, &world.bob).await;
+    let eve = Visitor::signed_in(&host, &world.eve).await;
+
+    let page = alice.get("/teams/ml").await;
+    assert!(page.body.contains("Add or replace a secret"));
+    assert!(page.body.contains("<code>TOKEN</code>"), "{}", page.body);
+    assert!(!page.body.contains(crate::world::TOKEN), "no secret value");
+
+    let seen = bob.get("/teams/ml").await;
+    assert_eq!(seen.status, 200);
+    assert!(seen.body.contains("<code>TOKEN</code>"), "members read");
+    for admin_only in [
+        "Add or replace a secret",
+        "Create a webhook",
+        "Delete TOKEN",
+    ] {
+        assert!(!seen.body.contains(admin_only), "bob sees {admin_only}");
+    }
+    let token = bob.token("/teams/ml").await;
+    let forged = bob
+        .post(
+            "/teams/ml/secrets",
+            &[("csrf", &token), ("name", "BOB"), ("value", "x")],
+        )
+        .await;
+    assert_eq!(forged.status, 403, "{}", forged.body);
+    assert!(forged.body.contains("admin"), "{}", forged.body);
+
+    let outsider = eve.get("/teams/ml").await;
+    assert_eq!(outsider.status, 404, "as the API answers outsiders");
+    let token = eve.token("/teams").await;
+    let posted = eve
+        .post(
+            "/teams/ml/secrets",
+            &[("csrf", &token), ("name", "EVE"), ("value", "x")],
+        )
+        .await;
+    assert_eq!(posted.status, 404);
+
+    let without = alice
+        .post("/teams/ml/secrets", &[("name", "NOCSRF"), ("value", "x")])
+        .await;
+    assert_eq!(without.status, 403, "a form without its CSRF token");
+    assert!(without.body.contains("CSRF"), "{}", without.body);
+    let stale = alice
+        .post(
+            "/teams/ml/secrets",
+            &[("csrf", "0123"), ("name", "NOCSRF"), ("value", "x")],
+        )
+        .await;
+    assert_eq!(stale.status, 403);
+    let (_, secrets) = host
+        .call("GET", "/v1/teams/ml/secrets", &world.alice, None)
+        .await;
+    let names: Vec<&str> = secrets["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["SIGN", "SPARE", "TOKEN"],
+        "nothing forged was stored"
+    );
+
+    let token = alice.token("/teams/ml").await;
+    let bad = alice
+        .post(
+            "/teams/ml/webhooks",
+            &[("csrf", &token), ("name", "x"), ("url", "http://10.1.2.3/")],
+        )
+        .await;
+    assert_eq!(bad.status, 400, "{}", bad.body);
+    assert!(
+        bad.body.contains("aria-describedby=\"webhook-error\""),
+        "the error is shown at its field: {}",
+        bad.body
+    );
+}
+on_each_store!(console_roles_and_csrf_match_the_api);
+
+/// The spec's flow in Chromium: sign in, add a secret, create a webhook at a
+/// local receiver, press Test and see the receiver's answer; then delete the
+/// webhook, cancelling once.
+async fn an_admin_tests_a_webhook_in_the_browser() {
+    let Some(browser) = Browser::start("an_admin_tests_a_webhook_in_the_browser").await else {
+        return;
+    };
+    let host = Host::builder().config(LOOPBACK_HOOKS).start().await;
+    let world = World::build(&host, None).await;
+    let receiver = Receiver::start().await;
+    receiver.reply_body("{\"received\": true}");
+
+    // The console-error check sees errors: a missing page logs one.
+    browser.goto(&host.url("/console/missing.css")).await;
+    let errors = browser.console_errors().await;
+    assert!(!errors.is_empty(), "a 404 must show in the browser's log");
+
+    browser.goto(&host.url("/")).await;
+    assert_eq!(browser.path().await, "/sign-in");
+    browser.fill("api_key", &world.alice).await;
+    browser.screenshot("sign-in").await;
+    browser.press("Sign in").await;
+    assert_eq!(browser.path().await, "/teams");
+    browser.follow("ml").await;
+
+    browser.fill("secret-name", "HOOK_TOKEN").await;
+    browser.fill("secret-value", "s3cret-value").await;
+    browser.press("Save secret").await;
+    let text = browser.text().await;
+    assert!(text.contains("HOOK_TOKEN"), "{text}");
+    assert!(
+        !text.contains("s3cret-value"),
+        "a value is never shown again"
+    );
+
+    browser.fill("webhook-name", "local").await;
+    browser
+        .fill("webhook-url", &format!("{}/hook", receiver.base))
+        .await;
+    browser.choose("webhook-token", "HOOK_TOKEN").await;
+    browser.choose("webhook-signing", "SIGN").await;
+    browser.press("Create webhook").await;
+    assert_eq!(browser.path().await, "/teams/ml/webhooks/local");
+
+    browser
+        .fill("payload", r#"{"hello": "console", "token": "$HOOK_TOKEN"}"#)
+        .await;
+    browser.press("Send test").await;
+    assert_eq!(browser.text_of("result-status").await, "200");
+    assert_eq!(browser.text_of("result-body").await, "{\"received\": true}");
+    browser.scroll_to("result").await;
+    browser.screenshot("webhook-test").await;
+    browser.assert_no_console_errors().await;
+    let sent = receiver.wait_for(1, 10).await;
+    assert_eq!(sent[0].json()["hello"], "console");
+    assert_eq!(sent[0].json()["token"], "s3cret-value");
+    assert_eq!(sent[0].header("authorization"), Some("Bearer s3cret-value"));
+
+    browser.follow("Delete this webhook…").await;
+    browser.follow("Cancel").await;
+    assert_eq!(browser.path().await, "/teams/ml/webhooks/local");
+    let (status, _) = host
+        .call("GET", "/v1/teams/ml/webhooks/local", &world.alice, None)
+        .await;
+    assert_eq!(status, 200, "cancelling keeps it");
+    browser.follow("Delete this webhook…").await;
+    browser.screenshot("confirm-delete").await;
+    browser.press("Delete local").await;
+    assert_eq!(browser.path().await, "/teams/ml");
+    let (status, _) = host
+        .call("GET", "/v1/teams/ml/webhooks/local", &world.alice, None)
+        .await;
+    assert_eq!(status, 404, "confirming deletes it");
+    browser.assert_no_console_errors().await;
+    browser.close().await;
+}
+on_each_store!(an_admin_tests_a_webhook_in_the_browser);
