@@ -119,19 +119,41 @@ impl Browser {
     pub async fn press(&self, label: &str) {
         let xpath = format!("//button[normalize-space()='{label}']");
         let button = self.client.find(Locator::XPath(&xpath)).await.unwrap();
+        self.mark_page().await;
         button.click().await.unwrap();
-        self.client
-            .wait()
-            .at_most(Duration::from_secs(20))
-            .for_element(Locator::Css("body"))
-            .await
-            .unwrap();
+        self.wait_for_new_page(label).await;
+    }
+
+    /// Marks the current page, so that a new one can be told from it.
+    async fn mark_page(&self) {
+        let mark = "document.documentElement.dataset.left = '1'";
+        self.client.execute(mark, Vec::new()).await.unwrap();
+    }
+
+    /// Waits (up to 20 s) until a page without the mark has loaded.
+    async fn wait_for_new_page(&self, after: &str) {
+        let loaded = "return document.readyState === 'complete' \
+                      && document.documentElement.dataset.left === undefined";
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            // While the old page unloads the script may fail: try again.
+            if let Ok(Value::Bool(true)) = self.client.execute(loaded, Vec::new()).await {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no new page within 20 s of {after}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     /// Follows the link whose text is `label`.
     pub async fn follow(&self, label: &str) {
         let link = self.client.find(Locator::LinkText(label)).await.unwrap();
+        self.mark_page().await;
         link.click().await.unwrap();
+        self.wait_for_new_page(label).await;
     }
 
     /// The visible text of the page.

@@ -128,7 +128,7 @@ async fn signing_in_exchanges_a_key_for_a_session_cookie() {
     let refused = wrong
         .post("/sign-in", &[("csrf", &token), ("api_key", "sy_not_a_key")])
         .await;
-    assert_eq!(refused.status, 401);
+    assert_eq!(refused.status, 200, "the form again, with why");
     assert!(refused.body.contains("not valid"), "{}", refused.body);
     assert!(
         !refused.body.contains("sy_not_a_key"),
@@ -255,7 +255,8 @@ async fn console_roles_and_csrf_match_the_api() {
             &[("csrf", &token), ("name", "x"), ("url", "http://10.1.2.3/")],
         )
         .await;
-    assert_eq!(bad.status, 400, "{}", bad.body);
+    assert_eq!(bad.status, 200, "the form again, with why: {}", bad.body);
+    assert!(bad.body.contains("10.1.2.3"), "{}", bad.body);
     assert!(
         bad.body.contains("aria-describedby=\"webhook-error\""),
         "the error is shown at its field: {}",
@@ -341,3 +342,89 @@ async fn an_admin_tests_a_webhook_in_the_browser() {
     browser.close().await;
 }
 on_each_store!(an_admin_tests_a_webhook_in_the_browser);
+
+/// An automation made through the form: a template error shown at its line
+/// and column, a preview by the real plugin, then an alias added on the
+/// artifacts page and its execution in the history; then deleted, after
+/// cancelling once.
+async fn an_automation_from_the_form_to_its_history_in_the_browser() {
+    let test = "an_automation_from_the_form_to_its_history_in_the_browser";
+    let Some(browser) = Browser::start(test).await else {
+        return;
+    };
+    let host = Host::builder().config(LOOPBACK_HOOKS).start().await;
+    let receiver = Receiver::start().await;
+    let world = World::build(&host, Some(&format!("{}/hook", receiver.base))).await;
+    browser.goto(&host.url("/sign-in")).await;
+    browser.fill("api_key", &world.alice).await;
+    browser.press("Sign in").await;
+    browser.goto(&host.url("/teams/ml/projects/vision")).await;
+    let text = browser.text().await;
+    assert!(text.contains("No automations yet"), "{text}");
+    browser.follow("New automation").await;
+
+    browser.choose("event", "ADD_ARTIFACT_ALIAS").await;
+    browser.fill("alias_regex", "^prod").await;
+    browser.choose("webhook", "ci").await;
+    browser.choose("template_plugin", "template-default").await;
+    browser
+        .fill(
+            "payload",
+            "{\n  \"alias\": \"${alias}\",\n  \"oops\": \"${nope}\"\n}",
+        )
+        .await;
+    browser.fill("name", "deploy").await;
+    browser.press("Preview").await;
+    let error = browser.text_of("form-error").await;
+    assert!(error.starts_with("line 3, column 12:"), "{error}");
+    assert!(error.contains("nope"), "{error}");
+
+    browser
+        .fill(
+            "payload",
+            "{\"alias\": \"${alias}\", \"by\": \"${event_author}\", \"token\": \"$TOKEN\"}",
+        )
+        .await;
+    browser.press("Preview").await;
+    let preview = browser.text_of("preview").await;
+    let rendered: serde_json::Value = serde_json::from_str(&preview).unwrap();
+    assert_eq!(rendered["alias"], "production", "{preview}");
+    assert_eq!(rendered["by"], "alice");
+    assert_eq!(rendered["token"], "[REDACTED]", "secrets never shown");
+    browser.screenshot("automation-preview").await;
+    browser.press("Create automation").await;
+    assert_eq!(
+        browser.path().await,
+        "/teams/ml/projects/vision/automations/deploy"
+    );
+    assert!(browser.text().await.contains("Nothing has run yet"));
+
+    browser.follow("Project ml/vision").await;
+    browser.press("Log a version of detector").await;
+    browser.fill("label-detector-v0", "production").await;
+    browser.press("Add alias").await;
+    let sent = receiver.wait_for(1, 20).await;
+    assert_eq!(sent[0].json()["alias"], "production");
+    assert_eq!(sent[0].json()["token"], crate::world::TOKEN);
+    browser.follow("deploy").await;
+    let history = browser.text().await;
+    assert!(history.contains("finished"), "{history}");
+    assert!(history.contains("ADD_ARTIFACT_ALIAS"), "{history}");
+    assert!(history.contains("200"), "the attempt's status: {history}");
+    browser.screenshot("automation-history").await;
+    browser.assert_no_console_errors().await;
+
+    browser.follow("Delete this automation…").await;
+    browser.follow("Cancel").await;
+    let path = "/v1/teams/ml/projects/vision/automations/deploy";
+    let (status, _) = host.call("GET", path, &world.alice, None).await;
+    assert_eq!(status, 200, "cancelling keeps it");
+    browser.follow("Delete this automation…").await;
+    browser.press("Delete deploy").await;
+    let (status, _) = host.call("GET", path, &world.alice, None).await;
+    assert_eq!(status, 404, "confirming deletes it");
+    assert!(browser.text().await.contains("No automations yet"));
+    browser.assert_no_console_errors().await;
+    browser.close().await;
+}
+on_each_store!(an_automation_from_the_form_to_its_history_in_the_browser);

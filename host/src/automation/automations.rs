@@ -21,6 +21,7 @@ pub use crate::model::{
     Action, Automation, EventConfig, EventType, Handle, RunFilters, Scope, State, WebhookRef,
 };
 use crate::plugin::input::{FilterSpec, check_template};
+use crate::plugin::template::Variable;
 use crate::plugin::{Kind, Plugin, PluginError, Plugins};
 use crate::store::Store;
 use crate::{ids, names, secrets};
@@ -228,25 +229,7 @@ async fn check_payload(
         &webhook.secret_names(),
         webhook.access_token_secret.is_some(),
     );
-    // `$NAME` secret references become `${NAME}` variables, as at send time.
-    let mut carried: std::collections::BTreeMap<String, String> = webhook
-        .secret_names()
-        .into_iter()
-        .map(|n| (n.to_string(), String::new()))
-        .collect();
-    if webhook.access_token_secret.is_some() {
-        carried.insert(variables::ACCESS_TOKEN.to_string(), String::new());
-    }
-    let lacking = secret_refs::uncarried(payload, &carried);
-    let team_secrets = secrets::among(store, &def.webhook.team, &lacking).await?;
-    let payload = &secret_refs::resolve(
-        payload,
-        &webhook.name,
-        &carried,
-        &team_secrets,
-        Rewrite::Variable,
-    )
-    .map_err(|e| Error::invalid("payload", e.to_string()))?;
+    let payload = &with_secret_variables(store, def, webhook, payload).await?;
     let plugin = def
         .template_plugin
         .as_deref()
@@ -280,6 +263,78 @@ async fn check_payload(
         ));
     }
     Err(e.on_input(Some("payload"), Some(payload)))
+}
+
+/// `payload` with its `$NAME` secret references as `${NAME}` variables, as
+/// at send time; a reference to a secret the webhook does not carry is an
+/// error.
+async fn with_secret_variables(
+    store: &Store,
+    def: &Definition,
+    webhook: &webhooks::Webhook,
+    payload: &str,
+) -> Result<String> {
+    let mut carried: std::collections::BTreeMap<String, String> = webhook
+        .secret_names()
+        .into_iter()
+        .map(|n| (n.to_string(), String::new()))
+        .collect();
+    if webhook.access_token_secret.is_some() {
+        carried.insert(variables::ACCESS_TOKEN.to_string(), String::new());
+    }
+    let lacking = secret_refs::uncarried(payload, &carried);
+    let team_secrets = secrets::among(store, &def.webhook.team, &lacking).await?;
+    secret_refs::resolve(
+        payload,
+        &webhook.name,
+        &carried,
+        &team_secrets,
+        Rewrite::Variable,
+    )
+    .map_err(|e| Error::invalid("payload", e.to_string()))
+}
+
+/// The payload `def` would send for a sample event of its type: checked as
+/// saving would check it, then rendered by its template plugin, with every
+/// secret shown as `[REDACTED]` (as the history shows them).
+pub async fn preview(
+    store: &Store,
+    plugins: &Arc<Plugins>,
+    user: &User,
+    scope: &Scope,
+    def: &Definition,
+) -> Result<String> {
+    check(store, plugins, user, scope, def).await?;
+    let webhook = usable_webhook(store, user, &def.webhook).await?;
+    let mut vars = variables::sample(scope, def.event.event_type(), &user.name);
+    let Some(payload) = &def.payload else {
+        return Ok(serde_json::to_string_pretty(&vars).unwrap_or_default());
+    };
+    let template = with_secret_variables(store, def, &webhook, payload).await?;
+    for name in webhook.secret_names() {
+        vars.insert(name.to_string(), serde_json::json!("[REDACTED]"));
+    }
+    if webhook.access_token_secret.is_some() {
+        vars.insert(
+            variables::ACCESS_TOKEN.into(),
+            serde_json::json!("[REDACTED]"),
+        );
+    }
+    let vars = vars
+        .into_iter()
+        .map(|(name, value)| Variable {
+            name,
+            value: value.to_string(),
+        })
+        .collect();
+    let plugin = def
+        .template_plugin
+        .as_deref()
+        .unwrap_or(DEFAULT_TEMPLATE_PLUGIN);
+    plugins
+        .render(plugin, &def.webhook.team, template, vars)
+        .await
+        .map_err(|e| e.on_input(Some("payload"), Some(payload)))
 }
 
 /// The name of the variable an `unknown-variable` error points at.

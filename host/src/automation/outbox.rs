@@ -62,3 +62,22 @@ pub async fn replay(store: &Store, handle: &Handle, id: &str) -> Result<(Executi
     tx.commit().await?;
     Ok((execution, delivery))
 }
+
+/// Queues again every failed execution of `handle` created since
+/// `since_ms` that rendered a payload. Returns their ids and deliveries.
+pub async fn replay_failed(
+    store: &Store,
+    handle: &Handle,
+    since_ms: u64,
+) -> Result<(Vec<String>, Vec<Delivery>)> {
+    let mut replayed = Vec::new();
+    let mut deliveries = Vec::new();
+    for e in executions(store, handle, usize::MAX).await? {
+        if e.status == Status::Failed && e.created_at_ms >= since_ms && e.body_sealed.is_some() {
+            let (execution, delivery) = replay(store, handle, &e.id).await?;
+            replayed.push(execution.id);
+            deliveries.push(delivery);
+        }
+    }
+    Ok((replayed, deliveries))
+}

@@ -158,18 +158,7 @@ pub async fn replay_failed(
     let handle = handle(&params)?;
     groups::authorize(&app.store, &user, &handle.scope, Role::Admin).await?;
     automations::get(&app.store, &handle.scope, &handle.name).await?;
-    let mut replayed = Vec::new();
-    let mut deliveries = Vec::new();
-    for e in outbox::executions(&app.store, &handle, usize::MAX).await? {
-        if e.status == outbox::Status::Failed
-            && e.created_at_ms >= body.since_ms
-            && e.body_sealed.is_some()
-        {
-            let (execution, delivery) = outbox::replay(&app.store, &handle, &e.id).await?;
-            replayed.push(execution.id);
-            deliveries.push(delivery);
-        }
-    }
+    let (replayed, deliveries) = outbox::replay_failed(&app.store, &handle, body.since_ms).await?;
     app.dispatcher.send_when_durable(deliveries).await?;
     Ok((
         StatusCode::ACCEPTED,

@@ -6,11 +6,14 @@
 //! - [`session`]: sign-in with an API key, exchanged for a session cookie
 //!   (HttpOnly, SameSite=Strict), the [`Viewer`] and [`Posted`] extractors,
 //!   and CSRF checks on every form.
-//! - [`teams`] and [`webhooks`]: the pages.
+//! - [`teams`], [`webhooks`], [`projects`] (automations and artifacts) and
+//!   [`automations`] (the creation form, history, replays): the pages.
 //!
 //! Pages need no script: every form is a plain POST answered by a page or a
 //! redirect, so the console works with JavaScript off as well as on.
 
+mod automations;
+mod projects;
 mod session;
 mod teams;
 mod webhooks;
@@ -49,6 +52,39 @@ pub fn routes() -> Router<App> {
             "/teams/{team}/webhooks/{name}/delete",
             get(webhooks::confirm_delete).post(webhooks::delete),
         )
+        .nest("/teams/{team}/projects/{project}", project_routes())
+}
+
+/// A project's pages, under `/teams/{team}/projects/{project}`.
+fn project_routes() -> Router<App> {
+    Router::new()
+        .route("/", get(projects::show))
+        .route("/collections", post(projects::create_collection))
+        .route(
+            "/collections/{collection}/versions",
+            post(projects::create_version),
+        )
+        .route(
+            "/collections/{collection}/versions/{version}/labels",
+            post(projects::add_label),
+        )
+        .route(
+            "/automations/new",
+            get(automations::new).post(automations::create),
+        )
+        .route("/automations/{name}", get(automations::show))
+        .route(
+            "/automations/{name}/replay",
+            post(automations::replay_failed),
+        )
+        .route(
+            "/automations/{name}/executions/{execution}/replay",
+            post(automations::replay_one),
+        )
+        .route(
+            "/automations/{name}/delete",
+            get(automations::confirm_delete).post(automations::delete),
+        )
 }
 
 async fn home(viewer: Option<Viewer>) -> Redirect {
@@ -82,6 +118,10 @@ pub struct Nav {
 
 /// A page's HTML with the console's headers: no caching, no framing, and a
 /// content policy that allows only the console's own stylesheet and forms.
+///
+/// A form refused for what was in it is shown again with its errors at
+/// 200: the page itself loaded, and browsers log any other status as a
+/// console error.
 pub fn page(status: StatusCode, template: &impl Template) -> Response {
     let html = match template.render() {
         Ok(html) => html,
@@ -114,6 +154,29 @@ struct ErrorPage<'a> {
     nav: Option<Nav>,
     status: String,
     message: &'a str,
+}
+
+/// A confirmation step before a deletion: cancelling goes back, confirming
+/// posts the deletion.
+#[derive(Template)]
+#[template(path = "console/confirm.html")]
+pub struct ConfirmPage {
+    /// The page header.
+    pub nav: Option<Nav>,
+    /// The form's token.
+    pub csrf: String,
+    /// The heading, e.g. "Delete webhook x?".
+    pub question: String,
+    /// What else happens.
+    pub detail: Option<String>,
+    /// Where the confirmation posts.
+    pub action: String,
+    /// The button's words.
+    pub confirm: String,
+    /// Where cancelling goes.
+    pub cancel: String,
+    /// Whether to post `force=true` (the detail said what it does).
+    pub force: bool,
 }
 
 /// A domain error as a page, with the status and words the API would give.

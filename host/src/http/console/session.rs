@@ -189,7 +189,7 @@ pub async fn sign_in(
         }
         Err(Error::Unauthenticated(_)) => {
             let why = "that API key is not valid; check it, or create a new one".to_string();
-            sign_in_page(&headers, StatusCode::UNAUTHORIZED, Some(why))
+            sign_in_page(&headers, StatusCode::OK, Some(why))
         }
         Err(e) => e.into_response(),
     }

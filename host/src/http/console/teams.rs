@@ -11,7 +11,7 @@ use crate::app::App;
 use crate::automation::webhooks;
 use crate::error::Error;
 use crate::groups::{self, GroupKind, Role};
-use crate::secrets;
+use crate::{projects, secrets};
 
 #[derive(Template)]
 #[template(path = "console/teams.html")]
@@ -73,6 +73,7 @@ struct TeamPage {
     role: Role,
     admin: bool,
     members: Vec<(String, Role)>,
+    projects: Vec<String>,
     secrets: Vec<SecretRow>,
     webhooks: Vec<WebhookRow>,
     secret_form: SecretForm,
@@ -81,7 +82,7 @@ struct TeamPage {
 
 /// `GET /teams/{team}`.
 pub async fn show(State(app): State<App>, viewer: Viewer, Path(team): Path<String>) -> Shown {
-    team_page(&app, &viewer, &team, StatusCode::OK, Forms::default()).await
+    team_page(&app, &viewer, &team, Forms::default()).await
 }
 
 /// The forms of the team page, as posted when one was refused.
@@ -108,14 +109,8 @@ impl Forms {
     }
 }
 
-/// The team page; `status` and `forms` say how a refused form is shown.
-pub async fn team_page(
-    app: &App,
-    viewer: &Viewer,
-    team: &str,
-    status: StatusCode,
-    forms: Forms,
-) -> Shown {
+/// The team page; `forms` says how a refused form is shown again.
+pub async fn team_page(app: &App, viewer: &Viewer, team: &str, forms: Forms) -> Shown {
     let failed = |e| Failed::new(e, viewer);
     let store = &app.store;
     let role = groups::require_team(store, &viewer.user, team, Role::Member)
@@ -124,10 +119,11 @@ pub async fn team_page(
     let members = groups::members(store, GroupKind::Team, team)
         .await
         .map_err(failed)?;
+    let projects = projects::list(store, team).await.map_err(failed)?;
     let secrets = secrets::list(store, team).await.map_err(failed)?;
     let webhooks = webhooks::list(store, team).await.map_err(failed)?;
     Ok(page(
-        status,
+        StatusCode::OK,
         &TeamPage {
             nav: Some(viewer.nav()),
             csrf: viewer.csrf().to_string(),
@@ -135,6 +131,7 @@ pub async fn team_page(
             role,
             admin: role == Role::Admin,
             members: members.into_iter().map(|m| (m.user, m.role)).collect(),
+            projects: projects.into_iter().map(|p| p.name).collect(),
             secrets: secrets
                 .into_iter()
                 .map(|s| SecretRow {
@@ -190,7 +187,7 @@ pub async fn put_secret(State(app): State<App>, Path(team): Path<String>, posted
                 },
                 ..Forms::default()
             };
-            team_page(&app, viewer, &team, e.status(), forms).await
+            team_page(&app, viewer, &team, forms).await
         }
         Err(e) => Err(Failed::new(e, viewer)),
     }

@@ -8,7 +8,7 @@ use axum::response::{IntoResponse, Redirect};
 use serde_json::Value;
 
 use super::teams::{Forms, state_of, team_page};
-use super::{Failed, Nav, Posted, Shown, Viewer, page};
+use super::{ConfirmPage, Failed, Nav, Posted, Shown, Viewer, page};
 use crate::app::App;
 use crate::automation::webhook_test::{self, Outcome};
 use crate::automation::{automations, webhooks};
@@ -37,7 +37,7 @@ pub async fn create(State(app): State<App>, Path(team): Path<String>, posted: Po
         }
         Err(e @ (Error::InvalidRequest { .. } | Error::Conflict(_))) => {
             let forms = Forms::webhook(name, url, &e);
-            team_page(&app, viewer, &team, e.status(), forms).await
+            team_page(&app, viewer, &team, forms).await
         }
         Err(e) => Err(Failed::new(e, viewer)),
     }
@@ -83,9 +83,8 @@ async fn webhook_page(app: &App, viewer: &Viewer, team: &str, name: &str, tested
     let webhook = webhooks::get(&app.store, team, name)
         .await
         .map_err(failed)?;
-    let status = tested.error.as_ref().map_or(StatusCode::OK, Error::status);
     Ok(page(
-        status,
+        StatusCode::OK,
         &WebhookPage {
             nav: Some(viewer.nav()),
             csrf: viewer.csrf().to_string(),
@@ -140,19 +139,6 @@ pub async fn test(
         Err(e) => return Err(Failed::new(e, viewer)),
     };
     webhook_page(&app, viewer, &team, &name, tested).await
-}
-
-#[derive(Template)]
-#[template(path = "console/confirm.html")]
-struct ConfirmPage {
-    nav: Option<Nav>,
-    csrf: String,
-    question: String,
-    detail: Option<String>,
-    action: String,
-    confirm: String,
-    cancel: String,
-    force: bool,
 }
 
 /// `GET /teams/{team}/webhooks/{name}/delete`: the confirmation step,

@@ -1,0 +1,491 @@
+//! A project's automations: the creation form (scope → event → webhook →
+//! payload with a preview by the real template plugin → name), one
+//! automation with its execution history and replays, and deletion after a
+//! confirmation step.
+
+use askama::Template;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Redirect};
+
+use super::projects::{base, describe_event, state_of};
+use super::{ConfirmPage, Failed, Nav, Posted, Shown, Viewer, page};
+use crate::app::App;
+use crate::automation::automations::{
+    self, Action, Automation, Definition, EventConfig, Handle, Scope, WebhookRef,
+};
+use crate::automation::outbox::{self, Execution, Status};
+use crate::automation::webhooks;
+use crate::error::Error;
+use crate::groups::{self, Role};
+use crate::model::{MetricSpec, RunFilters};
+use crate::plugin::Kind;
+
+/// The events a project's automation can listen for, with their words.
+const EVENTS: [(&str, &str); 3] = [
+    (
+        "ADD_ARTIFACT_ALIAS",
+        "An alias is added to an artifact version",
+    ),
+    ("ADD_ARTIFACT_TAG", "A tag is added to an artifact version"),
+    ("RUN_METRIC_THRESHOLD", "A run metric crosses a threshold"),
+];
+
+/// The creation form as posted (or empty, with defaults).
+pub struct AutomationForm {
+    name: String,
+    description: String,
+    event: String,
+    alias_regex: String,
+    tag_regex: String,
+    metric_name: String,
+    aggregation: String,
+    window: String,
+    comparison: String,
+    threshold: String,
+    webhook: String,
+    template_plugin: String,
+    payload: String,
+}
+
+impl Default for AutomationForm {
+    fn default() -> Self {
+        AutomationForm {
+            name: String::new(),
+            description: String::new(),
+            event: EVENTS[0].0.into(),
+            alias_regex: String::new(),
+            tag_regex: String::new(),
+            metric_name: String::new(),
+            aggregation: "average".into(),
+            window: "5".into(),
+            comparison: ">".into(),
+            threshold: String::new(),
+            webhook: String::new(),
+            template_plugin: automations::DEFAULT_TEMPLATE_PLUGIN.into(),
+            payload: String::new(),
+        }
+    }
+}
+
+impl AutomationForm {
+    fn posted(posted: &Posted) -> AutomationForm {
+        let field = |name: &str| posted.field(name).to_string();
+        AutomationForm {
+            name: field("name").trim().to_string(),
+            description: field("description"),
+            event: field("event"),
+            alias_regex: field("alias_regex"),
+            tag_regex: field("tag_regex"),
+            metric_name: field("metric_name"),
+            aggregation: field("aggregation"),
+            window: field("window"),
+            comparison: field("comparison"),
+            threshold: field("threshold"),
+            webhook: field("webhook"),
+            template_plugin: field("template_plugin"),
+            payload: field("payload"),
+        }
+    }
+
+    /// The definition the API would receive, or the field that is wrong.
+    fn definition(&self, team: &str) -> Result<Definition, Error> {
+        let event = match self.event.as_str() {
+            "ADD_ARTIFACT_ALIAS" => EventConfig::AddArtifactAlias {
+                alias_regex: self.alias_regex.trim().to_string(),
+            },
+            "ADD_ARTIFACT_TAG" => EventConfig::AddArtifactTag {
+                tag_regex: Some(self.tag_regex.trim().to_string()).filter(|t| !t.is_empty()),
+            },
+            "RUN_METRIC_THRESHOLD" => EventConfig::RunMetricThreshold {
+                metric: self.metric()?,
+                run_filters: RunFilters::default(),
+            },
+            other => return Err(Error::invalid("event", format!("unknown event '{other}'"))),
+        };
+        let payload = Some(self.payload.trim().to_string()).filter(|p| !p.is_empty());
+        Ok(Definition {
+            name: self.name.clone(),
+            description: self.description.trim().to_string(),
+            event,
+            webhook: WebhookRef {
+                team: team.to_string(),
+                name: self.webhook.clone(),
+            },
+            action: Action::Webhooks,
+            payload,
+            template_plugin: Some(self.template_plugin.clone()),
+        })
+    }
+
+    fn metric(&self) -> Result<MetricSpec, Error> {
+        let window = self.window.trim().parse().map_err(|_| {
+            Error::invalid(
+                "event.metric.window",
+                "the window is a whole number of values",
+            )
+        })?;
+        let threshold = self.threshold.trim().parse().map_err(|_| {
+            Error::invalid(
+                "event.metric.threshold",
+                "the threshold is a number, e.g. 0.5",
+            )
+        })?;
+        Ok(MetricSpec {
+            name: self.metric_name.trim().to_string(),
+            window,
+            aggregation: self.aggregation.clone(),
+            comparison: self.comparison.clone(),
+            threshold,
+        })
+    }
+}
+
+#[derive(Template)]
+#[template(path = "console/automation_form.html")]
+struct FormPage {
+    nav: Option<Nav>,
+    csrf: String,
+    team: String,
+    project: String,
+    base: String,
+    events: [(&'static str, &'static str); 3],
+    webhooks: Vec<String>,
+    templates: Vec<String>,
+    form: AutomationForm,
+    /// The first part of the error's field (`payload`, `event`, `name`, …).
+    error_at: String,
+    error: Option<String>,
+    preview: Option<String>,
+}
+
+/// `GET …/automations/new`.
+pub async fn new(
+    State(app): State<App>,
+    viewer: Viewer,
+    Path((team, project)): Path<(String, String)>,
+) -> Shown {
+    let form = AutomationForm::default();
+    form_page(&app, &viewer, &team, &project, form, Ok(None)).await
+}
+
+/// The form, with the outcome of a preview or a refused save.
+async fn form_page(
+    app: &App,
+    viewer: &Viewer,
+    team: &str,
+    project: &str,
+    form: AutomationForm,
+    outcome: Result<Option<String>, Error>,
+) -> Shown {
+    let failed = |e| Failed::new(e, viewer);
+    let scope = Scope::project(team, project);
+    groups::authorize(&app.store, &viewer.user, &scope, Role::Admin)
+        .await
+        .map_err(failed)?;
+    let webhooks = webhooks::list(&app.store, team).await.map_err(failed)?;
+    let mut templates: Vec<String> = app
+        .plugins
+        .list()
+        .iter()
+        .filter(|p| p.kind == Kind::PayloadTemplate)
+        .map(|p| p.name.clone())
+        .collect();
+    templates.sort();
+    let (status, error_at, error, preview) = match outcome {
+        Ok(preview) => (StatusCode::OK, String::new(), None, preview),
+        Err(e) => {
+            let at = e.param().unwrap_or("").split('.').next().unwrap_or("");
+            (StatusCode::OK, at.to_string(), Some(with_place(&e)), None)
+        }
+    };
+    Ok(page(
+        status,
+        &FormPage {
+            nav: Some(viewer.nav()),
+            csrf: viewer.csrf().to_string(),
+            team: team.to_string(),
+            project: project.to_string(),
+            base: base(team, project),
+            events: EVENTS,
+            webhooks: webhooks.into_iter().map(|w| w.name).collect(),
+            templates,
+            form,
+            error_at,
+            error,
+            preview,
+        },
+    ))
+}
+
+/// An error's words, led by its line and column when a plugin placed it.
+fn with_place(e: &Error) -> String {
+    match e {
+        Error::PluginRefused {
+            position: Some(at), ..
+        } => format!("line {}, column {}: {e}", at.line, at.column),
+        other => other.to_string(),
+    }
+}
+
+/// `POST …/automations/new`: previews (intent `preview`) or creates.
+pub async fn create(
+    State(app): State<App>,
+    Path((team, project)): Path<(String, String)>,
+    posted: Posted,
+) -> Shown {
+    let viewer = &posted.viewer;
+    let form = AutomationForm::posted(&posted);
+    let scope = Scope::project(&team, &project);
+    let preview = posted.field("intent") == "preview";
+    let outcome = async {
+        groups::authorize(&app.store, &viewer.user, &scope, Role::Admin).await?;
+        let def = form.definition(&team)?;
+        if preview {
+            let text =
+                automations::preview(&app.store, &app.plugins, &viewer.user, &scope, &def).await?;
+            return Ok(Some(pretty(text)));
+        }
+        automations::check(&app.store, &app.plugins, &viewer.user, &scope, &def).await?;
+        automations::create(&app.store, &scope, def, &viewer.user).await?;
+        Ok(None)
+    };
+    match outcome.await {
+        Ok(None) => {
+            tracing::info!(scope = %scope.describe(), automation = %form.name, by = %viewer.user.name, "automation created");
+            let to = format!("{}/automations/{}", base(&team, &project), form.name);
+            Ok(Redirect::to(&to).into_response())
+        }
+        Ok(Some(text)) => form_page(&app, viewer, &team, &project, form, Ok(Some(text))).await,
+        Err(
+            e @ (Error::InvalidRequest { .. } | Error::PluginRefused { .. } | Error::Conflict(_)),
+        ) => form_page(&app, viewer, &team, &project, form, Err(e)).await,
+        Err(e) => Err(Failed::new(e, viewer)),
+    }
+}
+
+/// JSON as indented text; anything else as it is.
+fn pretty(text: String) -> String {
+    serde_json::from_str::<serde_json::Value>(&text)
+        .ok()
+        .and_then(|v| serde_json::to_string_pretty(&v).ok())
+        .unwrap_or(text)
+}
+
+/// An attempt as the history shows it.
+struct AttemptRow {
+    when: String,
+    status: String,
+    latency: String,
+    error: String,
+    next: String,
+}
+
+/// An execution as the history shows it.
+struct ExecutionRow {
+    id: String,
+    when: String,
+    status: &'static str,
+    event: String,
+    delivery_id: String,
+    error: Option<String>,
+    payload: Option<String>,
+    attempts: Vec<AttemptRow>,
+    replayable: bool,
+}
+
+impl ExecutionRow {
+    fn of(e: Execution) -> ExecutionRow {
+        ExecutionRow {
+            when: time_ms(e.created_at_ms),
+            status: match e.status {
+                Status::Pending => "pending",
+                Status::Finished => "finished",
+                Status::Failed => "failed",
+            },
+            event: e.event.event_type.as_str().to_string(),
+            replayable: e.status != Status::Pending && e.body_sealed.is_some(),
+            attempts: e
+                .attempts
+                .into_iter()
+                .map(|a| AttemptRow {
+                    when: time_ms(a.at_ms),
+                    status: a.status.map_or("no answer".into(), |s| s.to_string()),
+                    latency: format!("{:.0} ms", a.latency_ms),
+                    error: a.error.unwrap_or_default(),
+                    next: a.next_attempt_at_ms.map(time_ms).unwrap_or_default(),
+                })
+                .collect(),
+            payload: e.payload.map(pretty),
+            id: e.id,
+            delivery_id: e.delivery_id,
+            error: e.error,
+        }
+    }
+}
+
+/// Unix milliseconds as a UTC date and time.
+fn time_ms(ms: u64) -> String {
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
+    httpdate::fmt_http_date(at)
+}
+
+#[derive(Template)]
+#[template(path = "console/automation.html")]
+struct AutomationPage {
+    nav: Option<Nav>,
+    csrf: String,
+    team: String,
+    project: String,
+    base: String,
+    admin: bool,
+    event: String,
+    state: String,
+    automation: Automation,
+    executions: Vec<ExecutionRow>,
+    note: Option<String>,
+}
+
+/// How many executions the history shows.
+const HISTORY: usize = 50;
+
+/// `GET …/automations/{name}`: the automation and its history.
+pub async fn show(
+    State(app): State<App>,
+    viewer: Viewer,
+    Path((team, project, name)): Path<(String, String, String)>,
+) -> Shown {
+    automation_page(&app, &viewer, &team, &project, &name, None).await
+}
+
+async fn automation_page(
+    app: &App,
+    viewer: &Viewer,
+    team: &str,
+    project: &str,
+    name: &str,
+    note: Option<String>,
+) -> Shown {
+    let failed = |e| Failed::new(e, viewer);
+    let scope = Scope::project(team, project);
+    groups::authorize(&app.store, &viewer.user, &scope, Role::Member)
+        .await
+        .map_err(failed)?;
+    let admin = groups::authorize(&app.store, &viewer.user, &scope, Role::Admin)
+        .await
+        .is_ok();
+    let automation = automations::get(&app.store, &scope, name)
+        .await
+        .map_err(failed)?;
+    let executions = outbox::executions(&app.store, &automation.handle(), HISTORY)
+        .await
+        .map_err(failed)?;
+    Ok(page(
+        StatusCode::OK,
+        &AutomationPage {
+            nav: Some(viewer.nav()),
+            csrf: viewer.csrf().to_string(),
+            team: team.to_string(),
+            project: project.to_string(),
+            base: base(team, project),
+            admin,
+            event: describe_event(&automation.event),
+            state: state_of(&automation),
+            automation,
+            executions: executions.into_iter().map(ExecutionRow::of).collect(),
+            note,
+        },
+    ))
+}
+
+/// `POST …/executions/{id}/replay`: sends one execution's payload again.
+pub async fn replay_one(
+    State(app): State<App>,
+    Path((team, project, name, id)): Path<(String, String, String, String)>,
+    posted: Posted,
+) -> Shown {
+    let viewer = &posted.viewer;
+    let handle = Handle {
+        scope: Scope::project(&team, &project),
+        name: name.clone(),
+    };
+    let replay = async {
+        groups::authorize(&app.store, &viewer.user, &handle.scope, Role::Admin).await?;
+        let (_, delivery) = outbox::replay(&app.store, &handle, &id).await?;
+        app.dispatcher.send_when_durable(vec![delivery]).await
+    };
+    replay.await.map_err(|e| Failed::new(e, viewer))?;
+    let note = format!("Execution {id} is queued again.");
+    automation_page(&app, viewer, &team, &project, &name, Some(note)).await
+}
+
+/// `POST …/automations/{name}/replay`: every failed execution since the
+/// chosen time, again.
+pub async fn replay_failed(
+    State(app): State<App>,
+    Path((team, project, name)): Path<(String, String, String)>,
+    posted: Posted,
+) -> Shown {
+    let viewer = &posted.viewer;
+    let handle = Handle {
+        scope: Scope::project(&team, &project),
+        name: name.clone(),
+    };
+    let seconds: u64 = posted.field("since").parse().unwrap_or(3600);
+    let since_ms = crate::ids::now_ms().saturating_sub(seconds * 1000);
+    let replay = async {
+        groups::authorize(&app.store, &viewer.user, &handle.scope, Role::Admin).await?;
+        automations::get(&app.store, &handle.scope, &name).await?;
+        let (ids, deliveries) = outbox::replay_failed(&app.store, &handle, since_ms).await?;
+        app.dispatcher.send_when_durable(deliveries).await?;
+        Ok::<_, Error>(ids.len())
+    };
+    let count = replay.await.map_err(|e| Failed::new(e, viewer))?;
+    let note = format!("{count} failed execution(s) queued again.");
+    automation_page(&app, viewer, &team, &project, &name, Some(note)).await
+}
+
+/// `GET …/automations/{name}/delete`: the confirmation step.
+pub async fn confirm_delete(
+    State(app): State<App>,
+    viewer: Viewer,
+    Path((team, project, name)): Path<(String, String, String)>,
+) -> Shown {
+    let scope = Scope::project(&team, &project);
+    let check = async {
+        groups::authorize(&app.store, &viewer.user, &scope, Role::Admin).await?;
+        automations::get(&app.store, &scope, &name).await
+    };
+    check.await.map_err(|e| Failed::new(e, &viewer))?;
+    let at = format!("{}/automations/{name}", base(&team, &project));
+    Ok(page(
+        StatusCode::OK,
+        &ConfirmPage {
+            nav: Some(viewer.nav()),
+            csrf: viewer.csrf().to_string(),
+            question: format!("Delete automation {name}?"),
+            detail: Some("Its execution history goes with it.".into()),
+            action: format!("{at}/delete"),
+            confirm: format!("Delete {name}"),
+            cancel: at,
+            force: false,
+        },
+    ))
+}
+
+/// `POST …/automations/{name}/delete`.
+pub async fn delete(
+    State(app): State<App>,
+    Path((team, project, name)): Path<(String, String, String)>,
+    posted: Posted,
+) -> Shown {
+    let viewer = &posted.viewer;
+    let scope = Scope::project(&team, &project);
+    let delete = async {
+        groups::authorize(&app.store, &viewer.user, &scope, Role::Admin).await?;
+        automations::delete(&app.store, &scope, &name).await
+    };
+    delete.await.map_err(|e| Failed::new(e, viewer))?;
+    tracing::info!(scope = %scope.describe(), automation = %name, by = %viewer.user.name, "automation deleted");
+    Ok(Redirect::to(&format!("{}#automations", base(&team, &project))).into_response())
+}
