@@ -428,3 +428,59 @@ async fn an_automation_from_the_form_to_its_history_in_the_browser() {
     browser.close().await;
 }
 on_each_store!(an_automation_from_the_form_to_its_history_in_the_browser);
+
+async fn keys_are_shown_once_and_operators_alone_see_the_operator_page() {
+    let host = Host::start().await;
+    let world = World::build(&host, None).await;
+    let alice = Visitor::signed_in(&host, &world.alice).await;
+    let token = alice.token("/keys").await;
+    let created = alice
+        .post("/keys", &[("csrf", &token), ("name", "laptop")])
+        .await;
+    assert_eq!(created.status, 200);
+    let re = regex::Regex::new(r#"<pre id="new-key">(sy_[0-9a-f]+)</pre>"#).unwrap();
+    let key = re.captures(&created.body).expect("the new key, once")[1].to_string();
+    let (status, me) = host.call("GET", "/v1/me", &key, None).await;
+    assert_eq!((status, me["name"].as_str()), (200, Some("alice")));
+    let listed = alice.get("/keys").await;
+    assert!(listed.body.contains("laptop"));
+    assert!(!listed.body.contains(&key), "never shown again");
+    let id = regex::Regex::new(r#"action="/keys/([^/"]+)/revoke"[^>]*>\s*<input type="hidden" name="csrf" value="[0-9a-f]+">\s*<button type="submit" class="danger">Revoke laptop"#)
+        .unwrap()
+        .captures(&listed.body)
+        .expect("a revoke form for laptop")[1]
+        .to_string();
+    let revoked = alice
+        .post(&format!("/keys/{id}/revoke"), &[("csrf", &token)])
+        .await;
+    assert_eq!(revoked.status, 303);
+    let (status, _) = host.call("GET", "/v1/me", &key, None).await;
+    assert_eq!(status, 401, "a revoked key no longer works");
+
+    let refused = alice.get("/operator").await;
+    assert_eq!(refused.status, 403, "as the API answers non-operators");
+    assert!(
+        !alice
+            .get("/teams")
+            .await
+            .body
+            .contains("href=\"/operator\"")
+    );
+    let operator = Visitor::signed_in(&host, crate::harness::OPERATOR_KEY).await;
+    let page = operator.get("/operator").await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    for shown in [
+        "System check: healthy",
+        "template-default",
+        "payload-template",
+        "alice",
+    ] {
+        assert!(page.body.contains(shown), "{shown}: {}", page.body);
+    }
+    let project = alice.get("/teams/ml/projects/vision").await;
+    assert!(
+        project.body.contains("OpenAI-Project: ml/vision"),
+        "the usage chart's empty state says how to fill it"
+    );
+}
+on_each_store!(keys_are_shown_once_and_operators_alone_see_the_operator_page);

@@ -6,16 +6,20 @@
 //! - [`session`]: sign-in with an API key, exchanged for a session cookie
 //!   (HttpOnly, SameSite=Strict), the [`Viewer`] and [`Posted`] extractors,
 //!   and CSRF checks on every form.
-//! - [`teams`], [`webhooks`], [`projects`] (automations and artifacts) and
-//!   [`automations`] (the creation form, history, replays): the pages.
+//! - [`teams`], [`webhooks`], [`projects`] (automations, artifacts, usage),
+//!   [`automations`] (the creation form, history, replays), [`keys`] and
+//!   [`operator`]: the pages; [`usage`]: the SVG chart of tokens per day.
 //!
 //! Pages need no script: every form is a plain POST answered by a page or a
 //! redirect, so the console works with JavaScript off as well as on.
 
 mod automations;
+mod keys;
+mod operator;
 mod projects;
 mod session;
 mod teams;
+mod usage;
 mod webhooks;
 
 use askama::Template;
@@ -38,6 +42,9 @@ pub fn routes() -> Router<App> {
         .route("/favicon.ico", get(favicon))
         .route("/sign-in", get(session::form).post(session::sign_in))
         .route("/sign-out", post(session::sign_out))
+        .route("/keys", get(keys::list).post(keys::create))
+        .route("/keys/{id}/revoke", post(keys::revoke))
+        .route("/operator", get(operator::show))
         .route("/teams", get(teams::list))
         .route("/teams/{team}", get(teams::show))
         .route("/teams/{team}/secrets", post(teams::put_secret))
@@ -114,6 +121,8 @@ pub struct Nav {
     pub user: String,
     /// The session's CSRF token, for the sign-out form.
     pub csrf: String,
+    /// Whether to link the operator's page.
+    pub operator: bool,
 }
 
 /// A page's HTML with the console's headers: no caching, no framing, and a

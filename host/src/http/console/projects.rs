@@ -7,12 +7,14 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect};
 
+use super::usage::Chart;
 use super::{Failed, Nav, Posted, Shown, Viewer, page};
 use crate::app::App;
 use crate::artifacts;
 use crate::automation::automations::{self, Automation, EventConfig, Scope};
 use crate::error::Error;
 use crate::groups::{self, Role};
+use crate::inference::usage;
 use crate::projects;
 
 /// An automation as a project page lists it.
@@ -48,6 +50,7 @@ struct ProjectPage {
     automations: Vec<AutomationRow>,
     collections: Vec<CollectionRow>,
     artifact_error: Option<String>,
+    chart: Chart,
 }
 
 /// The console path of a project.
@@ -128,6 +131,9 @@ async fn project_page(
                 .collect(),
         });
     }
+    let usage = usage::rows(store, &usage::project_scope(team, project))
+        .await
+        .map_err(failed)?;
     Ok(page(
         StatusCode::OK,
         &ProjectPage {
@@ -148,6 +154,7 @@ async fn project_page(
                 .collect(),
             collections,
             artifact_error: error.map(|e| e.to_string()),
+            chart: Chart::of(&usage, Some(format!("{team}/{project}"))),
         },
     ))
 }

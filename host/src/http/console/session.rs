@@ -40,6 +40,7 @@ impl Viewer {
         Nav {
             user: self.user.name.clone(),
             csrf: self.session.csrf.clone(),
+            operator: self.user.operator,
         }
     }
 

@@ -162,7 +162,7 @@ pub fn state_of(webhook: &webhooks::Webhook) -> String {
 }
 
 /// Unix seconds as a UTC date and time.
-fn date(seconds: u64) -> String {
+pub fn date(seconds: u64) -> String {
     httpdate::fmt_http_date(std::time::UNIX_EPOCH + std::time::Duration::from_secs(seconds))
 }
 

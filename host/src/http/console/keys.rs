@@ -1,0 +1,95 @@
+//! The viewer's API keys: created (shown once) and revoked here, and their
+//! usage without a project.
+
+use askama::Template;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Redirect};
+
+use super::usage::Chart;
+use super::{Failed, Nav, Posted, Shown, Viewer, page};
+use crate::app::App;
+use crate::auth;
+use crate::error::Error;
+use crate::inference::usage;
+
+/// A key as listed: never its value.
+struct KeyRow {
+    id: String,
+    name: String,
+    prefix: String,
+    created: String,
+}
+
+#[derive(Template)]
+#[template(path = "console/keys.html")]
+struct KeysPage {
+    nav: Option<Nav>,
+    csrf: String,
+    keys: Vec<KeyRow>,
+    /// A key just created: its name and value, shown this once.
+    new_key: Option<(String, String)>,
+    error: Option<String>,
+    chart: Chart,
+}
+
+/// `GET /keys`.
+pub async fn list(State(app): State<App>, viewer: Viewer) -> Shown {
+    keys_page(&app, &viewer, None, None).await
+}
+
+async fn keys_page(
+    app: &App,
+    viewer: &Viewer,
+    new_key: Option<auth::NewKey>,
+    error: Option<Error>,
+) -> Shown {
+    let failed = |e| Failed::new(e, viewer);
+    let keys = auth::list_keys(&app.store, &viewer.user)
+        .await
+        .map_err(failed)?;
+    let scope = usage::personal_scope(&viewer.user.name);
+    let rows = usage::rows(&app.store, &scope).await.map_err(failed)?;
+    Ok(page(
+        StatusCode::OK,
+        &KeysPage {
+            nav: Some(viewer.nav()),
+            csrf: viewer.csrf().to_string(),
+            keys: keys
+                .into_iter()
+                .map(|k| KeyRow {
+                    created: super::teams::date(k.created_at),
+                    id: k.id,
+                    name: k.name,
+                    prefix: k.prefix,
+                })
+                .collect(),
+            new_key: new_key.map(|k| (k.record.name, k.key)),
+            error: error.map(|e| e.to_string()),
+            chart: Chart::of(&rows, None),
+        },
+    ))
+}
+
+/// `POST /keys`: creates a key and shows it once.
+pub async fn create(State(app): State<App>, posted: Posted) -> Shown {
+    let viewer = &posted.viewer;
+    match auth::create_key(&app.store, &viewer.user, posted.field("name")).await {
+        Ok(key) => {
+            tracing::info!(user = %viewer.user.name, key_id = %key.record.id, "API key created");
+            keys_page(&app, viewer, Some(key), None).await
+        }
+        Err(e @ Error::InvalidRequest { .. }) => keys_page(&app, viewer, None, Some(e)).await,
+        Err(e) => Err(Failed::new(e, viewer)),
+    }
+}
+
+/// `POST /keys/{id}/revoke`.
+pub async fn revoke(State(app): State<App>, Path(id): Path<String>, posted: Posted) -> Shown {
+    let viewer = &posted.viewer;
+    auth::revoke_key(&app.store, &viewer.user, &id)
+        .await
+        .map_err(|e| Failed::new(e, viewer))?;
+    tracing::info!(user = %viewer.user.name, key_id = %id, "API key revoked");
+    Ok(Redirect::to("/keys").into_response())
+}
