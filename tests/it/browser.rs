@@ -14,6 +14,9 @@ use fantoccini::wd::WebDriverCompatibleCommand;
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{Value, json};
 
+/// The accessibility checker run in the page (from npm, pinned).
+const AXE_CORE: &str = "4.14.1";
+
 const CHROMIUM: &str = "/usr/bin/chromium";
 const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
 
@@ -201,6 +204,32 @@ impl Browser {
         assert!(errors.is_empty(), "browser console errors: {errors:?}");
     }
 
+    /// Runs axe-core's WCAG 2 A and AA rules on the page and fails on any
+    /// serious or critical violation.
+    pub async fn assert_accessible(&self, page: &str) {
+        self.client
+            .execute(&axe_source(), Vec::new())
+            .await
+            .unwrap();
+        let run = "const done = arguments[arguments.length - 1];\
+                   axe.run(document, {runOnly: ['wcag2a', 'wcag2aa']})\
+                     .then(r => done({passes: r.passes.length, violations: r.violations\
+                       .filter(v => v.impact === 'serious' || v.impact === 'critical')\
+                       .map(v => ({id: v.id, help: v.help, nodes: v.nodes.map(n => n.html)}))}))\
+                     .catch(e => done({error: String(e)}));";
+        let found = self.client.execute_async(run, Vec::new()).await.unwrap();
+        assert!(
+            found["passes"].as_u64().unwrap_or(0) > 0,
+            "{page}: axe-core checked nothing: {found}"
+        );
+        let violations = &found["violations"];
+        assert_eq!(
+            violations.as_array().map(Vec::len),
+            Some(0),
+            "{page}: serious accessibility violations: {violations:#}"
+        );
+    }
+
     /// Scrolls the element with id `id` into view (for a screenshot).
     pub async fn scroll_to(&self, id: &str) {
         let script = format!("document.getElementById('{id}').scrollIntoView()");
@@ -219,6 +248,36 @@ impl Drop for Browser {
     fn drop(&mut self) {
         let _ = self.driver.kill();
     }
+}
+
+/// axe-core's script, fetched from npm once into `target/axe-core/`.
+fn axe_source() -> String {
+    let dir = PathBuf::from(crate::harness::TARGET).join("axe-core");
+    let script = dir.join("package/axe.min.js");
+    crate::harness::once_across_processes(
+        "axe-core",
+        || script.exists(),
+        || {
+            std::fs::create_dir_all(&dir).unwrap();
+            let packed = Command::new("npm")
+                .args(["pack", "--silent", &format!("axe-core@{AXE_CORE}")])
+                .current_dir(&dir)
+                .output()
+                .expect("running npm (the accessibility check fetches axe-core)");
+            assert!(
+                packed.status.success(),
+                "npm pack axe-core failed: {packed:?}"
+            );
+            let tarball = String::from_utf8(packed.stdout).unwrap();
+            let status = Command::new("tar")
+                .args(["xzf", tarball.trim()])
+                .current_dir(&dir)
+                .status()
+                .unwrap();
+            assert!(status.success(), "unpacking {tarball}");
+        },
+    );
+    std::fs::read_to_string(&script).unwrap()
 }
 
 /// Where screenshots go: `target/console-screenshots/`.

@@ -286,9 +286,12 @@ async fn an_admin_tests_a_webhook_in_the_browser() {
     assert_eq!(browser.path().await, "/sign-in");
     browser.fill("api_key", &world.alice).await;
     browser.screenshot("sign-in").await;
+    browser.assert_accessible("sign-in").await;
     browser.press("Sign in").await;
     assert_eq!(browser.path().await, "/teams");
+    browser.assert_accessible("teams").await;
     browser.follow("ml").await;
+    browser.assert_accessible("team settings").await;
 
     browser.fill("secret-name", "HOOK_TOKEN").await;
     browser.fill("secret-value", "s3cret-value").await;
@@ -317,6 +320,7 @@ async fn an_admin_tests_a_webhook_in_the_browser() {
     assert_eq!(browser.text_of("result-body").await, "{\"received\": true}");
     browser.scroll_to("result").await;
     browser.screenshot("webhook-test").await;
+    browser.assert_accessible("webhook test").await;
     browser.assert_no_console_errors().await;
     let sent = receiver.wait_for(1, 10).await;
     assert_eq!(sent[0].json()["hello"], "console");
@@ -392,6 +396,7 @@ async fn an_automation_from_the_form_to_its_history_in_the_browser() {
     assert_eq!(rendered["by"], "alice");
     assert_eq!(rendered["token"], "[REDACTED]", "secrets never shown");
     browser.screenshot("automation-preview").await;
+    browser.assert_accessible("automation form").await;
     browser.press("Create automation").await;
     assert_eq!(
         browser.path().await,
@@ -400,6 +405,7 @@ async fn an_automation_from_the_form_to_its_history_in_the_browser() {
     assert!(browser.text().await.contains("Nothing has run yet"));
 
     browser.follow("Project ml/vision").await;
+    browser.assert_accessible("project").await;
     browser.press("Log a version of detector").await;
     browser.fill("label-detector-v0", "production").await;
     browser.press("Add alias").await;
@@ -412,6 +418,7 @@ async fn an_automation_from_the_form_to_its_history_in_the_browser() {
     assert!(history.contains("ADD_ARTIFACT_ALIAS"), "{history}");
     assert!(history.contains("200"), "the attempt's status: {history}");
     browser.screenshot("automation-history").await;
+    browser.assert_accessible("automation history").await;
     browser.assert_no_console_errors().await;
 
     browser.follow("Delete this automation…").await;
