@@ -41,6 +41,10 @@ bench-plugins:
 bench-delivery:
     cargo bench --bench delivery
 
+# Console page latency: p50/p99 per page beside the API's JSON, alternating.
+bench-console:
+    cargo bench --bench console
+
 # Idle cost: CPU per second of a host that serves nothing.
 bench-idle:
     cargo bench --bench idle
