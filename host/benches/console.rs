@@ -44,7 +44,9 @@ async fn run() {
         .unwrap();
     for i in 0..10 {
         let path = format!("/v1/teams/ml/secrets/S{i}");
-        api(Method::PUT, &path, json!({"value": "v"})).await.unwrap();
+        api(Method::PUT, &path, json!({"value": "v"}))
+            .await
+            .unwrap();
     }
     for i in 0..10 {
         let hook = json!({"name": format!("hook{i}"), "url": "http://127.0.0.1:9/x",
