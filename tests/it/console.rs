@@ -421,9 +421,23 @@ async fn an_automation_from_the_form_to_its_history_in_the_browser() {
     browser.assert_accessible("automation history").await;
     browser.assert_no_console_errors().await;
 
+    browser.follow("Edit this automation").await;
+    browser.fill("alias_regex", "^(prod|staging)").await;
+    browser
+        .fill("description", "ships on prod or staging")
+        .await;
+    browser.press("Save changes").await;
+    let path = "/v1/teams/ml/projects/vision/automations/deploy";
+    let (_, saved) = host.call("GET", path, &world.alice, None).await;
+    assert_eq!(saved["event"]["alias_regex"], "^(prod|staging)", "{saved}");
+    assert_eq!(saved["description"], "ships on prod or staging");
+    assert!(
+        saved["payload"].as_str().unwrap().contains("$TOKEN"),
+        "kept"
+    );
+
     browser.follow("Delete this automation…").await;
     browser.follow("Cancel").await;
-    let path = "/v1/teams/ml/projects/vision/automations/deploy";
     let (status, _) = host.call("GET", path, &world.alice, None).await;
     assert_eq!(status, 200, "cancelling keeps it");
     browser.follow("Delete this automation…").await;
@@ -491,3 +505,60 @@ async fn keys_are_shown_once_and_operators_alone_see_the_operator_page() {
     );
 }
 on_each_store!(keys_are_shown_once_and_operators_alone_see_the_operator_page);
+
+async fn a_metric_logged_in_the_console_fires_a_run_automation() {
+    let host = Host::builder().config(LOOPBACK_HOOKS).start().await;
+    let receiver = Receiver::start().await;
+    let world = World::build(&host, Some(&format!("{}/hook", receiver.base))).await;
+    let automation = serde_json::json!({"name": "low-loss", "action": "Webhooks",
+        "event": {"type": "RUN_METRIC_THRESHOLD", "metric": {"name": "loss", "window": 1,
+            "aggregation": "min", "comparison": "<", "threshold": 0.5}},
+        "webhook": {"team": "ml", "name": "ci"},
+        "payload": "{\"run\": \"${run_name}\", \"loss\": ${metric_value}}"});
+    crate::world::ok(
+        &host,
+        &world.alice,
+        "POST",
+        "/v1/teams/ml/projects/vision/automations",
+        automation,
+    )
+    .await;
+    let bob = Visitor::signed_in(&host, &world.bob).await;
+    let project = "/teams/ml/projects/vision";
+    let token = bob.token(project).await;
+    let started = bob
+        .post(
+            &format!("{project}/runs"),
+            &[("csrf", &token), ("name", "sweep-1")],
+        )
+        .await;
+    assert_eq!(started.status, 303, "members start runs: {}", started.body);
+    let page = bob.get(project).await.body;
+    let run = regex::Regex::new(r#"action="/teams/ml/projects/vision/runs/([^/"]+)/metrics""#)
+        .unwrap()
+        .captures(&page)
+        .expect("a metric form for the run")[1]
+        .to_string();
+    let metrics = format!("{project}/runs/{run}/metrics");
+    let bad = bob
+        .post(
+            &metrics,
+            &[("csrf", &token), ("metric", "loss"), ("value", "low")],
+        )
+        .await;
+    assert_eq!(bad.status, 200);
+    assert!(bad.body.contains("the value is a number"), "{}", bad.body);
+    let logged = bob
+        .post(
+            &metrics,
+            &[("csrf", &token), ("metric", "loss"), ("value", "0.25")],
+        )
+        .await;
+    assert_eq!(logged.status, 303, "{}", logged.body);
+    let sent = receiver.wait_for(1, 10).await;
+    assert_eq!(
+        sent[0].json(),
+        serde_json::json!({"run": "sweep-1", "loss": 0.25})
+    );
+}
+on_each_store!(a_metric_logged_in_the_console_fires_a_run_automation);

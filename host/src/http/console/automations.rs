@@ -69,6 +69,34 @@ impl Default for AutomationForm {
 }
 
 impl AutomationForm {
+    /// The form filled in from a saved automation, for editing.
+    fn of(a: &Automation) -> AutomationForm {
+        let mut form = AutomationForm {
+            name: a.name.clone(),
+            description: a.description.clone(),
+            event: a.event.event_type().as_str().to_string(),
+            webhook: a.webhook.name.clone(),
+            template_plugin: a.template_plugin.clone(),
+            payload: a.payload.clone().unwrap_or_default(),
+            ..AutomationForm::default()
+        };
+        match &a.event {
+            EventConfig::AddArtifactAlias { alias_regex } => form.alias_regex = alias_regex.clone(),
+            EventConfig::AddArtifactTag { tag_regex } => {
+                form.tag_regex = tag_regex.clone().unwrap_or_default();
+            }
+            EventConfig::LinkArtifact {} => {}
+            EventConfig::RunMetricThreshold { metric, .. } => {
+                form.metric_name = metric.name.clone();
+                form.aggregation = metric.aggregation.clone();
+                form.window = metric.window.to_string();
+                form.comparison = metric.comparison.clone();
+                form.threshold = metric.threshold.to_string();
+            }
+        }
+        form
+    }
+
     fn posted(posted: &Posted) -> AutomationForm {
         let field = |name: &str| posted.field(name).to_string();
         AutomationForm {
@@ -146,6 +174,9 @@ impl AutomationForm {
 struct FormPage {
     nav: Option<Nav>,
     csrf: String,
+    heading: String,
+    action: String,
+    save: String,
     team: String,
     project: String,
     base: String,
@@ -166,15 +197,31 @@ pub async fn new(
     Path((team, project)): Path<(String, String)>,
 ) -> Shown {
     let form = AutomationForm::default();
-    form_page(&app, &viewer, &team, &project, form, Ok(None)).await
+    form_page(&app, &viewer, &team, &project, None, form, Ok(None)).await
 }
 
-/// The form, with the outcome of a preview or a refused save.
+/// `GET …/automations/{name}/edit`: the form filled in.
+pub async fn edit(
+    State(app): State<App>,
+    viewer: Viewer,
+    Path((team, project, name)): Path<(String, String, String)>,
+) -> Shown {
+    let scope = Scope::project(&team, &project);
+    let automation = automations::get(&app.store, &scope, &name)
+        .await
+        .map_err(|e| Failed::new(e, &viewer))?;
+    let form = AutomationForm::of(&automation);
+    form_page(&app, &viewer, &team, &project, Some(&name), form, Ok(None)).await
+}
+
+/// The form (for a new automation, or for editing `editing`), with the
+/// outcome of a preview or a refused save.
 async fn form_page(
     app: &App,
     viewer: &Viewer,
     team: &str,
     project: &str,
+    editing: Option<&str>,
     form: AutomationForm,
     outcome: Result<Option<String>, Error>,
 ) -> Shown {
@@ -204,6 +251,17 @@ async fn form_page(
         &FormPage {
             nav: Some(viewer.nav()),
             csrf: viewer.csrf().to_string(),
+            heading: editing.map_or("New automation".into(), |n| format!("Edit automation {n}")),
+            action: match editing {
+                Some(name) => format!("{}/automations/{name}/edit", base(team, project)),
+                None => format!("{}/automations/new", base(team, project)),
+            },
+            save: if editing.is_some() {
+                "Save changes"
+            } else {
+                "Create automation"
+            }
+            .into(),
             team: team.to_string(),
             project: project.to_string(),
             base: base(team, project),
@@ -234,32 +292,60 @@ pub async fn create(
     Path((team, project)): Path<(String, String)>,
     posted: Posted,
 ) -> Shown {
+    save(&app, &team, &project, None, &posted).await
+}
+
+/// `POST …/automations/{name}/edit`: previews, or saves the new definition
+/// (re-validated; a new name renames it).
+pub async fn update(
+    State(app): State<App>,
+    Path((team, project, name)): Path<(String, String, String)>,
+    posted: Posted,
+) -> Shown {
+    save(&app, &team, &project, Some(&name), &posted).await
+}
+
+async fn save(
+    app: &App,
+    team: &str,
+    project: &str,
+    editing: Option<&str>,
+    posted: &Posted,
+) -> Shown {
     let viewer = &posted.viewer;
-    let form = AutomationForm::posted(&posted);
-    let scope = Scope::project(&team, &project);
+    let form = AutomationForm::posted(posted);
+    let scope = Scope::project(team, project);
     let preview = posted.field("intent") == "preview";
     let outcome = async {
         groups::authorize(&app.store, &viewer.user, &scope, Role::Admin).await?;
-        let def = form.definition(&team)?;
+        if let Some(name) = editing {
+            automations::get(&app.store, &scope, name).await?;
+        }
+        let def = form.definition(team)?;
         if preview {
             let text =
                 automations::preview(&app.store, &app.plugins, &viewer.user, &scope, &def).await?;
             return Ok(Some(pretty(text)));
         }
         automations::check(&app.store, &app.plugins, &viewer.user, &scope, &def).await?;
-        automations::create(&app.store, &scope, def, &viewer.user).await?;
+        match editing {
+            Some(name) => automations::update(&app.store, &scope, name, def, &viewer.user).await?,
+            None => automations::create(&app.store, &scope, def, &viewer.user).await?,
+        };
         Ok(None)
     };
     match outcome.await {
         Ok(None) => {
-            tracing::info!(scope = %scope.describe(), automation = %form.name, by = %viewer.user.name, "automation created");
-            let to = format!("{}/automations/{}", base(&team, &project), form.name);
+            tracing::info!(scope = %scope.describe(), automation = %form.name, by = %viewer.user.name, "automation saved");
+            let to = format!("{}/automations/{}", base(team, project), form.name);
             Ok(Redirect::to(&to).into_response())
         }
-        Ok(Some(text)) => form_page(&app, viewer, &team, &project, form, Ok(Some(text))).await,
+        Ok(Some(text)) => {
+            form_page(app, viewer, team, project, editing, form, Ok(Some(text))).await
+        }
         Err(
             e @ (Error::InvalidRequest { .. } | Error::PluginRefused { .. } | Error::Conflict(_)),
-        ) => form_page(&app, viewer, &team, &project, form, Err(e)).await,
+        ) => form_page(app, viewer, team, project, editing, form, Err(e)).await,
         Err(e) => Err(Failed::new(e, viewer)),
     }
 }

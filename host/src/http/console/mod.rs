@@ -67,6 +67,8 @@ fn project_routes() -> Router<App> {
     Router::new()
         .route("/", get(projects::show))
         .route("/collections", post(projects::create_collection))
+        .route("/runs", post(projects::create_run))
+        .route("/runs/{run}/metrics", post(projects::log_metric))
         .route(
             "/collections/{collection}/versions",
             post(projects::create_version),
@@ -80,6 +82,10 @@ fn project_routes() -> Router<App> {
             get(automations::new).post(automations::create),
         )
         .route("/automations/{name}", get(automations::show))
+        .route(
+            "/automations/{name}/edit",
+            get(automations::edit).post(automations::update),
+        )
         .route(
             "/automations/{name}/replay",
             post(automations::replay_failed),

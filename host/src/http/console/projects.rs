@@ -15,7 +15,7 @@ use crate::automation::automations::{self, Automation, EventConfig, Scope};
 use crate::error::Error;
 use crate::groups::{self, Role};
 use crate::inference::usage;
-use crate::projects;
+use crate::{projects, runs};
 
 /// An automation as a project page lists it.
 struct AutomationRow {
@@ -30,6 +30,14 @@ struct VersionRow {
     version: String,
     aliases: String,
     tags: String,
+}
+
+/// A run as listed.
+struct RunRow {
+    id: String,
+    name: String,
+    creator: String,
+    started: String,
 }
 
 /// A collection and its versions.
@@ -49,6 +57,7 @@ struct ProjectPage {
     admin: bool,
     automations: Vec<AutomationRow>,
     collections: Vec<CollectionRow>,
+    runs: Vec<RunRow>,
     artifact_error: Option<String>,
     chart: Chart,
 }
@@ -131,6 +140,7 @@ async fn project_page(
                 .collect(),
         });
     }
+    let runs = runs::list(store, team, project).await.map_err(failed)?;
     let usage = usage::rows(store, &usage::project_scope(team, project))
         .await
         .map_err(failed)?;
@@ -153,15 +163,30 @@ async fn project_page(
                 })
                 .collect(),
             collections,
+            runs: runs
+                .into_iter()
+                .map(|r| RunRow {
+                    started: super::teams::date(r.created_at),
+                    id: r.id,
+                    name: r.name,
+                    creator: r.creator,
+                })
+                .collect(),
             artifact_error: error.map(|e| e.to_string()),
             chart: Chart::of(&usage, Some(format!("{team}/{project}"))),
         },
     ))
 }
 
-/// Runs an artifact action of the project and shows the page again: its
-/// refusal in place, or, done, the artifacts.
-async fn artifact_action<F>(app: &App, posted: &Posted, team: &str, project: &str, act: F) -> Shown
+/// Runs an action of a project member (on artifacts or runs), dispatches
+/// the events it caused, and shows the page again: its refusal in place,
+/// or, done, the page at `anchor`.
+async fn member_action<F>(
+    app: &App,
+    posted: &Posted,
+    (team, project, anchor): (&str, &str, &str),
+    act: F,
+) -> Shown
 where
     F: AsyncFnOnce(&Scope) -> Result<Vec<crate::model::Event>, Error>,
 {
@@ -174,7 +199,7 @@ where
     };
     match done.await {
         Ok(()) => {
-            let to = format!("{}#artifacts", base(team, project));
+            let to = format!("{}#{anchor}", base(team, project));
             Ok(Redirect::to(&to).into_response())
         }
         Err(e @ (Error::InvalidRequest { .. } | Error::Conflict(_))) => {
@@ -191,10 +216,15 @@ pub async fn create_collection(
     posted: Posted,
 ) -> Shown {
     let (user, name) = (&posted.viewer.user, posted.field("name").trim());
-    artifact_action(&app, &posted, &team, &project, async |scope| {
-        artifacts::create_collection(&app.store, scope, user, name, "").await?;
-        Ok(Vec::new())
-    })
+    member_action(
+        &app,
+        &posted,
+        (&team, &project, "artifacts"),
+        async |scope| {
+            artifacts::create_collection(&app.store, scope, user, name, "").await?;
+            Ok(Vec::new())
+        },
+    )
     .await
 }
 
@@ -205,12 +235,17 @@ pub async fn create_version(
     posted: Posted,
 ) -> Shown {
     let user = &posted.viewer.user;
-    artifact_action(&app, &posted, &team, &project, async |scope| {
-        let metadata = Default::default();
-        let (_, events) =
-            artifacts::create_version(&app.store, scope, user, &collection, metadata).await?;
-        Ok(events)
-    })
+    member_action(
+        &app,
+        &posted,
+        (&team, &project, "artifacts"),
+        async |scope| {
+            let metadata = Default::default();
+            let (_, events) =
+                artifacts::create_version(&app.store, scope, user, &collection, metadata).await?;
+            Ok(events)
+        },
+    )
     .await
 }
 
@@ -224,13 +259,52 @@ pub async fn add_label(
     let user = &posted.viewer.user;
     let labels = vec![posted.field("label").trim().to_string()];
     let tag = posted.field("kind") == "tag";
-    artifact_action(&app, &posted, &team, &project, async |scope| {
-        let store = &app.store;
-        let (_, events) = if tag {
-            artifacts::add_tags(store, scope, user, &collection, &version, labels).await?
-        } else {
-            artifacts::add_aliases(store, scope, user, &collection, &version, labels).await?
-        };
+    member_action(
+        &app,
+        &posted,
+        (&team, &project, "artifacts"),
+        async |scope| {
+            let store = &app.store;
+            let (_, events) = if tag {
+                artifacts::add_tags(store, scope, user, &collection, &version, labels).await?
+            } else {
+                artifacts::add_aliases(store, scope, user, &collection, &version, labels).await?
+            };
+            Ok(events)
+        },
+    )
+    .await
+}
+
+/// `POST …/runs`: starts a run.
+pub async fn create_run(
+    State(app): State<App>,
+    Path((team, project)): Path<(String, String)>,
+    posted: Posted,
+) -> Shown {
+    let (user, name) = (&posted.viewer.user, posted.field("name").trim());
+    member_action(&app, &posted, (&team, &project, "runs-title"), async |_| {
+        runs::create(&app.store, &team, &project, user, name).await?;
+        Ok(Vec::new())
+    })
+    .await
+}
+
+/// `POST …/runs/{run}/metrics`: logs one value of one metric, which may
+/// fire run-metric automations.
+pub async fn log_metric(
+    State(app): State<App>,
+    Path((team, project, run)): Path<(String, String, String)>,
+    posted: Posted,
+) -> Shown {
+    let user = &posted.viewer.user;
+    let metric = posted.field("metric").trim().to_string();
+    let value = posted.field("value").trim().parse::<f64>();
+    member_action(&app, &posted, (&team, &project, "runs-title"), async |_| {
+        let value =
+            value.map_err(|_| Error::invalid("value", "the value is a number, e.g. 0.93"))?;
+        let metrics = std::collections::BTreeMap::from([(metric, value)]);
+        let (_, events) = runs::log(&app.store, &team, &project, &run, user, &metrics).await?;
         Ok(events)
     })
     .await
