@@ -369,7 +369,7 @@ async fn an_automation_from_the_form_to_its_history_in_the_browser() {
 
     browser.choose("event", "ADD_ARTIFACT_ALIAS").await;
     browser.fill("alias_regex", "^prod").await;
-    browser.choose("webhook", "ci").await;
+    browser.choose("webhook", "ml/ci").await;
     browser.choose("template_plugin", "template-default").await;
     browser
         .fill(
@@ -562,3 +562,98 @@ async fn a_metric_logged_in_the_console_fires_a_run_automation() {
     );
 }
 on_each_store!(a_metric_logged_in_the_console_fires_a_run_automation);
+
+async fn a_version_linked_in_the_console_fires_a_registry_automation() {
+    let host = Host::builder().config(LOOPBACK_HOOKS).start().await;
+    let receiver = Receiver::start().await;
+    let world = World::build(&host, Some(&format!("{}/hook", receiver.base))).await;
+    let alice = Visitor::signed_in(&host, &world.alice).await;
+    let registry = "/registries/models";
+    let listed = alice.get("/registries").await;
+    assert!(
+        listed.body.contains("href=\"/registries/models\""),
+        "{}",
+        listed.body
+    );
+    let page = alice.get(&format!("{registry}/automations/new")).await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(
+        page.body.contains("value=\"LINK_ARTIFACT\""),
+        "registries offer links"
+    );
+    assert!(
+        !page.body.contains("value=\"RUN_METRIC_THRESHOLD\""),
+        "not runs"
+    );
+    let token = csrf(&page.body);
+    let created = alice
+        .post(
+            &format!("{registry}/automations/new"),
+            &[
+                ("csrf", token.as_str()),
+                ("intent", "save"),
+                ("event", "LINK_ARTIFACT"),
+                ("webhook", "ml/ci"),
+                ("template_plugin", "template-default"),
+                ("payload", "{\"linked\": \"${artifact_version_string}\"}"),
+                ("name", "on-link"),
+            ],
+        )
+        .await;
+    assert_eq!(created.status, 303, "{}", created.body);
+    assert_eq!(
+        created.location.as_deref(),
+        Some("/registries/models/automations/on-link")
+    );
+
+    let project = "/teams/ml/projects/vision";
+    let token = alice.token(project).await;
+    let logged = alice
+        .post(
+            &format!("{project}/collections/detector/versions"),
+            &[("csrf", &token)],
+        )
+        .await;
+    assert_eq!(logged.status, 303, "{}", logged.body);
+    let linked = alice
+        .post(
+            &format!("{project}/collections/detector/versions/v0/link"),
+            &[
+                ("csrf", &token),
+                ("registry", "models"),
+                ("into", "detectors"),
+            ],
+        )
+        .await;
+    assert_eq!(
+        linked.status, 200,
+        "a missing registry collection: {}",
+        linked.body
+    );
+    assert!(linked.body.contains("detectors"), "{}", linked.body);
+    let made = alice
+        .post(
+            &format!("{registry}/collections"),
+            &[("csrf", &token), ("name", "detectors")],
+        )
+        .await;
+    assert_eq!(made.status, 303, "{}", made.body);
+    let linked = alice
+        .post(
+            &format!("{project}/collections/detector/versions/v0/link"),
+            &[
+                ("csrf", &token),
+                ("registry", "models"),
+                ("into", "detectors"),
+            ],
+        )
+        .await;
+    assert_eq!(linked.status, 303, "{}", linked.body);
+    let sent = receiver.wait_for(1, 10).await;
+    assert_eq!(sent[0].json()["linked"], "registry/models/detectors:v0");
+    let history = alice.get(&format!("{registry}/automations/on-link")).await;
+    assert!(history.body.contains("LINK_ARTIFACT"), "{}", history.body);
+    let page = alice.get(registry).await;
+    assert!(page.body.contains("detectors"), "{}", page.body);
+}
+on_each_store!(a_version_linked_in_the_console_fires_a_registry_automation);

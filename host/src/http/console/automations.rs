@@ -1,4 +1,5 @@
-//! A project's automations: the creation form (scope → event → webhook →
+//! The automations of a project or registry ([`Place`]): the creation form
+//! (scope → event → webhook →
 //! payload with a preview by the real template plugin → name), one
 //! automation with its execution history and replays, and deletion after a
 //! confirmation step.
@@ -8,7 +9,8 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect};
 
-use super::projects::{base, describe_event, state_of};
+use super::place::Place;
+use super::projects::{describe_event, state_of};
 use super::{ConfirmPage, Failed, Nav, Posted, Shown, Viewer, page};
 use crate::app::App;
 use crate::automation::automations::{
@@ -17,19 +19,10 @@ use crate::automation::automations::{
 use crate::automation::outbox::{self, Execution, Status};
 use crate::automation::webhooks;
 use crate::error::Error;
-use crate::groups::{self, Role};
+use crate::groups::{self, GroupKind, Role};
+use crate::http::scope::{Params, param};
 use crate::model::{MetricSpec, RunFilters};
 use crate::plugin::Kind;
-
-/// The events a project's automation can listen for, with their words.
-const EVENTS: [(&str, &str); 3] = [
-    (
-        "ADD_ARTIFACT_ALIAS",
-        "An alias is added to an artifact version",
-    ),
-    ("ADD_ARTIFACT_TAG", "A tag is added to an artifact version"),
-    ("RUN_METRIC_THRESHOLD", "A run metric crosses a threshold"),
-];
 
 /// The creation form as posted (or empty, with defaults).
 pub struct AutomationForm {
@@ -53,7 +46,7 @@ impl Default for AutomationForm {
         AutomationForm {
             name: String::new(),
             description: String::new(),
-            event: EVENTS[0].0.into(),
+            event: "ADD_ARTIFACT_ALIAS".into(),
             alias_regex: String::new(),
             tag_regex: String::new(),
             metric_name: String::new(),
@@ -75,7 +68,7 @@ impl AutomationForm {
             name: a.name.clone(),
             description: a.description.clone(),
             event: a.event.event_type().as_str().to_string(),
-            webhook: a.webhook.name.clone(),
+            webhook: format!("{}/{}", a.webhook.team, a.webhook.name),
             template_plugin: a.template_plugin.clone(),
             payload: a.payload.clone().unwrap_or_default(),
             ..AutomationForm::default()
@@ -117,7 +110,7 @@ impl AutomationForm {
     }
 
     /// The definition the API would receive, or the field that is wrong.
-    fn definition(&self, team: &str) -> Result<Definition, Error> {
+    fn definition(&self) -> Result<Definition, Error> {
         let event = match self.event.as_str() {
             "ADD_ARTIFACT_ALIAS" => EventConfig::AddArtifactAlias {
                 alias_regex: self.alias_regex.trim().to_string(),
@@ -129,16 +122,23 @@ impl AutomationForm {
                 metric: self.metric()?,
                 run_filters: RunFilters::default(),
             },
+            "LINK_ARTIFACT" => EventConfig::LinkArtifact {},
             other => return Err(Error::invalid("event", format!("unknown event '{other}'"))),
         };
         let payload = Some(self.payload.trim().to_string()).filter(|p| !p.is_empty());
+        let (team, webhook) = self.webhook.split_once('/').ok_or_else(|| {
+            Error::invalid(
+                "webhook",
+                "choose a webhook; a team admin creates them in team settings",
+            )
+        })?;
         Ok(Definition {
             name: self.name.clone(),
             description: self.description.trim().to_string(),
             event,
             webhook: WebhookRef {
                 team: team.to_string(),
-                name: self.webhook.clone(),
+                name: webhook.to_string(),
             },
             action: Action::Webhooks,
             payload,
@@ -177,10 +177,12 @@ struct FormPage {
     heading: String,
     action: String,
     save: String,
-    team: String,
-    project: String,
+    title: String,
     base: String,
-    events: [(&'static str, &'static str); 3],
+    events: &'static [(&'static str, &'static str)],
+    /// Whether the place has runs (a project).
+    runs: bool,
+    /// `team/name` of every webhook the viewer may call.
     webhooks: Vec<String>,
     templates: Vec<String>,
     form: AutomationForm,
@@ -190,28 +192,67 @@ struct FormPage {
     preview: Option<String>,
 }
 
+/// The place a route names, or the error page.
+fn place(
+    params: &std::collections::HashMap<String, String>,
+    viewer: &Viewer,
+) -> Result<Place, Failed> {
+    Place::of(params).map_err(|e| Failed::new(e, viewer))
+}
+
+/// The automation a route names.
+fn handle(
+    place: &Place,
+    params: &std::collections::HashMap<String, String>,
+) -> Result<Handle, Error> {
+    Ok(Handle {
+        scope: place.scope.clone(),
+        name: param(params, "name")?,
+    })
+}
+
 /// `GET …/automations/new`.
-pub async fn new(
-    State(app): State<App>,
-    viewer: Viewer,
-    Path((team, project)): Path<(String, String)>,
-) -> Shown {
-    let form = AutomationForm::default();
-    form_page(&app, &viewer, &team, &project, None, form, Ok(None)).await
+pub async fn new(State(app): State<App>, viewer: Viewer, Path(params): Params) -> Shown {
+    let place = place(&params, &viewer)?;
+    let form = AutomationForm {
+        webhook: String::new(),
+        ..AutomationForm::default()
+    };
+    form_page(&app, &viewer, &place, None, form, Ok(None)).await
 }
 
 /// `GET …/automations/{name}/edit`: the form filled in.
-pub async fn edit(
-    State(app): State<App>,
-    viewer: Viewer,
-    Path((team, project, name)): Path<(String, String, String)>,
-) -> Shown {
-    let scope = Scope::project(&team, &project);
-    let automation = automations::get(&app.store, &scope, &name)
-        .await
-        .map_err(|e| Failed::new(e, &viewer))?;
+pub async fn edit(State(app): State<App>, viewer: Viewer, Path(params): Params) -> Shown {
+    let place = place(&params, &viewer)?;
+    let found = async {
+        let handle = handle(&place, &params)?;
+        groups::authorize(&app.store, &viewer.user, &place.scope, Role::Admin).await?;
+        automations::get(&app.store, &place.scope, &handle.name).await
+    };
+    let automation = found.await.map_err(|e| Failed::new(e, &viewer))?;
     let form = AutomationForm::of(&automation);
-    form_page(&app, &viewer, &team, &project, Some(&name), form, Ok(None)).await
+    let editing = Some(automation.name.as_str());
+    form_page(&app, &viewer, &place, editing, form, Ok(None)).await
+}
+
+/// The `team/name` of every webhook `viewer` may call: those of the
+/// project's team, or, for a registry, of every team they belong to.
+async fn webhook_choices(app: &App, viewer: &Viewer, place: &Place) -> Result<Vec<String>, Error> {
+    let teams = match &place.scope {
+        Scope::Project { team, .. } => vec![team.clone()],
+        Scope::Registry { .. } => groups::list_for(&app.store, GroupKind::Team, &viewer.user)
+            .await?
+            .into_iter()
+            .map(|(g, _)| g.name)
+            .collect(),
+    };
+    let mut choices = Vec::new();
+    for team in teams {
+        for w in webhooks::list(&app.store, &team).await? {
+            choices.push(format!("{team}/{}", w.name));
+        }
+    }
+    Ok(choices)
 }
 
 /// The form (for a new automation, or for editing `editing`), with the
@@ -219,18 +260,16 @@ pub async fn edit(
 async fn form_page(
     app: &App,
     viewer: &Viewer,
-    team: &str,
-    project: &str,
+    place: &Place,
     editing: Option<&str>,
     form: AutomationForm,
     outcome: Result<Option<String>, Error>,
 ) -> Shown {
     let failed = |e| Failed::new(e, viewer);
-    let scope = Scope::project(team, project);
-    groups::authorize(&app.store, &viewer.user, &scope, Role::Admin)
+    groups::authorize(&app.store, &viewer.user, &place.scope, Role::Admin)
         .await
         .map_err(failed)?;
-    let webhooks = webhooks::list(&app.store, team).await.map_err(failed)?;
+    let webhooks = webhook_choices(app, viewer, place).await.map_err(failed)?;
     let mut templates: Vec<String> = app
         .plugins
         .list()
@@ -239,22 +278,23 @@ async fn form_page(
         .map(|p| p.name.clone())
         .collect();
     templates.sort();
-    let (status, error_at, error, preview) = match outcome {
-        Ok(preview) => (StatusCode::OK, String::new(), None, preview),
+    let (error_at, error, preview) = match outcome {
+        Ok(preview) => (String::new(), None, preview),
         Err(e) => {
             let at = e.param().unwrap_or("").split('.').next().unwrap_or("");
-            (StatusCode::OK, at.to_string(), Some(with_place(&e)), None)
+            (at.to_string(), Some(with_place(&e)), None)
         }
     };
+    let base = &place.base;
     Ok(page(
-        status,
+        StatusCode::OK,
         &FormPage {
             nav: Some(viewer.nav()),
             csrf: viewer.csrf().to_string(),
             heading: editing.map_or("New automation".into(), |n| format!("Edit automation {n}")),
             action: match editing {
-                Some(name) => format!("{}/automations/{name}/edit", base(team, project)),
-                None => format!("{}/automations/new", base(team, project)),
+                Some(name) => format!("{base}/automations/{name}/edit"),
+                None => format!("{base}/automations/new"),
             },
             save: if editing.is_some() {
                 "Save changes"
@@ -262,11 +302,11 @@ async fn form_page(
                 "Create automation"
             }
             .into(),
-            team: team.to_string(),
-            project: project.to_string(),
-            base: base(team, project),
-            events: EVENTS,
-            webhooks: webhooks.into_iter().map(|w| w.name).collect(),
+            title: place.title.clone(),
+            base: base.clone(),
+            events: place.events(),
+            runs: place.is_project(),
+            webhooks,
             templates,
             form,
             error_at,
@@ -287,65 +327,52 @@ fn with_place(e: &Error) -> String {
 }
 
 /// `POST …/automations/new`: previews (intent `preview`) or creates.
-pub async fn create(
-    State(app): State<App>,
-    Path((team, project)): Path<(String, String)>,
-    posted: Posted,
-) -> Shown {
-    save(&app, &team, &project, None, &posted).await
+pub async fn create(State(app): State<App>, Path(params): Params, posted: Posted) -> Shown {
+    let place = place(&params, &posted.viewer)?;
+    save(&app, &place, None, &posted).await
 }
 
 /// `POST …/automations/{name}/edit`: previews, or saves the new definition
 /// (re-validated; a new name renames it).
-pub async fn update(
-    State(app): State<App>,
-    Path((team, project, name)): Path<(String, String, String)>,
-    posted: Posted,
-) -> Shown {
-    save(&app, &team, &project, Some(&name), &posted).await
+pub async fn update(State(app): State<App>, Path(params): Params, posted: Posted) -> Shown {
+    let place = place(&params, &posted.viewer)?;
+    let name = param(&params, "name").map_err(|e| Failed::new(e, &posted.viewer))?;
+    save(&app, &place, Some(&name), &posted).await
 }
 
-async fn save(
-    app: &App,
-    team: &str,
-    project: &str,
-    editing: Option<&str>,
-    posted: &Posted,
-) -> Shown {
+async fn save(app: &App, place: &Place, editing: Option<&str>, posted: &Posted) -> Shown {
     let viewer = &posted.viewer;
     let form = AutomationForm::posted(posted);
-    let scope = Scope::project(team, project);
+    let scope = &place.scope;
     let preview = posted.field("intent") == "preview";
     let outcome = async {
-        groups::authorize(&app.store, &viewer.user, &scope, Role::Admin).await?;
+        groups::authorize(&app.store, &viewer.user, scope, Role::Admin).await?;
         if let Some(name) = editing {
-            automations::get(&app.store, &scope, name).await?;
+            automations::get(&app.store, scope, name).await?;
         }
-        let def = form.definition(team)?;
+        let def = form.definition()?;
         if preview {
             let text =
-                automations::preview(&app.store, &app.plugins, &viewer.user, &scope, &def).await?;
+                automations::preview(&app.store, &app.plugins, &viewer.user, scope, &def).await?;
             return Ok(Some(pretty(text)));
         }
-        automations::check(&app.store, &app.plugins, &viewer.user, &scope, &def).await?;
+        automations::check(&app.store, &app.plugins, &viewer.user, scope, &def).await?;
         match editing {
-            Some(name) => automations::update(&app.store, &scope, name, def, &viewer.user).await?,
-            None => automations::create(&app.store, &scope, def, &viewer.user).await?,
+            Some(name) => automations::update(&app.store, scope, name, def, &viewer.user).await?,
+            None => automations::create(&app.store, scope, def, &viewer.user).await?,
         };
         Ok(None)
     };
     match outcome.await {
         Ok(None) => {
             tracing::info!(scope = %scope.describe(), automation = %form.name, by = %viewer.user.name, "automation saved");
-            let to = format!("{}/automations/{}", base(team, project), form.name);
+            let to = format!("{}/automations/{}", place.base, form.name);
             Ok(Redirect::to(&to).into_response())
         }
-        Ok(Some(text)) => {
-            form_page(app, viewer, team, project, editing, form, Ok(Some(text))).await
-        }
+        Ok(Some(text)) => form_page(app, viewer, place, editing, form, Ok(Some(text))).await,
         Err(
             e @ (Error::InvalidRequest { .. } | Error::PluginRefused { .. } | Error::Conflict(_)),
-        ) => form_page(app, viewer, team, project, editing, form, Err(e)).await,
+        ) => form_page(app, viewer, place, editing, form, Err(e)).await,
         Err(e) => Err(Failed::new(e, viewer)),
     }
 }
@@ -421,8 +448,7 @@ fn time_ms(ms: u64) -> String {
 struct AutomationPage {
     nav: Option<Nav>,
     csrf: String,
-    team: String,
-    project: String,
+    title: String,
     base: String,
     admin: bool,
     event: String,
@@ -436,31 +462,28 @@ struct AutomationPage {
 const HISTORY: usize = 50;
 
 /// `GET …/automations/{name}`: the automation and its history.
-pub async fn show(
-    State(app): State<App>,
-    viewer: Viewer,
-    Path((team, project, name)): Path<(String, String, String)>,
-) -> Shown {
-    automation_page(&app, &viewer, &team, &project, &name, None).await
+pub async fn show(State(app): State<App>, viewer: Viewer, Path(params): Params) -> Shown {
+    let place = place(&params, &viewer)?;
+    let handle = handle(&place, &params).map_err(|e| Failed::new(e, &viewer))?;
+    automation_page(&app, &viewer, &place, &handle.name, None).await
 }
 
 async fn automation_page(
     app: &App,
     viewer: &Viewer,
-    team: &str,
-    project: &str,
+    place: &Place,
     name: &str,
     note: Option<String>,
 ) -> Shown {
     let failed = |e| Failed::new(e, viewer);
-    let scope = Scope::project(team, project);
-    groups::authorize(&app.store, &viewer.user, &scope, Role::Member)
+    let scope = &place.scope;
+    groups::authorize(&app.store, &viewer.user, scope, Role::Member)
         .await
         .map_err(failed)?;
-    let admin = groups::authorize(&app.store, &viewer.user, &scope, Role::Admin)
+    let admin = groups::authorize(&app.store, &viewer.user, scope, Role::Admin)
         .await
         .is_ok();
-    let automation = automations::get(&app.store, &scope, name)
+    let automation = automations::get(&app.store, scope, name)
         .await
         .map_err(failed)?;
     let executions = outbox::executions(&app.store, &automation.handle(), HISTORY)
@@ -471,9 +494,8 @@ async fn automation_page(
         &AutomationPage {
             nav: Some(viewer.nav()),
             csrf: viewer.csrf().to_string(),
-            team: team.to_string(),
-            project: project.to_string(),
-            base: base(team, project),
+            title: place.title.clone(),
+            base: place.base.clone(),
             admin,
             event: describe_event(&automation.event),
             state: state_of(&automation),
@@ -485,65 +507,53 @@ async fn automation_page(
 }
 
 /// `POST …/executions/{id}/replay`: sends one execution's payload again.
-pub async fn replay_one(
-    State(app): State<App>,
-    Path((team, project, name, id)): Path<(String, String, String, String)>,
-    posted: Posted,
-) -> Shown {
+pub async fn replay_one(State(app): State<App>, Path(params): Params, posted: Posted) -> Shown {
     let viewer = &posted.viewer;
-    let handle = Handle {
-        scope: Scope::project(&team, &project),
-        name: name.clone(),
-    };
+    let place = place(&params, viewer)?;
     let replay = async {
+        let handle = handle(&place, &params)?;
+        let id = param(&params, "execution")?;
         groups::authorize(&app.store, &viewer.user, &handle.scope, Role::Admin).await?;
         let (_, delivery) = outbox::replay(&app.store, &handle, &id).await?;
-        app.dispatcher.send_when_durable(vec![delivery]).await
+        app.dispatcher.send_when_durable(vec![delivery]).await?;
+        Ok::<_, Error>((handle.name, id))
     };
-    replay.await.map_err(|e| Failed::new(e, viewer))?;
+    let (name, id) = replay.await.map_err(|e| Failed::new(e, viewer))?;
     let note = format!("Execution {id} is queued again.");
-    automation_page(&app, viewer, &team, &project, &name, Some(note)).await
+    automation_page(&app, viewer, &place, &name, Some(note)).await
 }
 
 /// `POST …/automations/{name}/replay`: every failed execution since the
 /// chosen time, again.
-pub async fn replay_failed(
-    State(app): State<App>,
-    Path((team, project, name)): Path<(String, String, String)>,
-    posted: Posted,
-) -> Shown {
+pub async fn replay_failed(State(app): State<App>, Path(params): Params, posted: Posted) -> Shown {
     let viewer = &posted.viewer;
-    let handle = Handle {
-        scope: Scope::project(&team, &project),
-        name: name.clone(),
-    };
+    let place = place(&params, viewer)?;
     let seconds: u64 = posted.field("since").parse().unwrap_or(3600);
     let since_ms = crate::ids::now_ms().saturating_sub(seconds * 1000);
     let replay = async {
+        let handle = handle(&place, &params)?;
         groups::authorize(&app.store, &viewer.user, &handle.scope, Role::Admin).await?;
-        automations::get(&app.store, &handle.scope, &name).await?;
+        automations::get(&app.store, &handle.scope, &handle.name).await?;
         let (ids, deliveries) = outbox::replay_failed(&app.store, &handle, since_ms).await?;
         app.dispatcher.send_when_durable(deliveries).await?;
-        Ok::<_, Error>(ids.len())
+        Ok::<_, Error>((handle.name, ids.len()))
     };
-    let count = replay.await.map_err(|e| Failed::new(e, viewer))?;
+    let (name, count) = replay.await.map_err(|e| Failed::new(e, viewer))?;
     let note = format!("{count} failed execution(s) queued again.");
-    automation_page(&app, viewer, &team, &project, &name, Some(note)).await
+    automation_page(&app, viewer, &place, &name, Some(note)).await
 }
 
 /// `GET …/automations/{name}/delete`: the confirmation step.
-pub async fn confirm_delete(
-    State(app): State<App>,
-    viewer: Viewer,
-    Path((team, project, name)): Path<(String, String, String)>,
-) -> Shown {
-    let scope = Scope::project(&team, &project);
+pub async fn confirm_delete(State(app): State<App>, viewer: Viewer, Path(params): Params) -> Shown {
+    let place = place(&params, &viewer)?;
     let check = async {
-        groups::authorize(&app.store, &viewer.user, &scope, Role::Admin).await?;
-        automations::get(&app.store, &scope, &name).await
+        let handle = handle(&place, &params)?;
+        groups::authorize(&app.store, &viewer.user, &place.scope, Role::Admin).await?;
+        automations::get(&app.store, &place.scope, &handle.name).await
     };
-    check.await.map_err(|e| Failed::new(e, &viewer))?;
-    let at = format!("{}/automations/{name}", base(&team, &project));
+    let automation = check.await.map_err(|e| Failed::new(e, &viewer))?;
+    let name = &automation.name;
+    let at = format!("{}/automations/{name}", place.base);
     Ok(page(
         StatusCode::OK,
         &ConfirmPage {
@@ -560,18 +570,16 @@ pub async fn confirm_delete(
 }
 
 /// `POST …/automations/{name}/delete`.
-pub async fn delete(
-    State(app): State<App>,
-    Path((team, project, name)): Path<(String, String, String)>,
-    posted: Posted,
-) -> Shown {
+pub async fn delete(State(app): State<App>, Path(params): Params, posted: Posted) -> Shown {
     let viewer = &posted.viewer;
-    let scope = Scope::project(&team, &project);
+    let place = place(&params, viewer)?;
     let delete = async {
-        groups::authorize(&app.store, &viewer.user, &scope, Role::Admin).await?;
-        automations::delete(&app.store, &scope, &name).await
+        let handle = handle(&place, &params)?;
+        groups::authorize(&app.store, &viewer.user, &place.scope, Role::Admin).await?;
+        automations::delete(&app.store, &place.scope, &handle.name).await?;
+        Ok::<_, Error>(handle.name)
     };
-    delete.await.map_err(|e| Failed::new(e, viewer))?;
-    tracing::info!(scope = %scope.describe(), automation = %name, by = %viewer.user.name, "automation deleted");
-    Ok(Redirect::to(&format!("{}#automations", base(&team, &project))).into_response())
+    let name = delete.await.map_err(|e| Failed::new(e, viewer))?;
+    tracing::info!(scope = %place.scope.describe(), automation = %name, by = %viewer.user.name, "automation deleted");
+    Ok(Redirect::to(&format!("{}#automations", place.base)).into_response())
 }

@@ -16,6 +16,7 @@
 mod automations;
 mod keys;
 mod operator;
+mod place;
 mod projects;
 mod session;
 mod teams;
@@ -59,11 +60,14 @@ pub fn routes() -> Router<App> {
             "/teams/{team}/webhooks/{name}/delete",
             get(webhooks::confirm_delete).post(webhooks::delete),
         )
-        .nest("/teams/{team}/projects/{project}", project_routes())
+        .route("/registries", get(teams::registries))
+        .nest("/teams/{team}/projects/{project}", place_routes())
+        .nest("/registries/{registry}", place_routes())
 }
 
-/// A project's pages, under `/teams/{team}/projects/{project}`.
-fn project_routes() -> Router<App> {
+/// The pages of a project or registry, written once and nested under both
+/// (see [`place`]).
+fn place_routes() -> Router<App> {
     Router::new()
         .route("/", get(projects::show))
         .route("/collections", post(projects::create_collection))
@@ -76,6 +80,10 @@ fn project_routes() -> Router<App> {
         .route(
             "/collections/{collection}/versions/{version}/labels",
             post(projects::add_label),
+        )
+        .route(
+            "/collections/{collection}/versions/{version}/link",
+            post(projects::link),
         )
         .route(
             "/automations/new",
@@ -196,7 +204,7 @@ pub struct ConfirmPage {
 
 /// A domain error as a page, with the status and words the API would give.
 pub struct Failed {
-    error: Error,
+    error: Box<Error>,
     nav: Option<Nav>,
 }
 
@@ -204,7 +212,7 @@ impl Failed {
     /// `error`, shown to `viewer`.
     pub fn new(error: Error, viewer: &Viewer) -> Failed {
         Failed {
-            error,
+            error: Box::new(error),
             nav: Some(viewer.nav()),
         }
     }
@@ -212,11 +220,11 @@ impl Failed {
 
 impl IntoResponse for Failed {
     fn into_response(self) -> Response {
-        if let Error::Internal(cause) = &self.error {
+        if let Error::Internal(cause) = &*self.error {
             tracing::error!(error = format!("{cause:#}"), "internal error");
         }
         let status = self.error.status();
-        let message = match &self.error {
+        let message = match &*self.error {
             Error::Internal(_) => "the server hit an unexpected error; it has been logged".into(),
             other => other.to_string(),
         };

@@ -1,9 +1,13 @@
-//! A project: its automations, and its artifacts (collections, versions,
-//! aliases and tags), so a user can trigger an event by hand and watch it
-//! arrive in an automation's history.
+//! A project or a registry ([`Place`]): its automations and its artifacts
+//! (collections, versions, aliases, tags, links), and a project's runs and
+//! usage, so a user can trigger each event by hand and watch it arrive in
+//! an automation's history.
 
 use askama::Template;
 use axum::extract::{Path, State};
+
+use super::place::Place;
+use crate::http::scope::Params;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect};
 
@@ -13,9 +17,9 @@ use crate::app::App;
 use crate::artifacts;
 use crate::automation::automations::{self, Automation, EventConfig, Scope};
 use crate::error::Error;
-use crate::groups::{self, Role};
+use crate::groups::{self, GroupKind, Role};
 use crate::inference::usage;
-use crate::{projects, runs};
+use crate::runs;
 
 /// An automation as a project page lists it.
 struct AutomationRow {
@@ -51,20 +55,17 @@ struct CollectionRow {
 struct ProjectPage {
     nav: Option<Nav>,
     csrf: String,
-    team: String,
-    project: String,
+    title: String,
+    is_project: bool,
     base: String,
     admin: bool,
+    /// Where this user may link a version to: registry names.
+    registries: Vec<String>,
     automations: Vec<AutomationRow>,
     collections: Vec<CollectionRow>,
     runs: Vec<RunRow>,
     artifact_error: Option<String>,
-    chart: Chart,
-}
-
-/// The console path of a project.
-pub fn base(team: &str, project: &str) -> String {
-    format!("/teams/{team}/projects/{project}")
+    chart: Option<Chart>,
 }
 
 /// An automation's event in words.
@@ -95,37 +96,27 @@ pub fn state_of(automation: &Automation) -> String {
     }
 }
 
-/// `GET /teams/{team}/projects/{project}`.
-pub async fn show(
-    State(app): State<App>,
-    viewer: Viewer,
-    Path((team, project)): Path<(String, String)>,
-) -> Shown {
-    project_page(&app, &viewer, &team, &project, None).await
+/// `GET /teams/{team}/projects/{project}` and `GET /registries/{registry}`.
+pub async fn show(State(app): State<App>, viewer: Viewer, Path(params): Params) -> Shown {
+    let place = Place::of(&params).map_err(|e| Failed::new(e, &viewer))?;
+    place_page(&app, &viewer, &place, None).await
 }
 
-/// The project page; `error` is an artifact action's refusal.
-async fn project_page(
-    app: &App,
-    viewer: &Viewer,
-    team: &str,
-    project: &str,
-    error: Option<Error>,
-) -> Shown {
+/// The page of a project or registry; `error` is an action's refusal.
+async fn place_page(app: &App, viewer: &Viewer, place: &Place, error: Option<Error>) -> Shown {
     let failed = |e| Failed::new(e, viewer);
     let store = &app.store;
-    let role = groups::require_team(store, &viewer.user, team, Role::Member)
+    let scope = &place.scope;
+    groups::authorize(store, &viewer.user, scope, Role::Member)
         .await
         .map_err(failed)?;
-    projects::get(store, team, project).await.map_err(failed)?;
-    let scope = Scope::project(team, project);
-    let automations = automations::list(store, &scope).await.map_err(failed)?;
-    let mut collections = Vec::new();
-    for c in artifacts::collections(store, &scope)
+    let admin = groups::authorize(store, &viewer.user, scope, Role::Admin)
         .await
-        .map_err(failed)?
-    {
-        let versions = artifacts::versions(store, &scope, &c.name)
+        .is_ok();
+    let automations = automations::list(store, scope).await.map_err(failed)?;
+    let mut collections = Vec::new();
+    for c in artifacts::collections(store, scope).await.map_err(failed)? {
+        let versions = artifacts::versions(store, scope, &c.name)
             .await
             .map_err(failed)?;
         collections.push(CollectionRow {
@@ -140,8 +131,18 @@ async fn project_page(
                 .collect(),
         });
     }
-    let runs = runs::list(store, team, project).await.map_err(failed)?;
-    let usage = usage::rows(store, &usage::project_scope(team, project))
+    let (runs, chart) = match scope {
+        Scope::Project { team, project } => {
+            let runs = runs::list(store, team, project).await.map_err(failed)?;
+            let usage = usage::rows(store, &usage::project_scope(team, project))
+                .await
+                .map_err(failed)?;
+            let chart = Chart::of(&usage, Some(format!("{team}/{project}")));
+            (runs, Some(chart))
+        }
+        Scope::Registry { .. } => (Vec::new(), None),
+    };
+    let registries = groups::list_for(store, GroupKind::Registry, &viewer.user)
         .await
         .map_err(failed)?;
     Ok(page(
@@ -149,10 +150,11 @@ async fn project_page(
         &ProjectPage {
             nav: Some(viewer.nav()),
             csrf: viewer.csrf().to_string(),
-            team: team.to_string(),
-            project: project.to_string(),
-            base: base(team, project),
-            admin: role == Role::Admin,
+            title: place.title.clone(),
+            is_project: place.is_project(),
+            base: place.base.clone(),
+            admin,
+            registries: registries.into_iter().map(|(g, _)| g.name).collect(),
             automations: automations
                 .into_iter()
                 .map(|a| AutomationRow {
@@ -173,37 +175,35 @@ async fn project_page(
                 })
                 .collect(),
             artifact_error: error.map(|e| e.to_string()),
-            chart: Chart::of(&usage, Some(format!("{team}/{project}"))),
+            chart,
         },
     ))
 }
 
-/// Runs an action of a project member (on artifacts or runs), dispatches
-/// the events it caused, and shows the page again: its refusal in place,
-/// or, done, the page at `anchor`.
+/// Runs an action of a member of the place (on artifacts or runs),
+/// dispatches the events it caused, and shows the page again: its refusal
+/// in place, or, done, the page at `anchor`.
 async fn member_action<F>(
     app: &App,
     posted: &Posted,
-    (team, project, anchor): (&str, &str, &str),
+    params: &std::collections::HashMap<String, String>,
+    anchor: &str,
     act: F,
 ) -> Shown
 where
     F: AsyncFnOnce(&Scope) -> Result<Vec<crate::model::Event>, Error>,
 {
     let viewer = &posted.viewer;
-    let scope = Scope::project(team, project);
+    let place = Place::of(params).map_err(|e| Failed::new(e, viewer))?;
     let done = async {
-        groups::authorize(&app.store, &viewer.user, &scope, Role::Member).await?;
-        let events = act(&scope).await?;
+        groups::authorize(&app.store, &viewer.user, &place.scope, Role::Member).await?;
+        let events = act(&place.scope).await?;
         app.matcher.dispatch(&events).await
     };
     match done.await {
-        Ok(()) => {
-            let to = format!("{}#{anchor}", base(team, project));
-            Ok(Redirect::to(&to).into_response())
-        }
-        Err(e @ (Error::InvalidRequest { .. } | Error::Conflict(_))) => {
-            project_page(app, viewer, team, project, Some(e)).await
+        Ok(()) => Ok(Redirect::to(&format!("{}#{anchor}", place.base)).into_response()),
+        Err(e @ (Error::InvalidRequest { .. } | Error::Conflict(_) | Error::NotFound(_))) => {
+            place_page(app, viewer, &place, Some(e)).await
         }
         Err(e) => Err(Failed::new(e, viewer)),
     }
@@ -212,79 +212,87 @@ where
 /// `POST …/collections`: creates a collection.
 pub async fn create_collection(
     State(app): State<App>,
-    Path((team, project)): Path<(String, String)>,
+    Path(params): Params,
     posted: Posted,
 ) -> Shown {
     let (user, name) = (&posted.viewer.user, posted.field("name").trim());
-    member_action(
-        &app,
-        &posted,
-        (&team, &project, "artifacts"),
-        async |scope| {
-            artifacts::create_collection(&app.store, scope, user, name, "").await?;
-            Ok(Vec::new())
-        },
-    )
+    member_action(&app, &posted, &params, "artifacts", async |scope| {
+        artifacts::create_collection(&app.store, scope, user, name, "").await?;
+        Ok(Vec::new())
+    })
     .await
 }
 
-/// `POST …/collections/{collection}/versions`: logs a version.
-pub async fn create_version(
-    State(app): State<App>,
-    Path((team, project, collection)): Path<(String, String, String)>,
-    posted: Posted,
-) -> Shown {
+/// `POST …/collections/{collection}/versions`: logs a version (projects).
+pub async fn create_version(State(app): State<App>, Path(params): Params, posted: Posted) -> Shown {
     let user = &posted.viewer.user;
-    member_action(
-        &app,
-        &posted,
-        (&team, &project, "artifacts"),
-        async |scope| {
-            let metadata = Default::default();
-            let (_, events) =
-                artifacts::create_version(&app.store, scope, user, &collection, metadata).await?;
-            Ok(events)
-        },
-    )
+    let collection = params.get("collection").cloned().unwrap_or_default();
+    member_action(&app, &posted, &params, "artifacts", async |scope| {
+        let metadata = Default::default();
+        let (_, events) =
+            artifacts::create_version(&app.store, scope, user, &collection, metadata).await?;
+        Ok(events)
+    })
     .await
 }
 
 /// `POST …/versions/{version}/labels`: adds an alias or a tag (the button
 /// pressed says which), emitting its event.
-pub async fn add_label(
-    State(app): State<App>,
-    Path((team, project, collection, version)): Path<(String, String, String, String)>,
-    posted: Posted,
-) -> Shown {
+pub async fn add_label(State(app): State<App>, Path(params): Params, posted: Posted) -> Shown {
     let user = &posted.viewer.user;
     let labels = vec![posted.field("label").trim().to_string()];
     let tag = posted.field("kind") == "tag";
-    member_action(
-        &app,
-        &posted,
-        (&team, &project, "artifacts"),
-        async |scope| {
-            let store = &app.store;
-            let (_, events) = if tag {
-                artifacts::add_tags(store, scope, user, &collection, &version, labels).await?
-            } else {
-                artifacts::add_aliases(store, scope, user, &collection, &version, labels).await?
-            };
-            Ok(events)
-        },
-    )
+    let at = |name: &str| params.get(name).cloned().unwrap_or_default();
+    let (collection, version) = (at("collection"), at("version"));
+    member_action(&app, &posted, &params, "artifacts", async |scope| {
+        let store = &app.store;
+        let (_, events) = if tag {
+            artifacts::add_tags(store, scope, user, &collection, &version, labels).await?
+        } else {
+            artifacts::add_aliases(store, scope, user, &collection, &version, labels).await?
+        };
+        Ok(events)
+    })
+    .await
+}
+
+/// `POST …/versions/{version}/link`: links a project's version into a
+/// registry collection, emitting `LINK_ARTIFACT` there.
+pub async fn link(State(app): State<App>, Path(params): Params, posted: Posted) -> Shown {
+    let user = &posted.viewer.user;
+    let at = |name: &str| params.get(name).cloned().unwrap_or_default();
+    let registry = Scope::Registry {
+        registry: posted.field("registry").to_string(),
+    };
+    let into = posted.field("into").trim().to_string();
+    member_action(&app, &posted, &params, "artifacts", async |scope| {
+        let Scope::Project { team, project } = scope else {
+            return Err(Error::invalid(
+                "registry",
+                "only a project's versions are linked",
+            ));
+        };
+        groups::authorize(&app.store, user, &registry, Role::Member).await?;
+        let source = crate::model::Source {
+            team: team.clone(),
+            project: project.clone(),
+            collection: at("collection"),
+            version: at("version"),
+        };
+        let (_, events) = artifacts::link(&app.store, &registry, user, &into, source).await?;
+        Ok(events)
+    })
     .await
 }
 
 /// `POST …/runs`: starts a run.
-pub async fn create_run(
-    State(app): State<App>,
-    Path((team, project)): Path<(String, String)>,
-    posted: Posted,
-) -> Shown {
+pub async fn create_run(State(app): State<App>, Path(params): Params, posted: Posted) -> Shown {
     let (user, name) = (&posted.viewer.user, posted.field("name").trim());
-    member_action(&app, &posted, (&team, &project, "runs-title"), async |_| {
-        runs::create(&app.store, &team, &project, user, name).await?;
+    member_action(&app, &posted, &params, "runs-title", async |scope| {
+        let Scope::Project { team, project } = scope else {
+            return Err(Error::invalid("name", "runs belong to projects"));
+        };
+        runs::create(&app.store, team, project, user, name).await?;
         Ok(Vec::new())
     })
     .await
@@ -292,19 +300,19 @@ pub async fn create_run(
 
 /// `POST …/runs/{run}/metrics`: logs one value of one metric, which may
 /// fire run-metric automations.
-pub async fn log_metric(
-    State(app): State<App>,
-    Path((team, project, run)): Path<(String, String, String)>,
-    posted: Posted,
-) -> Shown {
+pub async fn log_metric(State(app): State<App>, Path(params): Params, posted: Posted) -> Shown {
     let user = &posted.viewer.user;
     let metric = posted.field("metric").trim().to_string();
     let value = posted.field("value").trim().parse::<f64>();
-    member_action(&app, &posted, (&team, &project, "runs-title"), async |_| {
+    let run = params.get("run").cloned().unwrap_or_default();
+    member_action(&app, &posted, &params, "runs-title", async |scope| {
+        let Scope::Project { team, project } = scope else {
+            return Err(Error::invalid("metric", "runs belong to projects"));
+        };
         let value =
             value.map_err(|_| Error::invalid("value", "the value is a number, e.g. 0.93"))?;
         let metrics = std::collections::BTreeMap::from([(metric, value)]);
-        let (_, events) = runs::log(&app.store, &team, &project, &run, user, &metrics).await?;
+        let (_, events) = runs::log(&app.store, team, project, &run, user, &metrics).await?;
         Ok(events)
     })
     .await

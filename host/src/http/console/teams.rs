@@ -1,5 +1,5 @@
-//! Teams: the list of the viewer's teams, and a team's settings page
-//! (members, secrets, webhooks) with the admin's forms.
+//! Teams: the list of the viewer's teams (and registries), and a team's
+//! settings page (members, secrets, webhooks) with the admin's forms.
 
 use askama::Template;
 use axum::extract::{Path, State};
@@ -31,6 +31,27 @@ pub async fn list(State(app): State<App>, viewer: Viewer) -> Shown {
         &TeamsPage {
             nav: Some(viewer.nav()),
             teams,
+        },
+    ))
+}
+
+#[derive(Template)]
+#[template(path = "console/registries.html")]
+struct RegistriesPage {
+    nav: Option<Nav>,
+    registries: Vec<(String, Role)>,
+}
+
+/// `GET /registries`.
+pub async fn registries(State(app): State<App>, viewer: Viewer) -> Shown {
+    let registries = groups::list_for(&app.store, GroupKind::Registry, &viewer.user)
+        .await
+        .map_err(|e| Failed::new(e, &viewer))?;
+    Ok(page(
+        StatusCode::OK,
+        &RegistriesPage {
+            nav: Some(viewer.nav()),
+            registries: registries.into_iter().map(|(g, r)| (g.name, r)).collect(),
         },
     ))
 }

@@ -1,0 +1,68 @@
+//! A project or a registry as the console addresses it: one set of pages
+//! serves `/teams/{team}/projects/{project}/…` and `/registries/{registry}/…`,
+//! the scope read from the path as the API's handlers read it.
+
+use std::collections::HashMap;
+
+use crate::automation::automations::Scope;
+use crate::error::Result;
+use crate::http::scope::scope;
+
+/// A project or a registry, with where its pages are.
+pub struct Place {
+    /// The scope.
+    pub scope: Scope,
+    /// The console path of its page.
+    pub base: String,
+    /// Its name in headings, e.g. "Project ml/vision".
+    pub title: String,
+}
+
+impl Place {
+    /// The place a route's path names.
+    pub fn of(params: &HashMap<String, String>) -> Result<Place> {
+        Ok(Place::from(scope(params)?))
+    }
+
+    /// Whether it is a project (runs and usage belong to projects).
+    pub fn is_project(&self) -> bool {
+        matches!(self.scope, Scope::Project { .. })
+    }
+
+    /// The events its automations may listen for, with their words.
+    pub fn events(&self) -> &'static [(&'static str, &'static str)] {
+        const ALIAS: (&str, &str) = (
+            "ADD_ARTIFACT_ALIAS",
+            "An alias is added to an artifact version",
+        );
+        const TAG: (&str, &str) = ("ADD_ARTIFACT_TAG", "A tag is added to an artifact version");
+        match self.scope {
+            Scope::Project { .. } => &[
+                ALIAS,
+                TAG,
+                ("RUN_METRIC_THRESHOLD", "A run metric crosses a threshold"),
+            ],
+            Scope::Registry { .. } => &[
+                ALIAS,
+                TAG,
+                ("LINK_ARTIFACT", "A version is linked into the registry"),
+            ],
+        }
+    }
+}
+
+impl From<Scope> for Place {
+    fn from(scope: Scope) -> Place {
+        let (base, title) = match &scope {
+            Scope::Project { team, project } => (
+                format!("/teams/{team}/projects/{project}"),
+                format!("Project {team}/{project}"),
+            ),
+            Scope::Registry { registry } => (
+                format!("/registries/{registry}"),
+                format!("Registry {registry}"),
+            ),
+        };
+        Place { scope, base, title }
+    }
+}
