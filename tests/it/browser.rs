@@ -151,6 +151,31 @@ impl Browser {
         }
     }
 
+    /// Clicks the button whose text is `label` and stays on the page (a
+    /// script handles it).
+    pub async fn click(&self, label: &str) {
+        let xpath = format!("//button[normalize-space()='{label}']");
+        let button = self.client.find(Locator::XPath(&xpath)).await.unwrap();
+        button.click().await.unwrap();
+    }
+
+    /// Waits (up to 20 s) until the element with id `id` has text for
+    /// which `done` holds; returns that text.
+    pub async fn wait_for_text(&self, id: &str, done: impl Fn(&str) -> bool) -> String {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let text = self.text_of(id).await;
+            if done(&text) {
+                return text;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "#{id} still reads {text:?} after 20 s"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// Follows the link whose text is `label`.
     pub async fn follow(&self, label: &str) {
         let link = self.client.find(Locator::LinkText(label)).await.unwrap();

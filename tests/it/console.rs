@@ -657,3 +657,56 @@ async fn a_version_linked_in_the_console_fires_a_registry_automation() {
     assert!(page.body.contains("detectors"), "{}", page.body);
 }
 on_each_store!(a_version_linked_in_the_console_fires_a_registry_automation);
+
+/// The chat page against a fake upstream: with script the reply streams
+/// into the page; without, the form's answer page carries it.
+async fn the_chat_page_streams_a_reply_and_works_without_script() {
+    let (upstream, _) = crate::upstream::fake_upstream().await;
+    let host = crate::upstream::upstream_host(&upstream, "").start().await;
+    let operator = Visitor::signed_in(&host, crate::harness::OPERATOR_KEY).await;
+    let token = operator.token("/chat").await;
+    let fields = [
+        ("csrf", token.as_str()),
+        ("model", "fake-1"),
+        ("message", "hi"),
+    ];
+    let page = operator.post("/chat", &fields).await;
+    assert_eq!(page.status, 200);
+    assert!(
+        page.body.contains("<pre id=\"reply\">Hello</pre>"),
+        "{}",
+        page.body
+    );
+    let streamed = operator.post("/chat/stream", &fields).await;
+    assert_eq!((streamed.status, streamed.body.as_str()), (200, "Hello"));
+    let forged = operator
+        .post("/chat/stream", &[("model", "fake-1"), ("message", "hi")])
+        .await;
+    assert_eq!(forged.status, 403, "no CSRF token, no request");
+
+    let Some(browser) = Browser::start("the_chat_page_streams_a_reply").await else {
+        return;
+    };
+    browser.goto(&host.url("/sign-in")).await;
+    browser.fill("api_key", crate::harness::OPERATOR_KEY).await;
+    browser.press("Sign in").await;
+    browser.follow("Chat").await;
+    browser.choose("model", "fake-1").await;
+    browser.fill("message", "Say hello").await;
+    browser.click("Send").await;
+    let status = browser
+        .wait_for_text("chat-status", |t| t.starts_with("Done"))
+        .await;
+    assert!(status.starts_with("Done in "), "{status}");
+    assert_eq!(browser.text_of("reply").await, "Hello");
+    assert_eq!(
+        browser.path().await,
+        "/chat",
+        "the script sent it, not the form"
+    );
+    browser.screenshot("chat").await;
+    browser.assert_accessible("chat").await;
+    browser.assert_no_console_errors().await;
+    browser.close().await;
+}
+on_each_store!(the_chat_page_streams_a_reply_and_works_without_script);

@@ -154,7 +154,7 @@ async fn all_in_flight_together() -> bool {
 /// do not share.
 const TOGETHER: usize = 8;
 
-async fn fake_upstream() -> (String, Seen) {
+pub(crate) async fn fake_upstream() -> (String, Seen) {
     let seen: Seen = Arc::default();
     let app = Router::new()
         .route("/v1/chat/completions", post(completions))
@@ -171,7 +171,7 @@ async fn host_with(upstream: &str, extra: &str) -> Host {
 }
 
 /// A host serving the fake upstream's models (and not the embedded one).
-fn upstream_host(upstream: &str, extra: &str) -> crate::harness::HostBuilder {
+pub(crate) fn upstream_host(upstream: &str, extra: &str) -> crate::harness::HostBuilder {
     Host::builder()
         .env("FAKE_KEY", "up-key")
         .config(&format!(

@@ -8,12 +8,15 @@
 //!   and CSRF checks on every form.
 //! - [`teams`], [`webhooks`], [`projects`] (automations, artifacts, usage),
 //!   [`automations`] (the creation form, history, replays), [`keys`] and
-//!   [`operator`]: the pages; [`usage`]: the SVG chart of tokens per day.
+//!   [`operator`] and [`chat`]: the pages; [`usage`]: the SVG chart of
+//!   tokens per day.
 //!
 //! Pages need no script: every form is a plain POST answered by a page or a
-//! redirect, so the console works with JavaScript off as well as on.
+//! redirect, so the console works with JavaScript off as well as on. The one
+//! script (`chat.js`, ours, served from here) streams chat replies in.
 
 mod automations;
+mod chat;
 mod keys;
 mod operator;
 mod place;
@@ -43,6 +46,9 @@ pub fn routes() -> Router<App> {
         .route("/favicon.ico", get(favicon))
         .route("/sign-in", get(session::form).post(session::sign_in))
         .route("/sign-out", post(session::sign_out))
+        .route("/console/chat.js", get(chat_script))
+        .route("/chat", get(chat::show).post(chat::send))
+        .route("/chat/stream", post(chat::stream))
         .route("/keys", get(keys::list).post(keys::create))
         .route("/keys/{id}/revoke", post(keys::revoke))
         .route("/operator", get(operator::show))
@@ -122,6 +128,13 @@ async fn stylesheet() -> impl IntoResponse {
     )
 }
 
+async fn chat_script() -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
+        include_str!("chat.js"),
+    )
+}
+
 async fn favicon() -> impl IntoResponse {
     (
         [(header::CONTENT_TYPE, "image/svg+xml")],
@@ -155,8 +168,8 @@ pub fn page(status: StatusCode, template: &impl Template) -> Response {
     headers.insert(
         header::CONTENT_SECURITY_POLICY,
         HeaderValue::from_static(
-            "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; \
-             frame-ancestors 'none'; base-uri 'none'",
+            "default-src 'none'; style-src 'self'; img-src 'self'; script-src 'self'; \
+             connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
         ),
     );
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
