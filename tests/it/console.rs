@@ -710,3 +710,55 @@ async fn the_chat_page_streams_a_reply_and_works_without_script() {
     browser.close().await;
 }
 on_each_store!(the_chat_page_streams_a_reply_and_works_without_script);
+
+async fn team_admins_manage_members_and_keep_an_admin() {
+    let host = Host::start().await;
+    let world = World::build(&host, None).await;
+    let alice = Visitor::signed_in(&host, &world.alice).await;
+    let token = alice.token("/teams/ml").await;
+    let unknown = alice
+        .post(
+            "/teams/ml/members",
+            &[("csrf", &token), ("user", "nobody"), ("role", "member")],
+        )
+        .await;
+    assert_eq!(unknown.status, 200);
+    assert!(unknown.body.contains("member-error"), "{}", unknown.body);
+    assert!(unknown.body.contains("nobody"), "{}", unknown.body);
+    let added = alice
+        .post(
+            "/teams/ml/members",
+            &[("csrf", &token), ("user", "eve"), ("role", "admin")],
+        )
+        .await;
+    assert_eq!(added.status, 303, "{}", added.body);
+    let (_, members) = host
+        .call("GET", "/v1/teams/ml/members", &world.alice, None)
+        .await;
+    let eve = members["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["user"] == "eve")
+        .expect("eve is a member");
+    assert_eq!(eve["role"], "admin");
+    let removed = alice
+        .post("/teams/ml/members/eve/remove", &[("csrf", &token)])
+        .await;
+    assert_eq!(removed.status, 303);
+    let last = alice
+        .post("/teams/ml/members/alice/remove", &[("csrf", &token)])
+        .await;
+    assert_eq!(last.status, 409, "the last admin stays: {}", last.body);
+    assert!(last.body.contains("at least one admin"), "{}", last.body);
+    let bob = Visitor::signed_in(&host, &world.bob).await;
+    let token = bob.token("/teams/ml").await;
+    let forged = bob
+        .post(
+            "/teams/ml/members",
+            &[("csrf", &token), ("user", "bob"), ("role", "admin")],
+        )
+        .await;
+    assert_eq!(forged.status, 403, "a member cannot promote themself");
+}
+on_each_store!(team_admins_manage_members_and_keep_an_admin);

@@ -54,6 +54,11 @@ pub fn routes() -> Router<App> {
         .route("/operator", get(operator::show))
         .route("/teams", get(teams::list))
         .route("/teams/{team}", get(teams::show))
+        .route("/teams/{team}/members", post(teams::set_member))
+        .route(
+            "/teams/{team}/members/{user}/remove",
+            post(teams::remove_member),
+        )
         .route("/teams/{team}/secrets", post(teams::put_secret))
         .route(
             "/teams/{team}/secrets/{name}/delete",

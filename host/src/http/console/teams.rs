@@ -11,7 +11,7 @@ use crate::app::App;
 use crate::automation::webhooks;
 use crate::error::Error;
 use crate::groups::{self, GroupKind, Role};
-use crate::{projects, secrets};
+use crate::{auth, projects, secrets};
 
 #[derive(Template)]
 #[template(path = "console/teams.html")]
@@ -76,6 +76,13 @@ pub struct SecretForm {
     error: Option<String>,
 }
 
+/// What the member form shows again after a refusal.
+#[derive(Default)]
+pub struct MemberForm {
+    user: String,
+    error: Option<String>,
+}
+
 /// What the webhook form shows again after a refusal.
 #[derive(Default)]
 pub struct WebhookForm {
@@ -99,6 +106,7 @@ struct TeamPage {
     webhooks: Vec<WebhookRow>,
     secret_form: SecretForm,
     webhook_form: WebhookForm,
+    member_form: MemberForm,
 }
 
 /// `GET /teams/{team}`.
@@ -113,6 +121,8 @@ pub struct Forms {
     pub secret: SecretForm,
     /// The webhook form.
     pub webhook: WebhookForm,
+    /// The member form.
+    pub member: MemberForm,
 }
 
 impl Forms {
@@ -170,6 +180,7 @@ pub async fn team_page(app: &App, viewer: &Viewer, team: &str, forms: Forms) -> 
                 .collect(),
             secret_form: forms.secret,
             webhook_form: forms.webhook,
+            member_form: forms.member,
         },
     ))
 }
@@ -228,4 +239,52 @@ pub async fn delete_secret(
     delete.await.map_err(|e| Failed::new(e, viewer))?;
     tracing::info!(team = %team, secret = %name, by = %viewer.user.name, "secret deleted");
     Ok(Redirect::to(&format!("/teams/{team}#secrets")).into_response())
+}
+
+/// `POST /teams/{team}/members`: adds a member or changes a role.
+pub async fn set_member(State(app): State<App>, Path(team): Path<String>, posted: Posted) -> Shown {
+    let viewer = &posted.viewer;
+    let name = posted.field("user").trim();
+    groups::require_team(&app.store, &viewer.user, &team, Role::Admin)
+        .await
+        .map_err(|e| Failed::new(e, viewer))?;
+    let set = async {
+        let role = match posted.field("role") {
+            "admin" => Role::Admin,
+            _ => Role::Member,
+        };
+        let target = auth::find_user(&app.store, name).await?;
+        groups::set_member(&app.store, GroupKind::Team, &team, &target, role).await
+    };
+    match set.await {
+        Ok(_) => Ok(Redirect::to(&format!("/teams/{team}#members")).into_response()),
+        // An unknown user or a last admin's demotion: the form says so.
+        Err(e @ (Error::NotFound(_) | Error::Conflict(_) | Error::InvalidRequest { .. })) => {
+            let forms = Forms {
+                member: MemberForm {
+                    user: name.to_string(),
+                    error: Some(e.to_string()),
+                },
+                ..Forms::default()
+            };
+            team_page(&app, viewer, &team, forms).await
+        }
+        Err(e) => Err(Failed::new(e, viewer)),
+    }
+}
+
+/// `POST /teams/{team}/members/{user}/remove`. The last admin stays.
+pub async fn remove_member(
+    State(app): State<App>,
+    Path((team, name)): Path<(String, String)>,
+    posted: Posted,
+) -> Shown {
+    let viewer = &posted.viewer;
+    let remove = async {
+        groups::require_team(&app.store, &viewer.user, &team, Role::Admin).await?;
+        let target = auth::find_user(&app.store, &name).await?;
+        groups::remove_member(&app.store, GroupKind::Team, &team, &target).await
+    };
+    remove.await.map_err(|e| Failed::new(e, viewer))?;
+    Ok(Redirect::to(&format!("/teams/{team}#members")).into_response())
 }
