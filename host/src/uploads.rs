@@ -10,12 +10,90 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::error::Result;
+use crate::automation::automations;
+use crate::error::{Error, Result};
 use crate::model::StoredPlugin;
 use crate::plugin::manifest::BackendGrant;
 use crate::plugin::registry::{Source, Spec};
-use crate::plugin::{Kind, Limits, Plugins};
+use crate::plugin::{Kind, Limits, Plugin, Plugins, builtin};
 use crate::store::Store;
+
+/// Installs an uploaded plugin, for the operator API and the console alike:
+/// a replacement must be the same kind; the component is compiled and
+/// checked, and so is every automation that calls it, before anything
+/// changes (on failure the old version keeps serving); then it is kept in
+/// the store and swapped in. Returns it and the version it replaced.
+pub async fn install(
+    store: &Store,
+    plugins: &Arc<Plugins>,
+    spec: Spec,
+) -> Result<(Arc<Plugin>, Option<Arc<Plugin>>)> {
+    let previous = plugins.get(&spec.name);
+    if let Some(old) = previous.as_ref().filter(|old| old.kind != spec.kind) {
+        return Err(Error::Conflict(format!(
+            "plugin '{}' is a {}; a replacement must be the same kind (remove it first to change kinds)",
+            spec.name, old.kind
+        )));
+    }
+    let kept = stored(&spec);
+    let candidate = plugins.check(spec).await?;
+    if previous.is_some() {
+        let broken = automations::broken_by(store, plugins, &candidate).await?;
+        if !broken.is_empty() {
+            let list: Vec<String> = broken
+                .iter()
+                .map(|(handle, why)| format!("{} ({why})", handle.describe()))
+                .collect();
+            return Err(Error::InvalidRequest {
+                message: format!(
+                    "replacing plugin '{}' would break {}; the old version keeps serving: fix or delete those automations first",
+                    candidate.name,
+                    list.join("; ")
+                ),
+                param: None,
+            });
+        }
+    }
+    plugins.can_install(&candidate)?;
+    // Stored first: this host's plugin sync unloads an upload that is
+    // installed but not (yet) stored.
+    store
+        .put_plugin(&StoredPlugin {
+            sha256: candidate.sha256.clone(),
+            ..kept
+        })
+        .await?;
+    Ok((plugins.install(candidate)?, previous))
+}
+
+/// Removes an uploaded plugin. One that automations use is refused, naming
+/// them, unless `force`, which disables them; built-ins stay.
+pub async fn remove(store: &Store, plugins: &Plugins, name: &str, force: bool) -> Result<()> {
+    if builtin::is_builtin(name) {
+        return Err(Error::Conflict(format!(
+            "'{name}' is a built-in plugin: it can be replaced (PUT) but not removed"
+        )));
+    }
+    let plugin = plugins.get(name).ok_or_else(|| {
+        Error::NotFound(format!(
+            "no plugin named '{name}' is loaded; GET /v1/admin/plugins lists them"
+        ))
+    })?;
+    let users = automations::using_plugin(store, name, plugin.kind).await?;
+    if !users.is_empty() && !force {
+        let names: Vec<String> = users.iter().map(|a| a.handle().describe()).collect();
+        return Err(Error::Conflict(format!(
+            "plugin '{name}' is used by {}; change them first, or remove it anyway with ?force=true (they will be disabled)",
+            names.join(", ")
+        )));
+    }
+    let handles: Vec<_> = users.iter().map(|a| a.handle()).collect();
+    let reason = format!("its template plugin '{name}' was removed");
+    automations::disable(store, &handles, &reason).await?;
+    store.delete_plugin(name).await?;
+    plugins.remove(name);
+    Ok(())
+}
 
 /// The stored form of an upload (its `sha256` is the loaded plugin's).
 pub fn stored(spec: &Spec) -> StoredPlugin {

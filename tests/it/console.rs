@@ -762,3 +762,53 @@ async fn team_admins_manage_members_and_keep_an_admin() {
     assert_eq!(forged.status, 403, "a member cannot promote themself");
 }
 on_each_store!(team_admins_manage_members_and_keep_an_admin);
+
+/// An operator uploads a template plugin from the operator page, sees it
+/// listed, replaces it, and removes it; a plugin in use is not removed.
+async fn an_operator_uploads_and_removes_a_plugin_in_the_browser() {
+    let test = "an_operator_uploads_and_removes_a_plugin_in_the_browser";
+    let Some(browser) = Browser::start(test).await else {
+        return;
+    };
+    let host = Host::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let wasm = dir.path().join("mine.wasm");
+    std::fs::write(&wasm, crate::harness::plugin_wasm("template_default")).unwrap();
+    browser.goto(&host.url("/sign-in")).await;
+    browser.fill("api_key", crate::harness::OPERATOR_KEY).await;
+    browser.press("Sign in").await;
+    browser.follow("Operator").await;
+    let upload = async |version: &str| {
+        browser.fill("plugin-name", "mine").await;
+        browser.choose("plugin-kind", "payload-template").await;
+        browser.fill("plugin-version", version).await;
+        let file = browser
+            .client
+            .find(fantoccini::Locator::Id("plugin-file"))
+            .await
+            .unwrap();
+        file.send_keys(&wasm.display().to_string()).await.unwrap();
+        browser.press("Upload plugin").await;
+    };
+    upload("1.0.0").await;
+    assert_eq!(
+        browser.text_of("plugin-note").await,
+        "mine@1.0.0 is loaded."
+    );
+    let (status, shown) = host.get("/v1/admin/plugins/mine").await;
+    assert_eq!((status, shown["source"].as_str()), (200, Some("upload")));
+    upload("1.1.0").await;
+    assert_eq!(
+        browser.text_of("plugin-note").await,
+        "mine@1.1.0 replaced version 1.0.0."
+    );
+    browser.screenshot("operator-plugins").await;
+    browser.assert_accessible("operator").await;
+    browser.press("Remove mine").await;
+    assert_eq!(browser.text_of("plugin-note").await, "mine is removed.");
+    let (status, _) = host.get("/v1/admin/plugins/mine").await;
+    assert_eq!(status, 404);
+    browser.assert_no_console_errors().await;
+    browser.close().await;
+}
+on_each_store!(an_operator_uploads_and_removes_a_plugin_in_the_browser);

@@ -13,14 +13,12 @@ use super::json::{WasmBody, parse};
 use super::query::{Force, Query};
 use super::{Caller, Json};
 use crate::app::App;
-use crate::automation::automations;
 use crate::error::{Error, Result};
-use crate::model::StoredPlugin;
 use crate::plugin::input::{FilterInput, TemplateInput};
 use crate::plugin::manifest::{BackendGrant, LimitOverrides, validate_name, validate_version};
 use crate::plugin::registry::Spec;
 use crate::plugin::warm::HOST;
-use crate::plugin::{Kind, Plugin, Source, builtin};
+use crate::plugin::{Kind, Plugin, Source};
 use crate::uploads;
 
 fn require_operator(caller: &Caller) -> Result<()> {
@@ -170,13 +168,6 @@ pub async fn upload(
             .map_err(|e| Error::invalid(e.field, e.message))?,
         None => {}
     }
-    let previous = app.plugins.get(&name);
-    if let Some(old) = previous.as_ref().filter(|old| old.kind != kind) {
-        return Err(Error::Conflict(format!(
-            "plugin '{name}' is a {}; a replacement must be the same kind (remove it first to change kinds)",
-            old.kind
-        )));
-    }
     let spec = Spec {
         name,
         kind,
@@ -193,38 +184,7 @@ pub async fn upload(
         grant,
         bytes: bytes.to_vec(),
     };
-    let stored = uploads::stored(&spec);
-    let candidate = app.plugins.check(spec).await?;
-    if previous.is_some() {
-        // Every automation that calls it is checked with the replacement
-        // first; one it would break keeps the old version serving.
-        let broken = automations::broken_by(&app.store, &app.plugins, &candidate).await?;
-        if !broken.is_empty() {
-            let list: Vec<String> = broken
-                .iter()
-                .map(|(handle, why)| format!("{} ({why})", handle.describe()))
-                .collect();
-            return Err(Error::InvalidRequest {
-                message: format!(
-                    "replacing plugin '{}' would break {}; the old version keeps serving: fix or delete those automations first",
-                    candidate.name,
-                    list.join("; ")
-                ),
-                param: None,
-            });
-        }
-    }
-    app.plugins.can_install(&candidate)?;
-    // Kept in the store, so that a restart and every other host load it.
-    // Stored first: this host's plugin sync unloads an upload that is
-    // installed but not (yet) stored.
-    app.store
-        .put_plugin(&StoredPlugin {
-            sha256: candidate.sha256.clone(),
-            ..stored
-        })
-        .await?;
-    let plugin = app.plugins.install(candidate)?;
+    let (plugin, previous) = uploads::install(&app.store, &app.plugins, spec).await?;
     let mut body = describe(&plugin);
     let status = match previous {
         Some(old) => {
@@ -245,25 +205,7 @@ pub async fn remove(
     Query(Force { force }): Query<Force>,
 ) -> Result<StatusCode> {
     require_operator(&caller)?;
-    if builtin::is_builtin(&name) {
-        return Err(Error::Conflict(format!(
-            "'{name}' is a built-in plugin: it can be replaced (PUT) but not removed"
-        )));
-    }
-    let plugin = find(&app, &name)?;
-    let users = automations::using_plugin(&app.store, &name, plugin.kind).await?;
-    if !users.is_empty() && !force {
-        let names: Vec<String> = users.iter().map(|a| a.handle().describe()).collect();
-        return Err(Error::Conflict(format!(
-            "plugin '{name}' is used by {}; change them first, or remove it anyway with ?force=true (they will be disabled)",
-            names.join(", ")
-        )));
-    }
-    let handles: Vec<_> = users.iter().map(|a| a.handle()).collect();
-    let reason = format!("its template plugin '{name}' was removed");
-    automations::disable(&app.store, &handles, &reason).await?;
-    app.store.delete_plugin(&name).await?;
-    app.plugins.remove(&name);
+    uploads::remove(&app.store, &app.plugins, &name, force).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -136,7 +136,7 @@ pub fn router(app: App) -> Router {
             get(admin::show).put(admin::upload).delete(admin::remove),
         )
         .route("/v1/admin/plugins/{name}/invoke", post(admin::invoke))
-        .merge(console::routes())
+        .merge(console::routes(&app))
         .fallback(unknown_route)
         .layer(middleware::from_fn(observe::observe))
         .with_state(app.clone());
@@ -233,8 +233,10 @@ async fn unknown_route(request: Request) -> Error {
 
 /// Plugin uploads may be larger than other bodies.
 fn body_limit(app: &App, request: &Request) -> usize {
+    let path = request.uri().path();
     let upload = request.method() == axum::http::Method::PUT
-        && request.uri().path().starts_with("/v1/admin/plugins/");
+        && path.starts_with("/v1/admin/plugins/")
+        || request.method() == axum::http::Method::POST && path == "/operator/plugins";
     if upload {
         app.cfg.plugins.max_upload_bytes
     } else {

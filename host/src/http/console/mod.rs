@@ -28,6 +28,7 @@ mod webhooks;
 
 use askama::Template;
 use axum::Router;
+use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
@@ -38,7 +39,9 @@ use crate::app::App;
 use crate::error::Error;
 
 /// The console's routes, merged into the API's router.
-pub fn routes() -> Router<App> {
+pub fn routes(app: &App) -> Router<App> {
+    // Plugin uploads may be as large as the operator API allows.
+    let upload_limit = DefaultBodyLimit::max(app.cfg.plugins.max_upload_bytes);
     Router::new()
         .route("/", get(home))
         .route("/console/console.css", get(stylesheet))
@@ -52,6 +55,11 @@ pub fn routes() -> Router<App> {
         .route("/keys", get(keys::list).post(keys::create))
         .route("/keys/{id}/revoke", post(keys::revoke))
         .route("/operator", get(operator::show))
+        .route(
+            "/operator/plugins",
+            post(operator::upload).layer(upload_limit),
+        )
+        .route("/operator/plugins/{name}/remove", post(operator::remove))
         .route("/teams", get(teams::list))
         .route("/teams/{team}", get(teams::show))
         .route("/teams/{team}/members", post(teams::set_member))

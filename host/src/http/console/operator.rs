@@ -1,14 +1,22 @@
 //! The operator's page: the system check, the loaded plugins with their
-//! call figures, and the users. Operators only; others get the API's 403.
+//! call figures (upload, replace and remove templates and filters, through
+//! the same checks as the operator API), and the users. Operators only;
+//! others get the API's 403.
 
 use askama::Template;
 use axum::extract::State;
 use axum::http::StatusCode;
 
-use super::{Failed, Nav, Shown, Viewer, page};
+use axum::extract::Multipart;
+
+use super::{Failed, Nav, Posted, Shown, Viewer, page};
 use crate::app::App;
 use crate::error::Error;
 use crate::health::{self, Check};
+use crate::plugin::manifest::{validate_name, validate_version};
+use crate::plugin::registry::Spec;
+use crate::plugin::{Kind, Limits, Source};
+use crate::uploads;
 
 /// A plugin as listed.
 struct PluginRow {
@@ -25,6 +33,9 @@ struct PluginRow {
 #[template(path = "console/operator.html")]
 struct OperatorPage {
     nav: Option<Nav>,
+    csrf: String,
+    note: Option<String>,
+    error: Option<String>,
     healthy: bool,
     checks: Vec<(&'static str, Check)>,
     quarantined: usize,
@@ -34,14 +45,29 @@ struct OperatorPage {
 
 /// `GET /operator`.
 pub async fn show(State(app): State<App>, viewer: Viewer) -> Shown {
-    if !viewer.user.operator {
-        let error = Error::PermissionDenied("only an operator may see the operator page".into());
-        return Err(Failed::new(error, &viewer));
+    operator_page(&app, &viewer, None, None).await
+}
+
+/// Fails unless `viewer` is an operator, as the operator API does.
+fn require_operator(viewer: &Viewer) -> Result<(), Failed> {
+    if viewer.user.operator {
+        return Ok(());
     }
-    let report = health::system_check(&app).await;
+    let error = Error::PermissionDenied("only an operator may manage this host".into());
+    Err(Failed::new(error, viewer))
+}
+
+async fn operator_page(
+    app: &App,
+    viewer: &Viewer,
+    note: Option<String>,
+    error: Option<Error>,
+) -> Shown {
+    require_operator(viewer)?;
+    let report = health::system_check(app).await;
     let users = crate::auth::list_users(&app.store)
         .await
-        .map_err(|e| Failed::new(e, &viewer))?;
+        .map_err(|e| Failed::new(e, viewer))?;
     let mut plugins: Vec<PluginRow> = app
         .plugins
         .list()
@@ -64,6 +90,9 @@ pub async fn show(State(app): State<App>, viewer: Viewer) -> Shown {
         StatusCode::OK,
         &OperatorPage {
             nav: Some(viewer.nav()),
+            csrf: viewer.csrf().to_string(),
+            note,
+            error: error.map(|e| e.to_string()),
             healthy: report.healthy(),
             quarantined: report.quarantined_records,
             checks: vec![
@@ -78,4 +107,101 @@ pub async fn show(State(app): State<App>, viewer: Viewer) -> Shown {
                 .collect(),
         },
     ))
+}
+
+/// `POST /operator/plugins` (multipart): uploads or replaces a template or
+/// filter plugin through the same checks as the operator API.
+pub async fn upload(State(app): State<App>, viewer: Viewer, form: Multipart) -> Shown {
+    require_operator(&viewer)?;
+    let installed = async {
+        let fields = read_upload(form, viewer.csrf()).await?;
+        let field = |name: &str| {
+            fields
+                .get(name)
+                .map(|v| String::from_utf8_lossy(v).trim().to_string())
+                .unwrap_or_default()
+        };
+        let name = field("name");
+        validate_name(&name).map_err(|m| Error::invalid("name", m))?;
+        let version = field("version");
+        validate_version(&version).map_err(|m| Error::invalid("version", m))?;
+        let kind: Kind = field("kind")
+            .parse()
+            .map_err(|m: String| Error::invalid("kind", m))?;
+        if kind == Kind::ModelBackend {
+            return Err(Error::invalid(
+                "kind",
+                "model backends need a grant: upload them with `switchyard plugin upload`",
+            ));
+        }
+        let spec = Spec {
+            name,
+            kind,
+            version,
+            limits: Some(Limits::default_for(kind)),
+            source: Source::Upload,
+            grant: None,
+            bytes: fields.get("file").cloned().unwrap_or_default(),
+        };
+        uploads::install(&app.store, &app.plugins, spec).await
+    };
+    match installed.await {
+        Ok((plugin, previous)) => {
+            tracing::info!(plugin = %plugin.id(), by = %viewer.user.name, "plugin uploaded from the console");
+            let note = match previous {
+                Some(old) => format!("{} replaced version {}.", plugin.id(), old.version),
+                None => format!("{} is loaded.", plugin.id()),
+            };
+            operator_page(&app, &viewer, Some(note), None).await
+        }
+        Err(e @ Error::PermissionDenied(_)) => Err(Failed::new(e, &viewer)),
+        Err(
+            e @ (Error::InvalidRequest { .. } | Error::Conflict(_) | Error::PluginRefused { .. }),
+        ) => operator_page(&app, &viewer, None, Some(e)).await,
+        Err(e) => Err(Failed::new(e, &viewer)),
+    }
+}
+
+/// The fields of the upload form, its CSRF token checked first.
+async fn read_upload(
+    mut form: Multipart,
+    csrf: &str,
+) -> Result<std::collections::HashMap<String, Vec<u8>>, Error> {
+    let unreadable = |e: axum::extract::multipart::MultipartError| {
+        Error::invalid("file", format!("the upload could not be read: {e}"))
+    };
+    let mut fields = std::collections::HashMap::new();
+    while let Some(field) = form.next_field().await.map_err(unreadable)? {
+        let name = field.name().unwrap_or_default().to_string();
+        let bytes = field.bytes().await.map_err(unreadable)?;
+        if name == "csrf" && bytes.as_ref() != csrf.as_bytes() {
+            break;
+        }
+        fields.insert(name, bytes.to_vec());
+    }
+    if fields.get("csrf").map(Vec::as_slice) != Some(csrf.as_bytes()) {
+        return Err(Error::PermissionDenied(
+            "the form's CSRF token is missing or stale; reload the page and submit it again".into(),
+        ));
+    }
+    Ok(fields)
+}
+
+/// `POST /operator/plugins/{name}/remove`: refused, naming them, while
+/// automations use it.
+pub async fn remove(
+    State(app): State<App>,
+    axum::extract::Path(name): axum::extract::Path<String>,
+    posted: Posted,
+) -> Shown {
+    let viewer = &posted.viewer;
+    require_operator(viewer)?;
+    match uploads::remove(&app.store, &app.plugins, &name, false).await {
+        Ok(()) => {
+            let note = format!("{name} is removed.");
+            operator_page(&app, viewer, Some(note), None).await
+        }
+        Err(e @ Error::Conflict(_)) => operator_page(&app, viewer, None, Some(e)).await,
+        Err(e) => Err(Failed::new(e, viewer)),
+    }
 }
