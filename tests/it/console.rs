@@ -327,6 +327,39 @@ async fn an_admin_tests_a_webhook_in_the_browser() {
     assert_eq!(sent[0].json()["token"], "s3cret-value");
     assert_eq!(sent[0].header("authorization"), Some("Bearer s3cret-value"));
 
+    browser.fill("edit-url", "http://10.9.8.7/hook").await;
+    browser.press("Save webhook").await;
+    let refused = browser.text_of("edit-error").await;
+    assert!(
+        refused.contains("10.9.8.7"),
+        "the SSRF guard's words: {refused}"
+    );
+    browser
+        .fill("edit-url", &format!("{}/hook2", receiver.base))
+        .await;
+    browser.choose("edit-signing", "").await;
+    browser.press("Save webhook").await;
+    let (_, saved) = host
+        .call("GET", "/v1/teams/ml/webhooks/local", &world.alice, None)
+        .await;
+    assert_eq!(saved["url"], format!("{}/hook2", receiver.base));
+    assert_eq!(saved["signing_secret"], serde_json::Value::Null, "{saved}");
+    assert_eq!(saved["access_token_secret"], "HOOK_TOKEN", "kept");
+
+    // On a phone's width nothing runs off the side of the page.
+    browser.client.set_window_size(390, 844).await.unwrap();
+    browser.goto(&host.url("/teams/ml")).await;
+    let fits = "return document.documentElement.scrollWidth <= window.innerWidth";
+    let fits = browser.client.execute(fits, Vec::new()).await.unwrap();
+    browser.screenshot("team-settings-phone").await;
+    assert_eq!(
+        fits,
+        serde_json::Value::Bool(true),
+        "the page is wider than a phone"
+    );
+    browser.client.set_window_size(1280, 900).await.unwrap();
+    browser.goto(&host.url("/teams/ml/webhooks/local")).await;
+
     browser.follow("Delete this webhook…").await;
     browser.follow("Cancel").await;
     assert_eq!(browser.path().await, "/teams/ml/webhooks/local");

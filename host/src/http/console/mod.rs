@@ -75,6 +75,7 @@ pub fn routes(app: &App) -> Router<App> {
         .route("/teams/{team}/webhooks", post(webhooks::create))
         .route("/teams/{team}/webhooks/{name}", get(webhooks::show))
         .route("/teams/{team}/webhooks/{name}/test", post(webhooks::test))
+        .route("/teams/{team}/webhooks/{name}/edit", post(webhooks::update))
         .route(
             "/teams/{team}/webhooks/{name}/delete",
             get(webhooks::confirm_delete).post(webhooks::delete),

@@ -55,6 +55,9 @@ struct WebhookPage {
     payload: String,
     test_error: Option<String>,
     outcome: Option<Outcome>,
+    /// The team's secret names, for the edit form.
+    secrets: Vec<String>,
+    edit_error: Option<String>,
 }
 
 /// `GET /teams/{team}/webhooks/{name}`.
@@ -73,6 +76,8 @@ struct Tested {
     payload: String,
     outcome: Option<Outcome>,
     error: Option<Error>,
+    /// Why an edit was refused.
+    edit_error: Option<Error>,
 }
 
 async fn webhook_page(app: &App, viewer: &Viewer, team: &str, name: &str, tested: Tested) -> Shown {
@@ -81,6 +86,9 @@ async fn webhook_page(app: &App, viewer: &Viewer, team: &str, name: &str, tested
         .await
         .map_err(failed)?;
     let webhook = webhooks::get(&app.store, team, name)
+        .await
+        .map_err(failed)?;
+    let secrets = crate::secrets::list(&app.store, team)
         .await
         .map_err(failed)?;
     Ok(page(
@@ -95,6 +103,8 @@ async fn webhook_page(app: &App, viewer: &Viewer, team: &str, name: &str, tested
             payload: tested.payload,
             test_error: tested.error.map(|e| e.to_string()),
             outcome: tested.outcome,
+            secrets: secrets.into_iter().map(|s| s.name).collect(),
+            edit_error: tested.edit_error.map(|e| e.to_string()),
         },
     ))
 }
@@ -128,13 +138,13 @@ pub async fn test(
             Tested {
                 payload,
                 outcome: Some(outcome),
-                error: None,
+                ..Tested::default()
             }
         }
         Err(e @ Error::InvalidRequest { .. }) => Tested {
             payload,
-            outcome: None,
             error: Some(e),
+            ..Tested::default()
         },
         Err(e) => return Err(Failed::new(e, viewer)),
     };
@@ -196,4 +206,41 @@ pub async fn delete(
     delete.await.map_err(|e| Failed::new(e, viewer))?;
     tracing::info!(team = %team, webhook = %name, by = %viewer.user.name, "webhook deleted");
     Ok(Redirect::to(&format!("/teams/{team}#webhooks")).into_response())
+}
+
+/// `POST /teams/{team}/webhooks/{name}/edit`: a new URL or secrets, checked
+/// as the API checks them (the SSRF guard included).
+pub async fn update(
+    State(app): State<App>,
+    Path((team, name)): Path<(String, String)>,
+    posted: Posted,
+) -> Shown {
+    let viewer = &posted.viewer;
+    groups::require_team(&app.store, &viewer.user, &team, Role::Admin)
+        .await
+        .map_err(|e| Failed::new(e, viewer))?;
+    let settings = webhooks::Settings {
+        url: posted.field("url").trim().to_string(),
+        access_token_secret: posted.optional("access_token_secret"),
+        signing_secret: posted.optional("signing_secret"),
+        standard_webhooks: webhooks::get(&app.store, &team, &name)
+            .await
+            .map_err(|e| Failed::new(e, viewer))?
+            .standard_webhooks,
+    };
+    let allow = &app.cfg.webhooks.allow_private;
+    match webhooks::update(&app.store, &team, &name, settings, allow).await {
+        Ok(_) => {
+            tracing::info!(team = %team, webhook = %name, by = %viewer.user.name, "webhook updated");
+            Ok(Redirect::to(&format!("/teams/{team}/webhooks/{name}")).into_response())
+        }
+        Err(e @ Error::InvalidRequest { .. }) => {
+            let tested = Tested {
+                edit_error: Some(e),
+                ..Tested::default()
+            };
+            webhook_page(&app, viewer, &team, &name, tested).await
+        }
+        Err(e) => Err(Failed::new(e, viewer)),
+    }
 }
