@@ -716,6 +716,19 @@ async fn the_chat_page_streams_a_reply_and_works_without_script() {
         .post("/chat/stream", &[("model", "fake-1"), ("message", "hi")])
         .await;
     assert_eq!(forged.status, 403, "no CSRF token, no request");
+    let unknown = operator
+        .post(
+            "/chat/stream",
+            &[
+                ("csrf", token.as_str()),
+                ("model", "nope"),
+                ("message", "hi"),
+            ],
+        )
+        .await;
+    assert_eq!(unknown.status, 404, "{}", unknown.body);
+    let error: serde_json::Value = serde_json::from_str(&unknown.body).unwrap();
+    assert_eq!(error["error"]["code"], "model_not_found", "the API's error");
 
     let Some(browser) = Browser::start("the_chat_page_streams_a_reply").await else {
         return;

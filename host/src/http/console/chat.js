@@ -22,6 +22,14 @@
         body: new URLSearchParams(new FormData(form)),
         credentials: "same-origin",
       });
+      if (!response.ok) {
+        let why = "HTTP " + response.status;
+        try {
+          why = (await response.json()).error.message;
+        } catch (_) {}
+        status.textContent = "Failed: " + why;
+        return;
+      }
       const reader = response.body.getReader();
       const decoder = new TextDecoder();
       for (;;) {
@@ -30,7 +38,7 @@
         reply.textContent += decoder.decode(value, { stream: true });
       }
       const seconds = ((performance.now() - started) / 1000).toFixed(1);
-      status.textContent = response.ok ? "Done in " + seconds + " s." : "Failed (" + response.status + ").";
+      status.textContent = "Done in " + seconds + " s.";
     } catch (error) {
       status.textContent = "Failed: " + error;
     } finally {

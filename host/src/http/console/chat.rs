@@ -141,11 +141,13 @@ async fn collect(mut running: Running) -> Result<String, Error> {
 }
 
 /// `POST /chat/stream`: the reply as plain text, sent as it is made; a
-/// failure ends it with a line saying what went wrong.
+/// failure before it starts is the API's JSON error, one after ends the text
+/// with a line saying what went wrong.
 pub async fn stream(State(app): State<App>, posted: Posted) -> Response {
     let running = match Asked::of(&posted).start(&app, &posted.viewer, true) {
         Ok(running) => running,
-        Err(e) => return (e.status(), e.to_string()).into_response(),
+        // The API's error body: the script shows its message.
+        Err(e) => return e.into_response(),
     };
     let Running { output, done } = running;
     let text = tokio_stream_of(output).map(|piece| match piece {
