@@ -214,10 +214,7 @@ fn handle(
 /// `GET …/automations/new`.
 pub async fn new(State(app): State<App>, viewer: Viewer, Path(params): Params) -> Shown {
     let place = place(&params, &viewer)?;
-    let form = AutomationForm {
-        webhook: String::new(),
-        ..AutomationForm::default()
-    };
+    let form = AutomationForm::default();
     form_page(&app, &viewer, &place, None, form, Ok(None)).await
 }
 
@@ -410,7 +407,7 @@ struct ExecutionRow {
 impl ExecutionRow {
     fn of(e: Execution) -> ExecutionRow {
         ExecutionRow {
-            when: time_ms(e.created_at_ms),
+            when: super::when(e.created_at_ms),
             status: match e.status {
                 Status::Pending => "pending",
                 Status::Finished => "finished",
@@ -422,11 +419,11 @@ impl ExecutionRow {
                 .attempts
                 .into_iter()
                 .map(|a| AttemptRow {
-                    when: time_ms(a.at_ms),
+                    when: super::when(a.at_ms),
                     status: a.status.map_or("no answer".into(), |s| s.to_string()),
                     latency: format!("{:.0} ms", a.latency_ms),
                     error: a.error.unwrap_or_default(),
-                    next: a.next_attempt_at_ms.map(time_ms).unwrap_or_default(),
+                    next: a.next_attempt_at_ms.map(super::when).unwrap_or_default(),
                 })
                 .collect(),
             payload: e.payload.map(pretty),
@@ -435,12 +432,6 @@ impl ExecutionRow {
             error: e.error,
         }
     }
-}
-
-/// Unix milliseconds as a UTC date and time.
-fn time_ms(ms: u64) -> String {
-    let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
-    httpdate::fmt_http_date(at)
 }
 
 #[derive(Template)]

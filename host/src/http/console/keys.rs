@@ -58,7 +58,7 @@ async fn keys_page(
             keys: keys
                 .into_iter()
                 .map(|k| KeyRow {
-                    created: super::teams::date(k.created_at),
+                    created: super::when(k.created_at * 1000),
                     id: k.id,
                     name: k.name,
                     prefix: k.prefix,

@@ -206,6 +206,11 @@ struct ErrorPage<'a> {
     message: &'a str,
 }
 
+/// Unix milliseconds as a UTC date and time, as every page shows times.
+pub fn when(ms: u64) -> String {
+    httpdate::fmt_http_date(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms))
+}
+
 /// A confirmation step before a deletion: cancelling goes back, confirming
 /// posts the deletion.
 #[derive(Template)]

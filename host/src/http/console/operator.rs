@@ -103,7 +103,7 @@ async fn operator_page(
             plugins,
             users: users
                 .into_iter()
-                .map(|u| (u.name, u.operator, super::teams::date(u.created_at)))
+                .map(|u| (u.name, u.operator, super::when(u.created_at * 1000)))
                 .collect(),
         },
     ))

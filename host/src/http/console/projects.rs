@@ -168,7 +168,7 @@ async fn place_page(app: &App, viewer: &Viewer, place: &Place, error: Option<Err
             runs: runs
                 .into_iter()
                 .map(|r| RunRow {
-                    started: super::teams::date(r.created_at),
+                    started: super::when(r.created_at * 1000),
                     id: r.id,
                     name: r.name,
                     creator: r.creator,

@@ -167,7 +167,7 @@ pub async fn team_page(app: &App, viewer: &Viewer, team: &str, forms: Forms) -> 
                 .into_iter()
                 .map(|s| SecretRow {
                     name: s.name,
-                    updated: date(s.updated_at),
+                    updated: super::when(s.updated_at * 1000),
                 })
                 .collect(),
             webhooks: webhooks
@@ -191,11 +191,6 @@ pub fn state_of(webhook: &webhooks::Webhook) -> String {
         Some(why) => format!("disabled: {why}"),
         None => "active".into(),
     }
-}
-
-/// Unix seconds as a UTC date and time.
-pub fn date(seconds: u64) -> String {
-    httpdate::fmt_http_date(std::time::UNIX_EPOCH + std::time::Duration::from_secs(seconds))
 }
 
 /// `POST /teams/{team}/secrets`: add or replace.
