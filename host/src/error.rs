@@ -91,6 +91,10 @@ pub enum Error {
     /// The service cannot take the request right now.
     #[error("{0}")]
     Unavailable(String),
+    /// The store cannot be reached. Says nothing of where it is: that is in
+    /// the host's log, for operators.
+    #[error("the store is unavailable; the request was not carried out, retry it shortly")]
+    StoreUnavailable,
     /// A server we forward to (an upstream model API) failed.
     #[error("{0}")]
     BadGateway(String),
@@ -111,9 +115,7 @@ pub enum Error {
 impl From<crate::store::StoreError> for Error {
     fn from(e: crate::store::StoreError) -> Self {
         match e {
-            crate::store::StoreError::Unavailable(message) => Error::Unavailable(format!(
-                "{message}; the request was not carried out, retry it shortly"
-            )),
+            crate::store::StoreError::Unavailable => Error::StoreUnavailable,
             crate::store::StoreError::Other(cause) => Error::Internal(cause),
         }
     }
@@ -174,7 +176,7 @@ impl Error {
             Error::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Error::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             Error::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
-            Error::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Error::Unavailable(_) | Error::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             Error::BadGateway(_) => StatusCode::BAD_GATEWAY,
             Error::GatewayTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
             Error::PluginFailed(_) | Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -188,6 +190,7 @@ impl Error {
             Error::PermissionDenied(_) => "permission_error",
             Error::RateLimited(_) => "rate_limit_error",
             Error::Unavailable(_)
+            | Error::StoreUnavailable
             | Error::BadGateway(_)
             | Error::GatewayTimeout(_)
             | Error::PluginFailed(_)
@@ -215,6 +218,7 @@ impl Error {
             Error::RequestTimeout(_) => "request_timeout",
             Error::RateLimited(_) => "rate_limit_exceeded",
             Error::Unavailable(_) => "unavailable",
+            Error::StoreUnavailable => "store_unavailable",
             Error::BadGateway(_) => "upstream_error",
             Error::GatewayTimeout(_) => "timeout",
             Error::PluginFailed(_) => "plugin_failed",

@@ -274,6 +274,8 @@ async fn a_plugin_uploaded_on_one_host_serves_on_another_and_leaves_with_it() {
 struct Relay {
     port: u16,
     cut: Arc<AtomicBool>,
+    /// Accept connections and hold them open, answering nothing.
+    stall: Arc<AtomicBool>,
     links: Arc<Mutex<Vec<tokio::task::AbortHandle>>>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -283,12 +285,18 @@ impl Relay {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let cut = Arc::new(AtomicBool::new(false));
+        let stall = Arc::new(AtomicBool::new(false));
         let links = Arc::new(Mutex::new(Vec::new()));
-        let (flag, open) = (cut.clone(), links.clone());
+        let (flag, stalled, open) = (cut.clone(), stall.clone(), links.clone());
         let task = tokio::spawn(async move {
+            let mut held = Vec::new();
             while let Ok((mut client, _)) = listener.accept().await {
                 if flag.load(Ordering::SeqCst) {
                     continue; // dropped: the database is away
+                }
+                if stalled.load(Ordering::SeqCst) {
+                    held.push(client); // open, and silent
+                    continue;
                 }
                 let target = target.clone();
                 let link = tokio::spawn(async move {
@@ -302,6 +310,7 @@ impl Relay {
         Relay {
             port,
             cut,
+            stall,
             links,
             task,
         }
@@ -311,10 +320,30 @@ impl Relay {
     fn set_cut(&self, cut: bool) {
         self.cut.store(cut, Ordering::SeqCst);
         if cut {
-            for link in self.links.lock().unwrap().drain(..) {
-                link.abort();
-            }
+            self.drop_links();
         }
+    }
+
+    /// Cuts every open connection and holds new ones open without an
+    /// answer: a database that stalls rather than refuses.
+    fn stall(&self) {
+        self.stall.store(true, Ordering::SeqCst);
+        self.drop_links();
+    }
+
+    fn drop_links(&self) {
+        for link in self.links.lock().unwrap().drain(..) {
+            link.abort();
+        }
+    }
+
+    /// A URL for `database` that reaches it through a new relay.
+    async fn to(database: &TestDatabase) -> (Relay, url::Url) {
+        let mut url = url::Url::parse(&database.url).unwrap();
+        let target = format!("{}:{}", url.host_str().unwrap(), url.port().unwrap_or(5432));
+        let relay = Relay::start(target).await;
+        url.set_port(Some(relay.port)).unwrap();
+        (relay, url)
     }
 }
 
@@ -330,10 +359,7 @@ async fn a_database_that_goes_away_is_survived_without_a_restart() {
     Engine::Postgres
         .run(async {
             let database = TestDatabase::create().await;
-            let mut url = url::Url::parse(&database.url).unwrap();
-            let target = format!("{}:{}", url.host_str().unwrap(), url.port().unwrap_or(5432));
-            let relay = Relay::start(target).await;
-            url.set_port(Some(relay.port)).unwrap();
+            let (relay, url) = Relay::to(&database).await;
             let receiver = Receiver::start().await;
             let host = Host::builder()
                 .config(&format!("{CONFIG}\nconnect_timeout_ms = 1000"))
@@ -356,14 +382,14 @@ async fn a_database_that_goes_away_is_survived_without_a_restart() {
                 report["database"]["errors"][0]
                     .as_str()
                     .unwrap()
-                    .contains("cannot be reached"),
+                    .contains("the store is unavailable"),
                 "{report}"
             );
             let path = format!("{PROJECT}/collections/detector/versions/v0/tags");
             let refused = host
                 .call("POST", &path, &bob, Some(&json!({"tag": "refused"})))
                 .await;
-            let error = expect_error(&refused, 503, "unavailable", None);
+            let error = expect_error(&refused, 503, "store_unavailable", None);
             assert!(
                 error["message"].as_str().unwrap().contains("store"),
                 "{error}"
@@ -400,6 +426,109 @@ async fn a_database_that_goes_away_is_survived_without_a_restart() {
         .await;
 }
 
+/// Credentials in both forms a URL carries them, in a database URL.
+const USERINFO_PASSWORD: &str = "Ui-pw-4471x";
+const QUERY_PASSWORD: &str = "Query-pw-8812y";
+
+#[tokio::test]
+async fn an_unreachable_database_shows_no_credential_or_location_to_callers() {
+    Engine::Postgres
+        .run(async {
+            let database = TestDatabase::create().await;
+            let (relay, mut url) = Relay::to(&database).await;
+            // Trust authentication: the server never asks for them.
+            url.set_password(Some(USERINFO_PASSWORD)).unwrap();
+            url.query_pairs_mut()
+                .append_pair("password", QUERY_PASSWORD);
+            let database_name = url.path().trim_start_matches('/').to_string();
+            let receiver = Receiver::start().await;
+            let host = Host::builder()
+                .config(&format!("{CONFIG}\nconnect_timeout_ms = 500"))
+                .database(Arc::new(database))
+                .env("SWITCHYARD_STORE_URL", url.as_str())
+                .start()
+                .await;
+            let hosts = [host];
+            let (_, bob) = world(&hosts, &receiver).await;
+            let host = &hosts[0];
+            relay.set_cut(true);
+
+            let mut answers = Vec::new();
+            let (status, report) = host.get_anon("/v1/system-check").await;
+            assert_eq!(status, 503, "{report}");
+            assert_eq!(report["database"]["success"], false, "{report}");
+            answers.push(report.to_string());
+            let metrics = host.http.get(host.url("/metrics")).send().await.unwrap();
+            assert_eq!(metrics.status(), 503);
+            answers.push(metrics.text().await.unwrap());
+            let path = format!("{PROJECT}/collections/detector/versions/v0/tags");
+            for key in ["sy_not_a_key_at_all", bob.as_str()] {
+                let answer = host
+                    .call("POST", &path, key, Some(&json!({"tag": "t"})))
+                    .await;
+                let error = expect_error(&answer, 503, "store_unavailable", None);
+                assert!(
+                    error["message"]
+                        .as_str()
+                        .unwrap()
+                        .starts_with("the store is unavailable"),
+                    "{error}"
+                );
+                answers.push(answer.1.to_string());
+            }
+            let port = format!(":{}", relay.port);
+            for answer in &answers {
+                for needle in [
+                    USERINFO_PASSWORD,
+                    QUERY_PASSWORD,
+                    &database_name,
+                    &port,
+                    "127.0.0.1",
+                ] {
+                    assert!(!answer.contains(needle), "{needle} in {answer}");
+                }
+            }
+            // Operators read where and why in the log, without a credential.
+            host.wait_for_log(&["the store is unavailable", &database_name])
+                .await;
+            let log = host.log();
+            for secret in [USERINFO_PASSWORD, QUERY_PASSWORD] {
+                assert!(!log.contains(secret), "{secret} in the log:\n{log}");
+            }
+        })
+        .await;
+}
+
+#[tokio::test]
+async fn the_system_check_answers_within_its_timeout_while_the_database_stalls() {
+    Engine::Postgres
+        .run(async {
+            let database = TestDatabase::create().await;
+            let (relay, url) = Relay::to(&database).await;
+            // Waiting for a connection takes far longer than the check may.
+            let host = Host::builder()
+                .config(&format!(
+                    "{CONFIG}\nconnect_timeout_ms = 8000\n[health]\nprobe_timeout_ms = 1000"
+                ))
+                .database(Arc::new(database))
+                .env("SWITCHYARD_STORE_URL", url.as_str())
+                .start()
+                .await;
+            let (status, _) = host.get_anon("/v1/system-check").await;
+            assert_eq!(status, 200);
+            relay.stall();
+            let started = Instant::now();
+            let (status, report) = host.get_anon("/v1/system-check").await;
+            let took = started.elapsed();
+            assert_eq!(status, 503, "{report}");
+            let error = report["database"]["errors"][0].as_str().unwrap();
+            assert!(error.contains("within 1000 ms"), "{report}");
+            // The probe's own bound, not the 8 s connection wait.
+            assert!(took < Duration::from_secs(4), "answered after {took:?}");
+        })
+        .await;
+}
+
 #[tokio::test]
 async fn a_wrong_master_key_or_an_unreachable_database_stops_start_clearly() {
     Engine::Postgres
@@ -426,7 +555,7 @@ async fn a_wrong_master_key_or_an_unreachable_database_stops_start_clearly() {
                 .err()
                 .expect("a host without its database must not start");
             assert!(
-                refused.contains("cannot connect to the PostgreSQL store"),
+                refused.contains("cannot connect to the store, PostgreSQL at 127.0.0.1"),
                 "{refused}"
             );
             assert!(!refused.contains("hunter2-secret"), "{refused}");

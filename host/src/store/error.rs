@@ -6,9 +6,10 @@
 pub enum StoreError {
     /// The engine cannot be reached or refused the work for now (a database
     /// that went away, a pool with no free connection); retrying later may
-    /// succeed.
-    #[error("the store is unavailable: {0}")]
-    Unavailable(String),
+    /// succeed. It says nothing of where the store is: the engine logs that,
+    /// without credentials, and this text reaches unauthenticated callers.
+    #[error("the store is unavailable")]
+    Unavailable,
     /// Anything else: an I/O error, a record that could not be encoded.
     #[error(transparent)]
     Other(#[from] anyhow::Error),

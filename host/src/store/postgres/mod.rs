@@ -14,6 +14,7 @@
 //! transaction; operations are written once for both.
 
 mod records;
+mod shown;
 
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
@@ -37,8 +38,13 @@ struct Shared {
     /// Names this host as the holder of delivery leases.
     host_id: String,
     lease_ms: u64,
-    /// The URL without its password, for messages.
-    shown_url: String,
+    /// The URL as configured: only to scrub its credentials from messages.
+    url: String,
+    /// Where the database is, for the log (see [`shown`]).
+    location: String,
+    /// When unavailability was last logged (ms), so an outage logs a line a
+    /// second, not one per request.
+    last_warned: std::sync::atomic::AtomicU64,
 }
 
 /// A handle to the PostgreSQL store: the engine itself, or a transaction.
@@ -79,9 +85,9 @@ impl DerefMut for Conn<'_> {
 
 impl Postgres {
     /// Connects, and brings the schema up to date. Fails with a message
-    /// that names the problem, never the URL's password.
+    /// that names the problem and where the database is, never a credential.
     pub async fn open(url: &str, cfg: &StoreConfig) -> anyhow::Result<Postgres> {
-        let shown_url = redact(url);
+        let location = shown::location(url);
         let pool = PgPoolOptions::new()
             .max_connections(cfg.max_connections.max(2))
             .acquire_timeout(Duration::from_millis(cfg.connect_timeout_ms))
@@ -89,18 +95,22 @@ impl Postgres {
             .await
             .map_err(|e| {
                 anyhow::anyhow!(
-                    "cannot connect to the PostgreSQL store at {shown_url}: {}; check [store] url \
+                    "cannot connect to the store, {location}: {}; check [store] url \
                      (SWITCHYARD_STORE_URL) and that the server is running",
-                    redact(&e.to_string())
+                    shown::scrub(&e.to_string(), url)
                 )
             })?;
-        migrate(&pool).await?;
+        migrate(&pool)
+            .await
+            .map_err(|e| anyhow::anyhow!("{}", shown::scrub(&format!("{e:#}"), url)))?;
         Ok(Postgres {
             shared: Arc::new(Shared {
                 pool,
                 host_id: format!("host_{}", crate::ids::random_hex(8)),
                 lease_ms: cfg.lease_ms,
-                shown_url,
+                url: url.to_string(),
+                location,
+                last_warned: Default::default(),
             }),
             tx: None,
         })
@@ -114,16 +124,19 @@ impl Postgres {
                     .pool
                     .acquire()
                     .await
-                    .map_err(|e| unavailable(&self.shared.shown_url, e))?,
+                    .map_err(|e| self.shared.unavailable(e))?,
             )),
         }
     }
 
     fn err(&self, e: sqlx::Error) -> StoreError {
         if is_unavailable(&e) {
-            unavailable(&self.shared.shown_url, e)
+            self.shared.unavailable(e)
         } else {
-            StoreError::Other(anyhow::anyhow!("PostgreSQL: {e}"))
+            StoreError::Other(anyhow::anyhow!(
+                "PostgreSQL: {}",
+                shown::scrub(&e.to_string(), &self.shared.url)
+            ))
         }
     }
 }
@@ -175,7 +188,7 @@ impl Engine for Postgres {
             .pool
             .begin()
             .await
-            .map_err(|e| unavailable(&self.shared.shown_url, e))?;
+            .map_err(|e| self.shared.unavailable(e))?;
         Ok(Box::new(Postgres {
             shared: self.shared.clone(),
             tx: Some(Mutex::new(Some(tx))),
@@ -260,36 +273,25 @@ fn is_unavailable(e: &sqlx::Error) -> bool {
     ) || matches!(e, sqlx::Error::Database(db) if db.code().is_some_and(|c| c.starts_with("57P") || c.starts_with("08")))
 }
 
-fn unavailable(url: &str, e: sqlx::Error) -> StoreError {
-    StoreError::Unavailable(format!(
-        "the PostgreSQL store at {url} cannot be reached ({})",
-        redact(&e.to_string())
-    ))
-}
-
-/// `url` without its password.
-fn redact(text: &str) -> String {
-    match url::Url::parse(text) {
-        Ok(mut url) if url.password().is_some() => {
-            let _ = url.set_password(Some("****"));
-            url.to_string()
+impl Shared {
+    /// The error callers see, and a log line (at most one a second) that
+    /// says where the database is and why it cannot be reached.
+    fn unavailable(&self, e: sqlx::Error) -> StoreError {
+        use std::sync::atomic::Ordering;
+        let now = crate::ids::now_ms();
+        let last = self.last_warned.load(Ordering::Relaxed);
+        if now.saturating_sub(last) >= 1_000
+            && self
+                .last_warned
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            tracing::warn!(
+                store = %self.location,
+                cause = %shown::scrub(&e.to_string(), &self.url),
+                "the store is unavailable"
+            );
         }
-        Ok(url) => url.to_string(),
-        Err(_) => text.to_string(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn passwords_never_show() {
-        assert_eq!(
-            super::redact("postgres://app:hunter2@db:5432/sy"),
-            "postgres://app:****@db:5432/sy"
-        );
-        assert_eq!(
-            super::redact("postgres://db:5432/sy"),
-            "postgres://db:5432/sy"
-        );
+        StoreError::Unavailable
     }
 }
