@@ -8,7 +8,8 @@
 //! concurrent clients spread over the hosts, the hosts' CPU per delivered
 //! event (and PostgreSQL's, on that engine), the event-to-delivery latency
 //! at a fixed 1,000 events/s, and RSS; then one summary line per run:
-//! `delivery[ENGINE]: N events/s, M µs host CPU per event, p99 P ms at 1000/s`.
+//! `delivery[ENGINE]: N events/s, M µs host CPU per event, p99 P ms at 1000/s,
+//! peak RSS R MiB` (the most any host held at once, start included).
 //! Every event must arrive exactly once, or the bench fails.
 //!
 //! `BENCH_STORE=sled|postgres` picks the engine (both by default),
@@ -185,11 +186,13 @@ async fn wait_for(arrivals: &Arrivals, n: usize, limit: Duration) -> Option<Inst
     None
 }
 
-fn rss_mib(pid: u32) -> f64 {
+/// A memory figure of `/proc/PID/status` in MiB: `VmRSS` (resident now)
+/// or `VmHWM` (the peak).
+fn memory_mib(pid: u32, field: &str) -> f64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
         .map_or(0.0, |kb| kb / 1024.0)
 }
@@ -316,6 +319,12 @@ async fn measure(engine: Engine, hosts: usize, labels: Labels, batch: usize) -> 
         .build()
         .unwrap();
     setup(&http, &bases[0], &receiver).await;
+    for host in &hosts {
+        println!(
+            "host RSS before the load: {:.1} MiB",
+            memory_mib(host.child.id(), "VmRSS:")
+        );
+    }
     let spread = match labels {
         Labels::Spread => format!("tags spread over {VERSIONS} versions"),
         Labels::OneVersion => "every tag on one version".to_string(),
@@ -370,7 +379,7 @@ async fn measure(engine: Engine, hosts: usize, labels: Labels, batch: usize) -> 
     for host in &hosts {
         println!(
             "host RSS after throughput run: {:.1} MiB",
-            rss_mib(host.child.id())
+            memory_mib(host.child.id(), "VmRSS:")
         );
     }
 
@@ -424,11 +433,15 @@ async fn measure(engine: Engine, hosts: usize, labels: Labels, batch: usize) -> 
     );
     assert!(ids.values().all(|n| *n == 1), "a delivery id arrived twice");
     println!("exactly once: {total} events, {total} delivery ids, none twice");
+    let peak_rss = hosts
+        .iter()
+        .map(|h| memory_mib(h.child.id(), "VmHWM:"))
+        .fold(0.0, f64::max);
     drop(hosts);
     if let Some(db) = database {
         db.drop().await;
     }
     format!(
-        "delivery[{label}]: {events_per_s:.0} events/s, {cpu_us:.0} µs host CPU per event, p99 {p99:.1} ms at 1000/s"
+        "delivery[{label}]: {events_per_s:.0} events/s, {cpu_us:.0} µs host CPU per event, p99 {p99:.1} ms at 1000/s, peak RSS {peak_rss:.0} MiB"
     )
 }

@@ -67,19 +67,19 @@ pub async fn list(store: &Store, team: &str) -> Result<Vec<SecretInfo>> {
     Ok(store.secrets(team).await?.iter().map(info).collect())
 }
 
-/// Those of `names` that are secrets of the team.
+/// Those of `names` that are secrets of the team, in one read.
 pub async fn among(
     store: &Store,
     team: &str,
-    names: &[&str],
+    names: &std::collections::BTreeSet<&str>,
 ) -> Result<std::collections::BTreeSet<String>> {
-    let mut found = std::collections::BTreeSet::new();
-    for name in names {
-        if exists(store, team, name).await? {
-            found.insert(name.to_string());
-        }
-    }
-    Ok(found)
+    Ok(store
+        .secrets(team)
+        .await?
+        .into_iter()
+        .filter(|s| names.contains(s.name.as_str()))
+        .map(|s| s.name)
+        .collect())
 }
 
 /// Whether the team has a secret of that name.

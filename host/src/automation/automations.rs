@@ -282,15 +282,15 @@ async fn with_secret_variables(
     if webhook.access_token_secret.is_some() {
         carried.insert(variables::ACCESS_TOKEN.to_string(), String::new());
     }
-    let lacking = secret_refs::uncarried(payload, &carried);
-    let team_secrets = secrets::among(store, &def.webhook.team, &lacking).await?;
-    secret_refs::resolve(
+    secret_refs::resolve_in_team(
+        store,
+        &def.webhook.team,
         payload,
         &webhook.name,
         &carried,
-        &team_secrets,
         Rewrite::Variable,
     )
+    .await?
     .map_err(|e| Error::invalid("payload", e.to_string()))
 }
 

@@ -177,7 +177,7 @@ impl Matcher {
                     matched += 1;
                 }
                 // A full plugin queue holds every later event back too, in order.
-                Err(e @ Error::Unavailable(_)) => {
+                Err(e @ (Error::Unavailable(_) | Error::StoreUnavailable)) => {
                     tracing::warn!(event = %event.id, error = %e, "event left in the inbox for the next sweep");
                     break;
                 }
@@ -341,16 +341,15 @@ impl Matcher {
         template: &str,
         secrets: &BTreeMap<String, String>,
     ) -> Result<std::result::Result<String, Uncarried>> {
-        let lacking = secret_refs::uncarried(template, secrets);
-        let team_secrets =
-            crate::secrets::among(&self.store, &automation.webhook.team, &lacking).await?;
-        Ok(secret_refs::resolve(
+        secret_refs::resolve_in_team(
+            &self.store,
+            &automation.webhook.team,
             template,
             &automation.webhook.name,
             secrets,
-            &team_secrets,
             Rewrite::Variable,
-        ))
+        )
+        .await
     }
 
     /// The payload: the automation's template rendered by its plugin, or, with no

@@ -14,6 +14,7 @@ use std::sync::LazyLock;
 use regex::Regex;
 
 use super::variables::ACCESS_TOKEN;
+use crate::store::Store;
 
 static REFERENCE: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)").expect("static regex")
@@ -86,14 +87,53 @@ pub fn resolve(
     Ok(out)
 }
 
-/// The names `text` references that `carried` lacks, `ACCESS_TOKEN` aside:
-/// the only ones [`resolve`] needs to know are team secrets or not, so a
-/// payload whose references are all carried costs no store read.
-pub fn uncarried<'a>(text: &'a str, carried: &BTreeMap<String, String>) -> Vec<&'a str> {
-    references(text)
-        .map(|(_, name)| name)
-        .filter(|name| *name != ACCESS_TOKEN && !carried.contains_key(*name))
-        .collect()
+/// Most distinct names one payload may reference: past it the payload is
+/// refused before any lookup, so no payload costs more than one read.
+pub const MAX_NAMES: usize = 1_000;
+
+/// [`resolve`], after finding out in one store read which of the names the
+/// webhook does not carry are the team's secrets (no read when it carries
+/// them all). A payload with more than [`MAX_NAMES`] distinct names is a
+/// 400 about `payload`.
+pub async fn resolve_in_team(
+    store: &Store,
+    team: &str,
+    text: &str,
+    webhook: &str,
+    carried: &BTreeMap<String, String>,
+    rewrite: Rewrite,
+) -> crate::error::Result<Result<String, Uncarried>> {
+    let lacking = uncarried(text, carried)?;
+    let team_secrets = if lacking.is_empty() {
+        BTreeSet::new()
+    } else {
+        crate::secrets::among(store, team, &lacking).await?
+    };
+    Ok(resolve(text, webhook, carried, &team_secrets, rewrite))
+}
+
+/// The distinct names `text` references that `carried` lacks,
+/// `ACCESS_TOKEN` aside: the only ones [`resolve`] needs to know are team
+/// secrets or not.
+fn uncarried<'a>(
+    text: &'a str,
+    carried: &BTreeMap<String, String>,
+) -> crate::error::Result<BTreeSet<&'a str>> {
+    let mut names = BTreeSet::new();
+    for (_, name) in references(text) {
+        names.insert(name);
+        if names.len() > MAX_NAMES {
+            return Err(crate::error::Error::invalid(
+                "payload",
+                format!(
+                    "the payload references more than {MAX_NAMES} distinct $NAMEs; at most \
+                     {MAX_NAMES} are allowed, so reference fewer secrets or variables"
+                ),
+            ));
+        }
+    }
+    names.retain(|name| *name != ACCESS_TOKEN && !carried.contains_key(*name));
+    Ok(names)
 }
 
 /// Every reference in `text` and the name it names; `$$` escapes one
@@ -175,8 +215,22 @@ mod tests {
 
     #[test]
     fn only_references_the_webhook_lacks_need_a_lookup() {
-        let text = r#"{"a":"$SIGN","b":"${OTHER}","c":"$ACCESS_TOKEN","d":"$${NOPE}","e":"$x"}"#;
-        assert_eq!(uncarried(text, &carried()), ["OTHER", "x"]);
+        let text =
+            r#"{"a":"$SIGN","b":"${OTHER}","c":"$ACCESS_TOKEN","d":"$${NOPE}","e":"$x","f":"$x"}"#;
+        let lacking: Vec<&str> = uncarried(text, &carried()).unwrap().into_iter().collect();
+        assert_eq!(lacking, ["OTHER", "x"]);
+    }
+
+    #[test]
+    fn a_name_repeated_counts_once_and_too_many_names_are_refused() {
+        let repeated = "$NOPE ".repeat(50_000);
+        assert_eq!(uncarried(&repeated, &carried()).unwrap().len(), 1);
+        let at_limit: String = (0..MAX_NAMES).map(|i| format!("$N{i} ")).collect();
+        assert_eq!(uncarried(&at_limit, &carried()).unwrap().len(), MAX_NAMES);
+        let over = format!("{at_limit} $ONE_MORE");
+        let e = uncarried(&over, &carried()).unwrap_err();
+        assert_eq!(e.param(), Some("payload"));
+        assert!(e.to_string().contains("more than 1000 distinct"), "{e}");
     }
 
     #[test]

@@ -14,7 +14,6 @@ use super::webhooks::{Revealed, Webhook};
 use crate::error::{Error, Result};
 use crate::ids;
 use crate::seal::Sealer;
-use crate::secrets;
 use crate::store::Store;
 
 /// What the caller sees.
@@ -104,12 +103,14 @@ async fn substitute(
     text: &str,
     secrets: &Revealed,
 ) -> Result<String> {
-    secret_refs::resolve(
+    secret_refs::resolve_in_team(
+        store,
+        team,
         text,
         &webhook.name,
         &secrets.by_name,
-        &secrets::among(store, team, &secret_refs::uncarried(text, &secrets.by_name)).await?,
         Rewrite::Value,
     )
+    .await?
     .map_err(|e| Error::invalid("payload", e.to_string()))
 }

@@ -140,7 +140,10 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
         message: format!("the request body has data after the JSON value: {e}"),
         param: None,
     })?;
-    Ok(value)
+    match super::nul::in_json(bytes) {
+        Some(refused) => Err(refused),
+        None => Ok(value),
+    }
 }
 
 #[cfg(test)]

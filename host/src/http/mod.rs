@@ -15,6 +15,7 @@ mod inference;
 mod json;
 mod me;
 mod metrics;
+mod nul;
 mod observe;
 mod openapi;
 mod projects;
@@ -244,11 +245,14 @@ fn body_limit(app: &App, request: &Request) -> usize {
     }
 }
 
-/// Refuses declared-oversized bodies before any handler runs, and gives the
-/// errors that axum's router and extractors answer by themselves (405 for a
-/// wrong method, plain-text 400s for a path that does not decode) the API's
-/// error shape.
+/// Refuses URLs holding a NUL and declared-oversized bodies before any
+/// handler runs, and gives the errors that axum's router and extractors
+/// answer by themselves (405 for a wrong method, plain-text 400s for a path
+/// that does not decode) the API's error shape.
 async fn shape_errors(State(app): State<App>, request: Request, next: Next) -> Response {
+    if let Some(refused) = nul::in_uri(request.uri()) {
+        return refused.into_response();
+    }
     let limit = body_limit(&app, &request);
     let declared = request
         .headers()

@@ -130,6 +130,9 @@ impl FromRequest<App> for Posted {
             );
             return Err(Failed::new(error, &viewer).into_response());
         }
+        if let Some(error) = crate::http::nul::in_fields(&fields) {
+            return Err(Failed::new(error, &viewer).into_response());
+        }
         Ok(Posted { viewer, fields })
     }
 }
