@@ -1,26 +1,30 @@
 //! The store: every byte of state, behind one seam.
 //!
 //! Domain code sees [`Store`] and the [`Records`] it offers: typed reads and
-//! writes per record kind (users, keys, groups, projects, secrets, webhooks,
-//! automations, artifacts, runs, events, the outbox, executions, usage), and
-//! [`Store::begin`] for writes that must hold together. No engine is named
-//! outside this folder; each engine lives in a folder of its own.
+//! writes, one trait per aggregate (`records.rs`: users, sessions, groups,
+//! webhooks, automations, artifacts, runs, delivery, usage, plugins, meta),
+//! and [`Store::begin`] for writes that must hold together. No engine is
+//! named outside this folder; each engine lives in a folder of its own, one
+//! file per aggregate, and `contract.rs` holds both to the same cases.
 //!
 //! Why typed operations rather than a key-value trait: the engines differ
 //! most in exactly the places a key-value seam would hide. A relational
 //! engine answers "which automations listen here" from an index, bumps a
 //! version counter in one statement and adds usage with an upsert, where an
 //! ordered key-value engine scans a prefix or reads and writes under a lock.
-//! Each operation below names what the domain needs, and each engine does it
+//! Each operation names what the domain needs, and each engine does it
 //! its own best way.
 //!
 //! Every operation is atomic on its own. A [`Transaction`] makes several
 //! atomic together: nothing is visible to others until
 //! [`Transaction::commit`], and dropping it uncommitted discards it.
 
+#[cfg(test)]
+mod contract;
 pub mod copy;
 mod error;
 pub mod postgres;
+mod records;
 pub mod sled;
 
 use std::ops::Deref;
@@ -33,297 +37,13 @@ pub use error::{Result, StoreError};
 
 use crate::cfg::StoreConfig;
 
-use crate::model::{
-    ApiKey, Attempt, Automation, Collection, Delivery, Event, EventType, Execution, Group,
-    GroupKind, Handle, LabelledVersion, Member, Project, Run, Scope, Secret, Session, Status,
-    StoredPlugin, Totals, UsageRow, User, Version, Webhook,
-};
-
 /// The meta key of the value that checks the master key (see `seal.rs`).
 pub const MASTER_KEY_CHECK: &str = "master_key_check";
 
 /// One stored record as bytes: its kind (a tree or table), key and value.
 pub type RawRecord = (String, Vec<u8>, Vec<u8>);
 
-/// The typed operations every engine offers, in or out of a transaction.
-#[async_trait]
-pub trait Records: Send + Sync {
-    // Store-wide facts (the master key's check value, …).
-
-    /// A store-wide fact, if set.
-    async fn meta(&self, key: &str) -> Result<Option<Vec<u8>>>;
-    /// Sets a store-wide fact.
-    async fn set_meta(&self, key: &str, value: &[u8]) -> Result<()>;
-
-    // Users and API keys.
-
-    /// Whether any user exists.
-    async fn has_users(&self) -> Result<bool>;
-    /// Adds a user; `false` if the name is taken.
-    async fn insert_user(&self, user: &User) -> Result<bool>;
-    /// The user with this id.
-    async fn user(&self, id: &str) -> Result<Option<User>>;
-    /// The user with this name.
-    async fn user_named(&self, name: &str) -> Result<Option<User>>;
-    /// Every user, oldest first.
-    async fn users(&self) -> Result<Vec<User>>;
-    /// Adds a key under the SHA-256 (hex) of its secret value.
-    async fn insert_key(&self, hash: &str, key: &ApiKey) -> Result<()>;
-    /// The key whose secret hashes to `hash`.
-    async fn key(&self, hash: &str) -> Result<Option<ApiKey>>;
-    /// A user's keys.
-    async fn keys_of(&self, user_id: &str) -> Result<Vec<ApiKey>>;
-    /// The stored hash of one of a user's keys (for copying a store).
-    async fn key_hash(&self, user_id: &str, key_id: &str) -> Result<Option<String>>;
-    /// Removes one of a user's keys; `false` if they have no such key.
-    async fn delete_key(&self, user_id: &str, key_id: &str) -> Result<bool>;
-
-    // Console sessions, under the SHA-256 (hex) of their cookie.
-
-    /// Adds a session.
-    async fn insert_session(&self, hash: &str, session: &Session) -> Result<()>;
-    /// The session whose cookie hashes to `hash`, expired or not.
-    async fn session(&self, hash: &str) -> Result<Option<Session>>;
-    /// Removes a session; `false` if there was none.
-    async fn delete_session(&self, hash: &str) -> Result<bool>;
-
-    // Teams and registries.
-
-    /// Adds a group with its first member; `false` if the name is taken.
-    async fn insert_group(&self, kind: GroupKind, group: &Group, first: &Member) -> Result<bool>;
-    /// A group.
-    async fn group(&self, kind: GroupKind, name: &str) -> Result<Option<Group>>;
-    /// Every group of a kind, by name.
-    async fn groups(&self, kind: GroupKind) -> Result<Vec<Group>>;
-    /// A user's membership of a group.
-    async fn member(&self, kind: GroupKind, group: &str, user_id: &str) -> Result<Option<Member>>;
-    /// A group's members.
-    async fn members(&self, kind: GroupKind, group: &str) -> Result<Vec<Member>>;
-    /// The groups of a kind a user belongs to, with the membership.
-    async fn memberships(&self, kind: GroupKind, user_id: &str) -> Result<Vec<(Group, Member)>>;
-    /// Adds a member or changes their role.
-    async fn put_member(&self, kind: GroupKind, group: &str, member: &Member) -> Result<()>;
-    /// Removes a member; `false` if they were not one.
-    async fn delete_member(&self, kind: GroupKind, group: &str, user_id: &str) -> Result<bool>;
-
-    // Projects.
-
-    /// Adds a project; `false` if its team has one of that name.
-    async fn insert_project(&self, project: &Project) -> Result<bool>;
-    /// A project.
-    async fn project(&self, team: &str, name: &str) -> Result<Option<Project>>;
-    /// A team's projects, by name.
-    async fn projects(&self, team: &str) -> Result<Vec<Project>>;
-    /// Removes a project record; `false` if there was none.
-    async fn delete_project(&self, team: &str, name: &str) -> Result<bool>;
-
-    // Secrets (sealed by the caller).
-
-    /// Creates or replaces a secret.
-    async fn put_secret(&self, team: &str, secret: &Secret) -> Result<()>;
-    /// A secret.
-    async fn secret(&self, team: &str, name: &str) -> Result<Option<Secret>>;
-    /// A team's secrets, by name.
-    async fn secrets(&self, team: &str) -> Result<Vec<Secret>>;
-    /// Removes a secret; `false` if there was none.
-    async fn delete_secret(&self, team: &str, name: &str) -> Result<bool>;
-
-    // Webhooks.
-
-    /// Adds a webhook; `false` if the team has one of that name.
-    async fn insert_webhook(&self, team: &str, webhook: &Webhook) -> Result<bool>;
-    /// Replaces a webhook.
-    async fn put_webhook(&self, team: &str, webhook: &Webhook) -> Result<()>;
-    /// A webhook.
-    async fn webhook(&self, team: &str, name: &str) -> Result<Option<Webhook>>;
-    /// A team's webhooks, by name.
-    async fn webhooks(&self, team: &str) -> Result<Vec<Webhook>>;
-    /// Removes a webhook; `false` if there was none.
-    async fn delete_webhook(&self, team: &str, name: &str) -> Result<bool>;
-
-    // Automations, indexed by trigger (scope and event type) and by webhook.
-
-    /// Saves `automation`, replacing the one named `replacing` in its scope
-    /// (a rename when the names differ); `false` if its name is taken by
-    /// another automation.
-    async fn save_automation(
-        &self,
-        replacing: Option<&str>,
-        automation: &Automation,
-    ) -> Result<bool>;
-    /// An automation.
-    async fn automation(&self, scope: &Scope, name: &str) -> Result<Option<Automation>>;
-    /// A scope's automations, by name.
-    async fn automations(&self, scope: &Scope) -> Result<Vec<Automation>>;
-    /// Every automation of every scope (to find those a plugin serves).
-    async fn all_automations(&self) -> Result<Vec<Automation>>;
-    /// The active automations in `scope` listening for `event`, by index.
-    async fn triggered(&self, scope: &Scope, event: EventType) -> Result<Vec<Automation>>;
-    /// Whether any automation in `scope` listens for `event`.
-    async fn listens(&self, scope: &Scope, event: EventType) -> Result<bool>;
-    /// The automations that call webhook `team/name`.
-    async fn automations_using(&self, team: &str, webhook: &str) -> Result<Vec<Handle>>;
-    /// Removes an automation; `false` if there was none.
-    async fn delete_automation(&self, scope: &Scope, name: &str) -> Result<bool>;
-
-    // Artifacts.
-
-    /// Adds a collection; `false` if the scope has one of that name.
-    async fn insert_collection(&self, scope: &Scope, collection: &Collection) -> Result<bool>;
-    /// A collection.
-    async fn collection(&self, scope: &Scope, name: &str) -> Result<Option<Collection>>;
-    /// A scope's collections, by name.
-    async fn collections(&self, scope: &Scope) -> Result<Vec<Collection>>;
-    /// Counts one more version of a collection and returns its index, or
-    /// `None` when there is no such collection.
-    async fn next_version(&self, scope: &Scope, collection: &str) -> Result<Option<u64>>;
-    /// Adds a version (its index from [`Records::next_version`]).
-    async fn insert_version(&self, scope: &Scope, version: &Version) -> Result<()>;
-    /// A version, without its labels.
-    async fn version(&self, scope: &Scope, collection: &str, index: u64)
-    -> Result<Option<Version>>;
-    /// A version with its aliases and tags.
-    async fn labelled_version(
-        &self,
-        scope: &Scope,
-        collection: &str,
-        index: u64,
-    ) -> Result<Option<LabelledVersion>>;
-    /// A collection's versions with their labels, oldest first.
-    async fn versions(&self, scope: &Scope, collection: &str) -> Result<Vec<LabelledVersion>>;
-    /// Gives `alias` to version `index` (which the caller has found), taking
-    /// it from whichever version of the collection held it. Returns the
-    /// index of that version, if another held it.
-    async fn set_alias(
-        &self,
-        scope: &Scope,
-        collection: &str,
-        index: u64,
-        alias: &str,
-    ) -> Result<Option<u64>>;
-    /// Adds `tag` to version `index` (which the caller has found), once.
-    async fn add_tag(&self, scope: &Scope, collection: &str, index: u64, tag: &str) -> Result<()>;
-
-    // Runs and their metrics.
-
-    /// Adds a run to a project.
-    async fn insert_run(&self, team: &str, project: &str, run: &Run) -> Result<()>;
-    /// A run.
-    async fn run(&self, team: &str, project: &str, id: &str) -> Result<Option<Run>>;
-    /// A project's runs.
-    async fn runs(&self, team: &str, project: &str) -> Result<Vec<Run>>;
-    /// Appends `value` to a run's metric, keeping the newest `keep`; returns
-    /// the values kept, oldest first.
-    async fn push_metric(
-        &self,
-        team: &str,
-        project: &str,
-        run: &str,
-        metric: &str,
-        value: f64,
-        keep: usize,
-    ) -> Result<Vec<f64>>;
-    /// Every metric of a run with its values kept, by name.
-    async fn metrics(
-        &self,
-        team: &str,
-        project: &str,
-        run: &str,
-    ) -> Result<Vec<(String, Vec<f64>)>>;
-    /// When `automation` last fired for each run, by run id.
-    async fn run_fires(&self, automation: &Handle) -> Result<Vec<(String, u64)>>;
-    /// Records that `automation` fired for `run` at `now_ms`, unless it did
-    /// within `window_ms` before; `true` if this one counts.
-    async fn claim_run_fire(
-        &self,
-        automation: &Handle,
-        run: &str,
-        now_ms: u64,
-        window_ms: u64,
-    ) -> Result<bool>;
-
-    // Events, waiting to be matched.
-
-    /// Puts events in the inbox.
-    async fn insert_events(&self, events: &[Event]) -> Result<()>;
-    /// The events in the inbox, oldest first; unreadable ones are set aside.
-    async fn inbox(&self) -> Result<Vec<Event>>;
-    /// Takes an event out of the inbox; `false` if it had already left.
-    async fn take_event(&self, id: &str) -> Result<bool>;
-
-    // The outbox and the execution history.
-
-    /// Queues a delivery.
-    async fn insert_delivery(&self, delivery: &Delivery) -> Result<()>;
-    /// Up to `limit` deliveries due at `now_ms`, oldest due first, leaving
-    /// out (unread) those whose id `skip` names, and when the next one not
-    /// yet due falls due. Unreadable ones are set aside.
-    async fn due_deliveries(
-        &self,
-        now_ms: u64,
-        limit: usize,
-        skip: &(dyn for<'k> Fn(&'k str) -> bool + Sync),
-    ) -> Result<(Vec<Delivery>, Option<u64>)>;
-    /// Whether `delivery` still waits as it was read (not yet recorded).
-    async fn delivery_waits(&self, delivery: &Delivery) -> Result<bool>;
-    /// Extends this host's hold on a delivery it is still sending (see
-    /// [`Engine::lease`]).
-    async fn renew_lease(&self, delivery: &Delivery) -> Result<()>;
-    /// Takes `delivery` out of the outbox, putting `next` (its retry) in.
-    async fn finish_delivery(&self, delivery: &Delivery, next: Option<&Delivery>) -> Result<()>;
-    /// How many deliveries wait.
-    async fn pending_deliveries(&self) -> Result<usize>;
-    /// When the delivery due first is due (unix ms), if any waits.
-    async fn first_due(&self) -> Result<Option<u64>>;
-    /// Creates or replaces an execution.
-    async fn put_execution(&self, execution: &Execution) -> Result<()>;
-    /// One execution.
-    async fn execution(&self, automation: &Handle, id: &str) -> Result<Option<Execution>>;
-    /// An automation's executions, newest first, at most `limit`;
-    /// unreadable ones are set aside.
-    async fn executions(&self, automation: &Handle, limit: usize) -> Result<Vec<Execution>>;
-    /// Adds an attempt to an execution and sets its status and error. An
-    /// execution that cannot be read is set aside; `false` then, or when
-    /// there is none.
-    async fn record_attempt(
-        &self,
-        automation: &Handle,
-        id: &str,
-        status: Status,
-        error: Option<&str>,
-        attempt: &Attempt,
-    ) -> Result<bool>;
-
-    // Usage.
-
-    /// Adds to the totals of (scope, day, model, key).
-    async fn add_usage(
-        &self,
-        scope: &str,
-        day: &str,
-        model: &str,
-        key_id: &str,
-        add: &Totals,
-    ) -> Result<()>;
-    /// Every usage row of `scope`, oldest day first.
-    async fn usage(&self, scope: &str) -> Result<Vec<UsageRow>>;
-
-    // Uploaded plugins.
-
-    /// Creates or replaces an uploaded plugin.
-    async fn put_plugin(&self, plugin: &StoredPlugin) -> Result<()>;
-    /// The name and SHA-256 of every uploaded plugin: cheap to poll.
-    async fn plugin_digests(&self) -> Result<Vec<(String, String)>>;
-    /// One uploaded plugin, component included.
-    async fn plugin(&self, name: &str) -> Result<Option<StoredPlugin>>;
-    /// Removes an uploaded plugin; `false` if there was none.
-    async fn delete_plugin(&self, name: &str) -> Result<bool>;
-
-    // Housekeeping.
-
-    /// How many unreadable records have been set aside.
-    async fn quarantined(&self) -> Result<usize>;
-}
+pub use records::*;
 
 /// Several operations that commit or vanish together.
 #[async_trait]

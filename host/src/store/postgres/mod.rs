@@ -13,8 +13,19 @@
 //! a transaction of its own where it takes several statements) or a
 //! transaction; operations are written once for both.
 
-mod records;
+mod artifacts;
+mod automations;
+mod delivery;
+mod groups;
+mod meta;
+mod plugins;
+mod runs;
+mod sessions;
+mod shared;
 mod shown;
+mod usage;
+mod users;
+mod webhooks;
 
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;

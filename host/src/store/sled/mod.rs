@@ -14,8 +14,19 @@
 //! [`SCHEMA_VERSION`] is brought up to date by [`MIGRATIONS`]; a newer one is
 //! refused, so an old binary never misreads data written by a new one.
 
+mod artifacts;
+mod automations;
+mod delivery;
+mod groups;
 pub mod keys;
-mod records;
+mod meta;
+mod plugins;
+mod runs;
+mod sessions;
+mod shared;
+mod usage;
+mod users;
+mod webhooks;
 
 use std::collections::BTreeMap;
 use std::ops::Deref;
@@ -696,7 +707,7 @@ fn decode<V: DeserializeOwned>(t: T, bytes: &[u8]) -> Result<V> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::Records;
+    use crate::store::records::*;
 
     #[test]
     fn fresh_store_records_the_current_schema() {

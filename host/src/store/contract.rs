@@ -1,0 +1,876 @@
+//! The store's contract, run against both engines without HTTP: every
+//! operation of every aggregate, what it answers when the record is
+//! missing or taken, and that a transaction's writes land together or not
+//! at all. `contract!` declares each case once per engine (`case::sled`,
+//! `case::postgres`).
+//!
+//! The PostgreSQL runs use a fresh database on the server that
+//! `SWITCHYARD_TEST_DATABASE_URL` names; without one they say so and pass,
+//! unless `SWITCHYARD_TEST_REQUIRE_POSTGRES` is set (CI sets both).
+
+use std::collections::BTreeMap;
+
+use serde_json::json;
+
+use super::Store;
+use crate::cfg::StoreConfig;
+use crate::model::{
+    Action, ApiKey, Attempt, Automation, Collection, Delivery, Event, EventConfig, EventType,
+    Execution, Group, GroupKind, Handle, Member, Project, Role, Run, Scope, Secret, Session, State,
+    Status, StoredPlugin, Totals, User, Version, Webhook, WebhookRef,
+};
+
+/// A PostgreSQL database of one case's own, dropped at the end.
+struct Database {
+    admin: String,
+    name: String,
+}
+
+impl Database {
+    async fn create() -> Option<(Database, String)> {
+        use sqlx::Connection;
+        let Ok(admin) = std::env::var("SWITCHYARD_TEST_DATABASE_URL") else {
+            let why = "no SWITCHYARD_TEST_DATABASE_URL";
+            assert!(
+                std::env::var_os("SWITCHYARD_TEST_REQUIRE_POSTGRES").is_none(),
+                "{why}"
+            );
+            eprintln!("skipped on PostgreSQL: {why}");
+            return None;
+        };
+        let name = format!("sy_contract_{}", crate::ids::random_hex(8));
+        let mut conn = sqlx::PgConnection::connect(&admin).await.unwrap();
+        sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        let mut url = url::Url::parse(&admin).unwrap();
+        url.set_path(&format!("/{name}"));
+        Some((Database { admin, name }, url.to_string()))
+    }
+
+    async fn drop(self) {
+        use sqlx::Connection;
+        if let Ok(mut conn) = sqlx::PgConnection::connect(&self.admin).await {
+            let drop = format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name);
+            let _ = sqlx::query(&drop).execute(&mut conn).await;
+        }
+    }
+}
+
+/// Runs `case` on a fresh store of `engine`.
+async fn on(engine: &str, case: impl AsyncFnOnce(&Store)) {
+    let dir = tempfile::tempdir().unwrap();
+    if engine == "sled" {
+        return case(&Store::open_embedded(dir.path()).unwrap()).await;
+    }
+    let Some((database, url)) = Database::create().await else {
+        return;
+    };
+    let cfg = StoreConfig {
+        url: Some(url),
+        ..StoreConfig::default()
+    };
+    let store = Store::open(&cfg, dir.path()).await.unwrap();
+    case(&store).await;
+    drop(store);
+    database.drop().await;
+}
+
+macro_rules! contract {
+    ($($case:ident),* $(,)?) => {$(
+        mod $case {
+            #[tokio::test]
+            async fn sled() {
+                super::on("sled", super::$case).await
+            }
+
+            #[tokio::test]
+            async fn postgres() {
+                super::on("postgres", super::$case).await
+            }
+        }
+    )*};
+}
+
+contract!(
+    meta_and_housekeeping,
+    users_and_keys,
+    console_sessions,
+    groups_members_and_projects,
+    secrets_and_webhooks,
+    automations_by_trigger_and_webhook,
+    collections_versions_and_labels,
+    runs_metrics_and_fires,
+    inbox_and_outbox,
+    executions_and_attempts,
+    usage_adds_up,
+    uploaded_plugins,
+    a_transaction_lands_whole_or_not_at_all,
+);
+
+fn user(id: &str, name: &str, created_at: u64) -> User {
+    User {
+        id: id.into(),
+        name: name.into(),
+        operator: false,
+        created_at,
+    }
+}
+
+fn project_scope() -> Scope {
+    Scope::project("ml", "vision")
+}
+
+fn automation(name: &str, event: EventConfig, hook: &str) -> Automation {
+    Automation {
+        name: name.into(),
+        description: String::new(),
+        scope: project_scope(),
+        event,
+        webhook: WebhookRef {
+            team: "ml".into(),
+            name: hook.into(),
+        },
+        action: Action::Webhooks,
+        payload: Some("{}".into()),
+        template_plugin: "template-default".into(),
+        state: State::Active,
+        disabled_reason: None,
+        updated_by: "u1".into(),
+        created_at: 1,
+        updated_at: 1,
+    }
+}
+
+fn tag_event() -> EventConfig {
+    EventConfig::AddArtifactTag { tag_regex: None }
+}
+
+fn event(id: &str, at_ms: u64) -> Event {
+    Event {
+        id: id.into(),
+        event_type: EventType::AddArtifactTag,
+        scope: project_scope(),
+        author: "alice".into(),
+        at_ms,
+        artifact: None,
+        alias: None,
+        tag: Some("t".into()),
+        run: None,
+    }
+}
+
+fn handle() -> Handle {
+    Handle {
+        scope: project_scope(),
+        name: "on-tag".into(),
+    }
+}
+
+fn delivery(id: &str, due_ms: u64) -> Delivery {
+    Delivery {
+        id: id.into(),
+        execution: handle(),
+        execution_id: format!("x_{id}"),
+        webhook: WebhookRef {
+            team: "ml".into(),
+            name: "ci".into(),
+        },
+        body_sealed: "00ff".into(),
+        attempts: 0,
+        due_ms,
+        event_at_ms: 1,
+    }
+}
+
+fn execution(id: &str, at_ms: u64) -> Execution {
+    Execution {
+        id: id.into(),
+        delivery_id: format!("d_{id}"),
+        automation: handle(),
+        webhook: WebhookRef {
+            team: "ml".into(),
+            name: "ci".into(),
+        },
+        status: Status::Pending,
+        error: None,
+        event: event(&format!("ev_{id}"), at_ms),
+        payload: Some("{\"x\":1}".into()),
+        attempts: Vec::new(),
+        body_sealed: Some("00ff".into()),
+        created_at_ms: at_ms,
+        updated_at_ms: at_ms,
+    }
+}
+
+async fn meta_and_housekeeping(store: &Store) {
+    assert_eq!(store.meta("k").await.unwrap(), None);
+    store.set_meta("k", b"one").await.unwrap();
+    store.set_meta("k", b"two").await.unwrap();
+    assert_eq!(store.meta("k").await.unwrap().as_deref(), Some(&b"two"[..]));
+    assert_eq!(store.quarantined().await.unwrap(), 0);
+    store.round_trip().await.unwrap();
+}
+
+async fn users_and_keys(store: &Store) {
+    assert!(!store.has_users().await.unwrap());
+    let (alice, bob) = (user("u1", "alice", 1), user("u2", "bob", 2));
+    assert!(store.insert_user(&alice).await.unwrap());
+    assert!(store.insert_user(&bob).await.unwrap());
+    assert!(!store.insert_user(&user("u3", "alice", 3)).await.unwrap());
+    assert!(store.has_users().await.unwrap());
+    assert_eq!(store.user("u1").await.unwrap(), Some(alice.clone()));
+    assert_eq!(store.user("nobody").await.unwrap(), None);
+    assert_eq!(store.user_named("bob").await.unwrap(), Some(bob.clone()));
+    assert_eq!(store.user_named("carol").await.unwrap(), None);
+    assert_eq!(store.users().await.unwrap(), vec![alice, bob]);
+
+    let key = |id: &str, at| ApiKey {
+        id: id.into(),
+        user_id: "u1".into(),
+        name: format!("key {id}"),
+        prefix: "sy_ab".into(),
+        created_at: at,
+    };
+    store.insert_key("hash1", &key("k1", 1)).await.unwrap();
+    store.insert_key("hash2", &key("k2", 2)).await.unwrap();
+    assert_eq!(store.key("hash1").await.unwrap(), Some(key("k1", 1)));
+    assert_eq!(store.key("nope").await.unwrap(), None);
+    let mut ids: Vec<String> = store
+        .keys_of("u1")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|k| k.id)
+        .collect();
+    ids.sort();
+    assert_eq!(ids, ["k1", "k2"]);
+    assert!(store.keys_of("u2").await.unwrap().is_empty());
+    assert_eq!(
+        store.key_hash("u1", "k2").await.unwrap().as_deref(),
+        Some("hash2")
+    );
+    assert_eq!(store.key_hash("u2", "k2").await.unwrap(), None);
+    assert!(store.delete_key("u1", "k1").await.unwrap());
+    assert!(!store.delete_key("u1", "k1").await.unwrap());
+    assert_eq!(store.key("hash1").await.unwrap(), None);
+}
+
+async fn console_sessions(store: &Store) {
+    let session = Session {
+        user_id: "u1".into(),
+        csrf: "c".into(),
+        created_at: 1,
+        expires_at: 2,
+    };
+    store.insert_session("h", &session).await.unwrap();
+    assert_eq!(store.session("h").await.unwrap(), Some(session));
+    assert!(store.delete_session("h").await.unwrap());
+    assert!(!store.delete_session("h").await.unwrap());
+    assert_eq!(store.session("h").await.unwrap(), None);
+}
+
+async fn groups_members_and_projects(store: &Store) {
+    store.insert_user(&user("u1", "alice", 1)).await.unwrap();
+    store.insert_user(&user("u2", "bob", 2)).await.unwrap();
+    let group = |name: &str| Group {
+        name: name.into(),
+        description: format!("{name} things"),
+        created_at: 1,
+    };
+    let member = |id: &str, name: &str, role| Member {
+        user_id: id.into(),
+        user: name.into(),
+        role,
+        added_at: 1,
+    };
+    let alice = member("u1", "alice", Role::Admin);
+    for kind in [GroupKind::Team, GroupKind::Registry] {
+        assert!(
+            store
+                .insert_group(kind, &group("ml"), &alice)
+                .await
+                .unwrap()
+        );
+        assert!(
+            !store
+                .insert_group(kind, &group("ml"), &alice)
+                .await
+                .unwrap()
+        );
+        assert!(
+            store
+                .insert_group(kind, &group("cv"), &alice)
+                .await
+                .unwrap()
+        );
+        assert_eq!(store.group(kind, "ml").await.unwrap(), Some(group("ml")));
+        assert_eq!(store.group(kind, "none").await.unwrap(), None);
+        let names: Vec<String> = store
+            .groups(kind)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|g| g.name)
+            .collect();
+        assert_eq!(names, ["cv", "ml"]);
+        let bob = member("u2", "bob", Role::Member);
+        store.put_member(kind, "ml", &bob).await.unwrap();
+        assert_eq!(
+            store.member(kind, "ml", "u2").await.unwrap(),
+            Some(bob.clone())
+        );
+        let promoted = member("u2", "bob", Role::Admin);
+        store.put_member(kind, "ml", &promoted).await.unwrap();
+        assert_eq!(
+            store.member(kind, "ml", "u2").await.unwrap().unwrap().role,
+            Role::Admin
+        );
+        assert_eq!(store.members(kind, "ml").await.unwrap().len(), 2);
+        let mine = store.memberships(kind, "u2").await.unwrap();
+        assert_eq!(mine, vec![(group("ml"), promoted)]);
+        assert!(store.delete_member(kind, "ml", "u2").await.unwrap());
+        assert!(!store.delete_member(kind, "ml", "u2").await.unwrap());
+        assert_eq!(store.member(kind, "ml", "u2").await.unwrap(), None);
+    }
+    // Teams and registries of one name are different groups.
+    assert_eq!(
+        store
+            .members(GroupKind::Registry, "ml")
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+
+    let project = |name: &str| Project {
+        name: name.into(),
+        team: "ml".into(),
+        description: String::new(),
+        created_by: "u1".into(),
+        created_at: 1,
+    };
+    assert!(store.insert_project(&project("vision")).await.unwrap());
+    assert!(!store.insert_project(&project("vision")).await.unwrap());
+    assert!(store.insert_project(&project("audio")).await.unwrap());
+    assert_eq!(
+        store.project("ml", "vision").await.unwrap(),
+        Some(project("vision"))
+    );
+    assert_eq!(store.project("cv", "vision").await.unwrap(), None);
+    let names: Vec<String> = store
+        .projects("ml")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|p| p.name)
+        .collect();
+    assert_eq!(names, ["audio", "vision"]);
+    assert!(store.delete_project("ml", "audio").await.unwrap());
+    assert!(!store.delete_project("ml", "audio").await.unwrap());
+}
+
+async fn secrets_and_webhooks(store: &Store) {
+    let secret = |name: &str, sealed: &str, updated_at| Secret {
+        name: name.into(),
+        sealed: sealed.into(),
+        created_at: 1,
+        updated_at,
+    };
+    store
+        .put_secret("ml", &secret("SIGN", "aa", 1))
+        .await
+        .unwrap();
+    store
+        .put_secret("ml", &secret("SIGN", "bb", 2))
+        .await
+        .unwrap();
+    store.put_secret("ml", &secret("A", "cc", 1)).await.unwrap();
+    assert_eq!(
+        store.secret("ml", "SIGN").await.unwrap(),
+        Some(secret("SIGN", "bb", 2))
+    );
+    assert_eq!(store.secret("other", "SIGN").await.unwrap(), None);
+    let names: Vec<String> = store
+        .secrets("ml")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    assert_eq!(names, ["A", "SIGN"]);
+    assert!(store.delete_secret("ml", "A").await.unwrap());
+    assert!(!store.delete_secret("ml", "A").await.unwrap());
+
+    let hook = |name: &str, url: &str| Webhook {
+        name: name.into(),
+        url: url.into(),
+        access_token_secret: None,
+        signing_secret: Some("SIGN".into()),
+        standard_webhooks: true,
+        disabled_reason: None,
+        created_at: 1,
+        updated_at: 1,
+    };
+    assert!(
+        store
+            .insert_webhook("ml", &hook("ci", "https://a/"))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .insert_webhook("ml", &hook("ci", "https://b/"))
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .insert_webhook("ml", &hook("alerts", "https://c/"))
+            .await
+            .unwrap()
+    );
+    let mut changed = hook("ci", "https://d/");
+    changed.disabled_reason = Some("gone".into());
+    store.put_webhook("ml", &changed).await.unwrap();
+    assert_eq!(store.webhook("ml", "ci").await.unwrap(), Some(changed));
+    assert_eq!(store.webhook("cv", "ci").await.unwrap(), None);
+    let names: Vec<String> = store
+        .webhooks("ml")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|w| w.name)
+        .collect();
+    assert_eq!(names, ["alerts", "ci"]);
+    assert!(store.delete_webhook("ml", "alerts").await.unwrap());
+    assert!(!store.delete_webhook("ml", "alerts").await.unwrap());
+}
+
+async fn automations_by_trigger_and_webhook(store: &Store) {
+    let scope = project_scope();
+    let on_tag = automation("on-tag", tag_event(), "ci");
+    let on_link = automation("on-link", EventConfig::LinkArtifact {}, "alerts");
+    assert!(store.save_automation(None, &on_tag).await.unwrap());
+    assert!(store.save_automation(None, &on_link).await.unwrap());
+    assert!(!store.save_automation(None, &on_tag).await.unwrap());
+    assert_eq!(
+        store.automation(&scope, "on-tag").await.unwrap(),
+        Some(on_tag.clone())
+    );
+    let names = |list: Vec<Automation>| list.into_iter().map(|a| a.name).collect::<Vec<_>>();
+    assert_eq!(
+        names(store.automations(&scope).await.unwrap()),
+        ["on-link", "on-tag"]
+    );
+    assert_eq!(store.all_automations().await.unwrap().len(), 2);
+    let triggered = store.triggered(&scope, EventType::AddArtifactTag).await;
+    assert_eq!(names(triggered.unwrap()), ["on-tag"]);
+    assert!(
+        store
+            .listens(&scope, EventType::LinkArtifact)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .listens(&scope, EventType::AddArtifactAlias)
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        store.automations_using("ml", "ci").await.unwrap(),
+        vec![on_tag.handle()]
+    );
+
+    // A rename moves both indexes; a disabled automation is not triggered.
+    let mut renamed = automation("tagged", tag_event(), "alerts");
+    renamed.state = State::Disabled;
+    assert!(
+        store
+            .save_automation(Some("on-tag"), &renamed)
+            .await
+            .unwrap()
+    );
+    assert_eq!(store.automation(&scope, "on-tag").await.unwrap(), None);
+    assert!(
+        store
+            .automations_using("ml", "ci")
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        store.automations_using("ml", "alerts").await.unwrap().len(),
+        2
+    );
+    let triggered = store.triggered(&scope, EventType::AddArtifactTag).await;
+    assert!(triggered.unwrap().is_empty(), "disabled ones do not fire");
+    // Renaming onto a taken name is refused.
+    assert!(
+        !store
+            .save_automation(Some("tagged"), &on_link)
+            .await
+            .unwrap()
+    );
+    assert!(store.delete_automation(&scope, "tagged").await.unwrap());
+    assert!(!store.delete_automation(&scope, "tagged").await.unwrap());
+    assert!(
+        !store
+            .listens(&scope, EventType::AddArtifactTag)
+            .await
+            .unwrap()
+    );
+}
+
+async fn collections_versions_and_labels(store: &Store) {
+    let scope = project_scope();
+    let collection = |name: &str| Collection {
+        name: name.into(),
+        description: String::new(),
+        versions: 0,
+        created_by: "u1".into(),
+        created_at: 1,
+    };
+    assert!(
+        store
+            .insert_collection(&scope, &collection("det"))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .insert_collection(&scope, &collection("det"))
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .insert_collection(&scope, &collection("cls"))
+            .await
+            .unwrap()
+    );
+    assert_eq!(store.collections(&scope).await.unwrap().len(), 2);
+    assert_eq!(store.next_version(&scope, "none").await.unwrap(), None);
+    for expected in 0..2 {
+        let index = store.next_version(&scope, "det").await.unwrap();
+        assert_eq!(index, Some(expected));
+        let version = Version {
+            collection: "det".into(),
+            version: format!("v{expected}"),
+            index: expected,
+            metadata: BTreeMap::from([("acc".to_string(), json!(0.9))]),
+            source: None,
+            created_by: "u1".into(),
+            created_at: 1,
+        };
+        store.insert_version(&scope, &version).await.unwrap();
+        assert_eq!(
+            store.version(&scope, "det", expected).await.unwrap(),
+            Some(version)
+        );
+    }
+    assert_eq!(
+        store
+            .collection(&scope, "det")
+            .await
+            .unwrap()
+            .unwrap()
+            .versions,
+        2
+    );
+    assert_eq!(store.version(&scope, "det", 7).await.unwrap(), None);
+
+    assert_eq!(
+        store.set_alias(&scope, "det", 0, "prod").await.unwrap(),
+        None
+    );
+    assert_eq!(
+        store.set_alias(&scope, "det", 0, "prod").await.unwrap(),
+        None
+    );
+    assert_eq!(
+        store.set_alias(&scope, "det", 0, "best").await.unwrap(),
+        None
+    );
+    // Moving an alias says where it came from.
+    assert_eq!(
+        store.set_alias(&scope, "det", 1, "prod").await.unwrap(),
+        Some(0)
+    );
+    store.add_tag(&scope, "det", 1, "b").await.unwrap();
+    store.add_tag(&scope, "det", 1, "a").await.unwrap();
+    store.add_tag(&scope, "det", 1, "b").await.unwrap();
+    let v1 = store.labelled_version(&scope, "det", 1).await.unwrap();
+    let v1 = v1.unwrap();
+    assert_eq!(v1.aliases, ["prod"]);
+    assert_eq!(v1.tags, ["b", "a"], "in the order given, once each");
+    let all = store.versions(&scope, "det").await.unwrap();
+    assert_eq!(all.len(), 2);
+    assert_eq!(all[0].aliases, ["best"]);
+    assert_eq!(all[1], v1);
+}
+
+async fn runs_metrics_and_fires(store: &Store) {
+    let run = |id: &str, at| Run {
+        id: id.into(),
+        name: format!("run {id}"),
+        creator: "alice".into(),
+        created_at: at,
+    };
+    store
+        .insert_run("ml", "vision", &run("r1", 1))
+        .await
+        .unwrap();
+    store
+        .insert_run("ml", "vision", &run("r2", 2))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.run("ml", "vision", "r1").await.unwrap(),
+        Some(run("r1", 1))
+    );
+    assert_eq!(store.run("ml", "audio", "r1").await.unwrap(), None);
+    assert_eq!(store.runs("ml", "vision").await.unwrap().len(), 2);
+    for (i, value) in [1.0, 2.0, 3.0].into_iter().enumerate() {
+        let kept = store
+            .push_metric("ml", "vision", "r1", "loss", value, 2)
+            .await
+            .unwrap();
+        assert_eq!(kept.len(), (i + 1).min(2));
+    }
+    store
+        .push_metric("ml", "vision", "r1", "acc", 0.5, 2)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.metrics("ml", "vision", "r1").await.unwrap(),
+        vec![
+            ("acc".to_string(), vec![0.5]),
+            ("loss".to_string(), vec![2.0, 3.0])
+        ]
+    );
+    let automation = handle();
+    assert!(
+        store
+            .claim_run_fire(&automation, "r1", 1_000, 500)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .claim_run_fire(&automation, "r1", 1_400, 500)
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .claim_run_fire(&automation, "r2", 1_400, 500)
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .claim_run_fire(&automation, "r1", 1_600, 500)
+            .await
+            .unwrap()
+    );
+    let mut fires = store.run_fires(&automation).await.unwrap();
+    fires.sort();
+    assert_eq!(
+        fires,
+        [("r1".to_string(), 1_600), ("r2".to_string(), 1_400)]
+    );
+}
+
+async fn inbox_and_outbox(store: &Store) {
+    store
+        .insert_events(&[event("e1", 1), event("e2", 2)])
+        .await
+        .unwrap();
+    store.insert_events(&[]).await.unwrap();
+    let inbox = store.inbox().await.unwrap();
+    assert_eq!(inbox, vec![event("e1", 1), event("e2", 2)]);
+    assert!(store.take_event("e1").await.unwrap());
+    assert!(!store.take_event("e1").await.unwrap());
+    assert_eq!(store.inbox().await.unwrap().len(), 1);
+
+    // Past any lease a write took (the host that writes a delivery holds
+    // it while it sends it at once).
+    let base = crate::ids::now_ms() + 3_600_000;
+    assert_eq!(store.first_due().await.unwrap(), None);
+    for (id, due) in [("d1", 100), ("d2", 200), ("d3", 300), ("d4", 900)] {
+        store
+            .insert_delivery(&delivery(id, base + due))
+            .await
+            .unwrap();
+    }
+    assert_eq!(store.pending_deliveries().await.unwrap(), 4);
+    assert_eq!(store.first_due().await.unwrap(), Some(base + 100));
+    let none = |_: &str| false;
+    let (due, next) = store.due_deliveries(base + 50, 10, &none).await.unwrap();
+    assert!(due.is_empty());
+    assert_eq!(next, Some(base + 100));
+    let (due, _) = store.due_deliveries(base + 300, 2, &none).await.unwrap();
+    let ids: Vec<&str> = due.iter().map(|d| d.id.as_str()).collect();
+    assert_eq!(ids, ["d1", "d2"], "oldest due first, at most the limit");
+    // What this host holds is not handed out again.
+    let held = |id: &str| id == "d1" || id == "d2";
+    let (due, next) = store.due_deliveries(base + 300, 10, &held).await.unwrap();
+    let ids: Vec<&str> = due.iter().map(|d| d.id.as_str()).collect();
+    assert_eq!(ids, ["d3"]);
+    assert_eq!(next, Some(base + 900));
+
+    let first = delivery("d1", base + 100);
+    assert!(store.delivery_waits(&first).await.unwrap());
+    store.renew_lease(&first).await.unwrap();
+    let retry = Delivery {
+        attempts: 1,
+        due_ms: base + 1_000,
+        ..first.clone()
+    };
+    store.finish_delivery(&first, Some(&retry)).await.unwrap();
+    assert!(!store.delivery_waits(&first).await.unwrap());
+    assert!(store.delivery_waits(&retry).await.unwrap());
+    store.finish_delivery(&retry, None).await.unwrap();
+    assert_eq!(store.pending_deliveries().await.unwrap(), 3);
+    assert_eq!(store.first_due().await.unwrap(), Some(base + 200));
+}
+
+async fn executions_and_attempts(store: &Store) {
+    let automation = handle();
+    for (id, at) in [("x1", 1), ("x2", 2), ("x3", 3)] {
+        store.put_execution(&execution(id, at)).await.unwrap();
+    }
+    assert_eq!(
+        store.execution(&automation, "x2").await.unwrap(),
+        Some(execution("x2", 2))
+    );
+    assert_eq!(store.execution(&automation, "x9").await.unwrap(), None);
+    let ids = |list: Vec<Execution>| list.into_iter().map(|e| e.id).collect::<Vec<_>>();
+    assert_eq!(
+        ids(store.executions(&automation, 10).await.unwrap()),
+        ["x3", "x2", "x1"],
+        "newest first"
+    );
+    assert_eq!(
+        ids(store.executions(&automation, 2).await.unwrap()),
+        ["x3", "x2"]
+    );
+    let attempt = Attempt {
+        at_ms: 5,
+        status: Some(500),
+        latency_ms: 1.5,
+        error: Some("the endpoint answered 500".into()),
+        next_attempt_at_ms: Some(10),
+    };
+    let recorded = store
+        .record_attempt(&automation, "x1", Status::Failed, Some("gave up"), &attempt)
+        .await;
+    assert!(recorded.unwrap());
+    let missing = store
+        .record_attempt(&automation, "x9", Status::Failed, None, &attempt)
+        .await;
+    assert!(!missing.unwrap());
+    let x1 = store.execution(&automation, "x1").await.unwrap().unwrap();
+    assert_eq!(x1.status, Status::Failed);
+    assert_eq!(x1.error.as_deref(), Some("gave up"));
+    assert_eq!(x1.attempts, vec![attempt]);
+}
+
+async fn usage_adds_up(store: &Store) {
+    let totals = |n| Totals {
+        requests: n,
+        prompt_tokens: 10 * n,
+        completion_tokens: n,
+        total_tokens: 11 * n,
+    };
+    for (day, n) in [("2026-01-02", 1), ("2026-01-01", 2), ("2026-01-02", 3)] {
+        store
+            .add_usage("ml/vision", day, "m", "k1", &totals(n))
+            .await
+            .unwrap();
+    }
+    store
+        .add_usage("other", "2026-01-01", "m", "k1", &totals(9))
+        .await
+        .unwrap();
+    let rows = store.usage("ml/vision").await.unwrap();
+    let got: Vec<(&str, Totals)> = rows.iter().map(|r| (r.day.as_str(), r.totals)).collect();
+    assert_eq!(got, [("2026-01-01", totals(2)), ("2026-01-02", totals(4))]);
+}
+
+async fn uploaded_plugins(store: &Store) {
+    let plugin = |version: &str, wasm: &[u8]| StoredPlugin {
+        name: "greeter".into(),
+        kind: "payload-template".into(),
+        version: version.into(),
+        sha256: format!("sha-of-{version}"),
+        settings: json!({"grant": {}}),
+        wasm: wasm.to_vec(),
+        uploaded_at_ms: 1,
+    };
+    store.put_plugin(&plugin("1.0.0", b"\0asm1")).await.unwrap();
+    store.put_plugin(&plugin("1.1.0", b"\0asm2")).await.unwrap();
+    assert_eq!(
+        store.plugin("greeter").await.unwrap(),
+        Some(plugin("1.1.0", b"\0asm2"))
+    );
+    let digests = store.plugin_digests().await.unwrap();
+    assert_eq!(
+        digests,
+        [("greeter".to_string(), "sha-of-1.1.0".to_string())]
+    );
+    assert!(store.delete_plugin("greeter").await.unwrap());
+    assert!(!store.delete_plugin("greeter").await.unwrap());
+    assert_eq!(store.plugin("greeter").await.unwrap(), None);
+}
+
+async fn a_transaction_lands_whole_or_not_at_all(store: &Store) {
+    let member = Member {
+        user_id: "u1".into(),
+        user: "alice".into(),
+        role: Role::Admin,
+        added_at: 1,
+    };
+    let team = Group {
+        name: "ml".into(),
+        description: String::new(),
+        created_at: 1,
+    };
+    // Dropped without a commit: nothing of it is kept.
+    {
+        let tx = store.begin().await.unwrap();
+        assert!(tx.insert_user(&user("u1", "alice", 1)).await.unwrap());
+        assert!(
+            tx.insert_group(GroupKind::Team, &team, &member)
+                .await
+                .unwrap()
+        );
+        tx.insert_events(&[event("e1", 1)]).await.unwrap();
+        // The transaction reads its own writes.
+        assert!(tx.user("u1").await.unwrap().is_some());
+    }
+    assert_eq!(store.user("u1").await.unwrap(), None);
+    assert_eq!(store.group(GroupKind::Team, "ml").await.unwrap(), None);
+    assert!(store.inbox().await.unwrap().is_empty());
+
+    // Committed: every write of it, across aggregates.
+    let tx = store.begin().await.unwrap();
+    tx.insert_user(&user("u1", "alice", 1)).await.unwrap();
+    tx.insert_group(GroupKind::Team, &team, &member)
+        .await
+        .unwrap();
+    tx.insert_events(&[event("e1", 1)]).await.unwrap();
+    tx.insert_delivery(&delivery("d1", 5)).await.unwrap();
+    tx.commit().await.unwrap();
+    store.durable().await.unwrap();
+    assert!(store.user("u1").await.unwrap().is_some());
+    assert_eq!(
+        store.members(GroupKind::Team, "ml").await.unwrap(),
+        vec![member]
+    );
+    assert_eq!(store.inbox().await.unwrap().len(), 1);
+    assert_eq!(store.pending_deliveries().await.unwrap(), 1);
+}

@@ -1,0 +1,156 @@
+//! Collections, versions and their labels (aliases and tags).
+
+use async_trait::async_trait;
+
+use super::Postgres;
+use super::shared::Db;
+use super::shared::{
+    LABELLED_VERSION_COLUMNS, VERSION_COLUMNS, collection, i, labelled_version, scope_key, to_json,
+    u, version,
+};
+use crate::model::{Collection, LabelledVersion, Scope, Version};
+use crate::store::Result;
+use crate::store::records::*;
+
+#[async_trait]
+impl ArtifactRecords for Postgres {
+    async fn insert_collection(&self, scope: &Scope, col: &Collection) -> Result<bool> {
+        Ok(self.execute(sqlx::query(
+            "INSERT INTO collections (scope, name, description, versions, created_by, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
+        )
+        .bind(scope_key(scope))
+        .bind(&col.name)
+        .bind(&col.description)
+        .bind(i(col.versions))
+        .bind(&col.created_by)
+        .bind(i(col.created_at))).await? == 1)
+    }
+
+    async fn collection(&self, scope: &Scope, name: &str) -> Result<Option<Collection>> {
+        self.optional(
+            sqlx::query("SELECT * FROM collections WHERE scope = $1 AND name = $2")
+                .bind(scope_key(scope))
+                .bind(name),
+            collection,
+        )
+        .await
+    }
+
+    async fn collections(&self, scope: &Scope) -> Result<Vec<Collection>> {
+        self.all(
+            sqlx::query("SELECT * FROM collections WHERE scope = $1 ORDER BY name")
+                .bind(scope_key(scope)),
+            collection,
+        )
+        .await
+    }
+
+    async fn next_version(&self, scope: &Scope, name: &str) -> Result<Option<u64>> {
+        let mut c = self.conn().await?;
+        let index: Option<i64> = sqlx::query_scalar(
+            "UPDATE collections SET versions = versions + 1 WHERE scope = $1 AND name = $2 \
+             RETURNING versions - 1",
+        )
+        .bind(scope_key(scope))
+        .bind(name)
+        .fetch_optional(&mut *c)
+        .await
+        .db(self)?;
+        Ok(index.map(u))
+    }
+
+    async fn insert_version(&self, scope: &Scope, v: &Version) -> Result<()> {
+        let mut c = self.conn().await?;
+        let source = v.source.as_ref().map(to_json).transpose()?;
+        sqlx::query(
+            "INSERT INTO versions (scope, collection, idx, metadata, source, created_by, \
+             created_at) VALUES ($1, $2, $3, $4::jsonb, $5::jsonb, $6, $7)",
+        )
+        .bind(scope_key(scope))
+        .bind(&v.collection)
+        .bind(i(v.index))
+        .bind(to_json(&v.metadata)?)
+        .bind(source)
+        .bind(&v.created_by)
+        .bind(i(v.created_at))
+        .execute(&mut *c)
+        .await
+        .db(self)?;
+        Ok(())
+    }
+
+    async fn version(&self, scope: &Scope, col: &str, index: u64) -> Result<Option<Version>> {
+        let row = self.version_row(VERSION_COLUMNS, scope, col, index).await?;
+        row.as_ref().map(version).transpose()
+    }
+
+    async fn labelled_version(
+        &self,
+        scope: &Scope,
+        col: &str,
+        index: u64,
+    ) -> Result<Option<LabelledVersion>> {
+        let row = self
+            .version_row(LABELLED_VERSION_COLUMNS, scope, col, index)
+            .await?;
+        row.as_ref().map(labelled_version).transpose()
+    }
+
+    async fn versions(&self, scope: &Scope, col: &str) -> Result<Vec<LabelledVersion>> {
+        self.all(
+            sqlx::query(&format!(
+                "SELECT {LABELLED_VERSION_COLUMNS} FROM versions v \
+                 WHERE v.scope = $1 AND v.collection = $2 ORDER BY v.idx"
+            ))
+            .bind(scope_key(scope))
+            .bind(col),
+            labelled_version,
+        )
+        .await
+    }
+
+    async fn set_alias(
+        &self,
+        scope: &Scope,
+        col: &str,
+        index: u64,
+        alias: &str,
+    ) -> Result<Option<u64>> {
+        let mut c = self.conn().await?;
+        // The row as it was before the upsert: its version, if another held it.
+        let held: Option<i64> = sqlx::query_scalar(
+            "WITH old AS (SELECT idx FROM aliases WHERE scope = $1 AND collection = $2 \
+             AND alias = $3 FOR UPDATE), \
+             up AS (INSERT INTO aliases (scope, collection, alias, idx) \
+             VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (scope, collection, alias) DO UPDATE SET idx = excluded.idx, \
+             seq = CASE WHEN aliases.idx = excluded.idx THEN aliases.seq \
+             ELSE excluded.seq END) \
+             SELECT idx FROM old",
+        )
+        .bind(scope_key(scope))
+        .bind(col)
+        .bind(alias)
+        .bind(i(index))
+        .fetch_optional(&mut *c)
+        .await
+        .db(self)?;
+        Ok(held.map(u).filter(|old| *old != index))
+    }
+
+    async fn add_tag(&self, scope: &Scope, col: &str, index: u64, tag: &str) -> Result<()> {
+        self.execute(
+            sqlx::query(
+                "INSERT INTO tags (scope, collection, idx, tag) VALUES ($1, $2, $3, $4) \
+                 ON CONFLICT DO NOTHING",
+            )
+            .bind(scope_key(scope))
+            .bind(col)
+            .bind(i(index))
+            .bind(tag),
+        )
+        .await?;
+        Ok(())
+    }
+}

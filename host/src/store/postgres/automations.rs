@@ -1,0 +1,140 @@
+//! Automations, indexed by trigger (scope and event type) and by webhook.
+
+use async_trait::async_trait;
+
+use super::Postgres;
+use super::shared::Db;
+use super::shared::{automation, get, parse_scope, scope_key, to_json};
+use crate::model::{Automation, EventType, Handle, Scope};
+use crate::store::Result;
+use crate::store::records::*;
+
+#[async_trait]
+impl AutomationRecords for Postgres {
+    async fn save_automation(&self, replacing: Option<&str>, a: &Automation) -> Result<bool> {
+        let scope = scope_key(&a.scope);
+        let mut c = self.conn().await?;
+        let mut t = sqlx::Connection::begin(&mut *c).await.db(self)?;
+        if let Some(old) = replacing {
+            sqlx::query("DELETE FROM automations WHERE scope = $1 AND name = $2")
+                .bind(&scope)
+                .bind(old)
+                .execute(&mut *t)
+                .await
+                .db(self)?;
+        }
+        let state = match a.state {
+            crate::model::State::Active => "active",
+            crate::model::State::Disabled => "disabled",
+        };
+        let done = sqlx::query(
+            "INSERT INTO automations (scope, name, event_type, webhook_team, webhook_name, state, \
+             record) VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb) ON CONFLICT DO NOTHING",
+        )
+        .bind(&scope)
+        .bind(&a.name)
+        .bind(a.event.event_type().as_str())
+        .bind(&a.webhook.team)
+        .bind(&a.webhook.name)
+        .bind(state)
+        .bind(to_json(a)?)
+        .execute(&mut *t)
+        .await
+        .db(self)?;
+        if done.rows_affected() == 0 {
+            return Ok(false);
+        }
+        t.commit().await.db(self)?;
+        Ok(true)
+    }
+
+    async fn automation(&self, scope: &Scope, name: &str) -> Result<Option<Automation>> {
+        self.optional(
+            sqlx::query(
+                "SELECT record::text AS record FROM automations WHERE scope = $1 AND name = $2",
+            )
+            .bind(scope_key(scope))
+            .bind(name),
+            automation,
+        )
+        .await
+    }
+
+    async fn automations(&self, scope: &Scope) -> Result<Vec<Automation>> {
+        self.all(
+            sqlx::query(
+                "SELECT record::text AS record FROM automations WHERE scope = $1 ORDER BY name",
+            )
+            .bind(scope_key(scope)),
+            automation,
+        )
+        .await
+    }
+
+    async fn all_automations(&self) -> Result<Vec<Automation>> {
+        let mut c = self.conn().await?;
+        let rows =
+            sqlx::query("SELECT record::text AS record FROM automations ORDER BY scope, name")
+                .fetch_all(&mut *c)
+                .await
+                .db(self)?;
+        rows.iter().map(automation).collect()
+    }
+
+    async fn triggered(&self, scope: &Scope, event: EventType) -> Result<Vec<Automation>> {
+        self.all(
+            sqlx::query(
+                "SELECT record::text AS record FROM automations \
+                 WHERE scope = $1 AND event_type = $2 AND state = 'active' ORDER BY name",
+            )
+            .bind(scope_key(scope))
+            .bind(event.as_str()),
+            automation,
+        )
+        .await
+    }
+
+    async fn listens(&self, scope: &Scope, event: EventType) -> Result<bool> {
+        let mut c = self.conn().await?;
+        sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM automations WHERE scope = $1 AND event_type = $2)",
+        )
+        .bind(scope_key(scope))
+        .bind(event.as_str())
+        .fetch_one(&mut *c)
+        .await
+        .db(self)
+    }
+
+    async fn automations_using(&self, team: &str, webhook: &str) -> Result<Vec<Handle>> {
+        let mut c = self.conn().await?;
+        let rows = sqlx::query(
+            "SELECT scope, name FROM automations WHERE webhook_team = $1 AND webhook_name = $2 \
+             ORDER BY scope, name",
+        )
+        .bind(team)
+        .bind(webhook)
+        .fetch_all(&mut *c)
+        .await
+        .db(self)?;
+        rows.iter()
+            .map(|r| {
+                Ok(Handle {
+                    scope: parse_scope(&get::<String>(r, "scope")?)?,
+                    name: get(r, "name")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn delete_automation(&self, scope: &Scope, name: &str) -> Result<bool> {
+        Ok(self
+            .execute(
+                sqlx::query("DELETE FROM automations WHERE scope = $1 AND name = $2")
+                    .bind(scope_key(scope))
+                    .bind(name),
+            )
+            .await?
+            > 0)
+    }
+}

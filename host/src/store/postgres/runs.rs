@@ -1,0 +1,136 @@
+//! Runs, their metrics, and run automations' firings.
+
+use async_trait::async_trait;
+
+use super::Postgres;
+use super::shared::Db;
+use super::shared::{i, run, scope_key, u};
+use crate::model::{Handle, Run};
+use crate::store::Result;
+use crate::store::records::*;
+
+#[async_trait]
+impl RunRecords for Postgres {
+    async fn insert_run(&self, team: &str, project: &str, r: &Run) -> Result<()> {
+        self.execute(
+            sqlx::query(
+                "INSERT INTO runs (team, project, id, name, creator, created_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6)",
+            )
+            .bind(team)
+            .bind(project)
+            .bind(&r.id)
+            .bind(&r.name)
+            .bind(&r.creator)
+            .bind(i(r.created_at)),
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn run(&self, team: &str, project: &str, id: &str) -> Result<Option<Run>> {
+        self.optional(
+            sqlx::query("SELECT * FROM runs WHERE team = $1 AND project = $2 AND id = $3")
+                .bind(team)
+                .bind(project)
+                .bind(id),
+            run,
+        )
+        .await
+    }
+
+    async fn runs(&self, team: &str, project: &str) -> Result<Vec<Run>> {
+        self.all(
+            sqlx::query("SELECT * FROM runs WHERE team = $1 AND project = $2 ORDER BY id")
+                .bind(team)
+                .bind(project),
+            run,
+        )
+        .await
+    }
+
+    async fn push_metric(
+        &self,
+        team: &str,
+        project: &str,
+        run: &str,
+        metric: &str,
+        value: f64,
+        keep: usize,
+    ) -> Result<Vec<f64>> {
+        let mut c = self.conn().await?;
+        sqlx::query_scalar(
+            "INSERT INTO run_metrics (team, project, run, metric, vals) \
+             VALUES ($1, $2, $3, $4, ARRAY[$5::double precision]) \
+             ON CONFLICT (team, project, run, metric) DO UPDATE SET vals = \
+             (run_metrics.vals || $5::double precision)\
+             [greatest(1, cardinality(run_metrics.vals) + 2 - $6):] \
+             RETURNING vals",
+        )
+        .bind(team)
+        .bind(project)
+        .bind(run)
+        .bind(metric)
+        .bind(value)
+        .bind(i64::try_from(keep).unwrap_or(i64::MAX))
+        .fetch_one(&mut *c)
+        .await
+        .db(self)
+    }
+
+    async fn metrics(
+        &self,
+        team: &str,
+        project: &str,
+        run: &str,
+    ) -> Result<Vec<(String, Vec<f64>)>> {
+        let mut c = self.conn().await?;
+        sqlx::query_as(
+            "SELECT metric, vals FROM run_metrics WHERE team = $1 AND project = $2 AND run = $3 \
+             ORDER BY metric",
+        )
+        .bind(team)
+        .bind(project)
+        .bind(run)
+        .fetch_all(&mut *c)
+        .await
+        .db(self)
+    }
+
+    async fn run_fires(&self, automation: &Handle) -> Result<Vec<(String, u64)>> {
+        let mut c = self.conn().await?;
+        let rows: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT run, at_ms FROM run_fired WHERE scope = $1 AND automation = $2 ORDER BY run",
+        )
+        .bind(scope_key(&automation.scope))
+        .bind(&automation.name)
+        .fetch_all(&mut *c)
+        .await
+        .db(self)?;
+        Ok(rows.into_iter().map(|(run, at)| (run, u(at))).collect())
+    }
+
+    async fn claim_run_fire(
+        &self,
+        automation: &Handle,
+        run: &str,
+        now_ms: u64,
+        window_ms: u64,
+    ) -> Result<bool> {
+        let mut c = self.conn().await?;
+        let claimed: Option<i32> = sqlx::query_scalar(
+            "INSERT INTO run_fired (scope, automation, run, at_ms) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (scope, automation, run) DO UPDATE SET at_ms = excluded.at_ms \
+             WHERE run_fired.at_ms <= excluded.at_ms - $5 RETURNING 1",
+        )
+        .bind(scope_key(&automation.scope))
+        .bind(&automation.name)
+        .bind(run)
+        .bind(i(now_ms))
+        .bind(i(window_ms))
+        .fetch_optional(&mut *c)
+        .await
+        .db(self)?;
+        Ok(claimed.is_some())
+    }
+}

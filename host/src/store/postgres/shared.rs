@@ -1,0 +1,356 @@
+//! What the aggregates' SQL shares: row mapping, conversions, and the
+//! three shapes most statements take ([`Postgres::optional`], [`Postgres::all`],
+//! [`Postgres::execute`]).
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use sqlx::Row;
+use sqlx::postgres::PgRow;
+
+use super::Postgres;
+use crate::model::{
+    ApiKey, Automation, Collection, Delivery, Execution, Group, GroupKind, Handle, LabelledVersion,
+    Member, Project, Role, Run, Scope, Secret, Session, Status, User, Version, Webhook, WebhookRef,
+};
+use crate::store::{Result, StoreError};
+
+/// Maps a driver error through [`Postgres::err`].
+pub(super) trait Db<T> {
+    fn db(self, pg: &Postgres) -> Result<T>;
+}
+
+impl<T> Db<T> for std::result::Result<T, sqlx::Error> {
+    fn db(self, pg: &Postgres) -> Result<T> {
+        self.map_err(|e| pg.err(e))
+    }
+}
+
+/// A scope as stored: `r/<registry>` or `p/<team>/<project>`.
+pub(super) fn scope_key(scope: &Scope) -> String {
+    scope.parts().join("/")
+}
+
+pub(super) fn parse_scope(key: &str) -> Result<Scope> {
+    let parts: Vec<&str> = key.split('/').collect();
+    match parts.as_slice() {
+        ["r", registry] => Ok(Scope::Registry {
+            registry: registry.to_string(),
+        }),
+        ["p", team, project] => Ok(Scope::project(team, project)),
+        _ => Err(
+            anyhow::anyhow!("stored scope '{key}' is not r/<registry> or p/<team>/<project>")
+                .into(),
+        ),
+    }
+}
+
+pub(super) fn kind_text(kind: GroupKind) -> &'static str {
+    kind.noun()
+}
+
+pub(super) fn role_of(text: &str) -> Role {
+    if text == "admin" {
+        Role::Admin
+    } else {
+        Role::Member
+    }
+}
+
+pub(super) fn status_text(status: Status) -> &'static str {
+    match status {
+        Status::Pending => "Pending",
+        Status::Finished => "Finished",
+        Status::Failed => "Failed",
+    }
+}
+
+pub(super) fn status_of(text: &str) -> Status {
+    match text {
+        "Finished" => Status::Finished,
+        "Failed" => Status::Failed,
+        _ => Status::Pending,
+    }
+}
+
+/// Unsigned counts and times as PostgreSQL's signed integers.
+pub(super) fn i(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+pub(super) fn u(n: i64) -> u64 {
+    u64::try_from(n).unwrap_or(0)
+}
+
+pub(super) fn to_json<T: Serialize>(value: &T) -> Result<String> {
+    Ok(serde_json::to_string(value)?)
+}
+
+pub(super) fn from_json<T: DeserializeOwned>(text: &str) -> Result<T> {
+    Ok(serde_json::from_str(text)?)
+}
+
+pub(super) fn get<'r, T: sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres>>(
+    row: &'r PgRow,
+    column: &str,
+) -> Result<T> {
+    row.try_get(column)
+        .map_err(|e| StoreError::Other(anyhow::anyhow!("reading column {column}: {e}")))
+}
+
+pub(super) fn user(row: &PgRow) -> Result<User> {
+    Ok(User {
+        id: get(row, "id")?,
+        name: get(row, "name")?,
+        operator: get(row, "operator")?,
+        created_at: u(get(row, "created_at")?),
+    })
+}
+
+pub(super) fn api_key(row: &PgRow) -> Result<ApiKey> {
+    Ok(ApiKey {
+        id: get(row, "id")?,
+        user_id: get(row, "user_id")?,
+        name: get(row, "name")?,
+        prefix: get(row, "prefix")?,
+        created_at: u(get(row, "created_at")?),
+    })
+}
+
+pub(super) fn session(row: &PgRow) -> Result<Session> {
+    Ok(Session {
+        user_id: get(row, "user_id")?,
+        csrf: get(row, "csrf")?,
+        created_at: u(get(row, "created_at")?),
+        expires_at: u(get(row, "expires_at")?),
+    })
+}
+
+pub(super) fn group(row: &PgRow) -> Result<Group> {
+    Ok(Group {
+        name: get(row, "name")?,
+        description: get(row, "description")?,
+        created_at: u(get(row, "created_at")?),
+    })
+}
+
+pub(super) fn member(row: &PgRow) -> Result<Member> {
+    Ok(Member {
+        user_id: get(row, "user_id")?,
+        user: get(row, "user_name")?,
+        role: role_of(&get::<String>(row, "role")?),
+        added_at: u(get(row, "added_at")?),
+    })
+}
+
+pub(super) fn project(row: &PgRow) -> Result<Project> {
+    Ok(Project {
+        name: get(row, "name")?,
+        team: get(row, "team")?,
+        description: get(row, "description")?,
+        created_by: get(row, "created_by")?,
+        created_at: u(get(row, "created_at")?),
+    })
+}
+
+pub(super) fn secret(row: &PgRow) -> Result<Secret> {
+    Ok(Secret {
+        name: get(row, "name")?,
+        sealed: get(row, "sealed")?,
+        created_at: u(get(row, "created_at")?),
+        updated_at: u(get(row, "updated_at")?),
+    })
+}
+
+pub(super) fn webhook(row: &PgRow) -> Result<Webhook> {
+    Ok(Webhook {
+        name: get(row, "name")?,
+        url: get(row, "url")?,
+        access_token_secret: get(row, "access_token_secret")?,
+        signing_secret: get(row, "signing_secret")?,
+        standard_webhooks: get(row, "standard_webhooks")?,
+        disabled_reason: get(row, "disabled_reason")?,
+        created_at: u(get(row, "created_at")?),
+        updated_at: u(get(row, "updated_at")?),
+    })
+}
+
+pub(super) fn automation(row: &PgRow) -> Result<Automation> {
+    from_json(&get::<String>(row, "record")?)
+}
+
+pub(super) fn collection(row: &PgRow) -> Result<Collection> {
+    Ok(Collection {
+        name: get(row, "name")?,
+        description: get(row, "description")?,
+        versions: u(get(row, "versions")?),
+        created_by: get(row, "created_by")?,
+        created_at: u(get(row, "created_at")?),
+    })
+}
+
+/// Columns of a version, for `FROM versions v`.
+pub(super) const VERSION_COLUMNS: &str = "v.collection, v.idx, v.metadata::text AS metadata, \
+                                          v.source::text AS source, v.created_by, v.created_at";
+
+/// The same with its aliases and tags.
+pub(super) const LABELLED_VERSION_COLUMNS: &str = "v.collection, v.idx, v.metadata::text AS metadata, \
+                                                   v.source::text AS source, v.created_by, v.created_at, \
+                                                   ARRAY(SELECT a.alias FROM aliases a WHERE a.scope = v.scope \
+                                                   AND a.collection = v.collection AND a.idx = v.idx ORDER BY a.seq) AS aliases, \
+                                                   ARRAY(SELECT t.tag FROM tags t WHERE t.scope = v.scope \
+                                                   AND t.collection = v.collection AND t.idx = v.idx ORDER BY t.seq) AS tags";
+
+pub(super) fn labelled_version(row: &PgRow) -> Result<LabelledVersion> {
+    Ok(LabelledVersion {
+        version: version(row)?,
+        aliases: get(row, "aliases")?,
+        tags: get(row, "tags")?,
+    })
+}
+
+pub(super) fn version(row: &PgRow) -> Result<Version> {
+    let index = u(get(row, "idx")?);
+    let source: Option<String> = get(row, "source")?;
+    Ok(Version {
+        collection: get(row, "collection")?,
+        version: format!("v{index}"),
+        index,
+        metadata: from_json(&get::<String>(row, "metadata")?)?,
+        source: source.as_deref().map(from_json).transpose()?,
+        created_by: get(row, "created_by")?,
+        created_at: u(get(row, "created_at")?),
+    })
+}
+
+pub(super) fn run(row: &PgRow) -> Result<Run> {
+    Ok(Run {
+        id: get(row, "id")?,
+        name: get(row, "name")?,
+        creator: get(row, "creator")?,
+        created_at: u(get(row, "created_at")?),
+    })
+}
+
+pub(super) fn delivery(row: &PgRow) -> Result<Delivery> {
+    Ok(Delivery {
+        id: get(row, "id")?,
+        execution: Handle {
+            scope: parse_scope(&get::<String>(row, "scope")?)?,
+            name: get(row, "automation")?,
+        },
+        execution_id: get(row, "execution_id")?,
+        webhook: WebhookRef {
+            team: get(row, "webhook_team")?,
+            name: get(row, "webhook_name")?,
+        },
+        body_sealed: get(row, "body_sealed")?,
+        attempts: u32::try_from(get::<i32>(row, "attempts")?).unwrap_or(0),
+        due_ms: u(get(row, "due_ms")?),
+        event_at_ms: u(get(row, "event_at_ms")?),
+    })
+}
+
+pub(super) const EXECUTION_COLUMNS: &str = "scope, automation, id, delivery_id, webhook_team, webhook_name, \
+                                            status, error, event::text AS event, payload, attempts::text AS attempts, body_sealed, \
+                                            created_at_ms, updated_at_ms";
+
+pub(super) fn execution(row: &PgRow) -> Result<Execution> {
+    Ok(Execution {
+        id: get(row, "id")?,
+        delivery_id: get(row, "delivery_id")?,
+        automation: Handle {
+            scope: parse_scope(&get::<String>(row, "scope")?)?,
+            name: get(row, "automation")?,
+        },
+        webhook: WebhookRef {
+            team: get(row, "webhook_team")?,
+            name: get(row, "webhook_name")?,
+        },
+        status: status_of(&get::<String>(row, "status")?),
+        error: get(row, "error")?,
+        event: from_json(&get::<String>(row, "event")?)?,
+        payload: get(row, "payload")?,
+        attempts: from_json(&get::<String>(row, "attempts")?)?,
+        body_sealed: get(row, "body_sealed")?,
+        created_at_ms: u(get(row, "created_at_ms")?),
+        updated_at_ms: u(get(row, "updated_at_ms")?),
+    })
+}
+
+/// A statement with its arguments bound.
+pub(super) type Query<'q> = sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>;
+
+/// Maps a row to a record.
+pub(super) type MapRow<T> = fn(&PgRow) -> Result<T>;
+
+impl Postgres {
+    /// The row `query` finds, if any, as a record.
+    pub(super) async fn optional<T>(&self, query: Query<'_>, map: MapRow<T>) -> Result<Option<T>> {
+        let mut c = self.conn().await?;
+        let row = query.fetch_optional(&mut *c).await.db(self)?;
+        row.as_ref().map(map).transpose()
+    }
+
+    /// Every row `query` finds, as records.
+    pub(super) async fn all<T>(&self, query: Query<'_>, map: MapRow<T>) -> Result<Vec<T>> {
+        let mut c = self.conn().await?;
+        let rows = query.fetch_all(&mut *c).await.db(self)?;
+        rows.iter().map(map).collect()
+    }
+
+    /// Runs `query`; how many rows it changed.
+    pub(super) async fn execute(&self, query: Query<'_>) -> Result<u64> {
+        let mut c = self.conn().await?;
+        Ok(query.execute(&mut *c).await.db(self)?.rows_affected())
+    }
+
+    /// Moves a record that cannot be read into the quarantine, with why.
+    pub(super) async fn quarantine(
+        &self,
+        kind: &str,
+        key: &str,
+        value: &str,
+        reason: &str,
+    ) -> Result<()> {
+        let mut c = self.conn().await?;
+        sqlx::query(
+            "INSERT INTO quarantine (kind, key, reason, at_ms, value) VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(kind)
+        .bind(key)
+        .bind(reason)
+        .bind(i(crate::ids::now_ms()))
+        .bind(value)
+        .execute(&mut *c)
+        .await
+        .db(self)?;
+        tracing::error!(
+            table = kind,
+            key,
+            reason,
+            "set an unreadable record aside in the quarantine"
+        );
+        Ok(())
+    }
+
+    /// One version's row, with `columns` (for `FROM versions v`).
+    pub(super) async fn version_row(
+        &self,
+        columns: &str,
+        scope: &Scope,
+        col: &str,
+        index: u64,
+    ) -> Result<Option<PgRow>> {
+        let mut c = self.conn().await?;
+        sqlx::query(&format!(
+            "SELECT {columns} FROM versions v \
+             WHERE v.scope = $1 AND v.collection = $2 AND v.idx = $3"
+        ))
+        .bind(scope_key(scope))
+        .bind(col)
+        .bind(i(index))
+        .fetch_optional(&mut *c)
+        .await
+        .db(self)
+    }
+}

@@ -1,0 +1,150 @@
+//! The delivery path: the event inbox, the outbox, executions and their attempts.
+
+use async_trait::async_trait;
+
+use super::Sled;
+use super::T;
+use super::io;
+use super::shared::{execution_key, outbox_key, scoped};
+use crate::model::{Attempt, Delivery, Event, Execution, Handle, Status};
+use crate::store::Result;
+use crate::store::records::*;
+
+#[async_trait]
+impl DeliveryRecords for Sled {
+    async fn insert_events(&self, events: &[Event]) -> Result<()> {
+        let w = self.writer().await;
+        for event in events {
+            w.put_json(T::EventInbox, event.id.as_bytes(), event)?;
+        }
+        w.finish()
+    }
+
+    async fn inbox(&self) -> Result<Vec<Event>> {
+        self.scan_readable(T::EventInbox, &[], false, usize::MAX)
+            .await
+    }
+
+    async fn take_event(&self, id: &str) -> Result<bool> {
+        self.remove(T::EventInbox, id.as_bytes()).await
+    }
+
+    async fn insert_delivery(&self, delivery: &Delivery) -> Result<()> {
+        self.replace(T::Outbox, outbox_key(delivery), delivery)
+            .await
+    }
+
+    async fn due_deliveries(
+        &self,
+        now_ms: u64,
+        limit: usize,
+        skip: &(dyn for<'k> Fn(&'k str) -> bool + Sync),
+    ) -> Result<(Vec<Delivery>, Option<u64>)> {
+        // Keys start with the due time, so the first one not due ends the scan.
+        let mut due = Vec::new();
+        let mut unreadable = Vec::new();
+        let mut next = None;
+        for item in self.tree(T::Outbox).iter() {
+            let (key, value) = item.map_err(io)?;
+            let due_ms = key
+                .get(..8)
+                .and_then(|b| b.try_into().ok())
+                .map(u64::from_be_bytes);
+            if due_ms.is_some_and(|d| d > now_ms) {
+                next = due_ms;
+                break;
+            }
+            // `due ms` then `id \0`: an id in flight is left unread.
+            let id = key.get(8..key.len().saturating_sub(1)).unwrap_or_default();
+            if skip(std::str::from_utf8(id).unwrap_or_default()) {
+                continue;
+            }
+            match serde_json::from_slice::<Delivery>(&value) {
+                Err(e) => unreadable.push((key.to_vec(), value.to_vec(), e.to_string())),
+                Ok(delivery) if delivery.due_ms > now_ms => {
+                    next = Some(delivery.due_ms);
+                    break;
+                }
+                Ok(_) if due.len() == limit => {
+                    next = Some(now_ms);
+                    break;
+                }
+                Ok(delivery) => due.push(delivery),
+            }
+        }
+        self.quarantine_all(T::Outbox, unreadable).await?;
+        Ok((due, next))
+    }
+
+    async fn delivery_waits(&self, delivery: &Delivery) -> Result<bool> {
+        Ok(self.get(T::Outbox, &outbox_key(delivery))?.is_some())
+    }
+
+    async fn renew_lease(&self, _delivery: &Delivery) -> Result<()> {
+        Ok(())
+    }
+
+    async fn finish_delivery(&self, delivery: &Delivery, next: Option<&Delivery>) -> Result<()> {
+        let w = self.writer().await;
+        w.delete(T::Outbox, outbox_key(delivery));
+        if let Some(next) = next {
+            w.put_json(T::Outbox, outbox_key(next), next)?;
+        }
+        w.finish()
+    }
+
+    async fn pending_deliveries(&self) -> Result<usize> {
+        Ok(self.tree(T::Outbox).len())
+    }
+
+    async fn first_due(&self) -> Result<Option<u64>> {
+        // Keys start with the due time, big-endian.
+        let first = self.tree(T::Outbox).first().map_err(io)?;
+        Ok(first.and_then(|(key, _)| Some(u64::from_be_bytes(key.get(..8)?.try_into().ok()?))))
+    }
+
+    async fn put_execution(&self, execution: &Execution) -> Result<()> {
+        let key = execution_key(&execution.automation, &execution.id);
+        self.replace(T::Executions, key, execution).await
+    }
+
+    async fn execution(&self, automation: &Handle, id: &str) -> Result<Option<Execution>> {
+        self.get_json(T::Executions, execution_key(automation, id).as_ref())
+    }
+
+    async fn executions(&self, automation: &Handle, limit: usize) -> Result<Vec<Execution>> {
+        let prefix = scoped(&automation.scope, &[&automation.name]);
+        self.scan_readable(T::Executions, prefix.as_ref(), true, limit)
+            .await
+    }
+
+    async fn record_attempt(
+        &self,
+        automation: &Handle,
+        id: &str,
+        status: Status,
+        error: Option<&str>,
+        attempt: &Attempt,
+    ) -> Result<bool> {
+        let key = execution_key(automation, id).into_bytes();
+        let w = self.writer().await;
+        let Some(bytes) = w.get(T::Executions, &key)? else {
+            return Ok(false);
+        };
+        let mut execution: Execution = match serde_json::from_slice(&bytes) {
+            Ok(execution) => execution,
+            Err(e) => {
+                w.quarantine(T::Executions, &key, &bytes, &e.to_string())?;
+                w.finish()?;
+                return Ok(false);
+            }
+        };
+        execution.status = status;
+        execution.error = error.map(str::to_string);
+        execution.attempts.push(attempt.clone());
+        execution.updated_at_ms = crate::ids::now_ms();
+        w.put_json(T::Executions, key, &execution)?;
+        w.finish()?;
+        Ok(true)
+    }
+}

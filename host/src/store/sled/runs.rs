@@ -1,0 +1,94 @@
+//! Runs, their metrics, and run automations' firings.
+
+use async_trait::async_trait;
+
+use super::Sled;
+use super::T;
+use super::decode;
+use super::keys::prefix;
+use super::shared::{last_segment, scoped};
+use crate::model::{Handle, Run};
+use crate::store::Result;
+use crate::store::records::*;
+
+#[async_trait]
+impl RunRecords for Sled {
+    async fn insert_run(&self, team: &str, project: &str, run: &Run) -> Result<()> {
+        self.replace(T::Runs, prefix(&[team, project, &run.id]), run)
+            .await
+    }
+
+    async fn run(&self, team: &str, project: &str, id: &str) -> Result<Option<Run>> {
+        self.get_json(T::Runs, prefix(&[team, project, id]).as_ref())
+    }
+
+    async fn runs(&self, team: &str, project: &str) -> Result<Vec<Run>> {
+        self.scan_json(T::Runs, prefix(&[team, project]).as_ref())
+    }
+
+    async fn push_metric(
+        &self,
+        team: &str,
+        project: &str,
+        run: &str,
+        metric: &str,
+        value: f64,
+        keep: usize,
+    ) -> Result<Vec<f64>> {
+        let key = prefix(&[team, project, run, metric]).into_bytes();
+        let w = self.writer().await;
+        let mut values: Vec<f64> = w.get_json(T::Metrics, &key)?.unwrap_or_default();
+        values.push(value);
+        if values.len() > keep {
+            values.drain(..values.len() - keep);
+        }
+        w.put_json(T::Metrics, key, &values)?;
+        w.finish()?;
+        Ok(values)
+    }
+
+    async fn metrics(
+        &self,
+        team: &str,
+        project: &str,
+        run: &str,
+    ) -> Result<Vec<(String, Vec<f64>)>> {
+        self.scan(T::Metrics, prefix(&[team, project, run]).as_ref())?
+            .into_iter()
+            .map(|(key, value)| Ok((last_segment(&key).to_string(), decode(T::Metrics, &value)?)))
+            .collect()
+    }
+
+    async fn run_fires(&self, automation: &Handle) -> Result<Vec<(String, u64)>> {
+        let prefix = scoped(&automation.scope, &[&automation.name]);
+        Ok(self
+            .scan(T::RunFired, prefix.as_ref())?
+            .into_iter()
+            .filter_map(|(key, value)| {
+                let at = u64::from_be_bytes(value.as_slice().try_into().ok()?);
+                Some((last_segment(&key).to_string(), at))
+            })
+            .collect())
+    }
+
+    async fn claim_run_fire(
+        &self,
+        automation: &Handle,
+        run: &str,
+        now_ms: u64,
+        window_ms: u64,
+    ) -> Result<bool> {
+        let key = scoped(&automation.scope, &[&automation.name, run]).into_bytes();
+        let w = self.writer().await;
+        let last = w
+            .get(T::RunFired, &key)?
+            .and_then(|b| <[u8; 8]>::try_from(b.as_slice()).ok())
+            .map(u64::from_be_bytes);
+        if last.is_some_and(|at| now_ms.saturating_sub(at) < window_ms) {
+            return Ok(false);
+        }
+        w.put(T::RunFired, key, now_ms.to_be_bytes().to_vec());
+        w.finish()?;
+        Ok(true)
+    }
+}
