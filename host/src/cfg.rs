@@ -11,6 +11,27 @@ use std::time::Duration;
 use anyhow::Context;
 use serde::Deserialize;
 
+/// The id the default model is served under.
+pub const DEFAULT_MODEL_ID: &str = "SmolLM2-135M-Instruct";
+
+/// The default model's file name.
+pub const MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+
+/// Where `serve` looks for the default model: the user's cache directory
+/// (`$XDG_CACHE_HOME/switchyard/models`, or `~/.cache/switchyard/models`),
+/// so every working directory shares one download; `./models` when there
+/// is no home directory.
+pub fn default_model_path() -> PathBuf {
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")));
+    match cache {
+        Some(cache) => cache.join("switchyard").join("models").join(MODEL_FILE),
+        None => Path::new("models").join(MODEL_FILE),
+    }
+}
+
 /// Parses a listening address: `ip:port`, or `name:port` resolved now
 /// (`localhost:8080`), preferring an IPv4 address when the name has one.
 pub fn parse_listen(text: &str) -> Result<SocketAddr, String> {
@@ -180,8 +201,8 @@ impl Default for InferenceConfig {
     fn default() -> Self {
         InferenceConfig {
             embedded: true,
-            model_path: crate::inference::pull::default_model_path(),
-            model_id: crate::inference::pull::DEFAULT_MODEL_ID.into(),
+            model_path: default_model_path(),
+            model_id: DEFAULT_MODEL_ID.into(),
             cache_dir: None,
             auto_pull: true,
             memory_bytes: 2 << 30,

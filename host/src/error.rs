@@ -112,11 +112,53 @@ pub enum Error {
     Internal(#[from] anyhow::Error),
 }
 
+use crate::plugin::PluginError;
+
 impl From<crate::store::StoreError> for Error {
     fn from(e: crate::store::StoreError) -> Self {
         match e {
             crate::store::StoreError::Unavailable => Error::StoreUnavailable,
             crate::store::StoreError::Other(cause) => Error::Internal(cause),
+        }
+    }
+}
+
+/// A plugin's failure as the API reports it. Here rather than in `plugin/`,
+/// so that the runtime knows nothing of the API above it.
+impl PluginError {
+    /// The API error for a call on client input held in field `param`
+    /// (`input` its text, to place the plugin's position in): a refusal
+    /// keeps the plugin's code and position; anything else is as `From`.
+    pub fn on_input(self, param: Option<&str>, input: Option<&str>) -> Error {
+        match self {
+            PluginError::Reported {
+                ref code, position, ..
+            } => Error::PluginRefused {
+                code: code.clone(),
+                position: position
+                    .zip(input)
+                    .and_then(|(at, text)| Position::locate(text, at)),
+                param: param.map(str::to_string),
+                message: self.to_string(),
+            },
+            other => other.into(),
+        }
+    }
+}
+
+impl From<PluginError> for Error {
+    fn from(e: PluginError) -> Self {
+        use Error;
+        match e {
+            PluginError::Reported { .. } => e.on_input(None, None),
+            PluginError::Load { .. } => Error::InvalidRequest {
+                message: e.to_string(),
+                param: None,
+            },
+            PluginError::NotLoaded { .. } => Error::NotFound(e.to_string()),
+            PluginError::Failed { .. } => Error::PluginFailed(e.to_string()),
+            PluginError::Conflict(message) => Error::Conflict(message),
+            PluginError::Queue(message) => Error::Unavailable(message),
         }
     }
 }

@@ -6,28 +6,32 @@
 //! [`server::prepare`] and [`server::serve`]; [`http::router`] lists the API.
 #![deny(missing_docs)]
 
-pub mod app;
-pub mod artifacts;
-pub mod auth;
-pub mod automation;
+// Configuration, and the one error type of the API.
 pub mod cfg;
 pub mod error;
-pub mod groups;
-pub mod health;
-pub mod http;
-pub mod ids;
-pub mod inference;
+
+// The records kept, as plain data, and the store that keeps them.
 pub mod model;
-pub mod names;
-pub mod nesting;
-pub mod plugin;
-pub mod projects;
-pub mod queue;
-pub mod remote;
-pub mod runs;
-pub mod seal;
-pub mod secrets;
-pub mod server;
 pub mod store;
+
+// What the product does: the domain, webhook automations, the WebAssembly
+// plugin runtime, and model serving.
+pub mod automation;
+pub mod domain;
+pub mod inference;
+pub mod plugin;
+
+// Serving it: the shared state and system check, the HTTP API and console,
+// the process.
+pub mod app;
+pub mod http;
+pub mod server;
+
+// Used across the layers.
+pub mod ids;
+pub mod nesting;
+pub mod queue;
 pub mod telemetry;
-pub mod uploads;
+
+// The command line's client of a running host.
+pub mod remote;

@@ -106,7 +106,7 @@ enum ModelCommand {
     /// does when the model is missing.
     Pull {
         /// Where to write the GGUF.
-        #[arg(long, default_value_os_t = switchyard::inference::pull::default_model_path())]
+        #[arg(long, default_value_os_t = switchyard::cfg::default_model_path())]
         to: PathBuf,
     },
 }
@@ -390,7 +390,9 @@ fn create_user(name: &str, operator: bool, store: &StoreArgs) -> anyhow::Result<
     let runtime = tokio::runtime::Runtime::new()?;
     let store = store.open(&runtime)?;
     let (user, key) = runtime
-        .block_on(switchyard::auth::create_user(&store, name, operator))
+        .block_on(switchyard::domain::auth::create_user(
+            &store, name, operator,
+        ))
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     println!(
         "Created user '{}'. Their API key is shown only this once:\n\n    {}\n",

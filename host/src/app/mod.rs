@@ -1,5 +1,7 @@
 //! The state shared by every request: configuration, the store, the plugin
-//! host and the queues.
+//! host and the queues; and the system check over them ([`health`]).
+
+pub mod health;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,11 +10,11 @@ use crate::automation::matcher::Matcher;
 use crate::automation::send::Sender;
 use crate::automation::worker::Dispatcher;
 use crate::cfg::Config;
+use crate::domain::seal::Sealer;
 use crate::inference::Inference;
 use crate::plugin::Plugins;
 use crate::plugin::watch::Watcher;
 use crate::queue::WorkQueue;
-use crate::seal::Sealer;
 use crate::store::Store;
 
 /// Everything a handler may use. Cheap to clone.
@@ -63,7 +65,7 @@ impl App {
         let interval = Duration::from_millis(cfg.plugins.watch_interval_ms);
         watcher.spawn(interval);
         // Uploads last: an upload replaces a plugin of the same name.
-        crate::uploads::Sync::start(store.clone(), plugins.clone(), interval).await;
+        crate::automation::uploads::Sync::start(store.clone(), plugins.clone(), interval).await;
         let sender = Sender::new(
             cfg.webhooks.allow_private.clone(),
             Duration::from_millis(cfg.webhooks.timeout_ms),

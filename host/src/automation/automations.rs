@@ -14,9 +14,11 @@ use serde::Deserialize;
 
 use super::secret_refs::{self, Rewrite};
 use super::{variables, webhooks};
-use crate::auth::User;
+use crate::domain::auth::User;
+use crate::domain::groups::{self, Role};
+use crate::domain::{names, secrets};
 use crate::error::{Error, Result};
-use crate::groups::{self, Role};
+use crate::ids;
 pub use crate::model::{
     Action, Automation, EventConfig, EventType, Handle, RunFilters, Scope, State, WebhookRef,
 };
@@ -24,7 +26,6 @@ use crate::plugin::input::{FilterSpec, check_template};
 use crate::plugin::template::Variable;
 use crate::plugin::{Kind, Plugin, PluginError, Plugins};
 use crate::store::Store;
-use crate::{ids, names, secrets};
 
 /// The filter plugin every automation uses.
 pub const FILTER_PLUGIN: &str = "filter-default";
@@ -100,11 +101,14 @@ pub async fn check(
     }
     let webhook = usable_webhook(store, user, &def.webhook).await?;
     if let EventConfig::RunMetricThreshold { metric, .. } = &def.event
-        && metric.window as usize > crate::runs::MAX_WINDOW
+        && metric.window as usize > crate::domain::runs::MAX_WINDOW
     {
         return Err(Error::invalid(
             "event.metric.window",
-            format!("window is at most {} values", crate::runs::MAX_WINDOW),
+            format!(
+                "window is at most {} values",
+                crate::domain::runs::MAX_WINDOW
+            ),
         ));
     }
     check_plugins(store, plugins, def, &webhook, None).await

@@ -14,12 +14,12 @@ use super::outbox::{Delivery, Execution, Status};
 use super::secret_refs::{self, Rewrite, Uncarried};
 use super::webhooks;
 use super::worker::Dispatcher;
+use crate::domain::seal::Sealer;
 use crate::error::{Error, Result};
 use crate::ids;
 use crate::model::Event;
 use crate::plugin::template::Variable;
 use crate::plugin::{PluginError, Plugins};
-use crate::seal::Sealer;
 use crate::store::Store;
 
 /// A run automation fires at most once per run in this long.

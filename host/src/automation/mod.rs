@@ -9,6 +9,8 @@
 //! - [`matcher`]: event → filter → render → executions and deliveries.
 //! - [`outbox`]: durable deliveries and the execution history.
 //! - [`worker`]: the dispatcher that sends, retries and records.
+//! - [`uploads`]: plugins uploaded by operators, refused when they would
+//!   break the automations that call them.
 
 pub mod automations;
 pub mod events;
@@ -18,6 +20,7 @@ pub mod secret_refs;
 pub mod send;
 pub mod signature;
 pub mod ssrf;
+pub mod uploads;
 pub mod variables;
 pub mod webhook_test;
 pub mod webhooks;

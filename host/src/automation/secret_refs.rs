@@ -107,7 +107,7 @@ pub async fn resolve_in_team(
     let team_secrets = if lacking.is_empty() {
         BTreeSet::new()
     } else {
-        crate::secrets::among(store, team, &lacking).await?
+        crate::domain::secrets::among(store, team, &lacking).await?
     };
     Ok(resolve(text, webhook, carried, &team_secrets, rewrite))
 }

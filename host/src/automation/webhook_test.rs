@@ -11,9 +11,9 @@ use serde_json::{Value, json};
 use super::secret_refs::{self, Rewrite};
 use super::send::{Answer, Outgoing, Sender};
 use super::webhooks::{Revealed, Webhook};
+use crate::domain::seal::Sealer;
 use crate::error::{Error, Result};
 use crate::ids;
-use crate::seal::Sealer;
 use crate::store::Store;
 
 /// What the caller sees.

@@ -7,11 +7,12 @@ use serde::Deserialize;
 
 use super::ssrf;
 use super::variables::ACCESS_TOKEN;
+use crate::domain::seal::Sealer;
+use crate::domain::{names, secrets};
 use crate::error::{Error, Result};
+use crate::ids;
 pub use crate::model::Webhook;
-use crate::seal::Sealer;
 use crate::store::Store;
-use crate::{ids, names, secrets};
 
 /// The settable fields of a webhook.
 #[derive(Debug, Clone, Deserialize)]

@@ -18,10 +18,10 @@ use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
 use super::send::{Answer, Failure, Outgoing, Sender};
 use super::webhooks;
 use crate::cfg::DeliveryConfig;
+use crate::domain::seal::Sealer;
 use crate::error::Result;
 use crate::ids;
 use crate::model::{Attempt, Delivery, Status, WebhookRef};
-use crate::seal::Sealer;
 use crate::store::Store;
 use crate::telemetry;
 

@@ -12,12 +12,13 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
-use crate::auth::User;
+use crate::domain::auth::User;
+use crate::domain::names;
 use crate::error::{Error, Result};
+use crate::ids;
 use crate::model::{ArtifactRef, Event, EventType, Scope};
 pub use crate::model::{Collection, LabelledVersion, Source, Version};
 use crate::store::Store;
-use crate::{ids, names};
 
 /// Longest alias or tag.
 pub const MAX_LABEL_LEN: usize = 128;

@@ -56,7 +56,7 @@ pub async fn bootstrap(store: &Store, given_key: Option<&str>) -> anyhow::Result
 
 /// Creates a user with a first API key (shown once).
 pub async fn create_user(store: &Store, name: &str, operator: bool) -> Result<(User, NewKey)> {
-    crate::names::validate("name", name)?;
+    crate::domain::names::validate("name", name)?;
     let tx = store.begin().await?;
     let user = insert_user(&*tx, name, operator).await?;
     let key = new_key(&*tx, &user, "default").await?;

@@ -5,12 +5,13 @@
 //! not exist (404), so names do not leak across groups. A member who lacks
 //! the role for an action gets 403. Operators act as admins of every group.
 
-use crate::auth::User;
+use crate::domain::auth::User;
+use crate::domain::names;
 use crate::error::{Error, Result};
+use crate::ids;
 use crate::model::Scope;
 pub use crate::model::{Group, GroupKind, Member, Role};
 use crate::store::Store;
-use crate::{ids, names};
 
 fn list_path(kind: GroupKind) -> &'static str {
     match kind {
@@ -94,7 +95,7 @@ pub async fn authorize(store: &Store, user: &User, scope: &Scope, need: Role) ->
         }
         Scope::Project { team, project } => {
             require(store, GroupKind::Team, user, team, need).await?;
-            crate::projects::get(store, team, project).await?;
+            crate::domain::projects::get(store, team, project).await?;
         }
     }
     Ok(())

@@ -1,10 +1,11 @@
 //! Projects: owned by a team; where runs happen and project automations listen.
 
-use crate::auth::User;
+use crate::domain::auth::User;
+use crate::domain::names;
 use crate::error::{Error, Result};
+use crate::ids;
 pub use crate::model::Project;
 use crate::store::Store;
-use crate::{ids, names};
 
 /// Creates a project in `team`.
 pub async fn create(

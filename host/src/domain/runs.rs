@@ -7,12 +7,13 @@
 
 use std::collections::BTreeMap;
 
-use crate::auth::User;
+use crate::domain::auth::User;
+use crate::domain::names;
 use crate::error::{Error, Result};
+use crate::ids;
 pub use crate::model::Run;
 use crate::model::{Event, EventType, RunRef, Scope};
 use crate::store::Store;
-use crate::{ids, names};
 
 /// The most recent values kept per metric, and the largest window an
 /// automation may aggregate.

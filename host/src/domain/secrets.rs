@@ -1,4 +1,4 @@
-//! Team secrets: named values sealed at rest (see [`crate::seal`]).
+//! Team secrets: named values sealed at rest (see [`crate::domain::seal`]).
 //!
 //! Nothing here returns a value to a client: listings carry names and dates,
 //! and [`reveal`] is for the host's own use when it signs or authorises a
@@ -6,11 +6,12 @@
 
 use serde::Serialize;
 
+use crate::domain::names;
+use crate::domain::seal::Sealer;
 use crate::error::{Error, Result};
+use crate::ids;
 use crate::model::Secret;
-use crate::seal::Sealer;
 use crate::store::Store;
-use crate::{ids, names};
 
 /// Largest secret value, in bytes.
 pub const MAX_VALUE_BYTES: usize = 8 * 1024;

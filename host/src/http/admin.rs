@@ -13,13 +13,13 @@ use super::json::{WasmBody, parse};
 use super::query::{Force, Query};
 use super::{Caller, Json};
 use crate::app::App;
+use crate::automation::uploads;
 use crate::error::{Error, Result};
 use crate::plugin::input::{FilterInput, TemplateInput};
 use crate::plugin::manifest::{BackendGrant, LimitOverrides, validate_name, validate_version};
 use crate::plugin::registry::Spec;
 use crate::plugin::warm::HOST;
 use crate::plugin::{Kind, Plugin, Source};
-use crate::uploads;
 
 fn require_operator(caller: &Caller) -> Result<()> {
     caller.require_operator("administer plugins")

@@ -14,9 +14,9 @@ use serde_json::Value;
 use super::scope::{Params, param, scope};
 use super::{Caller, Json};
 use crate::app::App;
-use crate::artifacts::{self, Collection, LabelledVersion, Source};
+use crate::domain::artifacts::{self, Collection, LabelledVersion, Source};
+use crate::domain::groups::{self, Role};
 use crate::error::{Error, Result};
-use crate::groups::{self, Role};
 use crate::model::Scope;
 
 #[derive(Deserialize)]

@@ -14,8 +14,8 @@ use super::{Caller, Json};
 use crate::app::App;
 use crate::automation::automations::{self, Automation, Definition, Handle};
 use crate::automation::outbox;
+use crate::domain::groups::{self, Role};
 use crate::error::Result;
-use crate::groups::{self, Role};
 
 pub async fn list(
     State(app): State<App>,

@@ -5,7 +5,7 @@ use axum::http::header;
 use axum::http::request::Parts;
 
 use crate::app::App;
-use crate::auth::{self, User};
+use crate::domain::auth::{self, User};
 use crate::error::{Error, Result};
 
 /// The authenticated user behind a request. Taking a `Caller` makes a handler

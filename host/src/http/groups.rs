@@ -8,9 +8,9 @@ use serde_json::{Value, json};
 
 use super::{Caller, Json};
 use crate::app::App;
-use crate::auth;
+use crate::domain::auth;
+use crate::domain::groups::{self, Group, GroupKind, Member, Role};
 use crate::error::Result;
-use crate::groups::{self, Group, GroupKind, Member, Role};
 
 /// Picks the group kind a route serves.
 pub trait Kind {

@@ -5,7 +5,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
 use crate::app::App;
-use crate::health;
+use crate::app::health;
 
 pub async fn system_check(State(app): State<App>) -> Response {
     let report = health::system_check(&app).await;

@@ -12,15 +12,15 @@ use tokio::sync::mpsc;
 
 use super::{Caller, Json, KeyedCaller};
 use crate::app::App;
-use crate::auth::User;
+use crate::domain::auth::User;
+use crate::domain::groups::{self, Role};
+use crate::domain::projects;
 use crate::error::{Error, Result};
-use crate::groups::{self, Role};
 use crate::ids;
 use crate::inference::Running;
 use crate::inference::backend::{ChatResult, ModelInfo, Piece};
 use crate::inference::usage::{self, Account};
 use crate::inference::wire::{self, CompletionRequest, Header};
-use crate::projects;
 
 /// The project headers: ours (the spec's) and the one the `openai` SDK sends
 /// for `project=`.

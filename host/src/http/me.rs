@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::{Caller, Json};
 use crate::app::App;
-use crate::auth;
+use crate::domain::auth;
 use crate::error::Result;
 
 pub async fn show(Caller(user): Caller) -> axum::Json<auth::User> {

@@ -9,10 +9,10 @@ use super::query::{Force, Query};
 use super::{Caller, Json};
 use crate::app::App;
 use crate::automation::automations;
+use crate::domain::groups::{self, Role};
+use crate::domain::projects::{self, Project};
 use crate::error::{Error, Result};
-use crate::groups::{self, Role};
 use crate::model::Scope;
-use crate::projects::{self, Project};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -10,11 +10,11 @@ use serde_json::{Value, json};
 
 use super::{Caller, Json};
 use crate::app::App;
-use crate::auth::User;
+use crate::domain::auth::User;
+use crate::domain::groups::{self, Role};
+use crate::domain::runs::{self, Run};
 use crate::error::Result;
-use crate::groups::{self, Role};
 use crate::model::Scope;
-use crate::runs::{self, Run};
 
 /// Runs are read and written by members of the project's team.
 async fn member(app: &App, user: &User, team: &str, project: &str) -> Result<()> {

@@ -9,9 +9,9 @@ use super::query::{Force, Query};
 use super::{Caller, Json};
 use crate::app::App;
 use crate::automation::webhooks;
+use crate::domain::groups::{self, Role};
+use crate::domain::secrets;
 use crate::error::Result;
-use crate::groups::{self, Role};
-use crate::secrets;
 
 pub async fn list_secrets(
     State(app): State<App>,

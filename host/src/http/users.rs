@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use super::{Caller, Json};
 use crate::app::App;
-use crate::auth;
+use crate::domain::auth;
 use crate::error::Result;
 
 #[derive(Deserialize)]

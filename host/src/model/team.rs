@@ -22,7 +22,7 @@ pub struct Project {
 pub struct Secret {
     /// Referenced as `$NAME` or `${NAME}` in payloads.
     pub name: String,
-    /// The value sealed (hex) by [`crate::seal`].
+    /// The value sealed (hex) by [`crate::domain::seal`].
     pub sealed: String,
     /// Unix seconds.
     pub created_at: u64,

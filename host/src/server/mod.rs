@@ -22,9 +22,10 @@ use connections::{Admission, ClientIo};
 
 use crate::app::App;
 use crate::cfg::Config;
-use crate::seal::Sealer;
+use crate::domain::auth;
+use crate::domain::seal::Sealer;
+use crate::http;
 use crate::store::Store;
-use crate::{auth, http};
 
 /// What `serve` is given beyond the configuration: secrets from the
 /// environment, and how it logs.

@@ -18,8 +18,8 @@ use crate::automation::automations::{
 };
 use crate::automation::outbox::{self, Execution, Status};
 use crate::automation::webhooks;
+use crate::domain::groups::{self, GroupKind, Role};
 use crate::error::Error;
-use crate::groups::{self, GroupKind, Role};
 use crate::http::scope::{Params, param};
 use crate::model::{MetricSpec, RunFilters};
 use crate::plugin::Kind;

@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Redirect};
 use super::usage::Chart;
 use super::{Failed, Nav, Posted, Shown, Viewer, page};
 use crate::app::App;
-use crate::auth;
+use crate::domain::auth;
 use crate::error::Error;
 use crate::inference::usage;
 

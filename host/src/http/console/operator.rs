@@ -11,12 +11,12 @@ use axum::extract::Multipart;
 
 use super::{Failed, Nav, Posted, Shown, Viewer, page};
 use crate::app::App;
+use crate::app::health::{self, Check};
+use crate::automation::uploads;
 use crate::error::Error;
-use crate::health::{self, Check};
 use crate::plugin::manifest::{validate_name, validate_version};
 use crate::plugin::registry::Spec;
 use crate::plugin::{Kind, Limits, Source};
-use crate::uploads;
 
 /// A plugin as listed.
 struct PluginRow {
@@ -65,7 +65,7 @@ async fn operator_page(
 ) -> Shown {
     require_operator(viewer)?;
     let report = health::system_check(app).await;
-    let users = crate::auth::list_users(&app.store)
+    let users = crate::domain::auth::list_users(&app.store)
         .await
         .map_err(|e| Failed::new(e, viewer))?;
     let mut plugins: Vec<PluginRow> = app

@@ -14,12 +14,12 @@ use axum::response::{IntoResponse, Redirect};
 use super::usage::Chart;
 use super::{Failed, Nav, Posted, Shown, Viewer, page};
 use crate::app::App;
-use crate::artifacts;
 use crate::automation::automations::{self, Automation, EventConfig, Scope};
+use crate::domain::artifacts;
+use crate::domain::groups::{self, GroupKind, Role};
+use crate::domain::runs;
 use crate::error::Error;
-use crate::groups::{self, GroupKind, Role};
 use crate::inference::usage;
-use crate::runs;
 
 /// An automation as a project page lists it.
 struct AutomationRow {

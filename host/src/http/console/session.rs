@@ -16,7 +16,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 
 use super::{Failed, Nav, page};
 use crate::app::App;
-use crate::auth::{self, Session, User};
+use crate::domain::auth::{self, Session, User};
 use crate::error::Error;
 use crate::ids;
 

@@ -9,9 +9,9 @@ use axum::response::{IntoResponse, Redirect};
 use super::{Failed, Nav, Posted, Shown, Viewer, page};
 use crate::app::App;
 use crate::automation::webhooks;
+use crate::domain::groups::{self, GroupKind, Role};
+use crate::domain::{auth, projects, secrets};
 use crate::error::Error;
-use crate::groups::{self, GroupKind, Role};
-use crate::{auth, projects, secrets};
 
 #[derive(Template)]
 #[template(path = "console/teams.html")]

@@ -12,8 +12,8 @@ use super::{ConfirmPage, Failed, Nav, Posted, Shown, Viewer, page};
 use crate::app::App;
 use crate::automation::webhook_test::{self, Outcome};
 use crate::automation::{automations, webhooks};
+use crate::domain::groups::{self, Role};
 use crate::error::Error;
-use crate::groups::{self, Role};
 
 /// `POST /teams/{team}/webhooks`.
 pub async fn create(State(app): State<App>, Path(team): Path<String>, posted: Posted) -> Shown {
@@ -88,7 +88,7 @@ async fn webhook_page(app: &App, viewer: &Viewer, team: &str, name: &str, tested
     let webhook = webhooks::get(&app.store, team, name)
         .await
         .map_err(failed)?;
-    let secrets = crate::secrets::list(&app.store, team)
+    let secrets = crate::domain::secrets::list(&app.store, team)
         .await
         .map_err(failed)?;
     Ok(page(
