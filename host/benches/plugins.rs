@@ -13,12 +13,12 @@ mod common;
 mod scaffolds;
 
 use switchyard::cfg::QueueConfig;
-use switchyard::plugin::builtin::{self, TEMPLATE_DEFAULT};
-use switchyard::plugin::call::new_store;
-use switchyard::plugin::registry::Pre;
-use switchyard::plugin::registry::Spec;
-use switchyard::plugin::template::Variable;
+use switchyard::plugin::Spec;
+use switchyard::plugin::Variable;
+use switchyard::plugin::internals::Prepared;
+use switchyard::plugin::internals::instance_store;
 use switchyard::plugin::{Plugin, Plugins};
+use switchyard::plugin::{TEMPLATE_DEFAULT, builtins};
 
 /// The team every render is for: calls reuse its kept instance, as a
 /// team's deliveries do.
@@ -30,7 +30,7 @@ fn main() {
 
 /// `template-default` as built in.
 fn template_spec() -> Spec {
-    builtin::specs()
+    builtins()
         .into_iter()
         .find(|s| s.name == TEMPLATE_DEFAULT)
         .unwrap()
@@ -204,7 +204,7 @@ async fn run() {
     let mut contexts = Vec::with_capacity(CALLS);
     for _ in 0..CALLS {
         let started = Instant::now();
-        std::hint::black_box(switchyard::plugin::state::State::new(64 << 20));
+        std::hint::black_box(switchyard::plugin::internals::State::new(64 << 20));
         contexts.push(started.elapsed());
     }
     println!(
@@ -285,13 +285,13 @@ async fn run() {
 /// itself (trivial and 1 KB), and dropping the store (which resets memory);
 /// and the same call on an instance kept from the previous one.
 pub async fn phases(plugins: &Plugins, plugin: &Plugin, template: &str, vars: &[Variable]) {
-    let Pre::Template(pre) = &plugin.pre else {
+    let Prepared::Template(pre) = &plugin.pre else {
         unreachable!()
     };
     let mut times: [Vec<Duration>; 5] = Default::default();
     for i in 0..3000 {
         let t0 = Instant::now();
-        let mut store = new_store(plugins.runtime(), plugin);
+        let mut store = instance_store(plugins.runtime(), plugin);
         let t1 = Instant::now();
         let instance = pre.instantiate_async(&mut store).await.unwrap();
         let t2 = Instant::now();
@@ -316,7 +316,7 @@ pub async fn phases(plugins: &Plugins, plugin: &Plugin, template: &str, vars: &[
         times[2 + i % 2].push(t3 - t2);
         times[4].push(t4 - t3);
     }
-    let mut store = new_store(plugins.runtime(), plugin);
+    let mut store = instance_store(plugins.runtime(), plugin);
     let instance = pre.instantiate_async(&mut store).await.unwrap();
     let mut kept = Vec::with_capacity(3000);
     for _ in 0..3000 {

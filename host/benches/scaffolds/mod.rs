@@ -8,10 +8,10 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use switchyard::plugin::registry::{Source, Spec};
+use switchyard::plugin::Variable;
 use switchyard::plugin::scaffold::{self, COMPONENTIZE_PY, Lang};
-use switchyard::plugin::template::Variable;
 use switchyard::plugin::{Kind, Plugins};
+use switchyard::plugin::{Source, Spec};
 
 use super::{TEAM, median, phases};
 

@@ -117,7 +117,7 @@ async fn check(limit: Duration, probe: impl Future<Output = anyhow::Result<()>>)
 
 /// Renders a known template through the plugin work queue and checks the answer.
 async fn render_probe(plugins: std::sync::Arc<crate::plugin::Plugins>) -> anyhow::Result<()> {
-    use crate::plugin::{builtin::TEMPLATE_DEFAULT, template::Variable};
+    use crate::plugin::{TEMPLATE_DEFAULT, Variable};
     let (workers, waiting) = (plugins.queue.workers(), plugins.queue.waiting());
     let vars = vec![Variable {
         name: "event_type".into(),
@@ -126,7 +126,7 @@ async fn render_probe(plugins: std::sync::Arc<crate::plugin::Plugins>) -> anyhow
     let out = plugins
         .render(
             TEMPLATE_DEFAULT,
-            crate::plugin::warm::HOST,
+            crate::plugin::HOST,
             r#"{"probe": "${event_type}"}"#.into(),
             vars,
         )

@@ -13,7 +13,7 @@ use crate::cfg::Config;
 use crate::domain::seal::Sealer;
 use crate::inference::Inference;
 use crate::plugin::Plugins;
-use crate::plugin::watch::Watcher;
+use crate::plugin::Watcher;
 use crate::queue::WorkQueue;
 use crate::store::Store;
 
@@ -50,7 +50,8 @@ impl App {
             .cache_dir
             .clone()
             .unwrap_or_else(|| cfg.data_dir.join("cache"));
-        let plugins = Plugins::start(&cache_dir, &cfg.queues.plugin).await?;
+        let plugins =
+            Plugins::start(&cache_dir, &cfg.queues.plugin, crate::plugin::builtins()).await?;
         // Built-in backends first: they reserve their model ids before any
         // backend plugin in the directory is loaded.
         let inference = Inference::start(

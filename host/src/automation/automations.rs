@@ -22,8 +22,8 @@ use crate::ids;
 pub use crate::model::{
     Action, Automation, EventConfig, EventType, Handle, RunFilters, Scope, State, WebhookRef,
 };
-use crate::plugin::input::{FilterSpec, check_template};
-use crate::plugin::template::Variable;
+use crate::plugin::Variable;
+use crate::plugin::{FilterSpec, check_template};
 use crate::plugin::{Kind, Plugin, PluginError, Plugins};
 use crate::store::Store;
 

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use serde_json::{Value, json};
 
 pub use crate::model::{ArtifactRef, Event, EventType, RunRef, Scope};
-use crate::plugin::input::EventSpec;
+use crate::plugin::EventSpec;
 
 impl Event {
     /// What the filter plugin sees.

@@ -18,7 +18,7 @@ use crate::domain::seal::Sealer;
 use crate::error::{Error, Result};
 use crate::ids;
 use crate::model::Event;
-use crate::plugin::template::Variable;
+use crate::plugin::Variable;
 use crate::plugin::{PluginError, Plugins};
 use crate::store::Store;
 

@@ -13,9 +13,9 @@ use serde_json::json;
 use crate::automation::automations;
 use crate::error::{Error, Result};
 use crate::model::StoredPlugin;
-use crate::plugin::manifest::BackendGrant;
-use crate::plugin::registry::{Source, Spec};
-use crate::plugin::{Kind, Limits, Plugin, Plugins, builtin};
+use crate::plugin::BackendGrant;
+use crate::plugin::{Kind, Limits, Plugin, Plugins, is_builtin};
+use crate::plugin::{Source, Spec};
 use crate::store::Store;
 
 /// Installs an uploaded plugin, for the operator API and the console alike:
@@ -69,7 +69,7 @@ pub async fn install(
 /// Removes an uploaded plugin. One that automations use is refused, naming
 /// them, unless `force`, which disables them; built-ins stay.
 pub async fn remove(store: &Store, plugins: &Plugins, name: &str, force: bool) -> Result<()> {
-    if builtin::is_builtin(name) {
+    if is_builtin(name) {
         return Err(Error::Conflict(format!(
             "'{name}' is a built-in plugin: it can be replaced (PUT) but not removed"
         )));

@@ -15,10 +15,10 @@ use super::{Caller, Json};
 use crate::app::App;
 use crate::automation::uploads;
 use crate::error::{Error, Result};
-use crate::plugin::input::{FilterInput, TemplateInput};
-use crate::plugin::manifest::{BackendGrant, LimitOverrides, validate_name, validate_version};
-use crate::plugin::registry::Spec;
-use crate::plugin::warm::HOST;
+use crate::plugin::HOST;
+use crate::plugin::Spec;
+use crate::plugin::{BackendGrant, LimitOverrides, validate_name, validate_version};
+use crate::plugin::{FilterInput, TemplateInput};
 use crate::plugin::{Kind, Plugin, Source};
 
 fn require_operator(caller: &Caller) -> Result<()> {

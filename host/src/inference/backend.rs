@@ -1,11 +1,11 @@
 //! What inference needs of a model backend, and nothing more: its models,
 //! its health and a chat call, in the host's own types. The backends the
-//! host runs are wasmtime plugins ([`crate::plugin::backend::Backend`]);
+//! host runs are wasmtime plugins ([`crate::plugin::Backend`]);
 //! routing, limits, usage and the HTTP layer see only this trait.
 
 use tokio::sync::mpsc;
 
-pub use crate::plugin::backend::{
+pub use crate::plugin::{
     CallError, ChatRequest, ChatResult, FinishReason, Message, ModelInfo, Piece,
 };
 
@@ -40,7 +40,7 @@ pub trait ModelBackend: Send + Sync {
 }
 
 #[async_trait::async_trait]
-impl ModelBackend for crate::plugin::backend::Backend {
+impl ModelBackend for crate::plugin::Backend {
     fn name(&self) -> &str {
         self.name()
     }

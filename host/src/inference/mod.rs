@@ -26,13 +26,13 @@ use tokio::sync::{mpsc, oneshot};
 
 use self::backend::{CallError, ChatRequest, ChatResult, ModelBackend, ModelInfo, Piece};
 use self::usage::Account;
-use crate::plugin::backend::{Backend, Instances, Setup};
+use crate::plugin::{Backend, Instances, Setup};
 use wasmtime_wasi::FsPerms;
 
 use crate::cfg::{Config, UpstreamConfig};
 use crate::error::{Error, Result};
-use crate::plugin::engine::Runtime;
-use crate::plugin::manifest::BackendGrant;
+use crate::plugin::BackendGrant;
+use crate::plugin::Runtime;
 use crate::plugin::{Kind, Limits, Plugin, Plugins};
 use crate::queue::WorkQueue;
 use crate::store::Store;

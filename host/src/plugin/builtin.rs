@@ -12,8 +12,8 @@ macro_rules! component {
     };
 }
 
-use super::Kind;
-use super::registry::{Source, Spec};
+use super::loaded::{Source, Spec};
+use super::types::Kind;
 
 /// The default payload template plugin.
 pub const TEMPLATE_DEFAULT: &str = "template-default";
@@ -43,7 +43,7 @@ pub fn is_builtin(name: &str) -> bool {
 }
 
 /// Load specifications for every built-in.
-pub fn specs() -> Vec<Spec> {
+pub fn builtins() -> Vec<Spec> {
     [
         (
             TEMPLATE_DEFAULT,

@@ -7,7 +7,7 @@
 //! arguments and no network, so the filesystem imports Rust's std pulls in find
 //! nothing to open.
 
-use super::{Kind, LoadError};
+use super::types::{Kind, LoadError};
 
 /// WASI interfaces any plugin may import (`*` allows the whole package).
 const BASE: &[&str] = &[
@@ -59,26 +59,6 @@ pub fn check(kind: Kind, bytes: &[u8]) -> Result<Vec<String>, LoadError> {
         kind,
         imports: denied,
     })
-}
-
-/// Why a kind may not have what it was refused.
-pub fn why_refused(kind: Kind) -> &'static str {
-    match kind {
-        Kind::PayloadTemplate | Kind::EventFilter => {
-            "they get no network (sockets are linked but every use is denied) and no host access beyond WASI basics"
-        }
-        Kind::ModelBackend => "they reach the network only through wasi:http, to the hosts granted",
-    }
-}
-
-/// How to build without `refused`, where we know.
-pub fn hint(kind: Kind, refused: &[String]) -> &'static str {
-    // StarlingMonkey links wasi:http for fetch() unless told not to.
-    if kind != Kind::ModelBackend && refused.iter().any(|i| i.starts_with("wasi:http/")) {
-        "; a JavaScript component built by jco: add `--disable http fetch-event` to `jco componentize`"
-    } else {
-        ""
-    }
 }
 
 /// The names a component imports at its top level (not its inner modules').

@@ -8,8 +8,9 @@ use anyhow::{Context, bail};
 use serde_json::{Value, json};
 
 use super::input::{FilterInput, TemplateInput};
+use super::loaded::{Source, Spec};
 use super::manifest::Manifest;
-use super::registry::{Plugins, Source, Spec};
+use super::registry::Plugins;
 use super::{Kind, PluginError};
 use crate::cfg::QueueConfig;
 

@@ -1,194 +1,63 @@
-//! The plugin runtime: WebAssembly components loaded under our own WIT worlds.
+//! The plugin runtime: WebAssembly components loaded under our own WIT
+//! worlds. The rest of the host sees only what this file re-exports.
 //!
-//! - [`engine`]: the one wasmtime engine, epoch ticker and compile cache.
-//! - [`capabilities`]: what each kind may import.
-//! - [`limits`]: memory, CPU and wall-clock limits per call.
-//! - [`registry`]: loaded plugins by name, swapped atomically.
-//! - [`call`]: running one call under its limits.
-//! - [`warm`]: instances kept between calls, per team.
-//! - [`template`], [`filter`] and [`model`]: the typed calls of each kind;
-//!   [`backend`]: a model backend's instances, its egress and its second
+//! - `types`: the kinds of plugin and the errors of loading and calling one
+//!   (a leaf: it imports nothing else of `plugin/`).
+//! - `engine`: the one wasmtime engine, epoch ticker and compile cache;
+//!   `state`: the one store builder; `limits`; `capabilities`: what each
+//!   kind may import; `failure`: how a failed call is told.
+//! - `loaded`: a loaded plugin; `registry`: the loaded plugins by name,
+//!   swapped atomically, with the built-ins handed to it at start;
+//!   `call`: one call under its limits; `warm`: instances kept per team.
+//! - `template`, `filter` and `model`: the typed calls of each kind;
+//!   `backend`: a model backend's instances, its egress and its second
 //!   instance, which inference calls.
-//! - [`builtin`], [`manifest`] and [`watch`]: where plugins come from.
-//! - [`scaffold`]: new plugin projects, for `switchyard plugin new`.
+//! - `builtin`, `manifest` and `watch`: where plugins come from; `input`:
+//!   what clients send a plugin, checked.
+//! - [`scaffold`] and [`dry_run`]: `switchyard plugin new` and `check`.
 
-pub mod backend;
-pub mod bindings;
-pub mod builtin;
-pub mod call;
-pub mod capabilities;
+mod backend;
+mod bindings;
+mod builtin;
+mod call;
+mod capabilities;
 pub mod dry_run;
-pub mod engine;
-pub mod filter;
-pub mod input;
-pub mod limits;
-pub mod manifest;
-pub mod model;
-pub mod registry;
+mod engine;
+mod failure;
+mod filter;
+mod input;
+mod limits;
+mod loaded;
+mod manifest;
+mod model;
+mod registry;
 pub mod scaffold;
-pub mod state;
-pub mod template;
-pub mod warm;
-pub mod watch;
+mod state;
+mod template;
+mod types;
+mod warm;
+mod watch;
 
-use std::fmt;
-use std::str::FromStr;
-
-use serde::{Deserialize, Serialize};
-
+pub use backend::{
+    Backend, CallError, ChatRequest, ChatResult, FinishReason, Instances, Message, ModelInfo,
+    Piece, Setup,
+};
+pub use builtin::{FILTER_DEFAULT, TEMPLATE_DEFAULT, builtins, is_builtin};
+pub use engine::Runtime;
+pub use input::{EventSpec, FilterInput, FilterSpec, TemplateInput, check_template};
 pub use limits::Limits;
-pub use registry::{Plugin, Plugins, Source};
+pub use loaded::{Plugin, Source, Spec};
+pub use manifest::{BackendGrant, LimitOverrides, validate_name, validate_version};
+pub use registry::Plugins;
+pub use template::Variable;
+pub use types::{Kind, LoadError, PluginError};
+pub use warm::HOST;
+pub use watch::Watcher;
 
-/// The kinds of plugin, one WIT world each.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Kind {
-    /// `payload-template`: renders webhook payloads.
-    PayloadTemplate,
-    /// `event-filter`: decides whether an event fires an automation.
-    EventFilter,
-    /// `model-backend`: serves chat models behind the OpenAI-compatible API.
-    ModelBackend,
-}
-
-impl Kind {
-    /// The name used in manifests, the API and WIT.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Kind::PayloadTemplate => "payload-template",
-            Kind::EventFilter => "event-filter",
-            Kind::ModelBackend => "model-backend",
-        }
-    }
-}
-
-impl fmt::Display for Kind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for Kind {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Kind, String> {
-        match s {
-            "payload-template" => Ok(Kind::PayloadTemplate),
-            "event-filter" => Ok(Kind::EventFilter),
-            "model-backend" => Ok(Kind::ModelBackend),
-            other => Err(format!(
-                "unknown plugin kind '{other}'; expected payload-template, event-filter or model-backend"
-            )),
-        }
-    }
-}
-
-/// Why a component could not be loaded, worded for its author: the
-/// sentence follows "cannot load plugin name@version: ".
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum LoadError {
-    /// The bytes are not a WebAssembly component.
-    #[error("it is not a valid WebAssembly component: {0}")]
-    NotAComponent(String),
-    /// A core module where a component was expected.
-    #[error(
-        "it is a core WebAssembly module, not a component; build it as a component \
-         (cargo build --target wasm32-wasip2, or wasm-tools component new)"
-    )]
-    CoreModule,
-    /// It imports what its kind may not have (checked before compiling).
-    #[error(
-        "plugins of kind {kind} may not import {}; remove those imports ({}){}",
-        imports.join(", "),
-        capabilities::why_refused(*kind),
-        capabilities::hint(*kind, imports)
-    )]
-    Refused {
-        /// Its kind.
-        kind: Kind,
-        /// The imports refused.
-        imports: Vec<String>,
-    },
-    /// A model backend imports `wasi:http` but was granted no hosts.
-    #[error(
-        "it imports {} but is granted no network; list the hosts it may call in allow_hosts",
-        .0.join(", ")
-    )]
-    NoNetworkGranted(Vec<String>),
-    /// The linker cannot satisfy its imports.
-    #[error("its imports cannot be satisfied: {0}")]
-    Unlinkable(String),
-    /// It does not export its kind's world.
-    #[error("it does not implement the {kind} world of switchyard:plugin@{versions}: {detail}")]
-    WrongWorld {
-        /// The kind it was loaded as.
-        kind: Kind,
-        /// The WIT versions accepted, e.g. "0.2.0 or @0.1.0".
-        versions: &'static str,
-        /// wasmtime's words.
-        detail: String,
-    },
-    /// Its limits are out of range.
-    #[error("{0}")]
-    Limits(String),
-    /// Its grant names a credential the host does not have.
-    #[error("the environment variable {0} (api_key_env) is not set on the host")]
-    MissingCredential(String),
-    /// A model backend that failed to start or to list its models.
-    #[error("{0}")]
-    DidNotStart(String),
-    /// A model backend that serves no models.
-    #[error("it lists no models; list-models must return at least one")]
-    NoModels,
-    /// The host failed while compiling it: a bug or a broken engine.
-    #[error("{0}")]
-    Host(String),
-}
-
-/// Why a plugin could not be loaded or called. Every message names the plugin
-/// and its version.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum PluginError {
-    /// The plugin ran and reported an error about its input.
-    #[error("{plugin}: {message}")]
-    Reported {
-        /// `name@version`.
-        plugin: String,
-        /// The plugin's error code, e.g. `unknown-variable`.
-        code: String,
-        /// Its message.
-        message: String,
-        /// Byte offset into the input, when known.
-        position: Option<u32>,
-    },
-    /// The plugin failed: a trap, or a limit was hit.
-    #[error("{plugin} {what}")]
-    Failed {
-        /// `name@version`.
-        plugin: String,
-        /// What happened, e.g. "exceeded its CPU budget of 100 ms".
-        what: String,
-    },
-    /// No plugin of that name and kind is loaded.
-    #[error("no {kind} plugin named '{name}' is loaded")]
-    NotLoaded {
-        /// The name asked for.
-        name: String,
-        /// The kind needed.
-        kind: Kind,
-    },
-    /// The component could not be loaded.
-    #[error("cannot load plugin {plugin}: {why}")]
-    Load {
-        /// `name@version`.
-        plugin: String,
-        /// Why.
-        why: LoadError,
-    },
-    /// The plugin would clash with what is already served.
-    #[error("{0}")]
-    Conflict(String),
-    /// The plugin work queue refused or lost the job.
-    #[error("{0}")]
-    Queue(String),
+/// What `just bench-plugins` measures below the public calls.
+#[doc(hidden)]
+pub mod internals {
+    pub use super::call::instance_store;
+    pub use super::loaded::Prepared;
+    pub use super::state::State;
 }

@@ -10,16 +10,11 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use serde::Serialize;
 
-use super::bindings::v0_1_0::{filter, template};
-use super::call::Live;
 use super::engine::{Runtime, content_hash};
-use super::manifest::BackendGrant;
-use super::state::State;
+use super::loaded::{Plugin, Prepared, Spec, Stats};
 use super::warm::Warm;
 use super::{Kind, Limits, LoadError, PluginError};
 use crate::cfg::QueueConfig;
@@ -29,159 +24,6 @@ use crate::queue::WorkQueue;
 /// Each holds pooled slots (an interpreter's component has a dozen core
 /// instances), so few are kept: the teams most recently served.
 const MAX_IDLE: usize = 8;
-
-/// Where a plugin came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Source {
-    /// Embedded in the binary.
-    Builtin,
-    /// The watched plugins directory.
-    Directory,
-    /// Uploaded through the operator API.
-    Upload,
-}
-
-/// A component checked against its world, ready to instantiate.
-pub enum Pre {
-    /// A `payload-template`.
-    Template(template::PayloadTemplatePre<State>),
-    /// An `event-filter`.
-    Filter(filter::EventFilterPre<State>),
-    /// A `model-backend`, instantiated, with the models it serves.
-    Backend(super::model::Served),
-}
-
-/// One loaded plugin.
-pub struct Plugin {
-    /// Unique name.
-    pub name: String,
-    /// Its kind (WIT world).
-    pub kind: Kind,
-    /// Version, from its manifest.
-    pub version: String,
-    /// SHA-256 of the component bytes, hex.
-    pub sha256: String,
-    /// Where it came from.
-    pub source: Source,
-    /// Limits applied to every call.
-    pub limits: Limits,
-    /// Unix seconds.
-    pub loaded_at: u64,
-    /// Size of the component in bytes.
-    pub size_bytes: usize,
-    /// The checked, pre-linked component of its kind.
-    pub pre: Pre,
-    pub(super) stats: Stats,
-    /// Idle instances of a template or filter, by the team each served.
-    pub(super) warm: Warm<Live>,
-    /// Which install it was (see [`Plugins::installs`]); 0 until installed.
-    installed: AtomicU64,
-}
-
-/// What to load.
-pub struct Spec {
-    /// Unique name.
-    pub name: String,
-    /// Expected kind.
-    pub kind: Kind,
-    /// Version label.
-    pub version: String,
-    /// Limits; `None` for the kind's defaults.
-    pub limits: Option<Limits>,
-    /// Where it came from.
-    pub source: Source,
-    /// What a model backend is granted; `None` grants nothing.
-    pub grant: Option<BackendGrant>,
-    /// The component.
-    pub bytes: Vec<u8>,
-}
-
-/// Call counters and recent latencies.
-#[derive(Default)]
-pub struct Stats {
-    calls: AtomicU64,
-    failures: AtomicU64,
-    recent_us: Mutex<Vec<u32>>,
-}
-
-const RECENT: usize = 1024;
-
-impl Stats {
-    pub(crate) fn record(&self, took: Duration, failed: bool) {
-        let n = self.calls.fetch_add(1, Ordering::Relaxed) as usize;
-        if failed {
-            self.failures.fetch_add(1, Ordering::Relaxed);
-        }
-        let us = u32::try_from(took.as_micros()).unwrap_or(u32::MAX);
-        let mut recent = self.recent_us.lock().unwrap_or_else(|p| p.into_inner());
-        if recent.len() < RECENT {
-            recent.push(us);
-        } else {
-            recent[n % RECENT] = us;
-        }
-    }
-
-    /// Median latency of recent calls, in microseconds.
-    pub fn p50_us(&self) -> Option<u32> {
-        let mut recent = self
-            .recent_us
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        if recent.is_empty() {
-            return None;
-        }
-        recent.sort_unstable();
-        Some(recent[recent.len() / 2])
-    }
-
-    /// Calls made.
-    pub fn calls(&self) -> u64 {
-        self.calls.load(Ordering::Relaxed)
-    }
-
-    /// Calls that trapped or hit a limit.
-    pub fn failures(&self) -> u64 {
-        self.failures.load(Ordering::Relaxed)
-    }
-}
-
-impl Plugin {
-    /// Which install this was: later installs have larger numbers.
-    pub fn installed_as(&self) -> u64 {
-        self.installed.load(Ordering::SeqCst)
-    }
-
-    /// `name@version`, as errors and logs name it.
-    pub fn id(&self) -> String {
-        format!("{}@{}", self.name, self.version)
-    }
-
-    pub(super) fn failed(&self, what: String) -> PluginError {
-        PluginError::Failed {
-            plugin: self.id(),
-            what,
-        }
-    }
-
-    pub(super) fn reported(
-        &self,
-        e: super::bindings::v0_1_0::template::switchyard::plugin::types::PluginError,
-    ) -> PluginError {
-        PluginError::Reported {
-            plugin: self.id(),
-            code: e.code,
-            message: e.message,
-            position: e.position,
-        }
-    }
-
-    /// Call statistics.
-    pub fn stats(&self) -> &Stats {
-        &self.stats
-    }
-}
 
 /// The plugin host: runtime, loaded plugins and the plugin work queue.
 pub struct Plugins {
@@ -212,10 +54,15 @@ impl Plugins {
         }))
     }
 
-    /// [`Plugins::new`], then loads the built-ins.
-    pub async fn start(cache_dir: &Path, queue: &QueueConfig) -> anyhow::Result<Arc<Plugins>> {
+    /// [`Plugins::new`], then loads `builtins` (the binary's own plugins,
+    /// [`super::builtins`]).
+    pub async fn start(
+        cache_dir: &Path,
+        queue: &QueueConfig,
+        builtins: Vec<Spec>,
+    ) -> anyhow::Result<Arc<Plugins>> {
         let plugins = Plugins::new(cache_dir, queue).await?;
-        for spec in super::builtin::specs() {
+        for spec in builtins {
             plugins.load(spec).await?;
         }
         Ok(plugins)
@@ -311,11 +158,11 @@ impl Plugins {
         let size_bytes = spec.bytes.len();
         let (sha256, pre) = if kind == Kind::ModelBackend {
             let grant = spec.grant.unwrap_or_default();
-            let (sha256, served) = self
-                .build_backend(&id, &grant, &limits, spec.bytes)
-                .await
-                .map_err(load_error)?;
-            (sha256, Pre::Backend(served))
+            let (sha256, served) =
+                super::backend::serve(self.runtime.clone(), &id, &grant, &limits, spec.bytes)
+                    .await
+                    .map_err(load_error)?;
+            (sha256, Prepared::Backend(served))
         } else {
             let runtime = self.runtime.clone();
             let bytes = spec.bytes;
@@ -352,6 +199,42 @@ impl Plugins {
             warm: Warm::new(MAX_IDLE),
             installed: AtomicU64::new(0),
         })
+    }
+
+    /// Refuses `plugin` if a model id it serves is taken by a built-in
+    /// backend or by another plugin in `loaded` (replacing itself is fine).
+    pub(super) fn check_model_ids(
+        &self,
+        plugin: &Plugin,
+        loaded: &HashMap<String, Arc<Plugin>>,
+    ) -> Result<(), PluginError> {
+        let Some(served) = plugin.served() else {
+            return Ok(());
+        };
+        let reserved = self
+            .reserved_models
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        for model in &served.models {
+            let owner = if reserved.contains(&model.id) {
+                Some("a built-in backend".to_string())
+            } else {
+                loaded
+                    .values()
+                    .filter(|other| other.name != plugin.name)
+                    .find(|other| other.served().is_some_and(|s| s.serves(&model.id)))
+                    .map(|other| format!("plugin '{}'", other.name))
+            };
+            if let Some(owner) = owner {
+                return Err(PluginError::Conflict(format!(
+                    "{}: the model id '{}' is already served by {owner}; give the backend other model ids",
+                    plugin.id(),
+                    model.id
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// Runs `job` on the plugin work queue.

@@ -3,8 +3,9 @@
 use std::sync::Arc;
 
 use super::bindings::v0_1_0::template::exports::switchyard::plugin::template as wit;
-use super::call::{Bound, call};
-use super::registry::{Plugin, Plugins};
+use super::call::call;
+use super::loaded::{Bound, Plugin};
+use super::registry::Plugins;
 use super::{Kind, PluginError};
 
 pub use wit::Variable;

@@ -72,11 +72,13 @@ impl<T> Warm<T> {
     }
 
     /// Instances idle now.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.idle.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 
     /// Whether none is idle.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

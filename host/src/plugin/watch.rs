@@ -13,8 +13,9 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
+use super::loaded::{Source, Spec};
 use super::manifest::{Manifest, validate_name};
-use super::registry::{Plugins, Source, Spec};
+use super::registry::Plugins;
 
 /// Watches one directory for plugins.
 pub struct Watcher {

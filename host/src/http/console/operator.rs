@@ -14,9 +14,9 @@ use crate::app::App;
 use crate::app::health::{self, Check};
 use crate::automation::uploads;
 use crate::error::Error;
-use crate::plugin::manifest::{validate_name, validate_version};
-use crate::plugin::registry::Spec;
+use crate::plugin::Spec;
 use crate::plugin::{Kind, Limits, Source};
+use crate::plugin::{validate_name, validate_version};
 
 /// A plugin as listed.
 struct PluginRow {

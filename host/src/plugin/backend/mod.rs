@@ -18,8 +18,8 @@ use crate::plugin::bindings::v0_1_0::model_parallel::{
     ModelBackendParallel, ModelBackendParallelPre,
 };
 use crate::plugin::bindings::v0_2_0::model as v2;
-use crate::plugin::call::{failure, log_output};
 use crate::plugin::engine::{Runtime, compile_cached, model_engine};
+use crate::plugin::failure::{failure, log_output};
 use crate::plugin::manifest::BackendGrant;
 use crate::plugin::state::{Pace, Preopen, State, arm, new_store};
 use crate::plugin::warm::{HOST, Warm};
@@ -46,13 +46,60 @@ pub enum Piece {
     Choice(String),
 }
 
+/// A loaded model backend and the models it serves.
+pub struct Served {
+    /// The backend, shared by the calls in flight.
+    pub backend: Arc<Backend>,
+    /// Its models, as it listed them at load.
+    pub models: Vec<ModelInfo>,
+}
+
+impl Served {
+    /// Whether `model` is one of its ids.
+    pub fn serves(&self, model: &str) -> bool {
+        self.models.iter().any(|m| m.id == model)
+    }
+
+    /// Its model ids.
+    pub fn model_ids(&self) -> Vec<&str> {
+        self.models.iter().map(|m| m.id.as_str()).collect()
+    }
+}
+
+/// Loads a backend granted `grant` and lists its models; also returns
+/// the component's SHA-256. One that cannot start or lists nothing is
+/// refused.
+pub async fn serve(
+    runtime: Arc<Runtime>,
+    id: &str,
+    grant: &BackendGrant,
+    limits: &Limits,
+    bytes: Vec<u8>,
+) -> Result<(String, Served), LoadError> {
+    let setup = Setup::granted(id.to_string(), grant, limits)?;
+    let (sha256, backend) = tokio::task::spawn_blocking(move || {
+        let backend = Backend::load(setup, &bytes, &runtime)?;
+        Ok::<_, LoadError>((crate::plugin::engine::content_hash(&bytes), backend))
+    })
+    .await
+    .map_err(|e| LoadError::Host(format!("compilation crashed: {e}")))??;
+    let models = backend
+        .models()
+        .await
+        .map_err(|e| LoadError::DidNotStart(format!("listing its models failed: {e}")))?;
+    if models.is_empty() {
+        return Err(LoadError::NoModels);
+    }
+    Ok((sha256, Served { backend, models }))
+}
+
 /// A backend's bindings, by the WIT version it was built against.
 enum Bindings {
     V1(v1::ModelBackend),
     V2(v2::ModelBackend),
 }
 
-enum Pre {
+enum VersionedPre {
     V1(v1::ModelBackendPre<BackendState>),
     V2(v2::ModelBackendPre<BackendState>),
 }
@@ -259,7 +306,7 @@ impl parallel::Worker for SecondInstance {
     }
 }
 
-struct Live {
+struct Instance {
     store: Store<BackendState>,
     bindings: Bindings,
 }
@@ -268,15 +315,15 @@ struct Live {
 pub struct Backend {
     setup: Setup,
     engine: Engine,
-    pre: Pre,
+    pre: VersionedPre,
     /// The same, for a backend that exports `worker` and is given a second
     /// instance.
     pre_parallel: Option<ModelBackendParallelPre<BackendState>>,
     /// The instance of a [`Instances::Single`] backend.
-    live: Mutex<Option<Live>>,
+    live: Mutex<Option<Instance>>,
     /// Idle instances of a [`Instances::PerTeam`] backend with the team
     /// each serves, the most recently used last.
-    idle: Warm<Live>,
+    idle: Warm<Instance>,
 }
 
 /// A failed backend call, already worded for the client.
@@ -327,9 +374,9 @@ impl Backend {
             .get_export_index(None, "switchyard:plugin/backend@0.2.0")
             .is_some();
         let pre = if is_v2 {
-            Pre::V2(v2::ModelBackendPre::new(instance_pre.clone()).map_err(not_a_backend)?)
+            VersionedPre::V2(v2::ModelBackendPre::new(instance_pre.clone()).map_err(not_a_backend)?)
         } else {
-            Pre::V1(v1::ModelBackendPre::new(instance_pre.clone()).map_err(not_a_backend)?)
+            VersionedPre::V1(v1::ModelBackendPre::new(instance_pre.clone()).map_err(not_a_backend)?)
         };
         let exports_worker = component
             .get_export_index(None, "switchyard:plugin/worker@0.1.0")
@@ -364,7 +411,7 @@ impl Backend {
     /// response formats, log probabilities, several choices): built against
     /// 0.2.0.
     pub fn passes_through(&self) -> bool {
-        matches!(self.pre, Pre::V2(_))
+        matches!(self.pre, VersionedPre::V2(_))
     }
 
     /// The models the backend serves.
@@ -472,7 +519,7 @@ impl Backend {
     /// dropped: after a trap or a timeout its state is unknown.
     async fn run<R>(
         &self,
-        live: &mut Live,
+        live: &mut Instance,
         output: Option<mpsc::UnboundedSender<Piece>>,
         f: impl AsyncFnOnce(
             &Bindings,
@@ -518,7 +565,7 @@ impl Backend {
     }
 
     /// A fresh instance, with its second instance if it gets one.
-    async fn instantiate(&self) -> anyhow::Result<Live> {
+    async fn instantiate(&self) -> anyhow::Result<Instance> {
         // Start-up runs guest code too: let it yield while it loads.
         let _ticking = crate::plugin::engine::Ticking::start();
         let mut store = self.store()?;
@@ -534,10 +581,10 @@ impl Backend {
             store.data_mut().parallel = Some(Parallel::spawn(&self.setup.name, worker));
         }
         let bindings = match &self.pre {
-            Pre::V1(pre) => Bindings::V1(pre.instantiate_async(&mut store).await?),
-            Pre::V2(pre) => Bindings::V2(pre.instantiate_async(&mut store).await?),
+            VersionedPre::V1(pre) => Bindings::V1(pre.instantiate_async(&mut store).await?),
+            VersionedPre::V2(pre) => Bindings::V2(pre.instantiate_async(&mut store).await?),
         };
-        Ok(Live { store, bindings })
+        Ok(Instance { store, bindings })
     }
 
     /// A store for an instance, with the setup's grants and limits.
