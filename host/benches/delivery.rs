@@ -197,6 +197,40 @@ fn memory_mib(pid: u32, field: &str) -> f64 {
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
+/// The largest RSS (MiB) any of the hosts had since the last take, sampled
+/// every 20 ms.
+struct RssSampler {
+    max_kib: Arc<std::sync::atomic::AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl RssSampler {
+    fn start(pids: Vec<u32>) -> RssSampler {
+        let max_kib = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let max = max_kib.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                for pid in &pids {
+                    let kib = (memory_mib(*pid, "VmRSS:") * 1024.0) as u64;
+                    max.fetch_max(kib, Ordering::Relaxed);
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        });
+        RssSampler { max_kib, task }
+    }
+
+    fn take_max(&self) -> f64 {
+        self.max_kib.swap(0, Ordering::Relaxed) as f64 / 1024.0
+    }
+}
+
+impl Drop for RssSampler {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
 /// Where a run keeps its state.
 #[derive(Clone, Copy, PartialEq)]
 enum Engine {
@@ -321,10 +355,12 @@ async fn measure(engine: Engine, hosts: usize, labels: Labels, batch: usize) -> 
     setup(&http, &bases[0], &receiver).await;
     for host in &hosts {
         println!(
-            "host RSS before the load: {:.1} MiB",
-            memory_mib(host.child.id(), "VmRSS:")
+            "host RSS before the load: {:.1} MiB (peak so far, start included: {:.1} MiB)",
+            memory_mib(host.child.id(), "VmRSS:"),
+            memory_mib(host.child.id(), "VmHWM:")
         );
     }
+    let sampler = RssSampler::start(hosts.iter().map(|h| h.child.id()).collect());
     let spread = match labels {
         Labels::Spread => format!("tags spread over {VERSIONS} versions"),
         Labels::OneVersion => "every tag on one version".to_string(),
@@ -383,6 +419,11 @@ async fn measure(engine: Engine, hosts: usize, labels: Labels, batch: usize) -> 
         );
     }
 
+    println!(
+        "host RSS at most during the throughput run: {:.1} MiB",
+        sampler.take_max()
+    );
+
     // Open loop at a fixed rate: latency from sending the event to arrival.
     let sent: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
     let base_count = arrivals.count.load(Ordering::SeqCst);
@@ -433,6 +474,10 @@ async fn measure(engine: Engine, hosts: usize, labels: Labels, batch: usize) -> 
     );
     assert!(ids.values().all(|n| *n == 1), "a delivery id arrived twice");
     println!("exactly once: {total} events, {total} delivery ids, none twice");
+    println!(
+        "host RSS at most during the paced run: {:.1} MiB",
+        sampler.take_max()
+    );
     let peak_rss = hosts
         .iter()
         .map(|h| memory_mib(h.child.id(), "VmHWM:"))

@@ -17,6 +17,7 @@ mod health;
 mod hostile_input;
 mod http_errors;
 mod inference;
+mod layout;
 mod lifecycle;
 mod metrics;
 mod multihost;

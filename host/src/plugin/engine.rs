@@ -147,8 +147,25 @@ pub fn compile_cached(engine: &Engine, dir: &Path, bytes: &[u8]) -> anyhow::Resu
     let temp = path.with_extension(format!("tmp{}", std::process::id()));
     std::fs::write(&temp, &compiled)?;
     std::fs::rename(&temp, &path)?;
-    // SAFETY: just produced by this engine.
-    Ok(unsafe { Component::deserialize(engine, &compiled)? })
+    drop(compiled);
+    release_freed_memory();
+    // Mapped from the file, as a restart would: only the pages it runs
+    // are resident, where a copy of the whole image would be.
+    // SAFETY: just written by this engine.
+    Ok(unsafe { Component::deserialize_file(engine, &path)? })
+}
+
+/// Hands the heap that a compile freed back to the system. Cranelift's
+/// working memory for a large component (the embedded model: ~165 MiB) is
+/// freed when it finishes, but glibc keeps freed pages in its arenas, so a
+/// host's first start (which compiles) held twice the memory of a restart
+/// (which loads from the cache).
+fn release_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns free pages; it has no preconditions.
+    unsafe {
+        libc::malloc_trim(0);
+    }
 }
 
 fn cache_path(engine: &Engine, dir: &Path, bytes: &[u8]) -> PathBuf {

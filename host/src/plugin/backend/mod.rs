@@ -306,7 +306,7 @@ impl parallel::Worker for SecondInstance {
     }
 }
 
-struct Instance {
+struct BackendInstance {
     store: Store<BackendState>,
     bindings: Bindings,
 }
@@ -320,10 +320,10 @@ pub struct Backend {
     /// instance.
     pre_parallel: Option<ModelBackendParallelPre<BackendState>>,
     /// The instance of a [`Instances::Single`] backend.
-    live: Mutex<Option<Instance>>,
+    live: Mutex<Option<BackendInstance>>,
     /// Idle instances of a [`Instances::PerTeam`] backend with the team
     /// each serves, the most recently used last.
-    idle: Warm<Instance>,
+    idle: Warm<BackendInstance>,
 }
 
 /// A failed backend call, already worded for the client.
@@ -519,7 +519,7 @@ impl Backend {
     /// dropped: after a trap or a timeout its state is unknown.
     async fn run<R>(
         &self,
-        live: &mut Instance,
+        live: &mut BackendInstance,
         output: Option<mpsc::UnboundedSender<Piece>>,
         f: impl AsyncFnOnce(
             &Bindings,
@@ -565,7 +565,7 @@ impl Backend {
     }
 
     /// A fresh instance, with its second instance if it gets one.
-    async fn instantiate(&self) -> anyhow::Result<Instance> {
+    async fn instantiate(&self) -> anyhow::Result<BackendInstance> {
         // Start-up runs guest code too: let it yield while it loads.
         let _ticking = crate::plugin::engine::Ticking::start();
         let mut store = self.store()?;
@@ -584,7 +584,7 @@ impl Backend {
             VersionedPre::V1(pre) => Bindings::V1(pre.instantiate_async(&mut store).await?),
             VersionedPre::V2(pre) => Bindings::V2(pre.instantiate_async(&mut store).await?),
         };
-        Ok(Instance { store, bindings })
+        Ok(BackendInstance { store, bindings })
     }
 
     /// A store for an instance, with the setup's grants and limits.
