@@ -203,13 +203,15 @@ impl Matcher {
             }
         });
     }
+}
 
+#[async_trait::async_trait]
+impl crate::domain::Dispatch for Matcher {
     /// Matches the events an action just wrote, makes the outcome durable,
-    /// and hands the deliveries to the dispatcher. Call before answering the
-    /// action. An event that cannot be matched now (the plugin queue is
-    /// full) stays in the inbox for the sweep: the action has happened, and
-    /// its event is not lost.
-    pub async fn dispatch(&self, events: &[Event]) -> Result<()> {
+    /// and hands the deliveries to the dispatcher. An event that cannot be
+    /// matched now (the plugin queue is full) stays in the inbox for the
+    /// sweep: the action has happened, and its event is not lost.
+    async fn dispatch(&self, events: &[Event]) -> Result<()> {
         // Matched together, so that their writes share a transaction.
         let outcomes = futures_util::future::join_all(events.iter().map(|e| self.process(e))).await;
         let mut deliveries = Vec::new();
@@ -223,7 +225,9 @@ impl Matcher {
         }
         self.dispatcher.send_when_durable(deliveries).await
     }
+}
 
+impl Matcher {
     /// Whether `automation` fires for `event`, and what to write if it does.
     async fn fire(&self, automation: &Automation, event: &Event) -> Result<Option<Fired>> {
         let filter = automation

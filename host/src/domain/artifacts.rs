@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use serde_json::{Value, json};
 
 use crate::domain::auth::User;
-use crate::domain::names;
+use crate::domain::{Dispatch, names};
 use crate::error::{Error, Result};
 use crate::ids;
 use crate::model::{ArtifactRef, Event, EventType, Scope};
@@ -122,28 +122,30 @@ fn check_metadata(metadata: &BTreeMap<String, Value>) -> Result<()> {
     Ok(())
 }
 
-/// Logs a new version of a project collection. Returns it and the events
-/// it caused (as do the other changes here).
+/// Logs a new version of a project collection, and hands on the events it
+/// caused (as do the other changes here).
 pub async fn create_version(
     store: &Store,
+    events: &dyn Dispatch,
     scope: &Scope,
     user: &User,
     collection_name: &str,
     metadata: BTreeMap<String, Value>,
-) -> Result<(Version, Vec<Event>)> {
+) -> Result<Version> {
     check_metadata(&metadata)?;
-    add_version(store, scope, user, collection_name, metadata, None).await
+    add_version(store, events, scope, user, collection_name, metadata, None).await
 }
 
 /// Links a project version into a registry collection, as its next version;
 /// emits `LINK_ARTIFACT`.
 pub async fn link(
     store: &Store,
+    events: &dyn Dispatch,
     registry: &Scope,
     user: &User,
     collection_name: &str,
     source: Source,
-) -> Result<(Version, Vec<Event>)> {
+) -> Result<Version> {
     let project = Scope::project(&source.team, &source.project);
     let original = store
         .version(
@@ -159,6 +161,7 @@ pub async fn link(
     };
     add_version(
         store,
+        events,
         registry,
         user,
         collection_name,
@@ -170,12 +173,13 @@ pub async fn link(
 
 async fn add_version(
     store: &Store,
+    events: &dyn Dispatch,
     scope: &Scope,
     user: &User,
     collection_name: &str,
     metadata: BTreeMap<String, Value>,
     source: Option<Source>,
-) -> Result<(Version, Vec<Event>)> {
+) -> Result<Version> {
     let tx = store.begin().await?;
     let index = tx
         .next_version(scope, collection_name)
@@ -191,10 +195,11 @@ async fn add_version(
         created_at: ids::now(),
     };
     tx.insert_version(scope, &version).await?;
-    let events = link_events(scope, user, &version);
-    tx.insert_events(&events).await?;
+    let caused = link_events(scope, user, &version);
+    tx.insert_events(&caused).await?;
     tx.commit().await?;
-    Ok((version, events))
+    events.dispatch(&caused).await?;
+    Ok(version)
 }
 
 /// Most labels one request may add.
@@ -215,12 +220,13 @@ pub struct Labelled {
 /// each emits its own `ADD_ARTIFACT_ALIAS`, all in one transaction.
 pub async fn add_aliases(
     store: &Store,
+    events: &dyn Dispatch,
     scope: &Scope,
     user: &User,
     collection: &str,
     version_text: &str,
     aliases: Vec<String>,
-) -> Result<(Labelled, Vec<Event>)> {
+) -> Result<Labelled> {
     check_labels("alias", &aliases)?;
     for alias in &aliases {
         if alias.starts_with('v') && alias[1..].parse::<u64>().is_ok() || alias == "latest" {
@@ -232,6 +238,7 @@ pub async fn add_aliases(
     }
     label(
         store,
+        events,
         scope,
         user,
         collection,
@@ -246,15 +253,17 @@ pub async fn add_aliases(
 /// one transaction.
 pub async fn add_tags(
     store: &Store,
+    events: &dyn Dispatch,
     scope: &Scope,
     user: &User,
     collection: &str,
     version_text: &str,
     tags: Vec<String>,
-) -> Result<(Labelled, Vec<Event>)> {
+) -> Result<Labelled> {
     check_labels("tag", &tags)?;
     label(
         store,
+        events,
         scope,
         user,
         collection,
@@ -302,15 +311,17 @@ enum Label {
     Tag,
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn label(
     store: &Store,
+    events: &dyn Dispatch,
     scope: &Scope,
     user: &User,
     collection: &str,
     version_text: &str,
     kind: Label,
     labels: Vec<String>,
-) -> Result<(Labelled, Vec<Event>)> {
+) -> Result<Labelled> {
     let index = parse_version(version_text)?;
     let tx = store.begin().await?;
     let version = tx
@@ -326,7 +337,7 @@ async fn label(
             Label::Tag => EventType::AddArtifactTag,
         },
     );
-    let mut events = Vec::with_capacity(labels.len());
+    let mut caused = Vec::with_capacity(labels.len());
     let mut moved_from = BTreeMap::new();
     for label in &labels {
         let mut event = Event {
@@ -345,16 +356,16 @@ async fn label(
                 event.tag = Some(label.clone());
             }
         }
-        events.push(event);
+        caused.push(event);
     }
-    tx.insert_events(&events).await?;
+    tx.insert_events(&caused).await?;
     tx.commit().await?;
-    let labelled = Labelled {
+    events.dispatch(&caused).await?;
+    Ok(Labelled {
         version,
         labels,
         moved_from,
-    };
-    Ok((labelled, events))
+    })
 }
 
 /// A link fires `LINK_ARTIFACT` twice: in the registry linked to, and in

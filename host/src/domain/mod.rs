@@ -4,7 +4,9 @@
 //!
 //! Every rule lives here once, for the API and the console alike: who may
 //! do what ([`groups::authorize`]), what a valid name is ([`names`]), and
-//! what each action writes to the store, in one transaction.
+//! what each action writes to the store, in one transaction. An action that
+//! causes events hands them on itself, once they are committed, through
+//! [`Dispatch`]: no caller can forget to.
 
 pub mod artifacts;
 pub mod auth;
@@ -14,3 +16,12 @@ pub mod projects;
 pub mod runs;
 pub mod seal;
 pub mod secrets;
+
+/// Where an action hands the events it committed: automation matching
+/// (`automation::matcher::Matcher`). It returns once the deliveries the
+/// events caused are durable, so the action's answer means they will go.
+#[async_trait::async_trait]
+pub trait Dispatch: Send + Sync {
+    /// Matches `events`, which the caller has committed.
+    async fn dispatch(&self, events: &[crate::model::Event]) -> crate::error::Result<()>;
+}

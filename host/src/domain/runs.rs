@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use crate::domain::auth::User;
-use crate::domain::names;
+use crate::domain::{Dispatch, names};
 use crate::error::{Error, Result};
 use crate::ids;
 pub use crate::model::Run;
@@ -54,16 +54,17 @@ pub async fn list(store: &Store, team: &str, project: &str) -> Result<Vec<Run>> 
     Ok(store.runs(team, project).await?)
 }
 
-/// Logs `metrics` for a run; returns how many values each metric keeps,
-/// and the events caused.
+/// Logs `metrics` for a run and hands on the events caused; returns how
+/// many values each metric keeps.
 pub async fn log(
     store: &Store,
+    events: &dyn Dispatch,
     team: &str,
     project: &str,
     run_id: &str,
     user: &User,
     metrics: &BTreeMap<String, f64>,
-) -> Result<(BTreeMap<String, usize>, Vec<Event>)> {
+) -> Result<BTreeMap<String, usize>> {
     if metrics.is_empty() || metrics.len() > MAX_METRICS_PER_CALL {
         return Err(Error::invalid(
             "metrics",
@@ -86,14 +87,14 @@ pub async fn log(
     let tx = store.begin().await?;
     let listened = tx.listens(&scope, EventType::RunMetricThreshold).await?;
     let mut counts = BTreeMap::new();
-    let mut events = Vec::new();
+    let mut caused = Vec::new();
     for (metric, value) in metrics {
         let values = tx
             .push_metric(team, project, run_id, metric, *value, MAX_WINDOW)
             .await?;
         counts.insert(metric.clone(), values.len());
         if listened {
-            events.push(Event {
+            caused.push(Event {
                 id: ids::ordered_id(),
                 event_type: EventType::RunMetricThreshold,
                 scope: scope.clone(),
@@ -114,7 +115,8 @@ pub async fn log(
             });
         }
     }
-    tx.insert_events(&events).await?;
+    tx.insert_events(&caused).await?;
     tx.commit().await?;
-    Ok((counts, events))
+    events.dispatch(&caused).await?;
+    Ok(counts)
 }

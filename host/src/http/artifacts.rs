@@ -117,9 +117,15 @@ pub async fn create_version(
         ));
     }
     let collection = param(&params, "collection")?;
-    let (version, events) =
-        artifacts::create_version(&app.store, &scope, &user, &collection, body.metadata).await?;
-    app.matcher.dispatch(&events).await?;
+    let version = artifacts::create_version(
+        &app.store,
+        &app.matcher,
+        &scope,
+        &user,
+        &collection,
+        body.metadata,
+    )
+    .await?;
     Ok((
         StatusCode::CREATED,
         axum::Json(LabelledVersion::bare(version)),
@@ -188,9 +194,16 @@ pub async fn add_alias(
     groups::authorize(&app.store, &user, &scope, Role::Member).await?;
     let aliases = one_or_many((body.alias, "alias"), (body.aliases, "aliases"))?;
     let (collection, version) = (param(&params, "collection")?, param(&params, "version")?);
-    let (done, events) =
-        artifacts::add_aliases(&app.store, &scope, &user, &collection, &version, aliases).await?;
-    app.matcher.dispatch(&events).await?;
+    let done = artifacts::add_aliases(
+        &app.store,
+        &app.matcher,
+        &scope,
+        &user,
+        &collection,
+        &version,
+        aliases,
+    )
+    .await?;
     Ok(axum::Json(AliasesAdded {
         collection: done.version.collection,
         version: done.version.version,
@@ -209,9 +222,16 @@ pub async fn add_tag(
     groups::authorize(&app.store, &user, &scope, Role::Member).await?;
     let tags = one_or_many((body.tag, "tag"), (body.tags, "tags"))?;
     let (collection, version) = (param(&params, "collection")?, param(&params, "version")?);
-    let (done, events) =
-        artifacts::add_tags(&app.store, &scope, &user, &collection, &version, tags).await?;
-    app.matcher.dispatch(&events).await?;
+    let done = artifacts::add_tags(
+        &app.store,
+        &app.matcher,
+        &scope,
+        &user,
+        &collection,
+        &version,
+        tags,
+    )
+    .await?;
     Ok(axum::Json(TagsAdded {
         collection: done.version.collection,
         version: done.version.version,
@@ -235,9 +255,15 @@ pub async fn link(
     };
     groups::authorize(&app.store, &user, &project, Role::Member).await?;
     let collection = param(&params, "collection")?;
-    let (version, events) =
-        artifacts::link(&app.store, &registry, &user, &collection, source).await?;
-    app.matcher.dispatch(&events).await?;
+    let version = artifacts::link(
+        &app.store,
+        &app.matcher,
+        &registry,
+        &user,
+        &collection,
+        source,
+    )
+    .await?;
     Ok((
         StatusCode::CREATED,
         axum::Json(LabelledVersion::bare(version)),

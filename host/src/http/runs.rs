@@ -80,7 +80,15 @@ pub async fn log(
     Json(body): Json<LogMetrics>,
 ) -> Result<axum::Json<Value>> {
     member(&app, &user, &team, &project).await?;
-    let (kept, events) = runs::log(&app.store, &team, &project, &run, &user, &body.metrics).await?;
-    app.matcher.dispatch(&events).await?;
+    let kept = runs::log(
+        &app.store,
+        &app.matcher,
+        &team,
+        &project,
+        &run,
+        &user,
+        &body.metrics,
+    )
+    .await?;
     Ok(axum::Json(json!({"run": run, "values_kept": kept})))
 }

@@ -191,14 +191,13 @@ async fn member_action<F>(
     act: F,
 ) -> Shown
 where
-    F: AsyncFnOnce(&Scope) -> Result<Vec<crate::model::Event>, Error>,
+    F: AsyncFnOnce(&Scope) -> Result<(), Error>,
 {
     let viewer = &posted.viewer;
     let place = Place::of(params).map_err(|e| Failed::new(e, viewer))?;
     let done = async {
         groups::authorize(&app.store, &viewer.user, &place.scope, Role::Member).await?;
-        let events = act(&place.scope).await?;
-        app.matcher.dispatch(&events).await
+        act(&place.scope).await
     };
     match done.await {
         Ok(()) => Ok(Redirect::to(&format!("{}#{anchor}", place.base)).into_response()),
@@ -218,7 +217,7 @@ pub async fn create_collection(
     let (user, name) = (&posted.viewer.user, posted.field("name").trim());
     member_action(&app, &posted, &params, "artifacts", async |scope| {
         artifacts::create_collection(&app.store, scope, user, name, "").await?;
-        Ok(Vec::new())
+        Ok(())
     })
     .await
 }
@@ -229,9 +228,9 @@ pub async fn create_version(State(app): State<App>, Path(params): Params, posted
     let collection = params.get("collection").cloned().unwrap_or_default();
     member_action(&app, &posted, &params, "artifacts", async |scope| {
         let metadata = Default::default();
-        let (_, events) =
-            artifacts::create_version(&app.store, scope, user, &collection, metadata).await?;
-        Ok(events)
+        let events = &app.matcher;
+        artifacts::create_version(&app.store, events, scope, user, &collection, metadata).await?;
+        Ok(())
     })
     .await
 }
@@ -245,13 +244,14 @@ pub async fn add_label(State(app): State<App>, Path(params): Params, posted: Pos
     let at = |name: &str| params.get(name).cloned().unwrap_or_default();
     let (collection, version) = (at("collection"), at("version"));
     member_action(&app, &posted, &params, "artifacts", async |scope| {
-        let store = &app.store;
-        let (_, events) = if tag {
-            artifacts::add_tags(store, scope, user, &collection, &version, labels).await?
+        let (store, events) = (&app.store, &app.matcher);
+        if tag {
+            artifacts::add_tags(store, events, scope, user, &collection, &version, labels).await?;
         } else {
-            artifacts::add_aliases(store, scope, user, &collection, &version, labels).await?
-        };
-        Ok(events)
+            artifacts::add_aliases(store, events, scope, user, &collection, &version, labels)
+                .await?;
+        }
+        Ok(())
     })
     .await
 }
@@ -279,8 +279,8 @@ pub async fn link(State(app): State<App>, Path(params): Params, posted: Posted) 
             collection: at("collection"),
             version: at("version"),
         };
-        let (_, events) = artifacts::link(&app.store, &registry, user, &into, source).await?;
-        Ok(events)
+        artifacts::link(&app.store, &app.matcher, &registry, user, &into, source).await?;
+        Ok(())
     })
     .await
 }
@@ -293,7 +293,7 @@ pub async fn create_run(State(app): State<App>, Path(params): Params, posted: Po
             return Err(Error::invalid("name", "runs belong to projects"));
         };
         runs::create(&app.store, team, project, user, name).await?;
-        Ok(Vec::new())
+        Ok(())
     })
     .await
 }
@@ -312,8 +312,17 @@ pub async fn log_metric(State(app): State<App>, Path(params): Params, posted: Po
         let value =
             value.map_err(|_| Error::invalid("value", "the value is a number, e.g. 0.93"))?;
         let metrics = std::collections::BTreeMap::from([(metric, value)]);
-        let (_, events) = runs::log(&app.store, team, project, &run, user, &metrics).await?;
-        Ok(events)
+        runs::log(
+            &app.store,
+            &app.matcher,
+            team,
+            project,
+            &run,
+            user,
+            &metrics,
+        )
+        .await?;
+        Ok(())
     })
     .await
 }
