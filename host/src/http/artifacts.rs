@@ -6,13 +6,13 @@
 
 use std::collections::BTreeMap;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::scope::{Params, param, scope};
-use super::{Caller, Json};
+use super::Json;
+use super::scope::{AsMember, InScope};
 use crate::app::App;
 use crate::domain::artifacts::{self, Collection, LabelledVersion, Source};
 use crate::domain::groups::{self, Role};
@@ -29,66 +29,56 @@ pub struct CreateCollection {
 
 pub async fn create_collection(
     State(app): State<App>,
-    Caller(user): Caller,
-    Path(params): Params,
+    at: InScope<AsMember>,
     Json(body): Json<CreateCollection>,
 ) -> Result<(StatusCode, axum::Json<Collection>)> {
-    let scope = scope(&params)?;
-    groups::authorize(&app.store, &user, &scope, Role::Member).await?;
+    let (user, scope) = (&at.user, &at.scope);
     let collection =
-        artifacts::create_collection(&app.store, &scope, &user, &body.name, &body.description)
+        artifacts::create_collection(&app.store, scope, user, &body.name, &body.description)
             .await?;
     Ok((StatusCode::CREATED, axum::Json(collection)))
 }
 
 pub async fn list_collections(
     State(app): State<App>,
-    Caller(user): Caller,
-    Path(params): Params,
+    at: InScope<AsMember>,
 ) -> Result<axum::Json<Value>> {
-    let scope = scope(&params)?;
-    groups::authorize(&app.store, &user, &scope, Role::Member).await?;
+    let scope = &at.scope;
     Ok(super::list_of(
-        artifacts::collections(&app.store, &scope).await?,
+        artifacts::collections(&app.store, scope).await?,
     ))
 }
 
 pub async fn show_collection(
     State(app): State<App>,
-    Caller(user): Caller,
-    Path(params): Params,
+    at: InScope<AsMember>,
 ) -> Result<axum::Json<Collection>> {
-    let scope = scope(&params)?;
-    groups::authorize(&app.store, &user, &scope, Role::Member).await?;
-    let name = param(&params, "collection")?;
+    let scope = &at.scope;
+    let name = at.param("collection")?;
     Ok(axum::Json(
-        artifacts::collection(&app.store, &scope, &name).await?,
+        artifacts::collection(&app.store, scope, &name).await?,
     ))
 }
 
 pub async fn list_versions(
     State(app): State<App>,
-    Caller(user): Caller,
-    Path(params): Params,
+    at: InScope<AsMember>,
 ) -> Result<axum::Json<Value>> {
-    let scope = scope(&params)?;
-    groups::authorize(&app.store, &user, &scope, Role::Member).await?;
-    let name = param(&params, "collection")?;
+    let scope = &at.scope;
+    let name = at.param("collection")?;
     Ok(super::list_of(
-        artifacts::versions(&app.store, &scope, &name).await?,
+        artifacts::versions(&app.store, scope, &name).await?,
     ))
 }
 
 pub async fn show_version(
     State(app): State<App>,
-    Caller(user): Caller,
-    Path(params): Params,
+    at: InScope<AsMember>,
 ) -> Result<axum::Json<LabelledVersion>> {
-    let scope = scope(&params)?;
-    groups::authorize(&app.store, &user, &scope, Role::Member).await?;
-    let (collection, version) = (param(&params, "collection")?, param(&params, "version")?);
+    let scope = &at.scope;
+    let (collection, version) = (at.param("collection")?, at.param("version")?);
     Ok(axum::Json(
-        artifacts::version(&app.store, &scope, &collection, &version).await?,
+        artifacts::version(&app.store, scope, &collection, &version).await?,
     ))
 }
 
@@ -102,12 +92,10 @@ pub struct CreateVersion {
 /// Logs a version in a project collection; registries get versions by linking.
 pub async fn create_version(
     State(app): State<App>,
-    Caller(user): Caller,
-    Path(params): Params,
+    at: InScope<AsMember>,
     Json(body): Json<CreateVersion>,
 ) -> Result<(StatusCode, axum::Json<LabelledVersion>)> {
-    let scope = scope(&params)?;
-    groups::authorize(&app.store, &user, &scope, Role::Member).await?;
+    let (user, scope) = (&at.user, &at.scope);
     if let Scope::Registry { registry } = &scope {
         return Err(Error::invalid(
             "metadata",
@@ -116,12 +104,12 @@ pub async fn create_version(
             ),
         ));
     }
-    let collection = param(&params, "collection")?;
+    let collection = at.param("collection")?;
     let version = artifacts::create_version(
         &app.store,
         &app.matcher,
-        &scope,
-        &user,
+        scope,
+        user,
         &collection,
         body.metadata,
     )
@@ -186,19 +174,17 @@ pub struct TagsAdded {
 
 pub async fn add_alias(
     State(app): State<App>,
-    Caller(user): Caller,
-    Path(params): Params,
+    at: InScope<AsMember>,
     Json(body): Json<AddAliases>,
 ) -> Result<axum::Json<AliasesAdded>> {
-    let scope = scope(&params)?;
-    groups::authorize(&app.store, &user, &scope, Role::Member).await?;
+    let (user, scope) = (&at.user, &at.scope);
     let aliases = one_or_many((body.alias, "alias"), (body.aliases, "aliases"))?;
-    let (collection, version) = (param(&params, "collection")?, param(&params, "version")?);
+    let (collection, version) = (at.param("collection")?, at.param("version")?);
     let done = artifacts::add_aliases(
         &app.store,
         &app.matcher,
-        &scope,
-        &user,
+        scope,
+        user,
         &collection,
         &version,
         aliases,
@@ -214,19 +200,17 @@ pub async fn add_alias(
 
 pub async fn add_tag(
     State(app): State<App>,
-    Caller(user): Caller,
-    Path(params): Params,
+    at: InScope<AsMember>,
     Json(body): Json<AddTags>,
 ) -> Result<axum::Json<TagsAdded>> {
-    let scope = scope(&params)?;
-    groups::authorize(&app.store, &user, &scope, Role::Member).await?;
+    let (user, scope) = (&at.user, &at.scope);
     let tags = one_or_many((body.tag, "tag"), (body.tags, "tags"))?;
-    let (collection, version) = (param(&params, "collection")?, param(&params, "version")?);
+    let (collection, version) = (at.param("collection")?, at.param("version")?);
     let done = artifacts::add_tags(
         &app.store,
         &app.matcher,
-        &scope,
-        &user,
+        scope,
+        user,
         &collection,
         &version,
         tags,
@@ -243,23 +227,21 @@ pub async fn add_tag(
 /// member of the registry and of the source project's team.
 pub async fn link(
     State(app): State<App>,
-    Caller(user): Caller,
-    Path(params): Params,
+    at: InScope<AsMember>,
     Json(source): Json<Source>,
 ) -> Result<(StatusCode, axum::Json<LabelledVersion>)> {
-    let registry = scope(&params)?;
-    groups::authorize(&app.store, &user, &registry, Role::Member).await?;
+    let (user, registry) = (&at.user, &at.scope);
     let project = Scope::Project {
         team: source.team.clone(),
         project: source.project.clone(),
     };
-    groups::authorize(&app.store, &user, &project, Role::Member).await?;
-    let collection = param(&params, "collection")?;
+    groups::authorize(&app.store, user, &project, Role::Member).await?;
+    let collection = at.param("collection")?;
     let version = artifacts::link(
         &app.store,
         &app.matcher,
-        &registry,
-        &user,
+        registry,
+        user,
         &collection,
         source,
     )

@@ -5,81 +5,61 @@
 //! Reading needs membership of the registry or the project's team; saving
 //! and deleting need its admin role, as the spec says.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use serde_json::Value;
 
-use super::scope::{Params, param, scope};
-use super::{Caller, Json};
+use super::Json;
+use super::scope::{AsAdmin, AsMember, InScope, Need};
 use crate::app::App;
 use crate::automation::automations::{self, Automation, Definition, Handle};
 use crate::automation::outbox;
-use crate::domain::groups::{self, Role};
 use crate::error::Result;
 
-pub async fn list(
-    State(app): State<App>,
-    Caller(user): Caller,
-    Path(params): Params,
-) -> Result<axum::Json<Value>> {
-    let scope = scope(&params)?;
-    groups::authorize(&app.store, &user, &scope, Role::Member).await?;
-    Ok(super::list_of(automations::list(&app.store, &scope).await?))
+pub async fn list(State(app): State<App>, at: InScope<AsMember>) -> Result<axum::Json<Value>> {
+    let scope = &at.scope;
+    Ok(super::list_of(automations::list(&app.store, scope).await?))
 }
 
 pub async fn create(
     State(app): State<App>,
-    Caller(user): Caller,
-    Path(params): Params,
+    at: InScope<AsAdmin>,
     Json(def): Json<Definition>,
 ) -> Result<(StatusCode, axum::Json<Automation>)> {
-    let scope = scope(&params)?;
-    groups::authorize(&app.store, &user, &scope, Role::Admin).await?;
-    automations::check(&app.store, &app.plugins, &user, &scope, &def).await?;
-    let automation = automations::create(&app.store, &scope, def, &user).await?;
+    let (user, scope) = (&at.user, &at.scope);
+    automations::check(&app.store, &app.plugins, user, scope, &def).await?;
+    let automation = automations::create(&app.store, scope, def, user).await?;
     tracing::info!(scope = %scope.describe(), automation = %automation.name, by = %user.name, "automation created");
     Ok((StatusCode::CREATED, axum::Json(automation)))
 }
 
-pub async fn show(
-    State(app): State<App>,
-    Caller(user): Caller,
-    Path(params): Params,
-) -> Result<axum::Json<Automation>> {
-    let scope = scope(&params)?;
-    groups::authorize(&app.store, &user, &scope, Role::Member).await?;
-    let name = param(&params, "name")?;
+pub async fn show(State(app): State<App>, at: InScope<AsMember>) -> Result<axum::Json<Automation>> {
+    let scope = &at.scope;
+    let name = at.param("name")?;
     Ok(axum::Json(
-        automations::get(&app.store, &scope, &name).await?,
+        automations::get(&app.store, scope, &name).await?,
     ))
 }
 
 /// Replaces the whole definition, re-validated; a new `name` renames it.
 pub async fn update(
     State(app): State<App>,
-    Caller(user): Caller,
-    Path(params): Params,
+    at: InScope<AsAdmin>,
     Json(def): Json<Definition>,
 ) -> Result<axum::Json<Automation>> {
-    let scope = scope(&params)?;
-    groups::authorize(&app.store, &user, &scope, Role::Admin).await?;
-    let name = param(&params, "name")?;
-    automations::get(&app.store, &scope, &name).await?;
-    automations::check(&app.store, &app.plugins, &user, &scope, &def).await?;
-    let automation = automations::update(&app.store, &scope, &name, def, &user).await?;
+    let (user, scope) = (&at.user, &at.scope);
+    let name = at.param("name")?;
+    automations::get(&app.store, scope, &name).await?;
+    automations::check(&app.store, &app.plugins, user, scope, &def).await?;
+    let automation = automations::update(&app.store, scope, &name, def, user).await?;
     tracing::info!(scope = %scope.describe(), automation = %automation.name, by = %user.name, "automation updated");
     Ok(axum::Json(automation))
 }
 
-pub async fn delete(
-    State(app): State<App>,
-    Caller(user): Caller,
-    Path(params): Params,
-) -> Result<StatusCode> {
-    let scope = scope(&params)?;
-    groups::authorize(&app.store, &user, &scope, Role::Admin).await?;
-    let name = param(&params, "name")?;
-    automations::delete(&app.store, &scope, &name).await?;
+pub async fn delete(State(app): State<App>, at: InScope<AsAdmin>) -> Result<StatusCode> {
+    let (user, scope) = (&at.user, &at.scope);
+    let name = at.param("name")?;
+    automations::delete(&app.store, scope, &name).await?;
     tracing::info!(scope = %scope.describe(), automation = %name, by = %user.name, "automation deleted");
     Ok(StatusCode::NO_CONTENT)
 }
@@ -93,21 +73,19 @@ fn shown(mut execution: outbox::Execution) -> outbox::Execution {
     execution
 }
 
-fn handle(params: &std::collections::HashMap<String, String>) -> Result<Handle> {
+fn handle<N: Need>(at: &InScope<N>) -> Result<Handle> {
     Ok(Handle {
-        scope: scope(params)?,
-        name: param(params, "name")?,
+        scope: at.scope.clone(),
+        name: at.param("name")?,
     })
 }
 
 /// The automation's executions, newest first.
 pub async fn executions(
     State(app): State<App>,
-    Caller(user): Caller,
-    Path(params): Params,
+    at: InScope<AsMember>,
 ) -> Result<axum::Json<Value>> {
-    let handle = handle(&params)?;
-    groups::authorize(&app.store, &user, &handle.scope, Role::Member).await?;
+    let handle = handle(&at)?;
     automations::get(&app.store, &handle.scope, &handle.name).await?;
     let list = outbox::executions(&app.store, &handle, MAX_EXECUTIONS).await?;
     Ok(super::list_of(
@@ -117,12 +95,10 @@ pub async fn executions(
 
 pub async fn execution(
     State(app): State<App>,
-    Caller(user): Caller,
-    Path(params): Params,
+    at: InScope<AsMember>,
 ) -> Result<axum::Json<outbox::Execution>> {
-    let handle = handle(&params)?;
-    groups::authorize(&app.store, &user, &handle.scope, Role::Member).await?;
-    let id = param(&params, "execution")?;
+    let handle = handle(&at)?;
+    let id = at.param("execution")?;
     Ok(axum::Json(shown(
         outbox::execution(&app.store, &handle, &id).await?,
     )))
@@ -131,12 +107,10 @@ pub async fn execution(
 /// Sends one execution's payload again, with the same delivery id.
 pub async fn replay_one(
     State(app): State<App>,
-    Caller(user): Caller,
-    Path(params): Params,
+    at: InScope<AsAdmin>,
 ) -> Result<(StatusCode, axum::Json<outbox::Execution>)> {
-    let handle = handle(&params)?;
-    groups::authorize(&app.store, &user, &handle.scope, Role::Admin).await?;
-    let id = param(&params, "execution")?;
+    let handle = handle(&at)?;
+    let id = at.param("execution")?;
     let (execution, delivery) = outbox::replay(&app.store, &handle, &id).await?;
     app.dispatcher.send_when_durable(vec![delivery]).await?;
     Ok((StatusCode::ACCEPTED, axum::Json(shown(execution))))
@@ -151,12 +125,10 @@ pub struct ReplayFailed {
 /// Sends again every failed execution created since `since_ms`.
 pub async fn replay_failed(
     State(app): State<App>,
-    Caller(user): Caller,
-    Path(params): Params,
+    at: InScope<AsAdmin>,
     Json(body): Json<ReplayFailed>,
 ) -> Result<(StatusCode, axum::Json<Value>)> {
-    let handle = handle(&params)?;
-    groups::authorize(&app.store, &user, &handle.scope, Role::Admin).await?;
+    let handle = handle(&at)?;
     automations::get(&app.store, &handle.scope, &handle.name).await?;
     let (replayed, deliveries) = outbox::replay_failed(&app.store, &handle, body.since_ms).await?;
     app.dispatcher.send_when_durable(deliveries).await?;

@@ -1,15 +1,15 @@
 //! `/v1/teams/{team}/projects`: projects owned by a team.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::Json;
 use super::query::{Force, Query};
-use super::{Caller, Json};
+use super::scope::{AsAdmin, AsMember, InTeam};
 use crate::app::App;
 use crate::automation::automations;
-use crate::domain::groups::{self, Role};
 use crate::domain::projects::{self, Project};
 use crate::error::{Error, Result};
 use crate::model::Scope;
@@ -25,44 +25,34 @@ pub struct Create {
 /// Any team member may create a project.
 pub async fn create(
     State(app): State<App>,
-    Caller(user): Caller,
-    Path(team): Path<String>,
+    at: InTeam<AsMember>,
     Json(body): Json<Create>,
 ) -> Result<(StatusCode, axum::Json<Project>)> {
-    groups::require_team(&app.store, &user, &team, Role::Member).await?;
-    let project = projects::create(&app.store, &team, &user, &body.name, &body.description).await?;
+    let (user, team) = (&at.user, &at.team);
+    let project = projects::create(&app.store, team, user, &body.name, &body.description).await?;
     tracing::info!(team = %team, project = %project.name, by = %user.name, "project created");
     Ok((StatusCode::CREATED, axum::Json(project)))
 }
 
-pub async fn list(
-    State(app): State<App>,
-    Caller(user): Caller,
-    Path(team): Path<String>,
-) -> Result<axum::Json<Value>> {
-    groups::require_team(&app.store, &user, &team, Role::Member).await?;
-    Ok(super::list_of(projects::list(&app.store, &team).await?))
+pub async fn list(State(app): State<App>, at: InTeam<AsMember>) -> Result<axum::Json<Value>> {
+    let team = &at.team;
+    Ok(super::list_of(projects::list(&app.store, team).await?))
 }
 
-pub async fn show(
-    State(app): State<App>,
-    Caller(user): Caller,
-    Path((team, name)): Path<(String, String)>,
-) -> Result<axum::Json<Project>> {
-    groups::require_team(&app.store, &user, &team, Role::Member).await?;
-    Ok(axum::Json(projects::get(&app.store, &team, &name).await?))
+pub async fn show(State(app): State<App>, at: InTeam<AsMember>) -> Result<axum::Json<Project>> {
+    let (team, name) = (&at.team, at.param("name")?);
+    Ok(axum::Json(projects::get(&app.store, team, &name).await?))
 }
 
 /// A team admin deletes a project; one with automations needs `?force=true`,
 /// which deletes them too.
 pub async fn delete(
     State(app): State<App>,
-    Caller(user): Caller,
-    Path((team, name)): Path<(String, String)>,
+    at: InTeam<AsAdmin>,
     Query(Force { force }): Query<Force>,
 ) -> Result<StatusCode> {
-    groups::require_team(&app.store, &user, &team, Role::Admin).await?;
-    projects::get(&app.store, &team, &name).await?;
+    let (user, team, name) = (&at.user, &at.team, at.param("name")?);
+    projects::get(&app.store, team, &name).await?;
     let scope = Scope::Project {
         team: team.clone(),
         project: name.clone(),
@@ -76,7 +66,7 @@ pub async fn delete(
         )));
     }
     automations::delete_scope(&app.store, &scope).await?;
-    projects::delete(&app.store, &team, &name).await?;
+    projects::delete(&app.store, team, &name).await?;
     tracing::info!(team = %team, project = %name, by = %user.name, "project deleted");
     Ok(StatusCode::NO_CONTENT)
 }

@@ -1,25 +1,24 @@
 //! `/v1/teams/{team}/secrets`: sealed values, listed by name only.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::Json;
 use super::query::{Force, Query};
-use super::{Caller, Json};
+use super::scope::{AsAdmin, AsMember, InTeam};
 use crate::app::App;
 use crate::automation::webhooks;
-use crate::domain::groups::{self, Role};
 use crate::domain::secrets;
 use crate::error::Result;
 
 pub async fn list_secrets(
     State(app): State<App>,
-    Caller(user): Caller,
-    Path(team): Path<String>,
+    at: InTeam<AsMember>,
 ) -> Result<axum::Json<Value>> {
-    groups::require_team(&app.store, &user, &team, Role::Member).await?;
-    Ok(super::list_of(secrets::list(&app.store, &team).await?))
+    let team = &at.team;
+    Ok(super::list_of(secrets::list(&app.store, team).await?))
 }
 
 #[derive(Deserialize)]
@@ -30,12 +29,11 @@ pub struct PutSecret {
 
 pub async fn put_secret(
     State(app): State<App>,
-    Caller(user): Caller,
-    Path((team, name)): Path<(String, String)>,
+    at: InTeam<AsAdmin>,
     Json(body): Json<PutSecret>,
 ) -> Result<(StatusCode, axum::Json<secrets::SecretInfo>)> {
-    groups::require_team(&app.store, &user, &team, Role::Admin).await?;
-    let (info, created) = secrets::put(&app.store, &app.sealer, &team, &name, &body.value).await?;
+    let (user, team, name) = (&at.user, &at.team, at.param("name")?);
+    let (info, created) = secrets::put(&app.store, &app.sealer, team, &name, &body.value).await?;
     tracing::info!(team = %team, secret = %name, by = %user.name, "secret stored");
     let status = if created {
         StatusCode::CREATED
@@ -48,12 +46,11 @@ pub async fn put_secret(
 /// Deleting a secret that webhooks use is refused, naming them, unless `?force=true`.
 pub async fn delete_secret(
     State(app): State<App>,
-    Caller(user): Caller,
-    Path((team, name)): Path<(String, String)>,
+    at: InTeam<AsAdmin>,
     Query(Force { force }): Query<Force>,
 ) -> Result<StatusCode> {
-    groups::require_team(&app.store, &user, &team, Role::Admin).await?;
-    webhooks::delete_secret(&app.store, &team, &name, force).await?;
+    let (user, team, name) = (&at.user, &at.team, at.param("name")?);
+    webhooks::delete_secret(&app.store, team, &name, force).await?;
     tracing::info!(team = %team, secret = %name, by = %user.name, "secret deleted");
     Ok(StatusCode::NO_CONTENT)
 }

@@ -1,25 +1,24 @@
 //! `/v1/teams/{team}/webhooks`: endpoints plus the secrets they carry, and
 //! the admin's test request.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::Json;
 use super::query::{Force, Query};
-use super::{Caller, Json};
+use super::scope::{AsAdmin, AsMember, InTeam};
 use crate::app::App;
 use crate::automation::{automations, webhook_test, webhooks};
-use crate::domain::groups::{self, Role};
 use crate::error::Result;
 
 pub async fn list_webhooks(
     State(app): State<App>,
-    Caller(user): Caller,
-    Path(team): Path<String>,
+    at: InTeam<AsMember>,
 ) -> Result<axum::Json<Value>> {
-    groups::require_team(&app.store, &user, &team, Role::Member).await?;
-    Ok(super::list_of(webhooks::list(&app.store, &team).await?))
+    let team = &at.team;
+    Ok(super::list_of(webhooks::list(&app.store, team).await?))
 }
 
 #[derive(Deserialize)]
@@ -37,11 +36,10 @@ pub struct CreateWebhook {
 
 pub async fn create_webhook(
     State(app): State<App>,
-    Caller(user): Caller,
-    Path(team): Path<String>,
+    at: InTeam<AsAdmin>,
     Json(body): Json<CreateWebhook>,
 ) -> Result<(StatusCode, axum::Json<webhooks::Webhook>)> {
-    groups::require_team(&app.store, &user, &team, Role::Admin).await?;
+    let (user, team) = (&at.user, &at.team);
     let settings = webhooks::Settings {
         url: body.url,
         access_token_secret: body.access_token_secret,
@@ -50,7 +48,7 @@ pub async fn create_webhook(
     };
     let webhook = webhooks::create(
         &app.store,
-        &team,
+        team,
         &body.name,
         settings,
         &app.cfg.webhooks.allow_private,
@@ -62,24 +60,22 @@ pub async fn create_webhook(
 
 pub async fn show_webhook(
     State(app): State<App>,
-    Caller(user): Caller,
-    Path((team, name)): Path<(String, String)>,
+    at: InTeam<AsMember>,
 ) -> Result<axum::Json<webhooks::Webhook>> {
-    groups::require_team(&app.store, &user, &team, Role::Member).await?;
-    Ok(axum::Json(webhooks::get(&app.store, &team, &name).await?))
+    let (team, name) = (&at.team, at.param("name")?);
+    Ok(axum::Json(webhooks::get(&app.store, team, &name).await?))
 }
 
 pub async fn update_webhook(
     State(app): State<App>,
-    Caller(user): Caller,
-    Path((team, name)): Path<(String, String)>,
+    at: InTeam<AsAdmin>,
     Json(settings): Json<webhooks::Settings>,
 ) -> Result<axum::Json<webhooks::Webhook>> {
-    groups::require_team(&app.store, &user, &team, Role::Admin).await?;
+    let (team, name) = (&at.team, at.param("name")?);
     Ok(axum::Json(
         webhooks::update(
             &app.store,
-            &team,
+            team,
             &name,
             settings,
             &app.cfg.webhooks.allow_private,
@@ -92,12 +88,11 @@ pub async fn update_webhook(
 /// `?force=true`, which disables those automations.
 pub async fn delete_webhook(
     State(app): State<App>,
-    Caller(user): Caller,
-    Path((team, name)): Path<(String, String)>,
+    at: InTeam<AsAdmin>,
     Query(Force { force }): Query<Force>,
 ) -> Result<StatusCode> {
-    groups::require_team(&app.store, &user, &team, Role::Admin).await?;
-    automations::delete_webhook(&app.store, &team, &name, force).await?;
+    let (user, team, name) = (&at.user, &at.team, at.param("name")?);
+    automations::delete_webhook(&app.store, team, &name, force).await?;
     tracing::info!(team = %team, webhook = %name, by = %user.name, "webhook deleted");
     Ok(StatusCode::NO_CONTENT)
 }
@@ -114,18 +109,17 @@ pub struct TestRequest {
 /// payload is not stored.
 pub async fn test_webhook(
     State(app): State<App>,
-    Caller(user): Caller,
-    Path((team, name)): Path<(String, String)>,
+    at: InTeam<AsAdmin>,
     body: Option<Json<TestRequest>>,
 ) -> Result<axum::Json<webhook_test::Outcome>> {
-    groups::require_team(&app.store, &user, &team, Role::Admin).await?;
-    let webhook = webhooks::get(&app.store, &team, &name).await?;
+    let (user, team, name) = (&at.user, &at.team, at.param("name")?);
+    let webhook = webhooks::get(&app.store, team, &name).await?;
     let request = body.map(|Json(b)| b).unwrap_or_default();
     let outcome = webhook_test::run(
         &app.store,
         &app.sealer,
         &app.sender,
-        &team,
+        team,
         &webhook,
         request.payload.as_ref(),
     )
