@@ -347,6 +347,16 @@ impl Relay {
     }
 }
 
+/// A host on `database`, reaching it at `url` (a relay's).
+async fn through(url: &url::Url, database: TestDatabase, config: &str) -> Host {
+    Host::builder()
+        .config(config)
+        .database(Arc::new(database))
+        .env("SWITCHYARD_STORE_URL", url.as_str())
+        .start()
+        .await
+}
+
 impl Drop for Relay {
     fn drop(&mut self) {
         self.task.abort();
@@ -361,12 +371,12 @@ async fn a_database_that_goes_away_is_survived_without_a_restart() {
             let database = TestDatabase::create().await;
             let (relay, url) = Relay::to(&database).await;
             let receiver = Receiver::start().await;
-            let host = Host::builder()
-                .config(&format!("{CONFIG}\nconnect_timeout_ms = 1000"))
-                .database(Arc::new(database))
-                .env("SWITCHYARD_STORE_URL", url.as_str())
-                .start()
-                .await;
+            let host = through(
+                &url,
+                database,
+                &format!("{CONFIG}\nconnect_timeout_ms = 1000"),
+            )
+            .await;
             let hosts = [host];
             let (_, bob) = world(&hosts, &receiver).await;
             let host = &hosts[0];
@@ -442,12 +452,12 @@ async fn an_unreachable_database_shows_no_credential_or_location_to_callers() {
                 .append_pair("password", QUERY_PASSWORD);
             let database_name = url.path().trim_start_matches('/').to_string();
             let receiver = Receiver::start().await;
-            let host = Host::builder()
-                .config(&format!("{CONFIG}\nconnect_timeout_ms = 500"))
-                .database(Arc::new(database))
-                .env("SWITCHYARD_STORE_URL", url.as_str())
-                .start()
-                .await;
+            let host = through(
+                &url,
+                database,
+                &format!("{CONFIG}\nconnect_timeout_ms = 500"),
+            )
+            .await;
             let hosts = [host];
             let (_, bob) = world(&hosts, &receiver).await;
             let host = &hosts[0];
@@ -506,14 +516,12 @@ async fn the_system_check_answers_within_its_timeout_while_the_database_stalls()
             let database = TestDatabase::create().await;
             let (relay, url) = Relay::to(&database).await;
             // Waiting for a connection takes far longer than the check may.
-            let host = Host::builder()
-                .config(&format!(
-                    "{CONFIG}\nconnect_timeout_ms = 8000\n[health]\nprobe_timeout_ms = 1000"
-                ))
-                .database(Arc::new(database))
-                .env("SWITCHYARD_STORE_URL", url.as_str())
-                .start()
-                .await;
+            let host = through(
+                &url,
+                database,
+                &format!("{CONFIG}\nconnect_timeout_ms = 8000\n[health]\nprobe_timeout_ms = 1000"),
+            )
+            .await;
             let (status, _) = host.get_anon("/v1/system-check").await;
             assert_eq!(status, 200);
             relay.stall();

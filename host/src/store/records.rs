@@ -371,34 +371,27 @@ pub trait PluginRecords: Send + Sync {
     async fn delete_plugin(&self, name: &str) -> Result<bool>;
 }
 
-/// Every operation of every aggregate, in or out of a transaction.
-pub trait Records:
-    MetaRecords
-    + UserRecords
-    + SessionRecords
-    + GroupRecords
-    + WebhookRecords
-    + AutomationRecords
-    + ArtifactRecords
-    + RunRecords
-    + DeliveryRecords
-    + UsageRecords
-    + PluginRecords
-{
+/// Declares `Records` as the sum of the aggregates, for every type that
+/// implements them all (the list is written once).
+macro_rules! sum_of {
+    ($($aggregate:ident),+) => {
+        /// Every operation of every aggregate, in or out of a transaction.
+        pub trait Records: $($aggregate +)+ {}
+
+        impl<T: $($aggregate +)+ ?Sized> Records for T {}
+    };
 }
 
-impl<T> Records for T where
-    T: MetaRecords
-        + UserRecords
-        + SessionRecords
-        + GroupRecords
-        + WebhookRecords
-        + AutomationRecords
-        + ArtifactRecords
-        + RunRecords
-        + DeliveryRecords
-        + UsageRecords
-        + PluginRecords
-        + ?Sized
-{
-}
+sum_of!(
+    MetaRecords,
+    UserRecords,
+    SessionRecords,
+    GroupRecords,
+    WebhookRecords,
+    AutomationRecords,
+    ArtifactRecords,
+    RunRecords,
+    DeliveryRecords,
+    UsageRecords,
+    PluginRecords
+);
