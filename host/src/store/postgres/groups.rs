@@ -142,31 +142,14 @@ impl GroupRecords for Postgres {
     }
 
     async fn project(&self, team: &str, name: &str) -> Result<Option<Project>> {
-        self.optional(
-            sqlx::query("SELECT * FROM projects WHERE team = $1 AND name = $2")
-                .bind(team)
-                .bind(name),
-            project,
-        )
-        .await
+        self.team_row("projects", team, name, project).await
     }
 
     async fn projects(&self, team: &str) -> Result<Vec<Project>> {
-        self.all(
-            sqlx::query("SELECT * FROM projects WHERE team = $1 ORDER BY name").bind(team),
-            project,
-        )
-        .await
+        self.team_rows("projects", team, project).await
     }
 
     async fn delete_project(&self, team: &str, name: &str) -> Result<bool> {
-        Ok(self
-            .execute(
-                sqlx::query("DELETE FROM projects WHERE team = $1 AND name = $2")
-                    .bind(team)
-                    .bind(name),
-            )
-            .await?
-            > 0)
+        self.delete_team_row("projects", team, name).await
     }
 }

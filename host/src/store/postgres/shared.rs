@@ -304,6 +304,44 @@ impl Postgres {
         Ok(query.execute(&mut *c).await.db(self)?.rows_affected())
     }
 
+    /// The row of `table` (keyed by team and name) named `name`.
+    pub(super) async fn team_row<T>(
+        &self,
+        table: &str,
+        team: &str,
+        name: &str,
+        map: MapRow<T>,
+    ) -> Result<Option<T>> {
+        let sql = format!("SELECT * FROM {table} WHERE team = $1 AND name = $2");
+        self.optional(sqlx::query(&sql).bind(team).bind(name), map)
+            .await
+    }
+
+    /// A team's rows of `table`, by name.
+    pub(super) async fn team_rows<T>(
+        &self,
+        table: &str,
+        team: &str,
+        map: MapRow<T>,
+    ) -> Result<Vec<T>> {
+        let sql = format!("SELECT * FROM {table} WHERE team = $1 ORDER BY name");
+        self.all(sqlx::query(&sql).bind(team), map).await
+    }
+
+    /// Deletes the row of `table` named `name`; `false` if there was none.
+    pub(super) async fn delete_team_row(
+        &self,
+        table: &str,
+        team: &str,
+        name: &str,
+    ) -> Result<bool> {
+        let sql = format!("DELETE FROM {table} WHERE team = $1 AND name = $2");
+        Ok(self
+            .execute(sqlx::query(&sql).bind(team).bind(name))
+            .await?
+            > 0)
+    }
+
     /// Moves a record that cannot be read into the quarantine, with why.
     pub(super) async fn quarantine(
         &self,

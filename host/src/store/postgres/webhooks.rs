@@ -28,32 +28,15 @@ impl WebhookRecords for Postgres {
     }
 
     async fn secret(&self, team: &str, name: &str) -> Result<Option<Secret>> {
-        self.optional(
-            sqlx::query("SELECT * FROM secrets WHERE team = $1 AND name = $2")
-                .bind(team)
-                .bind(name),
-            secret,
-        )
-        .await
+        self.team_row("secrets", team, name, secret).await
     }
 
     async fn secrets(&self, team: &str) -> Result<Vec<Secret>> {
-        self.all(
-            sqlx::query("SELECT * FROM secrets WHERE team = $1 ORDER BY name").bind(team),
-            secret,
-        )
-        .await
+        self.team_rows("secrets", team, secret).await
     }
 
     async fn delete_secret(&self, team: &str, name: &str) -> Result<bool> {
-        Ok(self
-            .execute(
-                sqlx::query("DELETE FROM secrets WHERE team = $1 AND name = $2")
-                    .bind(team)
-                    .bind(name),
-            )
-            .await?
-            > 0)
+        self.delete_team_row("secrets", team, name).await
     }
 
     async fn insert_webhook(&self, team: &str, w: &Webhook) -> Result<bool> {
@@ -104,31 +87,14 @@ impl WebhookRecords for Postgres {
     }
 
     async fn webhook(&self, team: &str, name: &str) -> Result<Option<Webhook>> {
-        self.optional(
-            sqlx::query("SELECT * FROM webhooks WHERE team = $1 AND name = $2")
-                .bind(team)
-                .bind(name),
-            webhook,
-        )
-        .await
+        self.team_row("webhooks", team, name, webhook).await
     }
 
     async fn webhooks(&self, team: &str) -> Result<Vec<Webhook>> {
-        self.all(
-            sqlx::query("SELECT * FROM webhooks WHERE team = $1 ORDER BY name").bind(team),
-            webhook,
-        )
-        .await
+        self.team_rows("webhooks", team, webhook).await
     }
 
     async fn delete_webhook(&self, team: &str, name: &str) -> Result<bool> {
-        Ok(self
-            .execute(
-                sqlx::query("DELETE FROM webhooks WHERE team = $1 AND name = $2")
-                    .bind(team)
-                    .bind(name),
-            )
-            .await?
-            > 0)
+        self.delete_team_row("webhooks", team, name).await
     }
 }
