@@ -9,6 +9,8 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
+use crate::plugin::PluginError;
+
 /// A failure reported to an API client.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -111,8 +113,6 @@ pub enum Error {
     #[error("internal error: {0:#}")]
     Internal(#[from] anyhow::Error),
 }
-
-use crate::plugin::PluginError;
 
 impl From<crate::store::StoreError> for Error {
     fn from(e: crate::store::StoreError) -> Self {

@@ -65,12 +65,12 @@ impl Report {
 /// probe timeout, whatever the store does.
 pub async fn system_check(app: &App) -> Report {
     let limit = Duration::from_millis(app.cfg.health.probe_timeout_ms);
-    let store = app.store.clone();
-    let quarantined = std::sync::atomic::AtomicUsize::new(0);
+    let store = &app.store;
+    // Read inside the timed probe: a stalled store must not hold the answer.
+    let mut quarantined = 0;
     let database = check(limit, async {
         store.round_trip().await.map_err(explain)?;
-        let count = store.quarantined().await.map_err(explain)?;
-        quarantined.store(count, std::sync::atomic::Ordering::Relaxed);
+        quarantined = store.quarantined().await.map_err(explain)?;
         Ok(())
     });
     let (database, cpu_queue, gpu_queue) = tokio::join!(
@@ -83,7 +83,7 @@ pub async fn system_check(app: &App) -> Report {
         database,
         cpu_queue,
         gpu_queue,
-        quarantined_records: quarantined.into_inner(),
+        quarantined_records: quarantined,
     }
 }
 
