@@ -4,7 +4,7 @@ use serde_json::json;
 use sha2::Digest;
 
 use crate::harness::{
-    Host, OPERATOR_KEY, assert_error_shape, expect_error, into_parts, raw_records,
+    Host, OPERATOR_KEY, assert_error_shape, expect_error, into_parts, listed, raw_records,
 };
 
 on_each_store!(requests_without_a_valid_key_get_401_with_a_body);
@@ -43,12 +43,7 @@ async fn a_key_is_shown_once_works_and_stops_working_when_revoked() {
     assert_eq!(me_again["id"], me["id"]);
 
     let (_, list) = host.get("/v1/me/api-keys").await;
-    let names: Vec<&str> = list["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|k| k["name"].as_str().unwrap())
-        .collect();
+    let names = listed(&list, "name");
     assert_eq!(names, ["bootstrap", "ci"]);
     assert!(
         !list.to_string().contains(&key),

@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use crate::harness::{Host, assert_error_shape, expect_error};
+use crate::harness::{Host, assert_error_shape, expect_error, expect_invalid};
 use crate::world::World;
 
 const LOOPBACK: &str = "[webhooks]\nallow_private = [\"127.0.0.0/8\"]";
@@ -406,12 +406,7 @@ async fn bad_definitions_are_refused_precisely() {
             Some(&with(&["event"], good.clone())),
         )
         .await;
-    expect_error(
-        &(status, body.clone()),
-        400,
-        "invalid_request",
-        Some("event.type"),
-    );
+    expect_invalid(&(status, body.clone()), "event.type");
     assert_eq!(body["error"]["param"], "event.type");
     let (status, body) = w
         .host

@@ -1,7 +1,7 @@
 //! The command line against a running host: plugins and users as an
 //! operator sees them, and a configuration checked without starting.
 
-use crate::harness::{Host, OPERATOR_KEY, cli};
+use crate::harness::{Host, OPERATOR_KEY, cli, listed};
 
 fn wasm_path(name: &str) -> String {
     format!("{}/{name}.wasm", env!("SWITCHYARD_PLUGIN_BUILD_DIR"))
@@ -47,12 +47,7 @@ async fn the_plugin_and_user_commands_drive_a_running_host() {
     );
     let (_, json, _) = run(&["plugin", "list", "--json"]).await;
     let listing: serde_json::Value = serde_json::from_str(&json).unwrap();
-    let names: Vec<&str> = listing["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["name"].as_str().unwrap())
-        .collect();
+    let names = listed(&listing, "name");
     assert!(names.contains(&"shout"), "{json}");
 
     let input = tempfile::NamedTempFile::new().unwrap();

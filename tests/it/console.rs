@@ -5,7 +5,7 @@ use reqwest::header::{COOKIE, LOCATION, SET_COOKIE};
 use reqwest::redirect::Policy;
 
 use crate::browser::Browser;
-use crate::harness::Host;
+use crate::harness::{Host, listed};
 use crate::receiver::Receiver;
 use crate::world::World;
 
@@ -236,12 +236,7 @@ async fn console_roles_and_csrf_match_the_api() {
     let (_, secrets) = host
         .call("GET", "/v1/teams/ml/secrets", &world.alice, None)
         .await;
-    let names: Vec<&str> = secrets["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["name"].as_str().unwrap())
-        .collect();
+    let names = listed(&secrets, "name");
     assert_eq!(
         names,
         ["SIGN", "SPARE", "TOKEN"],

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::harness::{Host, expect_error};
+use crate::harness::{Host, expect_error, expect_invalid};
 use crate::receiver::{Received, Receiver, expected_signature};
 use crate::world::{PROJECT, REGISTRY, SIGN, TOKEN, World, ok};
 
@@ -20,6 +20,23 @@ async fn world(host: &Host, receiver: &Receiver) -> (String, String) {
     let hook = format!("{}/hook", receiver.base);
     let world = World::build(host, Some(&hook)).await;
     (world.alice, world.bob)
+}
+
+/// [`CONFIG`] with another retry schedule.
+fn retrying(schedule: &str) -> String {
+    let fast = "[0, 150, 150, 150, 150, 150, 150, 150, 150, 150]";
+    CONFIG.replace(fast, schedule)
+}
+
+/// A host started with `config`, the world calling `receiver`, and
+/// automation `name` on every ADD_ARTIFACT_TAG in the project:
+/// (host, alice, bob).
+async fn tagging(receiver: &Receiver, config: &str, name: &str) -> (Host, String, String) {
+    let host = Host::builder().config(config).start().await;
+    let (alice, bob) = world(&host, receiver).await;
+    let tags = json!({"type": "ADD_ARTIFACT_TAG"});
+    automation(&host, &alice, PROJECT, name, tags).await;
+    (host, alice, bob)
 }
 
 const TEMPLATE: &str = r#"{"event_type": "${event_type}", "author": "${event_author}",
@@ -276,16 +293,7 @@ async fn every_artifact_event_fires_with_its_payload_and_signature() {
 on_each_store!(a_list_of_labels_fires_one_event_each_in_one_request);
 async fn a_list_of_labels_fires_one_event_each_in_one_request() {
     let receiver = Receiver::start().await;
-    let host = Host::builder().config(CONFIG).start().await;
-    let (alice, bob) = world(&host, &receiver).await;
-    automation(
-        &host,
-        &alice,
-        PROJECT,
-        "tagged",
-        json!({"type": "ADD_ARTIFACT_TAG"}),
-    )
-    .await;
+    let (host, alice, bob) = tagging(&receiver, CONFIG, "tagged").await;
     automation(
         &host,
         &alice,
@@ -387,7 +395,7 @@ async fn a_list_of_labels_fires_one_event_each_in_one_request() {
         ),
     ] {
         let answer = host.call("POST", &tags_path, &bob, Some(&body)).await;
-        let error = expect_error(&answer, 400, "invalid_request", Some(param));
+        let error = expect_invalid(&answer, param);
         assert!(error["message"].as_str().unwrap().contains(says), "{error}");
     }
     let (_, v0) = host
@@ -513,12 +521,7 @@ async fn bare_secret_references_in_payloads_resolve_as_in_the_webhook_test() {
             Some(&save("bad", r#"{"o": "$OTHER"}"#)),
         )
         .await;
-    expect_error(
-        &(status, body.clone()),
-        400,
-        "invalid_request",
-        Some("payload"),
-    );
+    expect_invalid(&(status, body.clone()), "payload");
     assert_eq!(body["error"]["param"], "payload", "{body}");
     let message = body["error"]["message"].as_str().unwrap();
     assert!(
@@ -668,20 +671,8 @@ async fn the_deepest_accepted_metadata_is_delivered_and_readable_and_deeper_is_r
 on_each_store!(retry_after_is_honoured_in_both_forms_and_clamped_to_the_schedule);
 async fn retry_after_is_honoured_in_both_forms_and_clamped_to_the_schedule() {
     let receiver = Receiver::start().await;
-    let config = CONFIG.replace(
-        "retry_schedule_ms = [0, 150, 150, 150, 150, 150, 150, 150, 150, 150]",
-        "retry_schedule_ms = [0, 10, 10, 3000]",
-    );
-    let host = Host::builder().config(&config).start().await;
-    let (alice, bob) = world(&host, &receiver).await;
-    automation(
-        &host,
-        &alice,
-        PROJECT,
-        "retried",
-        json!({"type": "ADD_ARTIFACT_TAG"}),
-    )
-    .await;
+    let config = retrying("[0, 10, 10, 3000]");
+    let (host, _, bob) = tagging(&receiver, &config, "retried").await;
     let versions = format!("{PROJECT}/collections/detector/versions");
     ok(&host, &bob, "POST", &versions, json!({"metadata": {}})).await;
     let executions = format!("{PROJECT}/automations/retried/executions");
@@ -791,16 +782,7 @@ on_each_store!(retries_history_replay_and_gone);
 async fn retries_history_replay_and_gone() {
     let receiver = Receiver::start().await;
     receiver.answer(503);
-    let host = Host::builder().config(CONFIG).start().await;
-    let (alice, bob) = world(&host, &receiver).await;
-    automation(
-        &host,
-        &alice,
-        PROJECT,
-        "tagged",
-        json!({"type": "ADD_ARTIFACT_TAG"}),
-    )
-    .await;
+    let (host, alice, bob) = tagging(&receiver, CONFIG, "tagged").await;
     let versions = format!("{PROJECT}/collections/detector/versions");
     ok(
         &host,
@@ -969,10 +951,7 @@ fn lasting_retries() -> String {
     let quick = ["0"].into_iter().chain(["150"; 9]);
     let slow = ["500"; 60];
     let schedule: Vec<&str> = quick.chain(slow).collect();
-    CONFIG.replace(
-        "retry_schedule_ms = [0, 150, 150, 150, 150, 150, 150, 150, 150, 150]",
-        &format!("retry_schedule_ms = [{}]", schedule.join(", ")),
-    )
+    retrying(&format!("[{}]", schedule.join(", ")))
 }
 
 on_each_store!(kill_9_with_deliveries_pending_then_restart_delivers_every_one);
@@ -981,16 +960,7 @@ async fn kill_9_with_deliveries_pending_then_restart_delivers_every_one() {
     receiver.answer(503);
     let config = lasting_retries();
     assert_ne!(config, CONFIG);
-    let mut host = Host::builder().config(&config).start().await;
-    let (alice, bob) = world(&host, &receiver).await;
-    automation(
-        &host,
-        &alice,
-        PROJECT,
-        "tagged",
-        json!({"type": "ADD_ARTIFACT_TAG"}),
-    )
-    .await;
+    let (mut host, _, bob) = tagging(&receiver, &config, "tagged").await;
     let versions = format!("{PROJECT}/collections/detector/versions");
     ok(
         &host,
@@ -1090,12 +1060,7 @@ async fn events_on_unknown_objects_are_404_and_outsiders_cannot_act() {
                 Some(&json!({"alias": alias})),
             )
             .await;
-        expect_error(
-            &(status, body.clone()),
-            400,
-            "invalid_request",
-            Some("alias"),
-        );
+        expect_invalid(&(status, body.clone()), "alias");
         assert!(
             body["error"]["message"].as_str().unwrap().contains(why),
             "{body}"
@@ -1109,12 +1074,7 @@ async fn events_on_unknown_objects_are_404_and_outsiders_cannot_act() {
             Some(&json!({})),
         )
         .await;
-    expect_error(
-        &(status, body.clone()),
-        400,
-        "invalid_request",
-        Some("metadata"),
-    );
+    expect_invalid(&(status, body.clone()), "metadata");
 }
 
 /// A second webhook `fast` → `receiver`, and an automation per webhook on tag events.
@@ -1315,16 +1275,7 @@ on_each_store!(a_full_plugin_queue_delays_matching_but_loses_no_event);
 async fn a_full_plugin_queue_delays_matching_but_loses_no_event() {
     let receiver = Receiver::start().await;
     let config = format!("{CONFIG}\n[queues.plugin]\nworkers = 1\ncapacity = 1");
-    let host = Host::builder().config(&config).start().await;
-    let (alice, _) = world(&host, &receiver).await;
-    automation(
-        &host,
-        &alice,
-        PROJECT,
-        "tagged",
-        json!({"type": "ADD_ARTIFACT_TAG"}),
-    )
-    .await;
+    let (host, alice, _) = tagging(&receiver, &config, "tagged").await;
     let versions = format!("{PROJECT}/collections/detector/versions");
     ok(&host, &alice, "POST", &versions, json!({})).await;
     const EVENTS: usize = 30;
@@ -1371,20 +1322,8 @@ async fn a_full_plugin_queue_delays_matching_but_loses_no_event() {
 on_each_store!(other_4xx_fail_at_once_and_an_exhausted_schedule_ends_failed);
 async fn other_4xx_fail_at_once_and_an_exhausted_schedule_ends_failed() {
     let receiver = Receiver::start().await;
-    let config = CONFIG.replace(
-        "retry_schedule_ms = [0, 150, 150, 150, 150, 150, 150, 150, 150, 150]",
-        "retry_schedule_ms = [0, 10, 10]",
-    );
-    let host = Host::builder().config(&config).start().await;
-    let (alice, bob) = world(&host, &receiver).await;
-    automation(
-        &host,
-        &alice,
-        PROJECT,
-        "tagged",
-        json!({"type": "ADD_ARTIFACT_TAG"}),
-    )
-    .await;
+    let config = retrying("[0, 10, 10]");
+    let (host, alice, bob) = tagging(&receiver, &config, "tagged").await;
     let versions = format!("{PROJECT}/collections/detector/versions");
     ok(&host, &bob, "POST", &versions, json!({})).await;
     let executions = format!("{PROJECT}/automations/tagged/executions");
@@ -1425,16 +1364,7 @@ async fn events_left_in_the_inbox_by_a_crash_are_matched_at_start() {
     // for ever, the others find the queue full; every action has happened
     // and its event waits in the inbox.
     let stalled = format!("{CONFIG}\n[queues.plugin]\nworkers = 0\ncapacity = 1");
-    let mut host = Host::builder().config(CONFIG).start().await;
-    let (alice, bob) = world(&host, &receiver).await;
-    automation(
-        &host,
-        &alice,
-        PROJECT,
-        "tagged",
-        json!({"type": "ADD_ARTIFACT_TAG"}),
-    )
-    .await;
+    let (mut host, alice, bob) = tagging(&receiver, CONFIG, "tagged").await;
     let versions = format!("{PROJECT}/collections/detector/versions");
     ok(&host, &bob, "POST", &versions, json!({})).await;
     host.terminate().await;
@@ -1481,16 +1411,7 @@ async fn events_left_in_the_inbox_by_a_crash_are_matched_at_start() {
 on_each_store!(a_disabled_automation_does_not_deliver_until_saved_again);
 async fn a_disabled_automation_does_not_deliver_until_saved_again() {
     let receiver = Receiver::start().await;
-    let host = Host::builder().config(CONFIG).start().await;
-    let (alice, bob) = world(&host, &receiver).await;
-    automation(
-        &host,
-        &alice,
-        PROJECT,
-        "tagged",
-        json!({"type": "ADD_ARTIFACT_TAG"}),
-    )
-    .await;
+    let (host, alice, bob) = tagging(&receiver, CONFIG, "tagged").await;
     let versions = format!("{PROJECT}/collections/detector/versions");
     ok(&host, &bob, "POST", &versions, json!({})).await;
     // Force-deleting its webhook disables it.

@@ -370,7 +370,8 @@ impl Host {
         body: Option<&Value>,
     ) -> (u16, Value) {
         let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
-        let mut request = self.http.request(method, self.url(path)).bearer_auth(key);
+        let mut request = self.http.request(method, self.url(path));
+        request = request.bearer_auth(key);
         if let Some(body) = body {
             request = request.json(body);
         }
@@ -386,46 +387,31 @@ impl Host {
         body["api_key"]["key"].as_str().unwrap().to_string()
     }
 
+    /// A request without credentials or body, as it comes back.
+    pub async fn raw(&self, method: &str, path: &str) -> reqwest::Response {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        let request = self.http.request(method, self.url(path));
+        request.send().await.unwrap()
+    }
+
     /// A GET without credentials.
     pub async fn get_anon(&self, path: &str) -> (u16, Value) {
-        into_parts(self.http.get(self.url(path)).send().await.unwrap()).await
+        into_parts(self.raw("GET", path).await).await
     }
 
     /// A GET with the operator's key.
     pub async fn get(&self, path: &str) -> (u16, Value) {
-        let response = self
-            .http
-            .get(self.url(path))
-            .bearer_auth(OPERATOR_KEY)
-            .send()
-            .await
-            .unwrap();
-        into_parts(response).await
+        self.call("GET", path, OPERATOR_KEY, None).await
     }
 
     /// A DELETE with the operator's key.
     pub async fn delete(&self, path: &str) -> (u16, Value) {
-        let response = self
-            .http
-            .delete(self.url(path))
-            .bearer_auth(OPERATOR_KEY)
-            .send()
-            .await
-            .unwrap();
-        into_parts(response).await
+        self.call("DELETE", path, OPERATOR_KEY, None).await
     }
 
     /// A POST of JSON with the operator's key.
     pub async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
-        let response = self
-            .http
-            .post(self.url(path))
-            .bearer_auth(OPERATOR_KEY)
-            .json(body)
-            .send()
-            .await
-            .unwrap();
-        into_parts(response).await
+        self.call("POST", path, OPERATOR_KEY, Some(body)).await
     }
 
     /// Sends SIGTERM and waits (up to 30 s) for the process to exit. The
@@ -474,6 +460,20 @@ pub async fn into_parts(response: reqwest::Response) -> (u16, Value) {
 /// Asserts the documented error shape and returns the error object:
 /// `message` a non-empty string, `type` a string, `code` a string (never
 /// null, never a number), and `param` present (a string or null).
+/// `field` of each item in a listing's `data`, in order.
+pub fn listed<'a>(listing: &'a Value, field: &str) -> Vec<&'a str> {
+    let items = listing["data"].as_array();
+    let items = items.unwrap_or_else(|| panic!("not a listing: {listing}"));
+    items
+        .iter()
+        .map(|item| {
+            item[field]
+                .as_str()
+                .unwrap_or_else(|| panic!("no {field}: {item}"))
+        })
+        .collect()
+}
+
 pub fn assert_error_shape(body: &Value) -> &Value {
     let error = &body["error"];
     assert!(
@@ -509,6 +509,11 @@ fn error_type(status: u16) -> &'static str {
 /// that goes with the status, its `code`, and its `param` (`None` for
 /// null). Returns the error object, e.g. to check the message.
 #[track_caller]
+/// Checks a 400 `invalid_request` about `param`; returns the error object.
+pub fn expect_invalid<'b>(got: &'b (u16, Value), param: &str) -> &'b Value {
+    expect_error(got, 400, "invalid_request", Some(param))
+}
+
 pub fn expect_error<'b>(
     (status, body): &'b (u16, Value),
     want: u16,

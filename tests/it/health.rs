@@ -20,12 +20,7 @@ fn assert_check(body: &Value, name: &str, success: bool) {
 on_each_store!(system_check_passes_without_auth);
 async fn system_check_passes_without_auth() {
     let host = Host::start().await;
-    let response = host
-        .http
-        .get(host.url("/v1/system-check"))
-        .send()
-        .await
-        .unwrap();
+    let response = host.raw("GET", "/v1/system-check").await;
     assert_eq!(response.status(), 200);
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["api"], true);
@@ -41,12 +36,7 @@ async fn a_stalled_queue_fails_the_check_with_503_and_the_same_body() {
         .config("[queues.plugin]\nworkers = 0\ncapacity = 16\n[health]\nprobe_timeout_ms = 300")
         .start()
         .await;
-    let response = host
-        .http
-        .get(host.url("/v1/system-check"))
-        .send()
-        .await
-        .unwrap();
+    let response = host.raw("GET", "/v1/system-check").await;
     assert_eq!(response.status(), 503);
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["api"], true);

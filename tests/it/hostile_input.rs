@@ -5,7 +5,7 @@
 
 use serde_json::{Value, json};
 
-use crate::harness::{Engine, Host, expect_error};
+use crate::harness::{Engine, Host, expect_error, expect_invalid};
 use crate::receiver::Receiver;
 use crate::world::{PROJECT, REGISTRY, World, ok};
 
@@ -186,7 +186,7 @@ async fn a_nul_anywhere_is_a_400_naming_its_field_and_nothing_is_stored() {
     };
     for (method, path, body, param) in &table {
         let answer = host.call(method, path, key_for(path), Some(body)).await;
-        let error = expect_error(&answer, 400, "invalid_request", Some(*param));
+        let error = expect_invalid(&answer, param);
         assert!(
             error["message"].as_str().unwrap().contains("NUL"),
             "{method} {path}: {error}"
@@ -295,7 +295,7 @@ async fn a_payload_naming_one_missing_secret_many_times_costs_one_lookup() {
             Some(&json!({"payload": format!("{{\"x\": \"{many}\"}}")})),
         )
         .await;
-    let error = expect_error(&answer, 400, "invalid_request", Some("payload"));
+    let error = expect_invalid(&answer, "payload");
     assert!(
         error["message"].as_str().unwrap().contains("at most 1000"),
         "{error}"
@@ -311,6 +311,6 @@ async fn a_payload_naming_one_missing_secret_many_times_costs_one_lookup() {
             Some(&automation),
         )
         .await;
-    expect_error(&answer, 400, "invalid_request", Some("payload"));
+    expect_invalid(&answer, "payload");
     assert_eq!(receiver.received().len(), 1);
 }

@@ -6,7 +6,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::harness::{Host, OPERATOR_KEY, assert_error_shape, expect_error, into_parts};
+use crate::harness::{
+    Host, OPERATOR_KEY, assert_error_shape, expect_error, expect_invalid, into_parts,
+};
 
 on_each_store!(unknown_route_is_a_404_error_object);
 async fn unknown_route_is_a_404_error_object() {
@@ -21,12 +23,7 @@ async fn unknown_route_is_a_404_error_object() {
 on_each_store!(wrong_method_is_a_405_error_object_with_allow);
 async fn wrong_method_is_a_405_error_object_with_allow() {
     let host = Host::start().await;
-    let response = host
-        .http
-        .delete(host.url("/v1/system-check"))
-        .send()
-        .await
-        .unwrap();
+    let response = host.raw("DELETE", "/v1/system-check").await;
     assert_eq!(response.status(), 405);
     let allow = response.headers()["allow"].to_str().unwrap().to_string();
     assert!(allow.contains("GET"), "{allow}");
@@ -78,12 +75,7 @@ async fn unknown_and_mistyped_fields_are_named() {
     assert_eq!(assert_error_shape(&body)["param"], "name", "{body}");
 
     let (status, body) = host.post("/v1/me/api-keys", &json!({"name": "  "})).await;
-    expect_error(
-        &(status, body.clone()),
-        400,
-        "invalid_request",
-        Some("name"),
-    );
+    expect_invalid(&(status, body.clone()), "name");
     assert_eq!(assert_error_shape(&body)["param"], "name", "{body}");
 }
 

@@ -228,12 +228,7 @@ async fn every_request_is_logged_once_with_its_request_id_and_caller() {
     ] {
         assert!(line.contains(needle), "{needle} in {line}");
     }
-    let generated = host
-        .http
-        .get(host.url("/v1/system-check"))
-        .send()
-        .await
-        .unwrap();
+    let generated = host.raw("GET", "/v1/system-check").await;
     let id = generated.headers()["x-request-id"]
         .to_str()
         .unwrap()

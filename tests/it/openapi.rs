@@ -128,12 +128,7 @@ async fn the_document_is_public_and_browsable() {
         ("swagger-ui.css", "text/css"),
         ("init.js", "text/javascript"),
     ] {
-        let response = host
-            .http
-            .get(host.url(&format!("/docs/{file}")))
-            .send()
-            .await
-            .unwrap();
+        let response = host.raw("GET", &format!("/docs/{file}")).await;
         assert_eq!(response.status(), 200, "{file}");
         let content_type = response.headers()["content-type"]
             .to_str()
@@ -868,12 +863,7 @@ async fn a_generated_python_client_builds_without_warnings_and_works() {
     let host = Host::start().await;
     let work = tempfile::tempdir().unwrap();
     let spec = work.path().join("openapi.json");
-    let doc = host
-        .http
-        .get(host.url("/v1/openapi.json"))
-        .send()
-        .await
-        .unwrap();
+    let doc = host.raw("GET", "/v1/openapi.json").await;
     std::fs::write(&spec, doc.bytes().await.unwrap()).unwrap();
     let out = work.path().join("client");
     let path = format!(

@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::harness::{
-    Host, OPERATOR_KEY, assert_error_shape, expect_error, into_parts, plugin_wasm,
+    Host, OPERATOR_KEY, assert_error_shape, expect_error, expect_invalid, into_parts, listed,
+    plugin_wasm,
 };
 
 /// Every variable of the spec, as the delivery engine will pass them.
@@ -129,12 +130,7 @@ async fn templates_too_large_or_too_deep_are_refused_before_the_plugin() {
         let (status, body) = host
             .invoke("template-default", &json!({"template": template}))
             .await;
-        expect_error(
-            &(status, body.clone()),
-            400,
-            "invalid_request",
-            Some("template"),
-        );
+        expect_invalid(&(status, body.clone()), "template");
         let error = assert_error_shape(&body);
         assert_eq!(error["param"], "template", "{body}");
         assert!(error["message"].as_str().unwrap().contains(says), "{body}");
@@ -146,12 +142,7 @@ async fn templates_too_large_or_too_deep_are_refused_before_the_plugin() {
                     "event": {"event_type": "ADD_ARTIFACT_ALIAS", "alias": "a"}}),
         )
         .await;
-    expect_error(
-        &(status, body.clone()),
-        400,
-        "invalid_request",
-        Some("config"),
-    );
+    expect_invalid(&(status, body.clone()), "config");
     assert!(
         assert_error_shape(&body)["message"]
             .as_str()
@@ -303,12 +294,7 @@ async fn invalid_regexes_and_conditions_are_reported_not_panicked_on() {
     let (status, body) = host
         .invoke("filter-default", &json!({"config": {"metric": {"name": "loss", "comparison": "~", "threshold": 1}}, "event": event}))
         .await;
-    expect_error(
-        &(status, body.clone()),
-        400,
-        "invalid_request",
-        Some("config"),
-    );
+    expect_invalid(&(status, body.clone()), "config");
     assert!(
         body["error"]["message"]
             .as_str()
@@ -647,12 +633,7 @@ on_each_store!(operators_list_replace_and_remove_plugins);
 async fn operators_list_replace_and_remove_plugins() {
     let host = Host::start().await;
     let (_, list) = host.get("/v1/admin/plugins").await;
-    let names: Vec<&str> = list["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["name"].as_str().unwrap())
-        .collect();
+    let names = listed(&list, "name");
     assert_eq!(
         names,
         [
@@ -708,21 +689,11 @@ async fn operators_list_replace_and_remove_plugins() {
             plugin_wasm("misbehave"),
         )
         .await;
-    expect_error(
-        &(status, body.clone()),
-        400,
-        "invalid_request",
-        Some("name"),
-    );
+    expect_invalid(&(status, body.clone()), "name");
     let (status, body) = host
         .upload_plugin("x", "kind=printer&version=1", plugin_wasm("misbehave"))
         .await;
-    expect_error(
-        &(status, body.clone()),
-        400,
-        "invalid_request",
-        Some("kind"),
-    );
+    expect_invalid(&(status, body.clone()), "kind");
     assert!(
         body["error"]["message"]
             .as_str()

@@ -3,7 +3,7 @@
 use serde_json::{Value, json};
 
 use crate::harness::{
-    Engine, Host, OPERATOR_KEY, assert_error_shape, cli, expect_error, raw_records,
+    Engine, Host, OPERATOR_KEY, assert_error_shape, cli, expect_error, expect_invalid, raw_records,
 };
 use crate::world::World;
 
@@ -31,12 +31,7 @@ async fn operators_create_users_and_others_cannot() {
         .await;
     expect_error(&(status, body.clone()), 409, "conflict", None);
     let (status, body) = host.post("/v1/admin/users", &json!({"name": "a b"})).await;
-    expect_error(
-        &(status, body.clone()),
-        400,
-        "invalid_request",
-        Some("name"),
-    );
+    expect_invalid(&(status, body.clone()), "name");
     assert_eq!(body["error"]["param"], "name");
     let (_, list) = host.get("/v1/admin/users").await;
     assert_eq!(list["data"].as_array().unwrap().len(), 2, "{list}");
@@ -203,12 +198,7 @@ async fn secrets_are_never_echoed_logged_or_stored_in_plain_text() {
             Some(&json!({"value": VALUE})),
         )
         .await;
-    expect_error(
-        &(status, body.clone()),
-        400,
-        "invalid_request",
-        Some("name"),
-    );
+    expect_invalid(&(status, body.clone()), "name");
     bodies.push(body);
     let (status, body) = host
         .call(
@@ -218,12 +208,7 @@ async fn secrets_are_never_echoed_logged_or_stored_in_plain_text() {
             Some(&json!({"value": ""})),
         )
         .await;
-    expect_error(
-        &(status, body.clone()),
-        400,
-        "invalid_request",
-        Some("value"),
-    );
+    expect_invalid(&(status, body.clone()), "value");
     assert_eq!(body["error"]["param"], "value");
     let (status, body) = host
         .call(

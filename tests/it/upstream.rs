@@ -12,7 +12,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use serde_json::{Value, json};
 
-use crate::harness::{Host, assert_error_shape, expect_error, plugin_wasm, sse_chunks};
+use crate::harness::{
+    Host, assert_error_shape, expect_error, expect_invalid, listed, plugin_wasm, sse_chunks,
+};
 
 /// What the upstream received: (authorization header, body, client port).
 type Seen = Arc<Mutex<Vec<(String, Value, u16)>>>;
@@ -208,12 +210,7 @@ async fn the_proxy_forwards_whole_and_streamed_completions_with_the_host_held_ke
         .await;
     let alice = host.create_user("alice").await;
     let (_, models) = host.call("GET", "/v1/models", &alice, None).await;
-    let ids: Vec<&str> = models["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["id"].as_str().unwrap())
-        .collect();
+    let ids = listed(&models, "id");
     assert!(
         ids.contains(&"fake-1") && ids.contains(&"fake-tools"),
         "{ids:?}"
@@ -367,11 +364,9 @@ fn backend_query(upstream: &str, version: &str, models: &str) -> String {
 
 async fn model_ids(host: &Host, key: &str) -> Vec<String> {
     let (_, models) = host.call("GET", "/v1/models", key, None).await;
-    models["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["id"].as_str().unwrap().to_string())
+    listed(&models, "id")
+        .into_iter()
+        .map(String::from)
         .collect()
 }
 
@@ -697,7 +692,7 @@ async fn the_embedded_model_refuses_what_it_cannot_honour_naming_the_field() {
         }
         let (status, text) = send(&host, &alice, &request).await;
         let answer = (status, serde_json::from_str(&text).unwrap_or_default());
-        let error = expect_error(&answer, 400, "invalid_request", Some(param));
+        let error = expect_invalid(&answer, param);
         assert!(
             error["message"]
                 .as_str()

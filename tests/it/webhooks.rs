@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use crate::harness::{Host, assert_error_shape, expect_error, raw_records};
+use crate::harness::{Host, assert_error_shape, expect_error, expect_invalid, raw_records};
 use crate::receiver::{Receiver, closed_port, expected_signature};
 use crate::world::World;
 
@@ -127,7 +127,7 @@ async fn internal_targets_are_refused_unless_the_operator_allows_them() {
                 Some(&json!({"name": "x", "url": url})),
             )
             .await;
-        expect_error(&(status, body.clone()), 400, "invalid_request", Some("url"));
+        expect_invalid(&(status, body.clone()), "url");
         let error = assert_error_shape(&body);
         assert_eq!(error["param"], "url");
         assert!(
@@ -148,7 +148,7 @@ async fn internal_targets_are_refused_unless_the_operator_allows_them() {
                 Some(&json!({"name": "x", "url": url})),
             )
             .await;
-        expect_error(&(status, body.clone()), 400, "invalid_request", Some("url"));
+        expect_invalid(&(status, body.clone()), "url");
         assert_eq!(assert_error_shape(&body)["param"], "url");
     }
     let (status, body) = host
@@ -185,7 +185,7 @@ async fn allowing_loopback_opens_loopback_and_nothing_else() {
         let (status, body) = host
             .call("POST", "/v1/teams/ml/webhooks", &alice, Some(&body))
             .await;
-        expect_error(&(status, body.clone()), 400, "invalid_request", Some("url"));
+        expect_invalid(&(status, body.clone()), "url");
         assert_eq!(assert_error_shape(&body)["param"], "url", "{url}");
     }
     let allowed = [
@@ -331,12 +331,7 @@ async fn webhook_test_is_signed_and_authorised_like_a_delivery() {
                 Some(&json!({"payload": payload})),
             )
             .await;
-        expect_error(
-            &(status, body.clone()),
-            400,
-            "invalid_request",
-            Some("payload"),
-        );
+        expect_invalid(&(status, body.clone()), "payload");
         assert!(
             body["error"]["message"].as_str().unwrap().contains(needle),
             "{body}"

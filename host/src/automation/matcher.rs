@@ -97,7 +97,7 @@ async fn write_matched(store: &Store, matched: Vec<Matched>) -> Result<Vec<Vec<D
             for f in m.fired {
                 if let Some(run) = &f.run
                     && !tx
-                        .claim_run_fire(&f.execution.automation, run, m.at_ms, RUN_REFIRE_MS)
+                        .claim_run_fire((&f.execution.automation, run), m.at_ms, RUN_REFIRE_MS)
                         .await?
                 {
                     continue;

@@ -103,15 +103,30 @@ async fn check(store: &Store, team: &str, settings: &Settings, allow: &[IpNet]) 
     Ok(())
 }
 
-/// Creates a webhook.
-pub async fn create(
+/// Whether a save makes a new webhook or changes an existing one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Save {
+    /// A new webhook; a taken name is a conflict.
+    Create,
+    /// New settings for a webhook that exists; it is enabled again.
+    Update,
+}
+
+/// Creates a webhook or replaces its settings, after checking them.
+pub async fn save(
     store: &Store,
-    team: &str,
-    name: &str,
+    (team, name): (&str, &str),
     settings: Settings,
     allow: &[IpNet],
+    save: Save,
 ) -> Result<Webhook> {
-    names::validate("name", name)?;
+    let old = match save {
+        Save::Create => {
+            names::validate("name", name)?;
+            None
+        }
+        Save::Update => Some(get(store, team, name).await?),
+    };
     check(store, team, &settings, allow).await?;
     let now = ids::now();
     let webhook = Webhook {
@@ -121,37 +136,16 @@ pub async fn create(
         signing_secret: settings.signing_secret,
         standard_webhooks: settings.standard_webhooks,
         disabled_reason: None,
-        created_at: now,
+        created_at: old.map_or(now, |old| old.created_at),
         updated_at: now,
     };
-    if !store.insert_webhook(team, &webhook).await? {
+    if save == Save::Update {
+        store.put_webhook(team, &webhook).await?;
+    } else if !store.insert_webhook(team, &webhook).await? {
         return Err(Error::Conflict(format!(
             "team '{team}' already has a webhook named '{name}'"
         )));
     }
-    Ok(webhook)
-}
-
-/// Replaces a webhook's settings.
-pub async fn update(
-    store: &Store,
-    team: &str,
-    name: &str,
-    settings: Settings,
-    allow: &[IpNet],
-) -> Result<Webhook> {
-    let old = get(store, team, name).await?;
-    check(store, team, &settings, allow).await?;
-    let webhook = Webhook {
-        url: settings.url.trim().to_string(),
-        access_token_secret: settings.access_token_secret,
-        signing_secret: settings.signing_secret,
-        standard_webhooks: settings.standard_webhooks,
-        disabled_reason: None,
-        updated_at: ids::now(),
-        ..old
-    };
-    store.put_webhook(team, &webhook).await?;
     Ok(webhook)
 }
 

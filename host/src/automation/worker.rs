@@ -22,7 +22,7 @@ use crate::domain::seal::Sealer;
 use crate::error::Result;
 use crate::ids;
 use crate::model::{Attempt, Delivery, Status, WebhookRef};
-use crate::store::Store;
+use crate::store::{AttemptFor, Store};
 use crate::telemetry;
 
 /// Most deliveries one scan of the outbox takes up.
@@ -178,13 +178,13 @@ async fn write_outcomes(store: &Store, batch: &[(Outcome, oneshot::Sender<bool>)
     for (o, _) in batch {
         tx.finish_delivery(&o.delivery, o.rescheduled.as_ref())
             .await?;
-        tx.record_attempt(
-            &o.delivery.execution,
-            &o.delivery.execution_id,
-            o.status,
-            o.error.as_deref(),
-            &o.attempt,
-        )
+        tx.record_attempt(AttemptFor {
+            automation: &o.delivery.execution,
+            execution_id: &o.delivery.execution_id,
+            status: o.status,
+            error: o.error.as_deref(),
+            attempt: &o.attempt,
+        })
         .await?;
     }
     tx.commit().await?;

@@ -18,7 +18,7 @@ use crate::error::{Error, Result};
 use crate::ids;
 use crate::model::{ArtifactRef, Event, EventType, Scope};
 pub use crate::model::{Collection, LabelledVersion, Source, Version};
-use crate::store::Store;
+use crate::store::{Store, VersionAt};
 
 /// Longest alias or tag.
 pub const MAX_LABEL_LEN: usize = 128;
@@ -216,67 +216,54 @@ pub struct Labelled {
     pub moved_from: BTreeMap<String, String>,
 }
 
-/// Adds `aliases` to a version, moving each from whichever version held it;
-/// each emits its own `ADD_ARTIFACT_ALIAS`, all in one transaction.
-pub async fn add_aliases(
-    store: &Store,
-    events: &dyn Dispatch,
-    scope: &Scope,
-    user: &User,
-    collection: &str,
-    version_text: &str,
-    aliases: Vec<String>,
-) -> Result<Labelled> {
-    check_labels("alias", &aliases)?;
-    for alias in &aliases {
-        if alias.starts_with('v') && alias[1..].parse::<u64>().is_ok() || alias == "latest" {
-            return Err(Error::invalid(
-                "alias",
-                format!("'{alias}' is reserved: aliases may not look like versions or be 'latest'"),
-            ));
+/// Which kind of label a request adds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Label {
+    /// Unique within a collection; moves from version to version.
+    Alias,
+    /// Any number of versions may carry a tag.
+    Tag,
+}
+
+impl Label {
+    fn field(self) -> &'static str {
+        match self {
+            Label::Alias => "alias",
+            Label::Tag => "tag",
         }
     }
-    label(
-        store,
-        events,
-        scope,
-        user,
-        collection,
-        version_text,
-        Label::Alias,
-        aliases,
-    )
-    .await
+
+    fn plural(self) -> &'static str {
+        match self {
+            Label::Alias => "aliases",
+            Label::Tag => "tags",
+        }
+    }
+
+    fn event_type(self) -> EventType {
+        match self {
+            Label::Alias => EventType::AddArtifactAlias,
+            Label::Tag => EventType::AddArtifactTag,
+        }
+    }
 }
 
-/// Adds `tags` to a version; each emits its own `ADD_ARTIFACT_TAG`, all in
-/// one transaction.
-pub async fn add_tags(
-    store: &Store,
-    events: &dyn Dispatch,
-    scope: &Scope,
-    user: &User,
-    collection: &str,
-    version_text: &str,
-    tags: Vec<String>,
-) -> Result<Labelled> {
-    check_labels("tag", &tags)?;
-    label(
-        store,
-        events,
-        scope,
-        user,
-        collection,
-        version_text,
-        Label::Tag,
-        tags,
-    )
-    .await
+/// The version a request labels, as the caller named it, and who asks.
+#[derive(Debug, Clone, Copy)]
+pub struct Target<'a> {
+    /// The project or registry.
+    pub scope: &'a Scope,
+    /// Who asks (the events' author).
+    pub user: &'a User,
+    /// The collection's name.
+    pub collection: &'a str,
+    /// `v3`, `3`, or an alias.
+    pub version: &'a str,
 }
 
-fn check_labels(field: &str, values: &[String]) -> Result<()> {
+fn check_labels(kind: Label, values: &[String]) -> Result<()> {
+    let (field, plural) = (kind.field(), kind.plural());
     if values.is_empty() || values.len() > MAX_LABELS_PER_REQUEST {
-        let plural = if field == "alias" { "aliases" } else { "tags" };
         return Err(Error::invalid(
             plural,
             format!(
@@ -285,7 +272,22 @@ fn check_labels(field: &str, values: &[String]) -> Result<()> {
             ),
         ));
     }
-    values.iter().try_for_each(|v| check_label(field, v))
+    values.iter().try_for_each(|v| check_label(field, v))?;
+    match values
+        .iter()
+        .find(|v| kind == Label::Alias && is_reserved_alias(v))
+    {
+        Some(alias) => Err(Error::invalid(
+            "alias",
+            format!("'{alias}' is reserved: aliases may not look like versions or be 'latest'"),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// `v3` and `latest` name versions already, so they cannot be aliases.
+fn is_reserved_alias(alias: &str) -> bool {
+    alias.starts_with('v') && alias[1..].parse::<u64>().is_ok() || alias == "latest"
 }
 
 fn check_label(field: &str, value: &str) -> Result<()> {
@@ -293,50 +295,42 @@ fn check_label(field: &str, value: &str) -> Result<()> {
         && value
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-' | ':' | '/'));
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::invalid(
-            field,
-            format!(
-                "{field} '{value}' is not valid: use 1 to {MAX_LABEL_LEN} letters, digits, '_', '.', '-', ':' or '/'"
-            ),
-        ))
-    }
+    names::check(ok, field, || {
+        format!(
+            "{field} '{value}' is not valid: use 1 to {MAX_LABEL_LEN} letters, digits, '_', '.', '-', ':' or '/'"
+        )
+    })
 }
 
-#[derive(Clone, Copy, PartialEq)]
-enum Label {
-    Alias,
-    Tag,
-}
-
-#[allow(clippy::too_many_arguments)]
-async fn label(
+/// Adds `labels` to a version, all in one transaction; each emits its own
+/// `ADD_ARTIFACT_ALIAS` or `ADD_ARTIFACT_TAG`. An alias moves from
+/// whichever version held it.
+pub async fn add_labels(
     store: &Store,
     events: &dyn Dispatch,
-    scope: &Scope,
-    user: &User,
-    collection: &str,
-    version_text: &str,
+    target: Target<'_>,
     kind: Label,
     labels: Vec<String>,
 ) -> Result<Labelled> {
+    check_labels(kind, &labels)?;
+    let Target {
+        scope,
+        user,
+        collection,
+        version: version_text,
+    } = target;
     let index = parse_version(version_text)?;
     let tx = store.begin().await?;
     let version = tx
         .version(scope, collection, index)
         .await?
         .ok_or_else(|| no_version(scope, collection, version_text))?;
-    let template = event_for(
+    let template = event_for(scope, user, &version, kind.event_type());
+    let at = VersionAt {
         scope,
-        user,
-        &version,
-        match kind {
-            Label::Alias => EventType::AddArtifactAlias,
-            Label::Tag => EventType::AddArtifactTag,
-        },
-    );
+        collection,
+        index,
+    };
     let mut caused = Vec::with_capacity(labels.len());
     let mut moved_from = BTreeMap::new();
     for label in &labels {
@@ -346,13 +340,13 @@ async fn label(
         };
         match kind {
             Label::Alias => {
-                if let Some(old) = tx.set_alias(scope, collection, index, label).await? {
+                if let Some(old) = tx.set_alias(at, label).await? {
                     moved_from.insert(label.clone(), format!("v{old}"));
                 }
                 event.alias = Some(label.clone());
             }
             Label::Tag => {
-                tx.add_tag(scope, collection, index, label).await?;
+                tx.add_tag(at, label).await?;
                 event.tag = Some(label.clone());
             }
         }

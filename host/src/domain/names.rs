@@ -14,16 +14,11 @@ pub fn validate(field: &str, value: &str) -> Result<()> {
         && value
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::invalid(
-            field,
-            format!(
-                "{field} '{value}' is not valid: use 1 to {MAX_LEN} letters, digits, '_', '.' or '-', starting with a letter or digit"
-            ),
-        ))
-    }
+    check(ok, field, || {
+        format!(
+            "{field} '{value}' is not valid: use 1 to {MAX_LEN} letters, digits, '_', '.' or '-', starting with a letter or digit"
+        )
+    })
 }
 
 /// Secret names are referenced as `${NAME}` in payload templates, so they are
@@ -32,15 +27,19 @@ pub fn validate_secret(field: &str, value: &str) -> Result<()> {
     let ok = (1..=MAX_LEN).contains(&value.len())
         && value.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
         && value.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    check(ok, field, || {
+        format!(
+            "secret name '{value}' is not valid: use 1 to {MAX_LEN} letters, digits and '_', starting with a letter or '_' (it is referenced as ${{NAME}})"
+        )
+    })
+}
+
+/// `Ok` when `ok`; otherwise a 400 about `field` that `why` words.
+pub fn check(ok: bool, field: &str, why: impl FnOnce() -> String) -> Result<()> {
     if ok {
         Ok(())
     } else {
-        Err(Error::invalid(
-            field,
-            format!(
-                "secret name '{value}' is not valid: use 1 to {MAX_LEN} letters, digits and '_', starting with a letter or '_' (it is referenced as ${{NAME}})"
-            ),
-        ))
+        Err(Error::invalid(field, why()))
     }
 }
 

@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::ids;
 pub use crate::model::Run;
 use crate::model::{Event, EventType, RunRef, Scope};
-use crate::store::Store;
+use crate::store::{MetricAt, Store};
 
 /// The most recent values kept per metric, and the largest window an
 /// automation may aggregate.
@@ -90,7 +90,16 @@ pub async fn log(
     let mut caused = Vec::new();
     for (metric, value) in metrics {
         let values = tx
-            .push_metric(team, project, run_id, metric, *value, MAX_WINDOW)
+            .push_metric(
+                MetricAt {
+                    team,
+                    project,
+                    run: run_id,
+                    metric,
+                },
+                *value,
+                MAX_WINDOW,
+            )
             .await?;
         counts.insert(metric.clone(), values.len());
         if listened {

@@ -14,7 +14,9 @@ use serde_json::Value;
 use super::Json;
 use super::scope::{AsMember, InScope};
 use crate::app::App;
-use crate::domain::artifacts::{self, Collection, LabelledVersion, Source};
+use crate::domain::artifacts::{
+    self, Collection, Label, Labelled, LabelledVersion, Source, Target,
+};
 use crate::domain::groups::{self, Role};
 use crate::error::{Error, Result};
 use crate::model::Scope;
@@ -177,19 +179,8 @@ pub async fn add_alias(
     at: InScope<AsMember>,
     Json(body): Json<AddAliases>,
 ) -> Result<axum::Json<AliasesAdded>> {
-    let (user, scope) = (&at.user, &at.scope);
     let aliases = one_or_many((body.alias, "alias"), (body.aliases, "aliases"))?;
-    let (collection, version) = (at.param("collection")?, at.param("version")?);
-    let done = artifacts::add_aliases(
-        &app.store,
-        &app.matcher,
-        scope,
-        user,
-        &collection,
-        &version,
-        aliases,
-    )
-    .await?;
+    let done = add_labels(&app, &at, Label::Alias, aliases).await?;
     Ok(axum::Json(AliasesAdded {
         collection: done.version.collection,
         version: done.version.version,
@@ -203,24 +194,30 @@ pub async fn add_tag(
     at: InScope<AsMember>,
     Json(body): Json<AddTags>,
 ) -> Result<axum::Json<TagsAdded>> {
-    let (user, scope) = (&at.user, &at.scope);
     let tags = one_or_many((body.tag, "tag"), (body.tags, "tags"))?;
-    let (collection, version) = (at.param("collection")?, at.param("version")?);
-    let done = artifacts::add_tags(
-        &app.store,
-        &app.matcher,
-        scope,
-        user,
-        &collection,
-        &version,
-        tags,
-    )
-    .await?;
+    let done = add_labels(&app, &at, Label::Tag, tags).await?;
     Ok(axum::Json(TagsAdded {
         collection: done.version.collection,
         version: done.version.version,
         tags: done.labels,
     }))
+}
+
+/// Labels the version the path names.
+async fn add_labels(
+    app: &App,
+    at: &InScope<AsMember>,
+    kind: Label,
+    labels: Vec<String>,
+) -> Result<Labelled> {
+    let (collection, version) = (at.param("collection")?, at.param("version")?);
+    let target = Target {
+        scope: &at.scope,
+        user: &at.user,
+        collection: &collection,
+        version: &version,
+    };
+    artifacts::add_labels(&app.store, &app.matcher, target, kind, labels).await
 }
 
 /// Links a project version into a registry collection. The caller must be a

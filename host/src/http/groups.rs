@@ -30,14 +30,6 @@ impl Kind for Registries {
     const GROUP: GroupKind = GroupKind::Registry;
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Create {
-    name: String,
-    #[serde(default)]
-    description: String,
-}
-
 fn shown(record: Group, role: Role) -> Value {
     json!({
         "name": record.name,
@@ -50,7 +42,7 @@ fn shown(record: Group, role: Role) -> Value {
 pub async fn create<K: Kind>(
     State(app): State<App>,
     Caller(user): Caller,
-    Json(body): Json<Create>,
+    Json(body): Json<super::Create>,
 ) -> Result<(StatusCode, axum::Json<Value>)> {
     let record = groups::create(&app.store, K::GROUP, &user, &body.name, &body.description).await?;
     tracing::info!(kind = K::GROUP.noun(), name = %record.name, by = %user.name, "group created");

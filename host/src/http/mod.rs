@@ -224,6 +224,15 @@ fn list_of<T: serde::Serialize>(data: T) -> axum::Json<serde_json::Value> {
     axum::Json(serde_json::json!({"object": "list", "data": data}))
 }
 
+/// The body that creates a team, a registry or a project.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Create {
+    name: String,
+    #[serde(default)]
+    description: String,
+}
+
 async fn unknown_route(request: Request) -> Error {
     Error::NotFound(format!(
         "no route {} {}; docs/api.md and GET /v1/openapi.json list the API",

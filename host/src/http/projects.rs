@@ -2,7 +2,6 @@
 
 use axum::extract::State;
 use axum::http::StatusCode;
-use serde::Deserialize;
 use serde_json::Value;
 
 use super::Json;
@@ -14,19 +13,11 @@ use crate::domain::projects::{self, Project};
 use crate::error::{Error, Result};
 use crate::model::Scope;
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Create {
-    name: String,
-    #[serde(default)]
-    description: String,
-}
-
 /// Any team member may create a project.
 pub async fn create(
     State(app): State<App>,
     at: InTeam<AsMember>,
-    Json(body): Json<Create>,
+    Json(body): Json<super::Create>,
 ) -> Result<(StatusCode, axum::Json<Project>)> {
     let (user, team) = (&at.user, &at.team);
     let project = projects::create(&app.store, team, user, &body.name, &body.description).await?;

@@ -10,7 +10,8 @@ use super::Json;
 use super::query::{Force, Query};
 use super::scope::{AsAdmin, AsMember, InTeam};
 use crate::app::App;
-use crate::automation::{automations, webhook_test, webhooks};
+use crate::automation::webhooks::{self, Save};
+use crate::automation::{automations, webhook_test};
 use crate::error::Result;
 
 pub async fn list_webhooks(
@@ -46,14 +47,9 @@ pub async fn create_webhook(
         signing_secret: body.signing_secret,
         standard_webhooks: body.standard_webhooks,
     };
-    let webhook = webhooks::create(
-        &app.store,
-        team,
-        &body.name,
-        settings,
-        &app.cfg.webhooks.allow_private,
-    )
-    .await?;
+    let allow = &app.cfg.webhooks.allow_private;
+    let at = (team.as_str(), body.name.as_str());
+    let webhook = webhooks::save(&app.store, at, settings, allow, Save::Create).await?;
     tracing::info!(team = %team, webhook = %webhook.name, by = %user.name, "webhook created");
     Ok((StatusCode::CREATED, axum::Json(webhook)))
 }
@@ -72,16 +68,10 @@ pub async fn update_webhook(
     Json(settings): Json<webhooks::Settings>,
 ) -> Result<axum::Json<webhooks::Webhook>> {
     let (team, name) = (&at.team, at.param("name")?);
-    Ok(axum::Json(
-        webhooks::update(
-            &app.store,
-            team,
-            &name,
-            settings,
-            &app.cfg.webhooks.allow_private,
-        )
-        .await?,
-    ))
+    let allow = &app.cfg.webhooks.allow_private;
+    let at = (team.as_str(), name.as_str());
+    let webhook = webhooks::save(&app.store, at, settings, allow, Save::Update).await?;
+    Ok(axum::Json(webhook))
 }
 
 /// Deleting a webhook that automations call is refused, naming them, unless

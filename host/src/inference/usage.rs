@@ -5,7 +5,7 @@
 
 use crate::error::Result;
 pub use crate::model::{Totals, UsageRow as Row};
-use crate::store::Store;
+use crate::store::{Store, UsageAt};
 
 /// Who a request is billed to.
 #[derive(Debug, Clone)]
@@ -51,7 +51,15 @@ pub async fn record(
     };
     let today = day(crate::ids::now_ms() / 1000);
     store
-        .add_usage(&account.scope, &today, model, &account.key_id, &add)
+        .add_usage(
+            UsageAt {
+                scope: &account.scope,
+                day: &today,
+                model,
+                key_id: &account.key_id,
+            },
+            &add,
+        )
         .await?;
     Ok(())
 }

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use serde_json::json;
 
-use super::Store;
+use super::{AttemptFor, MetricAt, Store, UsageAt, VersionAt};
 use crate::cfg::StoreConfig;
 use crate::model::{
     Action, ApiKey, Attempt, Automation, Collection, Delivery, Event, EventConfig, EventType,
@@ -582,26 +582,17 @@ async fn collections_versions_and_labels(store: &Store) {
     );
     assert_eq!(store.version(&scope, "det", 7).await.unwrap(), None);
 
-    assert_eq!(
-        store.set_alias(&scope, "det", 0, "prod").await.unwrap(),
-        None
-    );
-    assert_eq!(
-        store.set_alias(&scope, "det", 0, "prod").await.unwrap(),
-        None
-    );
-    assert_eq!(
-        store.set_alias(&scope, "det", 0, "best").await.unwrap(),
-        None
-    );
+    assert_eq!(store.set_alias(det(&scope, 0), "prod").await.unwrap(), None);
+    assert_eq!(store.set_alias(det(&scope, 0), "prod").await.unwrap(), None);
+    assert_eq!(store.set_alias(det(&scope, 0), "best").await.unwrap(), None);
     // Moving an alias says where it came from.
     assert_eq!(
-        store.set_alias(&scope, "det", 1, "prod").await.unwrap(),
+        store.set_alias(det(&scope, 1), "prod").await.unwrap(),
         Some(0)
     );
-    store.add_tag(&scope, "det", 1, "b").await.unwrap();
-    store.add_tag(&scope, "det", 1, "a").await.unwrap();
-    store.add_tag(&scope, "det", 1, "b").await.unwrap();
+    store.add_tag(det(&scope, 1), "b").await.unwrap();
+    store.add_tag(det(&scope, 1), "a").await.unwrap();
+    store.add_tag(det(&scope, 1), "b").await.unwrap();
     let v1 = store.labelled_version(&scope, "det", 1).await.unwrap();
     let v1 = v1.unwrap();
     assert_eq!(v1.aliases, ["prod"]);
@@ -610,6 +601,23 @@ async fn collections_versions_and_labels(store: &Store) {
     assert_eq!(all.len(), 2);
     assert_eq!(all[0].aliases, ["best"]);
     assert_eq!(all[1], v1);
+}
+
+fn det(scope: &Scope, index: u64) -> VersionAt<'_> {
+    VersionAt {
+        scope,
+        collection: "det",
+        index,
+    }
+}
+
+fn r1(metric: &str) -> MetricAt<'_> {
+    MetricAt {
+        team: "ml",
+        project: "vision",
+        run: "r1",
+        metric,
+    }
 }
 
 async fn runs_metrics_and_fires(store: &Store) {
@@ -634,16 +642,10 @@ async fn runs_metrics_and_fires(store: &Store) {
     assert_eq!(store.run("ml", "audio", "r1").await.unwrap(), None);
     assert_eq!(store.runs("ml", "vision").await.unwrap().len(), 2);
     for (i, value) in [1.0, 2.0, 3.0].into_iter().enumerate() {
-        let kept = store
-            .push_metric("ml", "vision", "r1", "loss", value, 2)
-            .await
-            .unwrap();
+        let kept = store.push_metric(r1("loss"), value, 2).await.unwrap();
         assert_eq!(kept.len(), (i + 1).min(2));
     }
-    store
-        .push_metric("ml", "vision", "r1", "acc", 0.5, 2)
-        .await
-        .unwrap();
+    store.push_metric(r1("acc"), 0.5, 2).await.unwrap();
     assert_eq!(
         store.metrics("ml", "vision", "r1").await.unwrap(),
         vec![
@@ -654,25 +656,25 @@ async fn runs_metrics_and_fires(store: &Store) {
     let automation = handle();
     assert!(
         store
-            .claim_run_fire(&automation, "r1", 1_000, 500)
+            .claim_run_fire((&automation, "r1"), 1_000, 500)
             .await
             .unwrap()
     );
     assert!(
         !store
-            .claim_run_fire(&automation, "r1", 1_400, 500)
+            .claim_run_fire((&automation, "r1"), 1_400, 500)
             .await
             .unwrap()
     );
     assert!(
         store
-            .claim_run_fire(&automation, "r2", 1_400, 500)
+            .claim_run_fire((&automation, "r2"), 1_400, 500)
             .await
             .unwrap()
     );
     assert!(
         store
-            .claim_run_fire(&automation, "r1", 1_600, 500)
+            .claim_run_fire((&automation, "r1"), 1_600, 500)
             .await
             .unwrap()
     );
@@ -766,17 +768,41 @@ async fn executions_and_attempts(store: &Store) {
         next_attempt_at_ms: Some(10),
     };
     let recorded = store
-        .record_attempt(&automation, "x1", Status::Failed, Some("gave up"), &attempt)
+        .record_attempt(failed(&automation, "x1", Some("gave up"), &attempt))
         .await;
     assert!(recorded.unwrap());
     let missing = store
-        .record_attempt(&automation, "x9", Status::Failed, None, &attempt)
+        .record_attempt(failed(&automation, "x9", None, &attempt))
         .await;
     assert!(!missing.unwrap());
     let x1 = store.execution(&automation, "x1").await.unwrap().unwrap();
     assert_eq!(x1.status, Status::Failed);
     assert_eq!(x1.error.as_deref(), Some("gave up"));
     assert_eq!(x1.attempts, vec![attempt]);
+}
+
+fn failed<'a>(
+    automation: &'a Handle,
+    execution_id: &'a str,
+    error: Option<&'a str>,
+    attempt: &'a Attempt,
+) -> AttemptFor<'a> {
+    AttemptFor {
+        automation,
+        execution_id,
+        status: Status::Failed,
+        error,
+        attempt,
+    }
+}
+
+fn usage_at<'a>(scope: &'a str, day: &'a str) -> UsageAt<'a> {
+    UsageAt {
+        scope,
+        day,
+        model: "m",
+        key_id: "k1",
+    }
 }
 
 async fn usage_adds_up(store: &Store) {
@@ -788,12 +814,12 @@ async fn usage_adds_up(store: &Store) {
     };
     for (day, n) in [("2026-01-02", 1), ("2026-01-01", 2), ("2026-01-02", 3)] {
         store
-            .add_usage("ml/vision", day, "m", "k1", &totals(n))
+            .add_usage(usage_at("ml/vision", day), &totals(n))
             .await
             .unwrap();
     }
     store
-        .add_usage("other", "2026-01-01", "m", "k1", &totals(9))
+        .add_usage(usage_at("other", "2026-01-01"), &totals(9))
         .await
         .unwrap();
     let rows = store.usage("ml/vision").await.unwrap();

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use anyhow::{Context, bail};
 
-use super::{MASTER_KEY_CHECK, Records, Store};
+use super::{MASTER_KEY_CHECK, MetricAt, Records, Store, UsageAt, VersionAt};
 use crate::cfg::StoreConfig;
 use crate::model::{GroupKind, Scope};
 
@@ -96,8 +96,16 @@ pub async fn copy(from: &Store, to: &dyn Records) -> anyhow::Result<usize> {
     });
     for usage_scope in personal.chain(projects) {
         for row in from.usage(&usage_scope).await? {
-            to.add_usage(&usage_scope, &row.day, &row.model, &row.key_id, &row.totals)
-                .await?;
+            to.add_usage(
+                UsageAt {
+                    scope: &usage_scope,
+                    day: &row.day,
+                    model: &row.model,
+                    key_id: &row.key_id,
+                },
+                &row.totals,
+            )
+            .await?;
             n += 1;
         }
     }
@@ -126,8 +134,17 @@ async fn copy_team(
             to.insert_run(team, &project.name, &run).await?;
             for (metric, values) in from.metrics(team, &project.name, &run.id).await? {
                 for value in values {
-                    to.push_metric(team, &project.name, &run.id, &metric, value, usize::MAX)
-                        .await?;
+                    to.push_metric(
+                        MetricAt {
+                            team,
+                            project: &project.name,
+                            run: &run.id,
+                            metric: &metric,
+                        },
+                        value,
+                        usize::MAX,
+                    )
+                    .await?;
                 }
                 n += 1;
             }
@@ -150,7 +167,7 @@ async fn copy_scope(from: &Store, to: &dyn Records, scope: &Scope) -> anyhow::Re
             n += 1;
         }
         for (run, at) in from.run_fires(&handle).await? {
-            to.claim_run_fire(&handle, &run, at, 0).await?;
+            to.claim_run_fire((&handle, &run), at, 0).await?;
         }
         n += 1;
     }
@@ -159,13 +176,16 @@ async fn copy_scope(from: &Store, to: &dyn Records, scope: &Scope) -> anyhow::Re
         for labelled in from.versions(scope, &collection.name).await? {
             let version = &labelled.version;
             to.insert_version(scope, version).await?;
+            let at = VersionAt {
+                scope,
+                collection: &collection.name,
+                index: version.index,
+            };
             for alias in &labelled.aliases {
-                to.set_alias(scope, &collection.name, version.index, alias)
-                    .await?;
+                to.set_alias(at, alias).await?;
             }
             for tag in &labelled.tags {
-                to.add_tag(scope, &collection.name, version.index, tag)
-                    .await?;
+                to.add_tag(at, tag).await?;
             }
             n += 1;
         }

@@ -14,6 +14,67 @@ use crate::model::{
 
 use super::Result;
 
+/// One version of a collection, by index.
+#[derive(Debug, Clone, Copy)]
+pub struct VersionAt<'a> {
+    /// The project or registry.
+    pub scope: &'a Scope,
+    /// The collection's name.
+    pub collection: &'a str,
+    /// The version's index (`v3` is 3).
+    pub index: u64,
+}
+
+/// One metric of one run.
+#[derive(Debug, Clone, Copy)]
+pub struct MetricAt<'a> {
+    /// The team that owns the project.
+    pub team: &'a str,
+    /// The project.
+    pub project: &'a str,
+    /// The run's id.
+    pub run: &'a str,
+    /// The metric's name.
+    pub metric: &'a str,
+}
+
+/// One row of the usage totals.
+#[derive(Debug, Clone, Copy)]
+pub struct UsageAt<'a> {
+    /// Whose usage: `team/project` or a user's personal scope.
+    pub scope: &'a str,
+    /// The UTC day, `YYYY-MM-DD`.
+    pub day: &'a str,
+    /// The model's id.
+    pub model: &'a str,
+    /// The API key's id.
+    pub key_id: &'a str,
+}
+
+/// An attempt to add to an execution, with the status and error it leaves.
+#[derive(Debug, Clone, Copy)]
+pub struct AttemptFor<'a> {
+    /// The automation the execution belongs to.
+    pub automation: &'a Handle,
+    /// The execution's id.
+    pub execution_id: &'a str,
+    /// The execution's status after this attempt.
+    pub status: Status,
+    /// The execution's error after this attempt.
+    pub error: Option<&'a str>,
+    /// The attempt.
+    pub attempt: &'a Attempt,
+}
+
+/// Deliveries due, and when the next one not yet due falls due.
+pub type Due = (Vec<Delivery>, Option<u64>);
+
+/// A run's metrics with the values kept, by name.
+pub type Metrics = Vec<(String, Vec<f64>)>;
+
+/// Which delivery ids a scan passes over unread.
+pub type Skip<'a> = &'a (dyn for<'k> Fn(&'k str) -> bool + Sync);
+
 /// Store-wide facts and housekeeping.
 #[async_trait]
 pub trait MetaRecords: Send + Sync {
@@ -216,16 +277,10 @@ pub trait ArtifactRecords: Send + Sync {
     /// Gives `alias` to version `index` (which the caller has found), taking
     /// it from whichever version of the collection held it. Returns the
     /// index of that version, if another held it.
-    async fn set_alias(
-        &self,
-        scope: &Scope,
-        collection: &str,
-        index: u64,
-        alias: &str,
-    ) -> Result<Option<u64>>;
+    async fn set_alias(&self, version: VersionAt<'_>, alias: &str) -> Result<Option<u64>>;
 
     /// Adds `tag` to version `index` (which the caller has found), once.
-    async fn add_tag(&self, scope: &Scope, collection: &str, index: u64, tag: &str) -> Result<()>;
+    async fn add_tag(&self, version: VersionAt<'_>, tag: &str) -> Result<()>;
 }
 
 /// Runs, their metrics, and run automations' firings.
@@ -242,36 +297,18 @@ pub trait RunRecords: Send + Sync {
 
     /// Appends `value` to a run's metric, keeping the newest `keep`; returns
     /// the values kept, oldest first.
-    async fn push_metric(
-        &self,
-        team: &str,
-        project: &str,
-        run: &str,
-        metric: &str,
-        value: f64,
-        keep: usize,
-    ) -> Result<Vec<f64>>;
+    async fn push_metric(&self, at: MetricAt<'_>, value: f64, keep: usize) -> Result<Vec<f64>>;
 
     /// Every metric of a run with its values kept, by name.
-    async fn metrics(
-        &self,
-        team: &str,
-        project: &str,
-        run: &str,
-    ) -> Result<Vec<(String, Vec<f64>)>>;
+    async fn metrics(&self, team: &str, project: &str, run: &str) -> Result<Metrics>;
 
     /// When `automation` last fired for each run, by run id.
     async fn run_fires(&self, automation: &Handle) -> Result<Vec<(String, u64)>>;
 
-    /// Records that `automation` fired for `run` at `now_ms`, unless it did
-    /// within `window_ms` before; `true` if this one counts.
-    async fn claim_run_fire(
-        &self,
-        automation: &Handle,
-        run: &str,
-        now_ms: u64,
-        window_ms: u64,
-    ) -> Result<bool>;
+    /// Records that automation `fire.0` fired for run `fire.1` at `now` (ms),
+    /// unless it did within `window` ms before; `true` if this one counts.
+    async fn claim_run_fire(&self, fire: (&Handle, &str), now_ms: u64, window: u64)
+    -> Result<bool>;
 }
 
 /// The delivery path: the event inbox, the outbox, executions and their attempts.
@@ -292,12 +329,7 @@ pub trait DeliveryRecords: Send + Sync {
     /// Up to `limit` deliveries due at `now_ms`, oldest due first, leaving
     /// out (unread) those whose id `skip` names, and when the next one not
     /// yet due falls due. Unreadable ones are set aside.
-    async fn due_deliveries(
-        &self,
-        now_ms: u64,
-        limit: usize,
-        skip: &(dyn for<'k> Fn(&'k str) -> bool + Sync),
-    ) -> Result<(Vec<Delivery>, Option<u64>)>;
+    async fn due_deliveries(&self, now_ms: u64, limit: usize, skip: Skip<'_>) -> Result<Due>;
 
     /// Whether `delivery` still waits as it was read (not yet recorded).
     async fn delivery_waits(&self, delivery: &Delivery) -> Result<bool>;
@@ -328,28 +360,14 @@ pub trait DeliveryRecords: Send + Sync {
     /// Adds an attempt to an execution and sets its status and error. An
     /// execution that cannot be read is set aside; `false` then, or when
     /// there is none.
-    async fn record_attempt(
-        &self,
-        automation: &Handle,
-        id: &str,
-        status: Status,
-        error: Option<&str>,
-        attempt: &Attempt,
-    ) -> Result<bool>;
+    async fn record_attempt(&self, new: AttemptFor<'_>) -> Result<bool>;
 }
 
 /// Inference usage totals.
 #[async_trait]
 pub trait UsageRecords: Send + Sync {
     /// Adds to the totals of (scope, day, model, key).
-    async fn add_usage(
-        &self,
-        scope: &str,
-        day: &str,
-        model: &str,
-        key_id: &str,
-        add: &Totals,
-    ) -> Result<()>;
+    async fn add_usage(&self, at: UsageAt<'_>, add: &Totals) -> Result<()>;
 
     /// Every usage row of `scope`, oldest day first.
     async fn usage(&self, scope: &str) -> Result<Vec<UsageRow>>;

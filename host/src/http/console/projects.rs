@@ -15,7 +15,7 @@ use super::usage::Chart;
 use super::{Failed, Nav, Posted, Shown, Viewer, page};
 use crate::app::App;
 use crate::automation::automations::{self, Automation, EventConfig, Scope};
-use crate::domain::artifacts;
+use crate::domain::artifacts::{self, Label, Target};
 use crate::domain::groups::{self, GroupKind, Role};
 use crate::domain::runs;
 use crate::error::Error;
@@ -240,17 +240,21 @@ pub async fn create_version(State(app): State<App>, Path(params): Params, posted
 pub async fn add_label(State(app): State<App>, Path(params): Params, posted: Posted) -> Shown {
     let user = &posted.viewer.user;
     let labels = vec![posted.field("label").trim().to_string()];
-    let tag = posted.field("kind") == "tag";
+    let kind = if posted.field("kind") == "tag" {
+        Label::Tag
+    } else {
+        Label::Alias
+    };
     let at = |name: &str| params.get(name).cloned().unwrap_or_default();
     let (collection, version) = (at("collection"), at("version"));
     member_action(&app, &posted, &params, "artifacts", async |scope| {
-        let (store, events) = (&app.store, &app.matcher);
-        if tag {
-            artifacts::add_tags(store, events, scope, user, &collection, &version, labels).await?;
-        } else {
-            artifacts::add_aliases(store, events, scope, user, &collection, &version, labels)
-                .await?;
-        }
+        let target = Target {
+            scope,
+            user,
+            collection: &collection,
+            version: &version,
+        };
+        artifacts::add_labels(&app.store, &app.matcher, target, kind, labels).await?;
         Ok(())
     })
     .await

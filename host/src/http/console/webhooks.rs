@@ -10,8 +10,9 @@ use serde_json::Value;
 use super::teams::{Forms, state_of, team_page};
 use super::{ConfirmPage, Failed, Nav, Posted, Shown, Viewer, page};
 use crate::app::App;
+use crate::automation::automations;
 use crate::automation::webhook_test::{self, Outcome};
-use crate::automation::{automations, webhooks};
+use crate::automation::webhooks::{self, Save};
 use crate::domain::groups::{self, Role};
 use crate::error::Error;
 
@@ -28,7 +29,7 @@ pub async fn create(State(app): State<App>, Path(team): Path<String>, posted: Po
             standard_webhooks: false,
         };
         let allow = &app.cfg.webhooks.allow_private;
-        webhooks::create(&app.store, &team, name, settings, allow).await
+        webhooks::save(&app.store, (&team, name), settings, allow, Save::Create).await
     };
     match create.await {
         Ok(webhook) => {
@@ -229,7 +230,7 @@ pub async fn update(
             .standard_webhooks,
     };
     let allow = &app.cfg.webhooks.allow_private;
-    match webhooks::update(&app.store, &team, &name, settings, allow).await {
+    match webhooks::save(&app.store, (&team, &name), settings, allow, Save::Update).await {
         Ok(_) => {
             tracing::info!(team = %team, webhook = %name, by = %viewer.user.name, "webhook updated");
             Ok(Redirect::to(&format!("/teams/{team}/webhooks/{name}")).into_response())

@@ -110,13 +110,7 @@ impl ArtifactRecords for Postgres {
         .await
     }
 
-    async fn set_alias(
-        &self,
-        scope: &Scope,
-        col: &str,
-        index: u64,
-        alias: &str,
-    ) -> Result<Option<u64>> {
+    async fn set_alias(&self, version: VersionAt<'_>, alias: &str) -> Result<Option<u64>> {
         let mut c = self.conn().await?;
         // The row as it was before the upsert: its version, if another held it.
         let held: Option<i64> = sqlx::query_scalar(
@@ -129,25 +123,25 @@ impl ArtifactRecords for Postgres {
              ELSE excluded.seq END) \
              SELECT idx FROM old",
         )
-        .bind(scope_key(scope))
-        .bind(col)
+        .bind(scope_key(version.scope))
+        .bind(version.collection)
         .bind(alias)
-        .bind(i(index))
+        .bind(i(version.index))
         .fetch_optional(&mut *c)
         .await
         .db(self)?;
-        Ok(held.map(u).filter(|old| *old != index))
+        Ok(held.map(u).filter(|old| *old != version.index))
     }
 
-    async fn add_tag(&self, scope: &Scope, col: &str, index: u64, tag: &str) -> Result<()> {
+    async fn add_tag(&self, version: VersionAt<'_>, tag: &str) -> Result<()> {
         self.execute(
             sqlx::query(
                 "INSERT INTO tags (scope, collection, idx, tag) VALUES ($1, $2, $3, $4) \
                  ON CONFLICT DO NOTHING",
             )
-            .bind(scope_key(scope))
-            .bind(col)
-            .bind(i(index))
+            .bind(scope_key(version.scope))
+            .bind(version.collection)
+            .bind(i(version.index))
             .bind(tag),
         )
         .await?;

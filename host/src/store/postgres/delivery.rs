@@ -7,7 +7,7 @@ use super::shared::Db;
 use super::shared::{
     EXECUTION_COLUMNS, delivery, execution, get, i, scope_key, status_text, to_json, u,
 };
-use crate::model::{Attempt, Delivery, Event, Execution, Handle, Status};
+use crate::model::{Delivery, Event, Execution, Handle};
 use crate::store::Result;
 use crate::store::records::*;
 
@@ -87,12 +87,7 @@ impl DeliveryRecords for Postgres {
         Ok(())
     }
 
-    async fn due_deliveries(
-        &self,
-        now_ms: u64,
-        limit: usize,
-        _skip: &(dyn for<'k> Fn(&'k str) -> bool + Sync),
-    ) -> Result<(Vec<Delivery>, Option<u64>)> {
+    async fn due_deliveries(&self, now_ms: u64, limit: usize, _skip: Skip<'_>) -> Result<Due> {
         // This host's deliveries in flight hold live leases, so the claim
         // below never returns them.
         let mut c = self.conn().await?;
@@ -277,14 +272,7 @@ impl DeliveryRecords for Postgres {
         Ok(out)
     }
 
-    async fn record_attempt(
-        &self,
-        automation: &Handle,
-        id: &str,
-        status: Status,
-        error: Option<&str>,
-        attempt: &Attempt,
-    ) -> Result<bool> {
+    async fn record_attempt(&self, new: AttemptFor<'_>) -> Result<bool> {
         Ok(self
             .execute(
                 sqlx::query(
@@ -292,12 +280,12 @@ impl DeliveryRecords for Postgres {
                      attempts = attempts || jsonb_build_array($6::jsonb), updated_at_ms = $7 \
                      WHERE scope = $1 AND automation = $2 AND id = $3",
                 )
-                .bind(scope_key(&automation.scope))
-                .bind(&automation.name)
-                .bind(id)
-                .bind(status_text(status))
-                .bind(error)
-                .bind(to_json(attempt)?)
+                .bind(scope_key(&new.automation.scope))
+                .bind(&new.automation.name)
+                .bind(new.execution_id)
+                .bind(status_text(new.status))
+                .bind(new.error)
+                .bind(to_json(new.attempt)?)
                 .bind(i(crate::ids::now_ms())),
             )
             .await?

@@ -49,15 +49,7 @@ impl RunRecords for Postgres {
         .await
     }
 
-    async fn push_metric(
-        &self,
-        team: &str,
-        project: &str,
-        run: &str,
-        metric: &str,
-        value: f64,
-        keep: usize,
-    ) -> Result<Vec<f64>> {
+    async fn push_metric(&self, at: MetricAt<'_>, value: f64, keep: usize) -> Result<Vec<f64>> {
         let mut c = self.conn().await?;
         sqlx::query_scalar(
             "INSERT INTO run_metrics (team, project, run, metric, vals) \
@@ -67,10 +59,10 @@ impl RunRecords for Postgres {
              [greatest(1, cardinality(run_metrics.vals) + 2 - $6):] \
              RETURNING vals",
         )
-        .bind(team)
-        .bind(project)
-        .bind(run)
-        .bind(metric)
+        .bind(at.team)
+        .bind(at.project)
+        .bind(at.run)
+        .bind(at.metric)
         .bind(value)
         .bind(i64::try_from(keep).unwrap_or(i64::MAX))
         .fetch_one(&mut *c)
@@ -78,12 +70,7 @@ impl RunRecords for Postgres {
         .db(self)
     }
 
-    async fn metrics(
-        &self,
-        team: &str,
-        project: &str,
-        run: &str,
-    ) -> Result<Vec<(String, Vec<f64>)>> {
+    async fn metrics(&self, team: &str, project: &str, run: &str) -> Result<Metrics> {
         let mut c = self.conn().await?;
         sqlx::query_as(
             "SELECT metric, vals FROM run_metrics WHERE team = $1 AND project = $2 AND run = $3 \
@@ -110,13 +97,8 @@ impl RunRecords for Postgres {
         Ok(rows.into_iter().map(|(run, at)| (run, u(at))).collect())
     }
 
-    async fn claim_run_fire(
-        &self,
-        automation: &Handle,
-        run: &str,
-        now_ms: u64,
-        window_ms: u64,
-    ) -> Result<bool> {
+    async fn claim_run_fire(&self, fire: (&Handle, &str), now: u64, window: u64) -> Result<bool> {
+        let (automation, run) = fire;
         let mut c = self.conn().await?;
         let claimed: Option<i32> = sqlx::query_scalar(
             "INSERT INTO run_fired (scope, automation, run, at_ms) VALUES ($1, $2, $3, $4) \
@@ -126,8 +108,8 @@ impl RunRecords for Postgres {
         .bind(scope_key(&automation.scope))
         .bind(&automation.name)
         .bind(run)
-        .bind(i(now_ms))
-        .bind(i(window_ms))
+        .bind(i(now))
+        .bind(i(window))
         .fetch_optional(&mut *c)
         .await
         .db(self)?;

@@ -11,14 +11,7 @@ use crate::store::records::*;
 
 #[async_trait]
 impl UsageRecords for Postgres {
-    async fn add_usage(
-        &self,
-        scope: &str,
-        day: &str,
-        model: &str,
-        key_id: &str,
-        add: &Totals,
-    ) -> Result<()> {
+    async fn add_usage(&self, at: UsageAt<'_>, add: &Totals) -> Result<()> {
         self.execute(
             sqlx::query(
                 "INSERT INTO usage (scope, day, model, key_id, requests, prompt_tokens, \
@@ -29,10 +22,10 @@ impl UsageRecords for Postgres {
                  completion_tokens = usage.completion_tokens + excluded.completion_tokens, \
                  total_tokens = usage.total_tokens + excluded.total_tokens",
             )
-            .bind(scope)
-            .bind(day)
-            .bind(model)
-            .bind(key_id)
+            .bind(at.scope)
+            .bind(at.day)
+            .bind(at.model)
+            .bind(at.key_id)
             .bind(i(add.requests))
             .bind(i(add.prompt_tokens))
             .bind(i(add.completion_tokens))

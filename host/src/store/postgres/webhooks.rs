@@ -40,49 +40,16 @@ impl WebhookRecords for Postgres {
     }
 
     async fn insert_webhook(&self, team: &str, w: &Webhook) -> Result<bool> {
-        Ok(self
-            .execute(
-                sqlx::query(
-                    "INSERT INTO webhooks (team, name, url, access_token_secret, signing_secret, \
-                     standard_webhooks, disabled_reason, created_at, updated_at) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT DO NOTHING",
-                )
-                .bind(team)
-                .bind(&w.name)
-                .bind(&w.url)
-                .bind(&w.access_token_secret)
-                .bind(&w.signing_secret)
-                .bind(w.standard_webhooks)
-                .bind(&w.disabled_reason)
-                .bind(i(w.created_at))
-                .bind(i(w.updated_at)),
-            )
-            .await?
-            == 1)
+        Ok(self.write_webhook(team, w, "DO NOTHING").await? == 1)
     }
 
     async fn put_webhook(&self, team: &str, w: &Webhook) -> Result<()> {
-        self.execute(
-            sqlx::query(
-                "INSERT INTO webhooks (team, name, url, access_token_secret, signing_secret, \
-                 standard_webhooks, disabled_reason, created_at, updated_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (team, name) DO UPDATE SET \
-                 url = excluded.url, access_token_secret = excluded.access_token_secret, \
-                 signing_secret = excluded.signing_secret, \
-                 standard_webhooks = excluded.standard_webhooks, \
-                 disabled_reason = excluded.disabled_reason, updated_at = excluded.updated_at",
-            )
-            .bind(team)
-            .bind(&w.name)
-            .bind(&w.url)
-            .bind(&w.access_token_secret)
-            .bind(&w.signing_secret)
-            .bind(w.standard_webhooks)
-            .bind(&w.disabled_reason)
-            .bind(i(w.created_at))
-            .bind(i(w.updated_at)),
-        )
-        .await?;
+        let replace = "(team, name) DO UPDATE SET \
+             url = excluded.url, access_token_secret = excluded.access_token_secret, \
+             signing_secret = excluded.signing_secret, \
+             standard_webhooks = excluded.standard_webhooks, \
+             disabled_reason = excluded.disabled_reason, updated_at = excluded.updated_at";
+        self.write_webhook(team, w, replace).await?;
         Ok(())
     }
 
@@ -96,5 +63,29 @@ impl WebhookRecords for Postgres {
 
     async fn delete_webhook(&self, team: &str, name: &str) -> Result<bool> {
         self.delete_team_row("webhooks", team, name).await
+    }
+}
+
+impl Postgres {
+    /// Inserts a webhook, doing `on_conflict` when its name is taken;
+    /// returns how many rows changed.
+    async fn write_webhook(&self, team: &str, w: &Webhook, on_conflict: &str) -> Result<u64> {
+        self.execute(
+            sqlx::query(&format!(
+                "INSERT INTO webhooks (team, name, url, access_token_secret, signing_secret, \
+                 standard_webhooks, disabled_reason, created_at, updated_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT {on_conflict}"
+            ))
+            .bind(team)
+            .bind(&w.name)
+            .bind(&w.url)
+            .bind(&w.access_token_secret)
+            .bind(&w.signing_secret)
+            .bind(w.standard_webhooks)
+            .bind(&w.disabled_reason)
+            .bind(i(w.created_at))
+            .bind(i(w.updated_at)),
+        )
+        .await
     }
 }

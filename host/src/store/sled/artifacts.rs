@@ -75,38 +75,40 @@ impl ArtifactRecords for Sled {
             .collect()
     }
 
-    async fn set_alias(
-        &self,
-        scope: &Scope,
-        collection: &str,
-        index: u64,
-        alias: &str,
-    ) -> Result<Option<u64>> {
-        let alias_key = scoped(scope, &[collection, alias]).into_bytes();
+    async fn set_alias(&self, version: VersionAt<'_>, alias: &str) -> Result<Option<u64>> {
+        let alias_key = scoped(version.scope, &[version.collection, alias]).into_bytes();
         let label = Key::new().text(alias).into_bytes();
         let w = self.writer().await;
         let held = w
             .get(T::Aliases, &alias_key)?
             .and_then(|held| held.as_slice().try_into().ok().map(u64::from_be_bytes));
-        if held == Some(index) {
+        if held == Some(version.index) {
             return Ok(None);
         }
         if let Some(old) = held {
-            w.delete(T::VersionAliases, label_key(scope, collection, old, &label));
+            w.delete(
+                T::VersionAliases,
+                label_key(version.scope, version.collection, old, &label),
+            );
         }
-        w.put(T::Aliases, alias_key, index.to_be_bytes().to_vec());
+        w.put(T::Aliases, alias_key, version.index.to_be_bytes().to_vec());
         let seq = w.next_seq()?;
         w.put(
             T::VersionAliases,
-            label_key(scope, collection, index, &label),
+            label_key(version.scope, version.collection, version.index, &label),
             seq,
         );
         w.finish()?;
         Ok(held)
     }
 
-    async fn add_tag(&self, scope: &Scope, collection: &str, index: u64, tag: &str) -> Result<()> {
-        let key = label_key(scope, collection, index, &Key::new().text(tag).into_bytes());
+    async fn add_tag(&self, version: VersionAt<'_>, tag: &str) -> Result<()> {
+        let key = label_key(
+            version.scope,
+            version.collection,
+            version.index,
+            &Key::new().text(tag).into_bytes(),
+        );
         let w = self.writer().await;
         if w.get(T::Tags, &key)?.is_none() {
             let seq = w.next_seq()?;

@@ -6,7 +6,7 @@ use super::Sled;
 use super::T;
 use super::io;
 use super::shared::{execution_key, outbox_key, scoped};
-use crate::model::{Attempt, Delivery, Event, Execution, Handle, Status};
+use crate::model::{Delivery, Event, Execution, Handle};
 use crate::store::Result;
 use crate::store::records::*;
 
@@ -34,12 +34,7 @@ impl DeliveryRecords for Sled {
             .await
     }
 
-    async fn due_deliveries(
-        &self,
-        now_ms: u64,
-        limit: usize,
-        skip: &(dyn for<'k> Fn(&'k str) -> bool + Sync),
-    ) -> Result<(Vec<Delivery>, Option<u64>)> {
+    async fn due_deliveries(&self, now_ms: u64, limit: usize, skip: Skip<'_>) -> Result<Due> {
         // Keys start with the due time, so the first one not due ends the scan.
         let mut due = Vec::new();
         let mut unreadable = Vec::new();
@@ -118,15 +113,8 @@ impl DeliveryRecords for Sled {
             .await
     }
 
-    async fn record_attempt(
-        &self,
-        automation: &Handle,
-        id: &str,
-        status: Status,
-        error: Option<&str>,
-        attempt: &Attempt,
-    ) -> Result<bool> {
-        let key = execution_key(automation, id).into_bytes();
+    async fn record_attempt(&self, new: AttemptFor<'_>) -> Result<bool> {
+        let key = execution_key(new.automation, new.execution_id).into_bytes();
         let w = self.writer().await;
         let Some(bytes) = w.get(T::Executions, &key)? else {
             return Ok(false);
@@ -139,9 +127,9 @@ impl DeliveryRecords for Sled {
                 return Ok(false);
             }
         };
-        execution.status = status;
-        execution.error = error.map(str::to_string);
-        execution.attempts.push(attempt.clone());
+        execution.status = new.status;
+        execution.error = new.error.map(str::to_string);
+        execution.attempts.push(new.attempt.clone());
         execution.updated_at_ms = crate::ids::now_ms();
         w.put_json(T::Executions, key, &execution)?;
         w.finish()?;

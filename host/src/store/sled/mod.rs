@@ -804,7 +804,17 @@ mod tests {
         v1.version = "v1".into();
         store.insert_version(&scope, &v1).await.unwrap();
         assert_eq!(
-            store.set_alias(&scope, "c", 1, "prod").await.unwrap(),
+            store
+                .set_alias(
+                    crate::store::VersionAt {
+                        scope: &scope,
+                        collection: "c",
+                        index: 1,
+                    },
+                    "prod",
+                )
+                .await
+                .unwrap(),
             Some(0)
         );
         let v0 = store

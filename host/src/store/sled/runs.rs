@@ -26,16 +26,8 @@ impl RunRecords for Sled {
         self.scan_json(T::Runs, prefix(&[team, project]).as_ref())
     }
 
-    async fn push_metric(
-        &self,
-        team: &str,
-        project: &str,
-        run: &str,
-        metric: &str,
-        value: f64,
-        keep: usize,
-    ) -> Result<Vec<f64>> {
-        let key = prefix(&[team, project, run, metric]).into_bytes();
+    async fn push_metric(&self, at: MetricAt<'_>, value: f64, keep: usize) -> Result<Vec<f64>> {
+        let key = prefix(&[at.team, at.project, at.run, at.metric]).into_bytes();
         let w = self.writer().await;
         let mut values: Vec<f64> = w.get_json(T::Metrics, &key)?.unwrap_or_default();
         values.push(value);
@@ -47,12 +39,7 @@ impl RunRecords for Sled {
         Ok(values)
     }
 
-    async fn metrics(
-        &self,
-        team: &str,
-        project: &str,
-        run: &str,
-    ) -> Result<Vec<(String, Vec<f64>)>> {
+    async fn metrics(&self, team: &str, project: &str, run: &str) -> Result<Metrics> {
         self.scan(T::Metrics, prefix(&[team, project, run]).as_ref())?
             .into_iter()
             .map(|(key, value)| Ok((last_segment(&key).to_string(), decode(T::Metrics, &value)?)))
@@ -71,23 +58,18 @@ impl RunRecords for Sled {
             .collect())
     }
 
-    async fn claim_run_fire(
-        &self,
-        automation: &Handle,
-        run: &str,
-        now_ms: u64,
-        window_ms: u64,
-    ) -> Result<bool> {
+    async fn claim_run_fire(&self, fire: (&Handle, &str), now: u64, window: u64) -> Result<bool> {
+        let (automation, run) = fire;
         let key = scoped(&automation.scope, &[&automation.name, run]).into_bytes();
         let w = self.writer().await;
         let last = w
             .get(T::RunFired, &key)?
             .and_then(|b| <[u8; 8]>::try_from(b.as_slice()).ok())
             .map(u64::from_be_bytes);
-        if last.is_some_and(|at| now_ms.saturating_sub(at) < window_ms) {
+        if last.is_some_and(|at| now.saturating_sub(at) < window) {
             return Ok(false);
         }
-        w.put(T::RunFired, key, now_ms.to_be_bytes().to_vec());
+        w.put(T::RunFired, key, now.to_be_bytes().to_vec());
         w.finish()?;
         Ok(true)
     }

@@ -12,15 +12,15 @@ use crate::store::records::*;
 
 #[async_trait]
 impl UsageRecords for Sled {
-    async fn add_usage(
-        &self,
-        scope: &str,
-        day: &str,
-        model: &str,
-        key_id: &str,
-        add: &Totals,
-    ) -> Result<()> {
-        let key = format!("{}{day}\0{model}\0{key_id}", usage_prefix(scope)).into_bytes();
+    async fn add_usage(&self, at: UsageAt<'_>, add: &Totals) -> Result<()> {
+        let key = format!(
+            "{}{}\0{}\0{}",
+            usage_prefix(at.scope),
+            at.day,
+            at.model,
+            at.key_id
+        );
+        let key = key.into_bytes();
         let w = self.writer().await;
         let mut totals: Totals = w.get_json(T::Usage, &key)?.unwrap_or_default();
         totals.add(add);
