@@ -12,8 +12,9 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
+use crate::domain::Dispatch;
 use crate::domain::auth::User;
-use crate::domain::{Dispatch, names};
+use crate::domain::names::{self, Named};
 use crate::error::{Error, Result};
 use crate::ids;
 use crate::model::{ArtifactRef, Event, EventType, Scope};
@@ -46,14 +47,13 @@ pub async fn create_collection(
     store: &Store,
     scope: &Scope,
     user: &User,
-    name: &str,
-    description: &str,
+    new: Named<'_>,
 ) -> Result<Collection> {
-    names::validate("name", name)?;
-    names::validate_text("description", description)?;
+    new.check()?;
+    let name = new.name;
     let collection = Collection {
         name: name.to_string(),
-        description: description.to_string(),
+        description: new.description.to_string(),
         versions: 0,
         created_by: user.name.clone(),
         created_at: ids::now(),

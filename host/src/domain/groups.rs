@@ -6,7 +6,7 @@
 //! the role for an action gets 403. Operators act as admins of every group.
 
 use crate::domain::auth::User;
-use crate::domain::names;
+use crate::domain::names::Named;
 use crate::error::{Error, Result};
 use crate::ids;
 use crate::model::Scope;
@@ -25,14 +25,13 @@ pub async fn create(
     store: &Store,
     kind: GroupKind,
     creator: &User,
-    name: &str,
-    description: &str,
+    new: Named<'_>,
 ) -> Result<Group> {
-    names::validate("name", name)?;
-    names::validate_text("description", description)?;
+    new.check()?;
+    let name = new.name;
     let group = Group {
         name: name.to_string(),
-        description: description.to_string(),
+        description: new.description.to_string(),
         created_at: ids::now(),
     };
     let member = Member {

@@ -34,6 +34,23 @@ pub fn validate_secret(field: &str, value: &str) -> Result<()> {
     })
 }
 
+/// A new thing's name and description, as a client gives them.
+#[derive(Debug, Clone, Copy)]
+pub struct Named<'a> {
+    /// Checked by [`validate`].
+    pub name: &'a str,
+    /// Free text, checked by [`validate_text`]; may be empty.
+    pub description: &'a str,
+}
+
+impl Named<'_> {
+    /// Checks both, naming the field at fault.
+    pub fn check(&self) -> Result<()> {
+        validate("name", self.name)?;
+        validate_text("description", self.description)
+    }
+}
+
 /// `Ok` when `ok`; otherwise a 400 about `field` that `why` words.
 pub fn check(ok: bool, field: &str, why: impl FnOnce() -> String) -> Result<()> {
     if ok {

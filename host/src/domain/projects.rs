@@ -1,26 +1,20 @@
 //! Projects: owned by a team; where runs happen and project automations listen.
 
 use crate::domain::auth::User;
-use crate::domain::names;
+use crate::domain::names::Named;
 use crate::error::{Error, Result};
 use crate::ids;
 pub use crate::model::Project;
 use crate::store::Store;
 
 /// Creates a project in `team`.
-pub async fn create(
-    store: &Store,
-    team: &str,
-    creator: &User,
-    name: &str,
-    description: &str,
-) -> Result<Project> {
-    names::validate("name", name)?;
-    names::validate_text("description", description)?;
+pub async fn create(store: &Store, team: &str, creator: &User, new: Named<'_>) -> Result<Project> {
+    new.check()?;
+    let name = new.name;
     let project = Project {
         name: name.to_string(),
         team: team.to_string(),
-        description: description.to_string(),
+        description: new.description.to_string(),
         created_by: creator.name.clone(),
         created_at: ids::now(),
     };

@@ -21,23 +21,13 @@ use crate::domain::groups::{self, Role};
 use crate::error::{Error, Result};
 use crate::model::Scope;
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CreateCollection {
-    name: String,
-    #[serde(default)]
-    description: String,
-}
-
 pub async fn create_collection(
     State(app): State<App>,
     at: InScope<AsMember>,
-    Json(body): Json<CreateCollection>,
+    Json(body): Json<super::Create>,
 ) -> Result<(StatusCode, axum::Json<Collection>)> {
     let (user, scope) = (&at.user, &at.scope);
-    let collection =
-        artifacts::create_collection(&app.store, scope, user, &body.name, &body.description)
-            .await?;
+    let collection = artifacts::create_collection(&app.store, scope, user, body.named()).await?;
     Ok((StatusCode::CREATED, axum::Json(collection)))
 }
 

@@ -44,7 +44,7 @@ pub async fn create<K: Kind>(
     Caller(user): Caller,
     Json(body): Json<super::Create>,
 ) -> Result<(StatusCode, axum::Json<Value>)> {
-    let record = groups::create(&app.store, K::GROUP, &user, &body.name, &body.description).await?;
+    let record = groups::create(&app.store, K::GROUP, &user, body.named()).await?;
     tracing::info!(kind = K::GROUP.noun(), name = %record.name, by = %user.name, "group created");
     Ok((StatusCode::CREATED, axum::Json(shown(record, Role::Admin))))
 }

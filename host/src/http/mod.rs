@@ -224,13 +224,22 @@ fn list_of<T: serde::Serialize>(data: T) -> axum::Json<serde_json::Value> {
     axum::Json(serde_json::json!({"object": "list", "data": data}))
 }
 
-/// The body that creates a team, a registry or a project.
+/// The body that creates a team, a registry, a project or a collection.
 #[derive(serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Create {
     name: String,
     #[serde(default)]
     description: String,
+}
+
+impl Create {
+    fn named(&self) -> crate::domain::names::Named<'_> {
+        crate::domain::names::Named {
+            name: &self.name,
+            description: &self.description,
+        }
+    }
 }
 
 async fn unknown_route(request: Request) -> Error {

@@ -20,7 +20,7 @@ pub async fn create(
     Json(body): Json<super::Create>,
 ) -> Result<(StatusCode, axum::Json<Project>)> {
     let (user, team) = (&at.user, &at.team);
-    let project = projects::create(&app.store, team, user, &body.name, &body.description).await?;
+    let project = projects::create(&app.store, team, user, body.named()).await?;
     tracing::info!(team = %team, project = %project.name, by = %user.name, "project created");
     Ok((StatusCode::CREATED, axum::Json(project)))
 }

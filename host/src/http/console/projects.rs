@@ -17,6 +17,7 @@ use crate::app::App;
 use crate::automation::automations::{self, Automation, EventConfig, Scope};
 use crate::domain::artifacts::{self, Label, Target};
 use crate::domain::groups::{self, GroupKind, Role};
+use crate::domain::names::Named;
 use crate::domain::runs;
 use crate::error::Error;
 use crate::inference::usage;
@@ -216,7 +217,11 @@ pub async fn create_collection(
 ) -> Shown {
     let (user, name) = (&posted.viewer.user, posted.field("name").trim());
     member_action(&app, &posted, &params, "artifacts", async |scope| {
-        artifacts::create_collection(&app.store, scope, user, name, "").await?;
+        let new = Named {
+            name,
+            description: "",
+        };
+        artifacts::create_collection(&app.store, scope, user, new).await?;
         Ok(())
     })
     .await
