@@ -5,7 +5,7 @@
 
 use crate::error::Result;
 pub use crate::model::{Totals, UsageRow as Row};
-use crate::store::{Store, UsageAt};
+use crate::store::Store;
 
 /// Who a request is billed to.
 #[derive(Debug, Clone)]
@@ -43,25 +43,20 @@ pub async fn record(
     prompt: u32,
     completion: u32,
 ) -> Result<()> {
-    let add = Totals {
+    let totals = Totals {
         requests: 1,
         prompt_tokens: prompt.into(),
         completion_tokens: completion.into(),
         total_tokens: u64::from(prompt) + u64::from(completion),
     };
-    let today = day(crate::ids::now_ms() / 1000);
-    store
-        .add_usage(
-            UsageAt {
-                scope: &account.scope,
-                day: &today,
-                model,
-                key_id: &account.key_id,
-            },
-            &add,
-        )
-        .await?;
-    Ok(())
+    let (day, model) = (day(crate::ids::now_ms() / 1000), model.to_string());
+    let add = Row {
+        day,
+        model,
+        key_id: account.key_id.clone(),
+        totals,
+    };
+    Ok(store.add_usage(&account.scope, &add).await?)
 }
 
 /// Every row for `scope`, oldest day first.

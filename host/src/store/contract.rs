@@ -12,12 +12,12 @@ use std::collections::BTreeMap;
 
 use serde_json::json;
 
-use super::{AttemptFor, MetricAt, Store, UsageAt, VersionAt};
+use super::{AttemptFor, MetricAt, Store, VersionAt};
 use crate::cfg::StoreConfig;
 use crate::model::{
     Action, ApiKey, Attempt, Automation, Collection, Delivery, Event, EventConfig, EventType,
     Execution, Group, GroupKind, Handle, Member, Project, Role, Run, Scope, Secret, Session, State,
-    Status, StoredPlugin, Totals, User, Version, Webhook, WebhookRef,
+    Status, StoredPlugin, Totals, UsageRow, User, Version, Webhook, WebhookRef,
 };
 
 /// A PostgreSQL database of one case's own, dropped at the end.
@@ -796,12 +796,13 @@ fn failed<'a>(
     }
 }
 
-fn usage_at<'a>(scope: &'a str, day: &'a str) -> UsageAt<'a> {
-    UsageAt {
-        scope,
+fn usage_row(day: &str, totals: Totals) -> UsageRow {
+    let (day, model, key_id) = (day.to_string(), "m".to_string(), "k1".to_string());
+    UsageRow {
         day,
-        model: "m",
-        key_id: "k1",
+        model,
+        key_id,
+        totals,
     }
 }
 
@@ -813,15 +814,11 @@ async fn usage_adds_up(store: &Store) {
         total_tokens: 11 * n,
     };
     for (day, n) in [("2026-01-02", 1), ("2026-01-01", 2), ("2026-01-02", 3)] {
-        store
-            .add_usage(usage_at("ml/vision", day), &totals(n))
-            .await
-            .unwrap();
+        let row = usage_row(day, totals(n));
+        store.add_usage("ml/vision", &row).await.unwrap();
     }
-    store
-        .add_usage(usage_at("other", "2026-01-01"), &totals(9))
-        .await
-        .unwrap();
+    let other = usage_row("2026-01-01", totals(9));
+    store.add_usage("other", &other).await.unwrap();
     let rows = store.usage("ml/vision").await.unwrap();
     let got: Vec<(&str, Totals)> = rows.iter().map(|r| (r.day.as_str(), r.totals)).collect();
     assert_eq!(got, [("2026-01-01", totals(2)), ("2026-01-02", totals(4))]);

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use anyhow::{Context, bail};
 
-use super::{MASTER_KEY_CHECK, MetricAt, Records, Store, UsageAt, VersionAt};
+use super::{MASTER_KEY_CHECK, MetricAt, Records, Store, VersionAt};
 use crate::cfg::StoreConfig;
 use crate::model::{GroupKind, Scope};
 
@@ -96,16 +96,7 @@ pub async fn copy(from: &Store, to: &dyn Records) -> anyhow::Result<usize> {
     });
     for usage_scope in personal.chain(projects) {
         for row in from.usage(&usage_scope).await? {
-            to.add_usage(
-                UsageAt {
-                    scope: &usage_scope,
-                    day: &row.day,
-                    model: &row.model,
-                    key_id: &row.key_id,
-                },
-                &row.totals,
-            )
-            .await?;
+            to.add_usage(&usage_scope, &row).await?;
             n += 1;
         }
     }

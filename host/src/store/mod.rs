@@ -93,6 +93,15 @@ impl Store {
         Ok(Store { engine })
     }
 
+    /// An embedded store in a new temporary folder, for unit tests; the
+    /// folder goes when the `TempDir` does.
+    #[cfg(test)]
+    pub fn scratch() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_embedded(dir.path()).unwrap();
+        (dir, store)
+    }
+
     /// Opens (or creates) the embedded store in `dir`.
     pub fn open_embedded(dir: &Path) -> anyhow::Result<Store> {
         Ok(Store {

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use crate::model::{
     ApiKey, Attempt, Automation, Collection, Delivery, Event, EventType, Execution, Group,
     GroupKind, Handle, LabelledVersion, Member, Project, Run, Scope, Secret, Session, Status,
-    StoredPlugin, Totals, UsageRow, User, Version, Webhook,
+    StoredPlugin, UsageRow, User, Version, Webhook,
 };
 
 use super::Result;
@@ -36,19 +36,6 @@ pub struct MetricAt<'a> {
     pub run: &'a str,
     /// The metric's name.
     pub metric: &'a str,
-}
-
-/// One row of the usage totals.
-#[derive(Debug, Clone, Copy)]
-pub struct UsageAt<'a> {
-    /// Whose usage: `team/project` or a user's personal scope.
-    pub scope: &'a str,
-    /// The UTC day, `YYYY-MM-DD`.
-    pub day: &'a str,
-    /// The model's id.
-    pub model: &'a str,
-    /// The API key's id.
-    pub key_id: &'a str,
 }
 
 /// An attempt to add to an execution, with the status and error it leaves.
@@ -367,7 +354,7 @@ pub trait DeliveryRecords: Send + Sync {
 #[async_trait]
 pub trait UsageRecords: Send + Sync {
     /// Adds to the totals of (scope, day, model, key).
-    async fn add_usage(&self, at: UsageAt<'_>, add: &Totals) -> Result<()>;
+    async fn add_usage(&self, scope: &str, add: &UsageRow) -> Result<()>;
 
     /// Every usage row of `scope`, oldest day first.
     async fn usage(&self, scope: &str) -> Result<Vec<UsageRow>>;

@@ -5,8 +5,8 @@ use async_trait::async_trait;
 use super::Postgres;
 use super::shared::Db;
 use super::shared::{
-    LABELLED_VERSION_COLUMNS, VERSION_COLUMNS, collection, i, labelled_version, scope_key, to_json,
-    u, version,
+    LABELLED_VERSION_COLUMNS, VERSION_COLUMNS, collection, i, labelled_version, q, scope_key,
+    to_json, u, version,
 };
 use crate::model::{Collection, LabelledVersion, Scope, Version};
 use crate::store::Result;
@@ -15,35 +15,20 @@ use crate::store::records::*;
 #[async_trait]
 impl ArtifactRecords for Postgres {
     async fn insert_collection(&self, scope: &Scope, col: &Collection) -> Result<bool> {
-        Ok(self.execute(sqlx::query(
-            "INSERT INTO collections (scope, name, description, versions, created_by, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
-        )
-        .bind(scope_key(scope))
-        .bind(&col.name)
-        .bind(&col.description)
-        .bind(i(col.versions))
-        .bind(&col.created_by)
-        .bind(i(col.created_at))).await? == 1)
+        let scope = scope_key(scope);
+        let keys = [("scope", scope.as_str())];
+        Ok(self.insert("collections", &keys, col, "DO NOTHING").await? == 1)
     }
 
     async fn collection(&self, scope: &Scope, name: &str) -> Result<Option<Collection>> {
-        self.optional(
-            sqlx::query("SELECT * FROM collections WHERE scope = $1 AND name = $2")
-                .bind(scope_key(scope))
-                .bind(name),
-            collection,
-        )
-        .await
+        let sql = "SELECT * FROM collections WHERE scope = $1 AND name = $2";
+        let scope = scope_key(scope);
+        self.optional(q(sql, &[&scope, name]), collection).await
     }
 
     async fn collections(&self, scope: &Scope) -> Result<Vec<Collection>> {
-        self.all(
-            sqlx::query("SELECT * FROM collections WHERE scope = $1 ORDER BY name")
-                .bind(scope_key(scope)),
-            collection,
-        )
-        .await
+        let sql = "SELECT * FROM collections WHERE scope = $1 ORDER BY name";
+        self.all(q(sql, &[&scope_key(scope)]), collection).await
     }
 
     async fn next_version(&self, scope: &Scope, name: &str) -> Result<Option<u64>> {

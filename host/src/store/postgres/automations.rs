@@ -4,10 +4,11 @@ use async_trait::async_trait;
 
 use super::Postgres;
 use super::shared::Db;
-use super::shared::{automation, get, parse_scope, scope_key, to_json};
+use super::shared::{automation, get, parse_scope, q, scope_key, to_json};
 use crate::model::{Automation, EventType, Handle, Scope};
 use crate::store::Result;
 use crate::store::records::*;
+use sqlx::postgres::PgRow;
 
 #[async_trait]
 impl AutomationRecords for Postgres {
@@ -49,26 +50,14 @@ impl AutomationRecords for Postgres {
     }
 
     async fn automation(&self, scope: &Scope, name: &str) -> Result<Option<Automation>> {
-        self.optional(
-            sqlx::query(
-                "SELECT record::text AS record FROM automations WHERE scope = $1 AND name = $2",
-            )
-            .bind(scope_key(scope))
-            .bind(name),
-            automation,
-        )
-        .await
+        let sql = "SELECT record::text AS record FROM automations WHERE scope = $1 AND name = $2";
+        let scope = scope_key(scope);
+        self.optional(q(sql, &[&scope, name]), automation).await
     }
 
     async fn automations(&self, scope: &Scope) -> Result<Vec<Automation>> {
-        self.all(
-            sqlx::query(
-                "SELECT record::text AS record FROM automations WHERE scope = $1 ORDER BY name",
-            )
-            .bind(scope_key(scope)),
-            automation,
-        )
-        .await
+        let sql = "SELECT record::text AS record FROM automations WHERE scope = $1 ORDER BY name";
+        self.all(q(sql, &[&scope_key(scope)]), automation).await
     }
 
     async fn all_automations(&self) -> Result<Vec<Automation>> {
@@ -82,16 +71,11 @@ impl AutomationRecords for Postgres {
     }
 
     async fn triggered(&self, scope: &Scope, event: EventType) -> Result<Vec<Automation>> {
-        self.all(
-            sqlx::query(
-                "SELECT record::text AS record FROM automations \
-                 WHERE scope = $1 AND event_type = $2 AND state = 'active' ORDER BY name",
-            )
-            .bind(scope_key(scope))
-            .bind(event.as_str()),
-            automation,
-        )
-        .await
+        let sql = "SELECT record::text AS record FROM automations \
+                 WHERE scope = $1 AND event_type = $2 AND state = 'active' ORDER BY name";
+        let scope = scope_key(scope);
+        self.all(q(sql, &[&scope, event.as_str()]), automation)
+            .await
     }
 
     async fn listens(&self, scope: &Scope, event: EventType) -> Result<bool> {
@@ -107,24 +91,16 @@ impl AutomationRecords for Postgres {
     }
 
     async fn automations_using(&self, team: &str, webhook: &str) -> Result<Vec<Handle>> {
-        let mut c = self.conn().await?;
-        let rows = sqlx::query(
-            "SELECT scope, name FROM automations WHERE webhook_team = $1 AND webhook_name = $2 \
-             ORDER BY scope, name",
-        )
-        .bind(team)
-        .bind(webhook)
-        .fetch_all(&mut *c)
-        .await
-        .db(self)?;
-        rows.iter()
-            .map(|r| {
-                Ok(Handle {
-                    scope: parse_scope(&get::<String>(r, "scope")?)?,
-                    name: get(r, "name")?,
-                })
+        let sql = "SELECT scope, name FROM automations WHERE webhook_team = $1 \
+                   AND webhook_name = $2 ORDER BY scope, name";
+        let handle = |r: &PgRow| {
+            let scope = parse_scope(&get::<String>(r, "scope")?)?;
+            Ok(Handle {
+                scope,
+                name: get(r, "name")?,
             })
-            .collect()
+        };
+        self.all(q(sql, &[team, webhook]), handle).await
     }
 
     async fn delete_automation(&self, scope: &Scope, name: &str) -> Result<bool> {

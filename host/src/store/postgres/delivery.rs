@@ -172,12 +172,7 @@ impl DeliveryRecords for Postgres {
     }
 
     async fn pending_deliveries(&self) -> Result<usize> {
-        let mut c = self.conn().await?;
-        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox")
-            .fetch_one(&mut *c)
-            .await
-            .db(self)?;
-        Ok(usize::try_from(n).unwrap_or(0))
+        self.count("outbox").await
     }
 
     async fn first_due(&self) -> Result<Option<u64>> {

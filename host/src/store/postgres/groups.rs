@@ -4,7 +4,7 @@ use async_trait::async_trait;
 
 use super::Postgres;
 use super::shared::Db;
-use super::shared::{group, i, kind_text, member, project};
+use super::shared::{group, i, kind_text, member, project, q};
 use crate::model::{Group, GroupKind, Member, Project};
 use crate::store::Result;
 use crate::store::records::*;
@@ -35,46 +35,24 @@ impl GroupRecords for Postgres {
     }
 
     async fn group(&self, kind: GroupKind, name: &str) -> Result<Option<Group>> {
-        self.optional(
-            sqlx::query("SELECT * FROM groups WHERE kind = $1 AND name = $2")
-                .bind(kind_text(kind))
-                .bind(name),
-            group,
-        )
-        .await
+        let sql = "SELECT * FROM groups WHERE kind = $1 AND name = $2";
+        self.optional(q(sql, &[kind_text(kind), name]), group).await
     }
 
     async fn groups(&self, kind: GroupKind) -> Result<Vec<Group>> {
-        self.all(
-            sqlx::query("SELECT * FROM groups WHERE kind = $1 ORDER BY name").bind(kind_text(kind)),
-            group,
-        )
-        .await
+        let sql = "SELECT * FROM groups WHERE kind = $1 ORDER BY name";
+        self.all(q(sql, &[kind_text(kind)]), group).await
     }
 
     async fn member(&self, kind: GroupKind, group: &str, user_id: &str) -> Result<Option<Member>> {
-        self.optional(
-            sqlx::query(
-                "SELECT * FROM members WHERE kind = $1 AND group_name = $2 AND user_id = $3",
-            )
-            .bind(kind_text(kind))
-            .bind(group)
-            .bind(user_id),
-            member,
-        )
-        .await
+        let sql = "SELECT * FROM members WHERE kind = $1 AND group_name = $2 AND user_id = $3";
+        let query = q(sql, &[kind_text(kind), group, user_id]);
+        self.optional(query, member).await
     }
 
     async fn members(&self, kind: GroupKind, group: &str) -> Result<Vec<Member>> {
-        self.all(
-            sqlx::query(
-                "SELECT * FROM members WHERE kind = $1 AND group_name = $2 ORDER BY user_id",
-            )
-            .bind(kind_text(kind))
-            .bind(group),
-            member,
-        )
-        .await
+        let sql = "SELECT * FROM members WHERE kind = $1 AND group_name = $2 ORDER BY user_id";
+        self.all(q(sql, &[kind_text(kind), group]), member).await
     }
 
     async fn memberships(&self, kind: GroupKind, user_id: &str) -> Result<Vec<(Group, Member)>> {
@@ -125,20 +103,7 @@ impl GroupRecords for Postgres {
     }
 
     async fn insert_project(&self, p: &Project) -> Result<bool> {
-        Ok(self
-            .execute(
-                sqlx::query(
-                    "INSERT INTO projects (team, name, description, created_by, created_at) \
-                     VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
-                )
-                .bind(&p.team)
-                .bind(&p.name)
-                .bind(&p.description)
-                .bind(&p.created_by)
-                .bind(i(p.created_at)),
-            )
-            .await?
-            == 1)
+        Ok(self.insert("projects", &[], p, "DO NOTHING").await? == 1)
     }
 
     async fn project(&self, team: &str, name: &str) -> Result<Option<Project>> {

@@ -32,11 +32,6 @@ impl MetaRecords for Postgres {
     }
 
     async fn quarantined(&self) -> Result<usize> {
-        let mut c = self.conn().await?;
-        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM quarantine")
-            .fetch_one(&mut *c)
-            .await
-            .db(self)?;
-        Ok(usize::try_from(n).unwrap_or(0))
+        self.count("quarantine").await
     }
 }

@@ -4,7 +4,7 @@ use async_trait::async_trait;
 
 use super::Postgres;
 use super::shared::Db;
-use super::shared::{i, run, scope_key, u};
+use super::shared::{i, q, run, scope_key, u};
 use crate::model::{Handle, Run};
 use crate::store::Result;
 use crate::store::records::*;
@@ -12,41 +12,18 @@ use crate::store::records::*;
 #[async_trait]
 impl RunRecords for Postgres {
     async fn insert_run(&self, team: &str, project: &str, r: &Run) -> Result<()> {
-        self.execute(
-            sqlx::query(
-                "INSERT INTO runs (team, project, id, name, creator, created_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6)",
-            )
-            .bind(team)
-            .bind(project)
-            .bind(&r.id)
-            .bind(&r.name)
-            .bind(&r.creator)
-            .bind(i(r.created_at)),
-        )
-        .await?;
-        Ok(())
+        let keys = [("team", team), ("project", project)];
+        self.insert("runs", &keys, r, "").await.map(drop)
     }
 
     async fn run(&self, team: &str, project: &str, id: &str) -> Result<Option<Run>> {
-        self.optional(
-            sqlx::query("SELECT * FROM runs WHERE team = $1 AND project = $2 AND id = $3")
-                .bind(team)
-                .bind(project)
-                .bind(id),
-            run,
-        )
-        .await
+        let sql = "SELECT * FROM runs WHERE team = $1 AND project = $2 AND id = $3";
+        self.optional(q(sql, &[team, project, id]), run).await
     }
 
     async fn runs(&self, team: &str, project: &str) -> Result<Vec<Run>> {
-        self.all(
-            sqlx::query("SELECT * FROM runs WHERE team = $1 AND project = $2 ORDER BY id")
-                .bind(team)
-                .bind(project),
-            run,
-        )
-        .await
+        let sql = "SELECT * FROM runs WHERE team = $1 AND project = $2 ORDER BY id";
+        self.all(q(sql, &[team, project]), run).await
     }
 
     async fn push_metric(&self, at: MetricAt<'_>, value: f64, keep: usize) -> Result<Vec<f64>> {

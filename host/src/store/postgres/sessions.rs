@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 
 use super::Postgres;
-use super::shared::{i, session};
+use super::shared::session;
 use crate::model::Session;
 use crate::store::Result;
 use crate::store::records::*;
@@ -11,27 +11,12 @@ use crate::store::records::*;
 #[async_trait]
 impl SessionRecords for Postgres {
     async fn insert_session(&self, hash: &str, session: &Session) -> Result<()> {
-        self.execute(
-            sqlx::query(
-                "INSERT INTO sessions (hash, user_id, csrf, created_at, expires_at) \
-                 VALUES ($1, $2, $3, $4, $5)",
-            )
-            .bind(hash)
-            .bind(&session.user_id)
-            .bind(&session.csrf)
-            .bind(i(session.created_at))
-            .bind(i(session.expires_at)),
-        )
-        .await?;
-        Ok(())
+        let keys = [("hash", hash)];
+        self.insert("sessions", &keys, session, "").await.map(drop)
     }
 
     async fn session(&self, hash: &str) -> Result<Option<Session>> {
-        self.optional(
-            sqlx::query("SELECT * FROM sessions WHERE hash = $1").bind(hash),
-            session,
-        )
-        .await
+        self.row_by("sessions", ("hash", hash), session).await
     }
 
     async fn delete_session(&self, hash: &str) -> Result<bool> {

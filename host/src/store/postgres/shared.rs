@@ -97,40 +97,34 @@ pub(super) fn get<'r, T: sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Pos
         .map_err(|e| StoreError::Other(anyhow::anyhow!("reading column {column}: {e}")))
 }
 
+/// Builds a record from a row whose columns are named as its fields; a field
+/// written `field: conv` passes its column through `conv` (`u` for times).
+macro_rules! read {
+    ($row:expr; $ty:ident { $($field:ident $(: $conv:expr)?),* $(,)? }) => {
+        Ok($ty { $($field: read!(@one $row, $field $(, $conv)?)),* })
+    };
+    (@one $row:expr, $field:ident) => {
+        get($row, stringify!($field))?
+    };
+    (@one $row:expr, $field:ident, $conv:expr) => {
+        ($conv)(get($row, stringify!($field))?)
+    };
+}
+
 pub(super) fn user(row: &PgRow) -> Result<User> {
-    Ok(User {
-        id: get(row, "id")?,
-        name: get(row, "name")?,
-        operator: get(row, "operator")?,
-        created_at: u(get(row, "created_at")?),
-    })
+    read!(row; User { id, name, operator, created_at: u })
 }
 
 pub(super) fn api_key(row: &PgRow) -> Result<ApiKey> {
-    Ok(ApiKey {
-        id: get(row, "id")?,
-        user_id: get(row, "user_id")?,
-        name: get(row, "name")?,
-        prefix: get(row, "prefix")?,
-        created_at: u(get(row, "created_at")?),
-    })
+    read!(row; ApiKey { id, user_id, name, prefix, created_at: u })
 }
 
 pub(super) fn session(row: &PgRow) -> Result<Session> {
-    Ok(Session {
-        user_id: get(row, "user_id")?,
-        csrf: get(row, "csrf")?,
-        created_at: u(get(row, "created_at")?),
-        expires_at: u(get(row, "expires_at")?),
-    })
+    read!(row; Session { user_id, csrf, created_at: u, expires_at: u })
 }
 
 pub(super) fn group(row: &PgRow) -> Result<Group> {
-    Ok(Group {
-        name: get(row, "name")?,
-        description: get(row, "description")?,
-        created_at: u(get(row, "created_at")?),
-    })
+    read!(row; Group { name, description, created_at: u })
 }
 
 pub(super) fn member(row: &PgRow) -> Result<Member> {
@@ -143,34 +137,17 @@ pub(super) fn member(row: &PgRow) -> Result<Member> {
 }
 
 pub(super) fn project(row: &PgRow) -> Result<Project> {
-    Ok(Project {
-        name: get(row, "name")?,
-        team: get(row, "team")?,
-        description: get(row, "description")?,
-        created_by: get(row, "created_by")?,
-        created_at: u(get(row, "created_at")?),
-    })
+    read!(row; Project { name, team, description, created_by, created_at: u })
 }
 
 pub(super) fn secret(row: &PgRow) -> Result<Secret> {
-    Ok(Secret {
-        name: get(row, "name")?,
-        sealed: get(row, "sealed")?,
-        created_at: u(get(row, "created_at")?),
-        updated_at: u(get(row, "updated_at")?),
-    })
+    read!(row; Secret { name, sealed, created_at: u, updated_at: u })
 }
 
 pub(super) fn webhook(row: &PgRow) -> Result<Webhook> {
-    Ok(Webhook {
-        name: get(row, "name")?,
-        url: get(row, "url")?,
-        access_token_secret: get(row, "access_token_secret")?,
-        signing_secret: get(row, "signing_secret")?,
-        standard_webhooks: get(row, "standard_webhooks")?,
-        disabled_reason: get(row, "disabled_reason")?,
-        created_at: u(get(row, "created_at")?),
-        updated_at: u(get(row, "updated_at")?),
+    read!(row; Webhook {
+        name, url, access_token_secret, signing_secret, standard_webhooks, disabled_reason,
+        created_at: u, updated_at: u,
     })
 }
 
@@ -179,13 +156,7 @@ pub(super) fn automation(row: &PgRow) -> Result<Automation> {
 }
 
 pub(super) fn collection(row: &PgRow) -> Result<Collection> {
-    Ok(Collection {
-        name: get(row, "name")?,
-        description: get(row, "description")?,
-        versions: u(get(row, "versions")?),
-        created_by: get(row, "created_by")?,
-        created_at: u(get(row, "created_at")?),
-    })
+    read!(row; Collection { name, description, versions: u, created_by, created_at: u })
 }
 
 /// Columns of a version, for `FROM versions v`.
@@ -223,12 +194,7 @@ pub(super) fn version(row: &PgRow) -> Result<Version> {
 }
 
 pub(super) fn run(row: &PgRow) -> Result<Run> {
-    Ok(Run {
-        id: get(row, "id")?,
-        name: get(row, "name")?,
-        creator: get(row, "creator")?,
-        created_at: u(get(row, "created_at")?),
-    })
+    read!(row; Run { id, name, creator, created_at: u })
 }
 
 pub(super) fn delivery(row: &PgRow) -> Result<Delivery> {
@@ -283,6 +249,12 @@ pub(super) type Query<'q> = sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgre
 /// Maps a row to a record.
 pub(super) type MapRow<T> = fn(&PgRow) -> Result<T>;
 
+/// `sql` with text arguments bound in order.
+pub(super) fn q<'q>(sql: &'q str, args: &[&'q str]) -> Query<'q> {
+    args.iter()
+        .fold(sqlx::query(sql), |query, arg| query.bind(*arg))
+}
+
 impl Postgres {
     /// The row `query` finds, if any, as a record.
     pub(super) async fn optional<T>(&self, query: Query<'_>, map: MapRow<T>) -> Result<Option<T>> {
@@ -304,6 +276,42 @@ impl Postgres {
         Ok(query.execute(&mut *c).await.db(self)?.rows_affected())
     }
 
+    /// Writes `record` as a row of `table`, its fields named as the table's
+    /// columns; `keys` are the columns it does not carry, and `conflict`
+    /// follows `ON CONFLICT` unless empty. How many rows changed.
+    pub(super) async fn insert(
+        &self,
+        table: &str,
+        keys: &[(&str, &str)],
+        record: &impl Serialize,
+        conflict: &str,
+    ) -> Result<u64> {
+        let mut row = serde_json::to_value(record)?;
+        if let Some(fields) = row.as_object_mut() {
+            fields.extend(keys.iter().map(|(k, v)| (k.to_string(), (*v).into())));
+        }
+        let conflict = match conflict {
+            "" => String::new(),
+            c => format!(" ON CONFLICT {c}"),
+        };
+        let sql = format!(
+            "INSERT INTO {table} SELECT * FROM json_populate_record(NULL::{table}, $1::json){conflict}"
+        );
+        self.execute(sqlx::query(&sql).bind(row.to_string())).await
+    }
+
+    /// The row of `table` whose `column` holds `value`, if any.
+    pub(super) async fn row_by<T>(
+        &self,
+        table: &str,
+        key: (&str, &str),
+        map: MapRow<T>,
+    ) -> Result<Option<T>> {
+        let (column, value) = key;
+        let sql = format!("SELECT * FROM {table} WHERE {column} = $1");
+        self.optional(q(&sql, &[value]), map).await
+    }
+
     /// The row of `table` (keyed by team and name) named `name`.
     pub(super) async fn team_row<T>(
         &self,
@@ -313,8 +321,7 @@ impl Postgres {
         map: MapRow<T>,
     ) -> Result<Option<T>> {
         let sql = format!("SELECT * FROM {table} WHERE team = $1 AND name = $2");
-        self.optional(sqlx::query(&sql).bind(team).bind(name), map)
-            .await
+        self.optional(q(&sql, &[team, name]), map).await
     }
 
     /// A team's rows of `table`, by name.
@@ -325,7 +332,7 @@ impl Postgres {
         map: MapRow<T>,
     ) -> Result<Vec<T>> {
         let sql = format!("SELECT * FROM {table} WHERE team = $1 ORDER BY name");
-        self.all(sqlx::query(&sql).bind(team), map).await
+        self.all(q(&sql, &[team]), map).await
     }
 
     /// Deletes the row of `table` named `name`; `false` if there was none.
@@ -336,10 +343,17 @@ impl Postgres {
         name: &str,
     ) -> Result<bool> {
         let sql = format!("DELETE FROM {table} WHERE team = $1 AND name = $2");
-        Ok(self
-            .execute(sqlx::query(&sql).bind(team).bind(name))
-            .await?
-            > 0)
+        Ok(self.execute(q(&sql, &[team, name])).await? > 0)
+    }
+
+    /// How many rows `table` holds.
+    pub(super) async fn count(&self, table: &str) -> Result<usize> {
+        let mut c = self.conn().await?;
+        let n: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {table}"))
+            .fetch_one(&mut *c)
+            .await
+            .db(self)?;
+        Ok(usize::try_from(n).unwrap_or(0))
     }
 
     /// Moves a record that cannot be read into the quarantine, with why.

@@ -4,7 +4,7 @@ use async_trait::async_trait;
 
 use super::Postgres;
 use super::shared::Db;
-use super::shared::{api_key, i, user};
+use super::shared::{api_key, q, user};
 use crate::model::{ApiKey, User};
 use crate::store::Result;
 use crate::store::records::*;
@@ -20,35 +20,15 @@ impl UserRecords for Postgres {
     }
 
     async fn insert_user(&self, user: &User) -> Result<bool> {
-        Ok(self
-            .execute(
-                sqlx::query(
-                    "INSERT INTO users (id, name, operator, created_at) VALUES ($1, $2, $3, $4) \
-                     ON CONFLICT (name) DO NOTHING",
-                )
-                .bind(&user.id)
-                .bind(&user.name)
-                .bind(user.operator)
-                .bind(i(user.created_at)),
-            )
-            .await?
-            == 1)
+        Ok(self.insert("users", &[], user, "(name) DO NOTHING").await? == 1)
     }
 
     async fn user(&self, id: &str) -> Result<Option<User>> {
-        self.optional(
-            sqlx::query("SELECT * FROM users WHERE id = $1").bind(id),
-            user,
-        )
-        .await
+        self.row_by("users", ("id", id), user).await
     }
 
     async fn user_named(&self, name: &str) -> Result<Option<User>> {
-        self.optional(
-            sqlx::query("SELECT * FROM users WHERE name = $1").bind(name),
-            user,
-        )
-        .await
+        self.row_by("users", ("name", name), user).await
     }
 
     async fn users(&self) -> Result<Vec<User>> {
@@ -57,36 +37,17 @@ impl UserRecords for Postgres {
     }
 
     async fn insert_key(&self, hash: &str, key: &ApiKey) -> Result<()> {
-        self.execute(
-            sqlx::query(
-                "INSERT INTO api_keys (hash, id, user_id, name, prefix, created_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6)",
-            )
-            .bind(hash)
-            .bind(&key.id)
-            .bind(&key.user_id)
-            .bind(&key.name)
-            .bind(&key.prefix)
-            .bind(i(key.created_at)),
-        )
-        .await?;
-        Ok(())
+        let keys = [("hash", hash)];
+        self.insert("api_keys", &keys, key, "").await.map(drop)
     }
 
     async fn key(&self, hash: &str) -> Result<Option<ApiKey>> {
-        self.optional(
-            sqlx::query("SELECT * FROM api_keys WHERE hash = $1").bind(hash),
-            api_key,
-        )
-        .await
+        self.row_by("api_keys", ("hash", hash), api_key).await
     }
 
     async fn keys_of(&self, user_id: &str) -> Result<Vec<ApiKey>> {
-        self.all(
-            sqlx::query("SELECT * FROM api_keys WHERE user_id = $1 ORDER BY id").bind(user_id),
-            api_key,
-        )
-        .await
+        let sql = "SELECT * FROM api_keys WHERE user_id = $1 ORDER BY id";
+        self.all(q(sql, &[user_id]), api_key).await
     }
 
     async fn key_hash(&self, user_id: &str, key_id: &str) -> Result<Option<String>> {

@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 
 use super::Postgres;
-use super::shared::{i, secret, webhook};
+use super::shared::{secret, webhook};
 use crate::model::{Secret, Webhook};
 use crate::store::Result;
 use crate::store::records::*;
@@ -11,20 +11,11 @@ use crate::store::records::*;
 #[async_trait]
 impl WebhookRecords for Postgres {
     async fn put_secret(&self, team: &str, s: &Secret) -> Result<()> {
-        self.execute(
-            sqlx::query(
-                "INSERT INTO secrets (team, name, sealed, created_at, updated_at) \
-                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT (team, name) \
-                 DO UPDATE SET sealed = excluded.sealed, updated_at = excluded.updated_at",
-            )
-            .bind(team)
-            .bind(&s.name)
-            .bind(&s.sealed)
-            .bind(i(s.created_at))
-            .bind(i(s.updated_at)),
-        )
-        .await?;
-        Ok(())
+        let replace = "(team, name) DO UPDATE SET sealed = excluded.sealed, \
+                       updated_at = excluded.updated_at";
+        self.insert("secrets", &[("team", team)], s, replace)
+            .await
+            .map(drop)
     }
 
     async fn secret(&self, team: &str, name: &str) -> Result<Option<Secret>> {
@@ -40,7 +31,8 @@ impl WebhookRecords for Postgres {
     }
 
     async fn insert_webhook(&self, team: &str, w: &Webhook) -> Result<bool> {
-        Ok(self.write_webhook(team, w, "DO NOTHING").await? == 1)
+        let keys = [("team", team)];
+        Ok(self.insert("webhooks", &keys, w, "DO NOTHING").await? == 1)
     }
 
     async fn put_webhook(&self, team: &str, w: &Webhook) -> Result<()> {
@@ -49,8 +41,9 @@ impl WebhookRecords for Postgres {
              signing_secret = excluded.signing_secret, \
              standard_webhooks = excluded.standard_webhooks, \
              disabled_reason = excluded.disabled_reason, updated_at = excluded.updated_at";
-        self.write_webhook(team, w, replace).await?;
-        Ok(())
+        self.insert("webhooks", &[("team", team)], w, replace)
+            .await
+            .map(drop)
     }
 
     async fn webhook(&self, team: &str, name: &str) -> Result<Option<Webhook>> {
@@ -63,29 +56,5 @@ impl WebhookRecords for Postgres {
 
     async fn delete_webhook(&self, team: &str, name: &str) -> Result<bool> {
         self.delete_team_row("webhooks", team, name).await
-    }
-}
-
-impl Postgres {
-    /// Inserts a webhook, doing `on_conflict` when its name is taken;
-    /// returns how many rows changed.
-    async fn write_webhook(&self, team: &str, w: &Webhook, on_conflict: &str) -> Result<u64> {
-        self.execute(
-            sqlx::query(&format!(
-                "INSERT INTO webhooks (team, name, url, access_token_secret, signing_secret, \
-                 standard_webhooks, disabled_reason, created_at, updated_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT {on_conflict}"
-            ))
-            .bind(team)
-            .bind(&w.name)
-            .bind(&w.url)
-            .bind(&w.access_token_secret)
-            .bind(&w.signing_secret)
-            .bind(w.standard_webhooks)
-            .bind(&w.disabled_reason)
-            .bind(i(w.created_at))
-            .bind(i(w.updated_at)),
-        )
-        .await
     }
 }

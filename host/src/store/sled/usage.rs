@@ -12,18 +12,12 @@ use crate::store::records::*;
 
 #[async_trait]
 impl UsageRecords for Sled {
-    async fn add_usage(&self, at: UsageAt<'_>, add: &Totals) -> Result<()> {
-        let key = format!(
-            "{}{}\0{}\0{}",
-            usage_prefix(at.scope),
-            at.day,
-            at.model,
-            at.key_id
-        );
-        let key = key.into_bytes();
+    async fn add_usage(&self, scope: &str, add: &UsageRow) -> Result<()> {
+        let (prefix, row) = (usage_prefix(scope), add);
+        let key = format!("{prefix}{}\0{}\0{}", row.day, row.model, row.key_id).into_bytes();
         let w = self.writer().await;
         let mut totals: Totals = w.get_json(T::Usage, &key)?.unwrap_or_default();
-        totals.add(add);
+        totals.add(&add.totals);
         w.put_json(T::Usage, key, &totals)?;
         w.finish()
     }
