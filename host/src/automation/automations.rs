@@ -431,10 +431,8 @@ fn not_found(scope: &Scope, name: &str) -> Error {
 
 /// One automation.
 pub async fn get(store: &Store, scope: &Scope, name: &str) -> Result<Automation> {
-    store
-        .automation(scope, name)
-        .await?
-        .ok_or_else(|| not_found(scope, name))
+    let found = store.automation(scope, name).await?;
+    found.ok_or_else(|| not_found(scope, name))
 }
 
 /// The scope's automations, by name.
@@ -444,11 +442,8 @@ pub async fn list(store: &Store, scope: &Scope) -> Result<Vec<Automation>> {
 
 /// Deletes an automation and its index entries.
 pub async fn delete(store: &Store, scope: &Scope, name: &str) -> Result<()> {
-    if store.delete_automation(scope, name).await? {
-        Ok(())
-    } else {
-        Err(not_found(scope, name))
-    }
+    let deleted = store.delete_automation(scope, name).await?;
+    deleted.then_some(()).ok_or_else(|| not_found(scope, name))
 }
 
 /// Deletes every automation in a scope (the scope itself is going away).

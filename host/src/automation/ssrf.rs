@@ -243,25 +243,15 @@ mod tests {
 
     #[test]
     fn bad_urls_say_why() {
-        assert!(
-            check_url("ftp://example.com/", &[])
-                .unwrap_err()
-                .contains("http or https")
-        );
-        assert!(
-            check_url("not a url", &[])
-                .unwrap_err()
-                .contains("not a valid URL")
-        );
-        assert!(
-            check_url("https://user:pw@example.com/", &[])
-                .unwrap_err()
-                .contains("credentials")
-        );
-        assert!(
-            check_url("http://x.internal/", &[])
-                .unwrap_err()
-                .contains("never called")
-        );
+        let cases = [
+            ("ftp://example.com/", "http or https"),
+            ("not a url", "not a valid URL"),
+            ("https://user:pw@example.com/", "credentials"),
+            ("http://x.internal/", "never called"),
+        ];
+        for (url, why) in cases {
+            let error = check_url(url, &[]).unwrap_err();
+            assert!(error.contains(why), "{url}: {error}");
+        }
     }
 }

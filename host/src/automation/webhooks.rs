@@ -164,10 +164,8 @@ pub async fn disable(store: &Store, team: &str, name: &str, reason: &str) -> Res
 
 /// One webhook.
 pub async fn get(store: &Store, team: &str, name: &str) -> Result<Webhook> {
-    store
-        .webhook(team, name)
-        .await?
-        .ok_or_else(|| not_found(team, name))
+    let found = store.webhook(team, name).await?;
+    found.ok_or_else(|| not_found(team, name))
 }
 
 fn not_found(team: &str, name: &str) -> Error {
@@ -181,11 +179,8 @@ pub async fn list(store: &Store, team: &str) -> Result<Vec<Webhook>> {
 
 /// Deletes a webhook.
 pub async fn delete(store: &Store, team: &str, name: &str) -> Result<()> {
-    if store.delete_webhook(team, name).await? {
-        Ok(())
-    } else {
-        Err(not_found(team, name))
-    }
+    let deleted = store.delete_webhook(team, name).await?;
+    deleted.then_some(()).ok_or_else(|| not_found(team, name))
 }
 
 /// Deletes a team secret. One that webhooks use is refused, naming them,

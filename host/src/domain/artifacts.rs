@@ -69,10 +69,8 @@ pub async fn create_collection(
 
 /// One collection.
 pub async fn collection(store: &Store, scope: &Scope, name: &str) -> Result<Collection> {
-    store
-        .collection(scope, name)
-        .await?
-        .ok_or_else(|| not_found_collection(scope, name))
+    let found = store.collection(scope, name).await?;
+    found.ok_or_else(|| not_found_collection(scope, name))
 }
 
 /// The scope's collections.
@@ -95,10 +93,8 @@ pub async fn version(
     version: &str,
 ) -> Result<LabelledVersion> {
     let index = parse_version(version)?;
-    store
-        .labelled_version(scope, collection, index)
-        .await?
-        .ok_or_else(|| no_version(scope, collection, version))
+    let found = store.labelled_version(scope, collection, index).await?;
+    found.ok_or_else(|| no_version(scope, collection, version))
 }
 
 /// A collection's versions with their labels, oldest first.
@@ -133,7 +129,8 @@ pub async fn create_version(
     metadata: BTreeMap<String, Value>,
 ) -> Result<Version> {
     check_metadata(&metadata)?;
-    add_version(store, events, scope, user, collection_name, metadata, None).await
+    let into = (scope, collection_name);
+    add_version(store, events, into, user, metadata, None).await
 }
 
 /// Links a project version into a registry collection, as its next version;
@@ -159,27 +156,20 @@ pub async fn link(
         version: original.version.clone(),
         ..source
     };
-    add_version(
-        store,
-        events,
-        registry,
-        user,
-        collection_name,
-        original.metadata,
-        Some(source),
-    )
-    .await
+    let into = (registry, collection_name);
+    add_version(store, events, into, user, original.metadata, Some(source)).await
 }
 
+/// Adds the next version to `into`, a collection of a scope.
 async fn add_version(
     store: &Store,
     events: &dyn Dispatch,
-    scope: &Scope,
+    into: (&Scope, &str),
     user: &User,
-    collection_name: &str,
     metadata: BTreeMap<String, Value>,
     source: Option<Source>,
 ) -> Result<Version> {
+    let (scope, collection_name) = into;
     let tx = store.begin().await?;
     let index = tx
         .next_version(scope, collection_name)
@@ -233,7 +223,8 @@ impl Label {
         }
     }
 
-    fn plural(self) -> &'static str {
+    /// `aliases` or `tags`.
+    pub fn plural(self) -> &'static str {
         match self {
             Label::Alias => "aliases",
             Label::Tag => "tags",

@@ -199,8 +199,7 @@ mod tests {
 
     #[tokio::test]
     async fn keys_are_stored_only_as_hashes() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open_embedded(dir.path()).unwrap();
+        let (_dir, store) = Store::scratch();
         let key = bootstrap(&store, None).await.unwrap().unwrap();
         let needle = key.as_bytes();
         for (_, k, v) in store.raw_records().await.unwrap() {
@@ -214,8 +213,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_revoked_key_stops_working() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open_embedded(dir.path()).unwrap();
+        let (_dir, store) = Store::scratch();
         let key = bootstrap(&store, Some("a-long-bootstrap-key"))
             .await
             .unwrap();

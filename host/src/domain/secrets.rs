@@ -90,11 +90,8 @@ pub async fn exists(store: &Store, team: &str, name: &str) -> Result<bool> {
 
 /// Deletes a secret.
 pub async fn delete(store: &Store, team: &str, name: &str) -> Result<()> {
-    if store.delete_secret(team, name).await? {
-        Ok(())
-    } else {
-        Err(not_found(team, name))
-    }
+    let deleted = store.delete_secret(team, name).await?;
+    deleted.then_some(()).ok_or_else(|| not_found(team, name))
 }
 
 /// The plain value, for the host's own use (signing, bearer tokens).
@@ -126,8 +123,7 @@ mod tests {
 
     #[tokio::test]
     async fn values_are_sealed_and_revealed_per_team() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open_embedded(dir.path()).unwrap();
+        let (dir, store) = Store::scratch();
         let sealer = Sealer::load(dir.path(), None).unwrap();
         let (_, created) = put(&store, &sealer, "ml", "TOKEN", "hunter2-value")
             .await

@@ -1,17 +1,19 @@
 //! `/v1/admin/plugins`: operators load, list, replace, remove and try plugins.
 
+use super::{Reply, ReplyWith};
 use std::sync::Arc;
 
 use std::collections::BTreeMap;
 
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{Path, RawQuery};
 use axum::http::StatusCode;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::Json;
 use super::json::{WasmBody, parse};
 use super::query::{Force, Query};
-use super::{Caller, Json};
+use super::scope::Operator;
 use crate::app::App;
 use crate::automation::uploads;
 use crate::error::{Error, Result};
@@ -20,10 +22,6 @@ use crate::plugin::Spec;
 use crate::plugin::{BackendGrant, LimitOverrides, validate_name, validate_version};
 use crate::plugin::{FilterInput, TemplateInput};
 use crate::plugin::{Kind, Plugin, Source};
-
-fn require_operator(caller: &Caller) -> Result<()> {
-    caller.require_operator("administer plugins")
-}
 
 /// What the API shows of a plugin.
 pub fn describe(plugin: &Plugin) -> Value {
@@ -46,23 +44,17 @@ pub fn describe(plugin: &Plugin) -> Value {
     shown
 }
 
-pub async fn list(State(app): State<App>, caller: Caller) -> Result<axum::Json<Value>> {
-    require_operator(&caller)?;
-    let data: Vec<Value> = app.plugins.list().iter().map(|p| describe(p)).collect();
+pub async fn list(op: Operator) -> Reply<Value> {
+    let data: Vec<Value> = op.app.plugins.list().iter().map(|p| describe(p)).collect();
     Ok(axum::Json(json!({
         "object": "list",
         "data": data,
-        "directory_errors": app.watcher.errors(),
+        "directory_errors": op.app.watcher.errors(),
     })))
 }
 
-pub async fn show(
-    State(app): State<App>,
-    caller: Caller,
-    Path(name): Path<String>,
-) -> Result<axum::Json<Value>> {
-    require_operator(&caller)?;
-    let plugin = find(&app, &name)?;
+pub async fn show(op: Operator, Path(name): Path<String>) -> Reply<Value> {
+    let plugin = find(&op.app, &name)?;
     Ok(axum::Json(describe(&plugin)))
 }
 
@@ -139,13 +131,11 @@ impl Upload {
 /// a manifest's `[backend]`. The component is compiled and checked before it
 /// replaces anything; on failure the old version keeps serving.
 pub async fn upload(
-    State(app): State<App>,
-    caller: Caller,
+    op: Operator,
     Path(name): Path<String>,
     RawQuery(query): RawQuery,
     WasmBody(bytes): WasmBody,
-) -> Result<(StatusCode, axum::Json<Value>)> {
-    require_operator(&caller)?;
+) -> ReplyWith<Value> {
     let (params, env) = Upload::parse(query.as_deref().unwrap_or_default())?;
     validate_name(&name).map_err(|m| Error::invalid("name", m))?;
     validate_version(&params.version).map_err(|m| Error::invalid("version", m))?;
@@ -184,7 +174,7 @@ pub async fn upload(
         grant,
         bytes: bytes.to_vec(),
     };
-    let (plugin, previous) = uploads::install(&app.store, &app.plugins, spec).await?;
+    let (plugin, previous) = uploads::install(&op.app.store, &op.app.plugins, spec).await?;
     let mut body = describe(&plugin);
     let status = match previous {
         Some(old) => {
@@ -199,13 +189,11 @@ pub async fn upload(
 /// Removing a template that automations use is refused, naming them, unless
 /// `?force=true`, which disables them.
 pub async fn remove(
-    State(app): State<App>,
-    caller: Caller,
+    op: Operator,
     Path(name): Path<String>,
     Query(Force { force }): Query<Force>,
 ) -> Result<StatusCode> {
-    require_operator(&caller)?;
-    uploads::remove(&app.store, &app.plugins, &name, force).await?;
+    uploads::remove(&op.app.store, &op.app.plugins, &name, force).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -214,13 +202,11 @@ pub async fn remove(
 /// A payload template takes `{"template", "variables"}`; an event filter
 /// takes `{"config", "event"}`.
 pub async fn invoke(
-    State(app): State<App>,
-    caller: Caller,
+    op: Operator,
     Path(name): Path<String>,
     Json(input): Json<Value>,
-) -> Result<axum::Json<Value>> {
-    require_operator(&caller)?;
-    let plugin = find(&app, &name)?;
+) -> Reply<Value> {
+    let plugin = find(&op.app, &name)?;
     let bytes = input.to_string().into_bytes();
     match plugin.kind {
         Kind::PayloadTemplate => {
@@ -228,7 +214,8 @@ pub async fn invoke(
             input.check().map_err(|m| Error::invalid("template", m))?;
             let vars = input.variables();
             let template = input.template.clone();
-            let rendered = app
+            let rendered = op
+                .app
                 .plugins
                 .render(&name, HOST, input.template, vars)
                 .await
@@ -242,7 +229,8 @@ pub async fn invoke(
                 .config
                 .to_wit()
                 .map_err(|m| Error::invalid("config", m))?;
-            let matches = app
+            let matches = op
+                .app
                 .plugins
                 .matches(&name, HOST, config, input.event.to_wit())
                 .await

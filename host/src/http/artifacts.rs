@@ -4,15 +4,17 @@
 //! Members of the registry (or of the project's team) read and act. Each
 //! action answers once the deliveries it caused are durable in the outbox.
 
+use axum::Router;
+use axum::routing::{get, post};
 use std::collections::BTreeMap;
 
-use axum::extract::State;
 use axum::http::StatusCode;
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde::Deserialize;
+use serde_json::{Value, json};
 
 use super::Json;
 use super::scope::{AsMember, InScope};
+use super::{Reply, ReplyWith};
 use crate::app::App;
 use crate::domain::artifacts::{
     self, Collection, Label, Labelled, LabelledVersion, Source, Target,
@@ -21,56 +23,57 @@ use crate::domain::groups::{self, Role};
 use crate::error::{Error, Result};
 use crate::model::Scope;
 
+/// Nested under a registry's or a project's `/collections`.
+pub fn routes() -> Router<App> {
+    Router::new()
+        .route("/", get(list_collections).post(create_collection))
+        .route("/{collection}", get(show_collection))
+        .route(
+            "/{collection}/versions",
+            get(list_versions).post(create_version),
+        )
+        .route("/{collection}/versions/{version}", get(show_version))
+        .route("/{collection}/versions/{version}/aliases", post(add_alias))
+        .route("/{collection}/versions/{version}/tags", post(add_tag))
+}
+
 pub async fn create_collection(
-    State(app): State<App>,
     at: InScope<AsMember>,
     Json(body): Json<super::Create>,
-) -> Result<(StatusCode, axum::Json<Collection>)> {
-    let (user, scope) = (&at.user, &at.scope);
-    let collection = artifacts::create_collection(&app.store, scope, user, body.named()).await?;
+) -> ReplyWith<Collection> {
+    let (user, scope) = (&at.user, &at.place);
+    let collection = artifacts::create_collection(&at.app.store, scope, user, body.named()).await?;
     Ok((StatusCode::CREATED, axum::Json(collection)))
 }
 
-pub async fn list_collections(
-    State(app): State<App>,
-    at: InScope<AsMember>,
-) -> Result<axum::Json<Value>> {
-    let scope = &at.scope;
+pub async fn list_collections(at: InScope<AsMember>) -> Reply<Value> {
+    let scope = &at.place;
     Ok(super::list_of(
-        artifacts::collections(&app.store, scope).await?,
+        artifacts::collections(&at.app.store, scope).await?,
     ))
 }
 
-pub async fn show_collection(
-    State(app): State<App>,
-    at: InScope<AsMember>,
-) -> Result<axum::Json<Collection>> {
-    let scope = &at.scope;
+pub async fn show_collection(at: InScope<AsMember>) -> Reply<Collection> {
+    let scope = &at.place;
     let name = at.param("collection")?;
     Ok(axum::Json(
-        artifacts::collection(&app.store, scope, &name).await?,
+        artifacts::collection(&at.app.store, scope, &name).await?,
     ))
 }
 
-pub async fn list_versions(
-    State(app): State<App>,
-    at: InScope<AsMember>,
-) -> Result<axum::Json<Value>> {
-    let scope = &at.scope;
+pub async fn list_versions(at: InScope<AsMember>) -> Reply<Value> {
+    let scope = &at.place;
     let name = at.param("collection")?;
     Ok(super::list_of(
-        artifacts::versions(&app.store, scope, &name).await?,
+        artifacts::versions(&at.app.store, scope, &name).await?,
     ))
 }
 
-pub async fn show_version(
-    State(app): State<App>,
-    at: InScope<AsMember>,
-) -> Result<axum::Json<LabelledVersion>> {
-    let scope = &at.scope;
+pub async fn show_version(at: InScope<AsMember>) -> Reply<LabelledVersion> {
+    let scope = &at.place;
     let (collection, version) = (at.param("collection")?, at.param("version")?);
     Ok(axum::Json(
-        artifacts::version(&app.store, scope, &collection, &version).await?,
+        artifacts::version(&at.app.store, scope, &collection, &version).await?,
     ))
 }
 
@@ -83,11 +86,10 @@ pub struct CreateVersion {
 
 /// Logs a version in a project collection; registries get versions by linking.
 pub async fn create_version(
-    State(app): State<App>,
     at: InScope<AsMember>,
     Json(body): Json<CreateVersion>,
-) -> Result<(StatusCode, axum::Json<LabelledVersion>)> {
-    let (user, scope) = (&at.user, &at.scope);
+) -> ReplyWith<LabelledVersion> {
+    let (user, scope) = (&at.user, &at.place);
     if let Scope::Registry { registry } = &scope {
         return Err(Error::invalid(
             "metadata",
@@ -96,16 +98,10 @@ pub async fn create_version(
             ),
         ));
     }
-    let collection = at.param("collection")?;
-    let version = artifacts::create_version(
-        &app.store,
-        &app.matcher,
-        scope,
-        user,
-        &collection,
-        body.metadata,
-    )
-    .await?;
+    let (collection, metadata) = (at.param("collection")?, body.metadata);
+    let (store, events) = (&at.app.store, &at.app.matcher);
+    let created = artifacts::create_version(store, events, scope, user, &collection, metadata);
+    let version = created.await?;
     Ok((
         StatusCode::CREATED,
         axum::Json(LabelledVersion::bare(version)),
@@ -146,63 +142,35 @@ fn one_or_many(
     }
 }
 
-/// What adding aliases did.
-#[derive(Serialize)]
-pub struct AliasesAdded {
-    collection: String,
-    version: String,
-    aliases: Vec<String>,
-    /// Alias → the version it was taken from.
-    moved_from: BTreeMap<String, String>,
-}
-
-/// What adding tags did.
-#[derive(Serialize)]
-pub struct TagsAdded {
-    collection: String,
-    version: String,
-    tags: Vec<String>,
-}
-
-pub async fn add_alias(
-    State(app): State<App>,
-    at: InScope<AsMember>,
-    Json(body): Json<AddAliases>,
-) -> Result<axum::Json<AliasesAdded>> {
+pub async fn add_alias(at: InScope<AsMember>, Json(body): Json<AddAliases>) -> Reply<Value> {
     let aliases = one_or_many((body.alias, "alias"), (body.aliases, "aliases"))?;
-    let done = add_labels(&app, &at, Label::Alias, aliases).await?;
-    Ok(axum::Json(AliasesAdded {
-        collection: done.version.collection,
-        version: done.version.version,
-        aliases: done.labels,
-        moved_from: done.moved_from,
-    }))
+    labelled(&at, Label::Alias, aliases).await
 }
 
-pub async fn add_tag(
-    State(app): State<App>,
-    at: InScope<AsMember>,
-    Json(body): Json<AddTags>,
-) -> Result<axum::Json<TagsAdded>> {
+pub async fn add_tag(at: InScope<AsMember>, Json(body): Json<AddTags>) -> Reply<Value> {
     let tags = one_or_many((body.tag, "tag"), (body.tags, "tags"))?;
-    let done = add_labels(&app, &at, Label::Tag, tags).await?;
-    Ok(axum::Json(TagsAdded {
-        collection: done.version.collection,
-        version: done.version.version,
-        tags: done.labels,
-    }))
+    labelled(&at, Label::Tag, tags).await
+}
+
+/// Adds the labels; the answer names the version and the labels it holds
+/// now, and for aliases which version each was taken from (`moved_from`).
+async fn labelled(at: &InScope<AsMember>, kind: Label, labels: Vec<String>) -> Reply<Value> {
+    let done = add_labels(at, kind, labels).await?;
+    let (collection, version) = (done.version.collection, done.version.version);
+    let mut body = json!({"collection": collection, "version": version});
+    body[kind.plural()] = json!(done.labels);
+    if kind == Label::Alias {
+        body["moved_from"] = json!(done.moved_from);
+    }
+    Ok(axum::Json(body))
 }
 
 /// Labels the version the path names.
-async fn add_labels(
-    app: &App,
-    at: &InScope<AsMember>,
-    kind: Label,
-    labels: Vec<String>,
-) -> Result<Labelled> {
+async fn add_labels(at: &InScope<AsMember>, kind: Label, labels: Vec<String>) -> Result<Labelled> {
+    let app = &at.app;
     let (collection, version) = (at.param("collection")?, at.param("version")?);
     let target = Target {
-        scope: &at.scope,
+        scope: &at.place,
         user: &at.user,
         collection: &collection,
         version: &version,
@@ -212,27 +180,13 @@ async fn add_labels(
 
 /// Links a project version into a registry collection. The caller must be a
 /// member of the registry and of the source project's team.
-pub async fn link(
-    State(app): State<App>,
-    at: InScope<AsMember>,
-    Json(source): Json<Source>,
-) -> Result<(StatusCode, axum::Json<LabelledVersion>)> {
-    let (user, registry) = (&at.user, &at.scope);
-    let project = Scope::Project {
-        team: source.team.clone(),
-        project: source.project.clone(),
-    };
-    groups::authorize(&app.store, user, &project, Role::Member).await?;
-    let collection = at.param("collection")?;
-    let version = artifacts::link(
-        &app.store,
-        &app.matcher,
-        registry,
-        user,
-        &collection,
-        source,
-    )
-    .await?;
+pub async fn link(at: InScope<AsMember>, Json(source): Json<Source>) -> ReplyWith<LabelledVersion> {
+    let (user, registry) = (&at.user, &at.place);
+    let project = Scope::project(&source.team, &source.project);
+    let (store, events) = (&at.app.store, &at.app.matcher);
+    groups::authorize(store, user, &project, Role::Member).await?;
+    let into = at.param("collection")?;
+    let version = artifacts::link(store, events, registry, user, &into, source).await?;
     Ok((
         StatusCode::CREATED,
         axum::Json(LabelledVersion::bare(version)),

@@ -5,62 +5,81 @@
 //! Reading needs membership of the registry or the project's team; saving
 //! and deleting need its admin role, as the spec says.
 
-use axum::extract::State;
+use axum::Router;
 use axum::http::StatusCode;
+use axum::routing::{get, post};
 use serde_json::Value;
 
 use super::Json;
 use super::scope::{AsAdmin, AsMember, InScope, Need};
+use super::{Reply, ReplyWith};
 use crate::app::App;
 use crate::automation::automations::{self, Automation, Definition, Handle};
 use crate::automation::outbox;
 use crate::error::Result;
 
-pub async fn list(State(app): State<App>, at: InScope<AsMember>) -> Result<axum::Json<Value>> {
-    let scope = &at.scope;
-    Ok(super::list_of(automations::list(&app.store, scope).await?))
+/// Nested under a registry's or a project's `/automations`.
+pub fn routes() -> Router<App> {
+    Router::new()
+        .route("/", get(list).post(create))
+        .route("/{name}", get(show).put(update).delete(delete))
+        .route("/{name}/executions", get(executions))
+        .route("/{name}/executions/{execution}", get(execution))
+        .route("/{name}/executions/{execution}/replay", post(replay_one))
+        .route("/{name}/replay", post(replay_failed))
 }
 
-pub async fn create(
-    State(app): State<App>,
-    at: InScope<AsAdmin>,
-    Json(def): Json<Definition>,
-) -> Result<(StatusCode, axum::Json<Automation>)> {
-    let (user, scope) = (&at.user, &at.scope);
-    automations::check(&app.store, &app.plugins, user, scope, &def).await?;
-    let automation = automations::create(&app.store, scope, def, user).await?;
-    tracing::info!(scope = %scope.describe(), automation = %automation.name, by = %user.name, "automation created");
+pub async fn list(at: InScope<AsMember>) -> Reply<Value> {
+    let scope = &at.place;
+    Ok(super::list_of(
+        automations::list(&at.app.store, scope).await?,
+    ))
+}
+
+pub async fn create(at: InScope<AsAdmin>, Json(def): Json<Definition>) -> ReplyWith<Automation> {
+    let (user, scope) = (&at.user, &at.place);
+    automations::check(&at.app.store, &at.app.plugins, user, scope, &def).await?;
+    let automation = automations::create(&at.app.store, scope, def, user).await?;
+    super::audit(
+        &user.name,
+        "automation created",
+        &format!("{} {}", scope.describe(), automation.name),
+    );
     Ok((StatusCode::CREATED, axum::Json(automation)))
 }
 
-pub async fn show(State(app): State<App>, at: InScope<AsMember>) -> Result<axum::Json<Automation>> {
-    let scope = &at.scope;
+pub async fn show(at: InScope<AsMember>) -> Reply<Automation> {
+    let scope = &at.place;
     let name = at.param("name")?;
     Ok(axum::Json(
-        automations::get(&app.store, scope, &name).await?,
+        automations::get(&at.app.store, scope, &name).await?,
     ))
 }
 
 /// Replaces the whole definition, re-validated; a new `name` renames it.
-pub async fn update(
-    State(app): State<App>,
-    at: InScope<AsAdmin>,
-    Json(def): Json<Definition>,
-) -> Result<axum::Json<Automation>> {
-    let (user, scope) = (&at.user, &at.scope);
+pub async fn update(at: InScope<AsAdmin>, Json(def): Json<Definition>) -> Reply<Automation> {
+    let (user, scope) = (&at.user, &at.place);
     let name = at.param("name")?;
-    automations::get(&app.store, scope, &name).await?;
-    automations::check(&app.store, &app.plugins, user, scope, &def).await?;
-    let automation = automations::update(&app.store, scope, &name, def, user).await?;
-    tracing::info!(scope = %scope.describe(), automation = %automation.name, by = %user.name, "automation updated");
+    automations::get(&at.app.store, scope, &name).await?;
+    automations::check(&at.app.store, &at.app.plugins, user, scope, &def).await?;
+    let automation = automations::update(&at.app.store, scope, &name, def, user).await?;
+    super::audit(
+        &user.name,
+        "automation updated",
+        &format!("{} {}", scope.describe(), automation.name),
+    );
     Ok(axum::Json(automation))
 }
 
-pub async fn delete(State(app): State<App>, at: InScope<AsAdmin>) -> Result<StatusCode> {
-    let (user, scope) = (&at.user, &at.scope);
+pub async fn delete(at: InScope<AsAdmin>) -> Result<StatusCode> {
+    let (user, scope) = (&at.user, &at.place);
     let name = at.param("name")?;
-    automations::delete(&app.store, scope, &name).await?;
-    tracing::info!(scope = %scope.describe(), automation = %name, by = %user.name, "automation deleted");
+    automations::delete(&at.app.store, scope, &name).await?;
+    super::audit(
+        &user.name,
+        "automation deleted",
+        &format!("{} {name}", scope.describe()),
+    );
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -75,44 +94,35 @@ fn shown(mut execution: outbox::Execution) -> outbox::Execution {
 
 fn handle<N: Need>(at: &InScope<N>) -> Result<Handle> {
     Ok(Handle {
-        scope: at.scope.clone(),
+        scope: at.place.clone(),
         name: at.param("name")?,
     })
 }
 
 /// The automation's executions, newest first.
-pub async fn executions(
-    State(app): State<App>,
-    at: InScope<AsMember>,
-) -> Result<axum::Json<Value>> {
+pub async fn executions(at: InScope<AsMember>) -> Reply<Value> {
     let handle = handle(&at)?;
-    automations::get(&app.store, &handle.scope, &handle.name).await?;
-    let list = outbox::executions(&app.store, &handle, MAX_EXECUTIONS).await?;
+    automations::get(&at.app.store, &handle.scope, &handle.name).await?;
+    let list = outbox::executions(&at.app.store, &handle, MAX_EXECUTIONS).await?;
     Ok(super::list_of(
         list.into_iter().map(shown).collect::<Vec<_>>(),
     ))
 }
 
-pub async fn execution(
-    State(app): State<App>,
-    at: InScope<AsMember>,
-) -> Result<axum::Json<outbox::Execution>> {
+pub async fn execution(at: InScope<AsMember>) -> Reply<outbox::Execution> {
     let handle = handle(&at)?;
     let id = at.param("execution")?;
     Ok(axum::Json(shown(
-        outbox::execution(&app.store, &handle, &id).await?,
+        outbox::execution(&at.app.store, &handle, &id).await?,
     )))
 }
 
 /// Sends one execution's payload again, with the same delivery id.
-pub async fn replay_one(
-    State(app): State<App>,
-    at: InScope<AsAdmin>,
-) -> Result<(StatusCode, axum::Json<outbox::Execution>)> {
+pub async fn replay_one(at: InScope<AsAdmin>) -> ReplyWith<outbox::Execution> {
     let handle = handle(&at)?;
     let id = at.param("execution")?;
-    let (execution, delivery) = outbox::replay(&app.store, &handle, &id).await?;
-    app.dispatcher.send_when_durable(vec![delivery]).await?;
+    let (execution, delivery) = outbox::replay(&at.app.store, &handle, &id).await?;
+    at.app.dispatcher.send_when_durable(vec![delivery]).await?;
     Ok((StatusCode::ACCEPTED, axum::Json(shown(execution))))
 }
 
@@ -124,14 +134,14 @@ pub struct ReplayFailed {
 
 /// Sends again every failed execution created since `since_ms`.
 pub async fn replay_failed(
-    State(app): State<App>,
     at: InScope<AsAdmin>,
     Json(body): Json<ReplayFailed>,
-) -> Result<(StatusCode, axum::Json<Value>)> {
+) -> ReplyWith<Value> {
     let handle = handle(&at)?;
-    automations::get(&app.store, &handle.scope, &handle.name).await?;
-    let (replayed, deliveries) = outbox::replay_failed(&app.store, &handle, body.since_ms).await?;
-    app.dispatcher.send_when_durable(deliveries).await?;
+    automations::get(&at.app.store, &handle.scope, &handle.name).await?;
+    let (replayed, deliveries) =
+        outbox::replay_failed(&at.app.store, &handle, body.since_ms).await?;
+    at.app.dispatcher.send_when_durable(deliveries).await?;
     Ok((
         StatusCode::ACCEPTED,
         axum::Json(serde_json::json!({"replayed": replayed})),

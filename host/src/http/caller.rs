@@ -61,20 +61,6 @@ impl FromRequestParts<App> for KeyedCaller {
     }
 }
 
-impl Caller {
-    /// Fails with 403 unless the caller is an operator; `action` says what
-    /// was attempted.
-    pub fn require_operator(&self, action: &str) -> Result<()> {
-        if self.0.operator {
-            Ok(())
-        } else {
-            Err(Error::PermissionDenied(format!(
-                "only an operator may {action}"
-            )))
-        }
-    }
-}
-
 fn bearer_token(value: &str) -> Option<&str> {
     let (scheme, token) = value.trim().split_once(' ')?;
     let token = token.trim();

@@ -1,8 +1,11 @@
 //! `/v1/teams` and `/v1/registries`: the same handlers for both kinds of
 //! group, chosen by a type parameter.
 
+use super::{Reply, ReplyWith};
+use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
+use axum::routing::{get, put};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -11,6 +14,17 @@ use crate::app::App;
 use crate::domain::auth;
 use crate::domain::groups::{self, Group, GroupKind, Member, Role};
 use crate::error::Result;
+
+/// Nested under `/v1/teams/{team}` or `/v1/registries/{registry}`.
+pub fn routes<K: Kind + 'static>() -> Router<App> {
+    Router::new()
+        .route("/", get(show::<K>))
+        .route("/members", get(members::<K>))
+        .route(
+            "/members/{user}",
+            put(set_member::<K>).delete(remove_member::<K>),
+        )
+}
 
 /// Picks the group kind a route serves.
 pub trait Kind {
@@ -43,16 +57,13 @@ pub async fn create<K: Kind>(
     State(app): State<App>,
     Caller(user): Caller,
     Json(body): Json<super::Create>,
-) -> Result<(StatusCode, axum::Json<Value>)> {
+) -> ReplyWith<Value> {
     let record = groups::create(&app.store, K::GROUP, &user, body.named()).await?;
     tracing::info!(kind = K::GROUP.noun(), name = %record.name, by = %user.name, "group created");
     Ok((StatusCode::CREATED, axum::Json(shown(record, Role::Admin))))
 }
 
-pub async fn list<K: Kind>(
-    State(app): State<App>,
-    Caller(user): Caller,
-) -> Result<axum::Json<Value>> {
+pub async fn list<K: Kind>(State(app): State<App>, Caller(user): Caller) -> Reply<Value> {
     let data: Vec<Value> = groups::list_for(&app.store, K::GROUP, &user)
         .await?
         .into_iter()
@@ -65,7 +76,7 @@ pub async fn show<K: Kind>(
     State(app): State<App>,
     Caller(user): Caller,
     Path(name): Path<String>,
-) -> Result<axum::Json<Value>> {
+) -> Reply<Value> {
     let role = groups::require(&app.store, K::GROUP, &user, &name, Role::Member).await?;
     Ok(axum::Json(shown(
         groups::get(&app.store, K::GROUP, &name).await?,
@@ -77,7 +88,7 @@ pub async fn members<K: Kind>(
     State(app): State<App>,
     Caller(user): Caller,
     Path(name): Path<String>,
-) -> Result<axum::Json<Value>> {
+) -> Reply<Value> {
     groups::require(&app.store, K::GROUP, &user, &name, Role::Member).await?;
     Ok(super::list_of(
         groups::members(&app.store, K::GROUP, &name).await?,
@@ -95,7 +106,7 @@ pub async fn set_member<K: Kind>(
     Caller(user): Caller,
     Path((name, member)): Path<(String, String)>,
     Json(body): Json<SetMember>,
-) -> Result<axum::Json<Member>> {
+) -> Reply<Member> {
     groups::require(&app.store, K::GROUP, &user, &name, Role::Admin).await?;
     let target = auth::find_user(&app.store, &member).await?;
     Ok(axum::Json(

@@ -1,6 +1,7 @@
 //! `GET /v1/models`, `POST /v1/chat/completions` (whole or streamed as
 //! server-sent events) and project usage.
 
+use super::Reply;
 use std::convert::Infallible;
 
 use axum::extract::{Path, State};
@@ -47,7 +48,7 @@ pub async fn show_model(
     State(app): State<App>,
     _caller: Caller,
     Path(id): Path<String>,
-) -> Result<axum::Json<Value>> {
+) -> Reply<Value> {
     app.inference
         .models()
         .iter()
@@ -317,7 +318,7 @@ pub async fn project_usage(
     State(app): State<App>,
     Caller(user): Caller,
     Path((team, project)): Path<(String, String)>,
-) -> Result<axum::Json<Value>> {
+) -> Reply<Value> {
     groups::require_team(&app.store, &user, &team, Role::Member).await?;
     projects::get(&app.store, &team, &project).await?;
     let rows = usage::rows(&app.store, &usage::project_scope(&team, &project)).await?;
@@ -329,7 +330,7 @@ pub async fn project_usage(
 
 /// `GET /v1/me/usage`: the caller's own requests sent without a project
 /// header, in the same shape as a project's usage.
-pub async fn my_usage(State(app): State<App>, Caller(user): Caller) -> Result<axum::Json<Value>> {
+pub async fn my_usage(State(app): State<App>, Caller(user): Caller) -> Reply<Value> {
     let rows = usage::rows(&app.store, &usage::personal_scope(&user.name)).await?;
     let mut report = usage_report(rows);
     report["user"] = json!(user.name);

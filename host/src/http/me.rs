@@ -1,5 +1,6 @@
 //! `/v1/me`: the caller's own account and API keys.
 
+use super::{Reply, ReplyWith};
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use serde::Deserialize;
@@ -14,7 +15,7 @@ pub async fn show(Caller(user): Caller) -> axum::Json<auth::User> {
     axum::Json(user)
 }
 
-pub async fn list_keys(State(app): State<App>, Caller(user): Caller) -> Result<axum::Json<Value>> {
+pub async fn list_keys(State(app): State<App>, Caller(user): Caller) -> Reply<Value> {
     let keys = auth::list_keys(&app.store, &user).await?;
     Ok(super::list_of(keys))
 }
@@ -29,7 +30,7 @@ pub async fn create_key(
     State(app): State<App>,
     Caller(user): Caller,
     Json(body): Json<CreateKey>,
-) -> Result<(StatusCode, axum::Json<auth::NewKey>)> {
+) -> ReplyWith<auth::NewKey> {
     let key = auth::create_key(&app.store, &user, &body.name).await?;
     tracing::info!(user = %user.name, key_id = %key.record.id, "API key created");
     Ok((StatusCode::CREATED, axum::Json(key)))

@@ -6,7 +6,7 @@ use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 
-use super::Caller;
+use super::scope::Operator;
 use crate::app::App;
 use crate::error::Result;
 use crate::telemetry::{self, Gauges};
@@ -17,9 +17,8 @@ pub async fn scrape(State(app): State<App>) -> Result<Response> {
 }
 
 /// The exposition, for operators only (`[metrics] require_key`).
-pub async fn scrape_as_operator(State(app): State<App>, caller: Caller) -> Result<Response> {
-    caller.require_operator("read the metrics")?;
-    exposition(&app).await
+pub async fn scrape_as_operator(op: Operator) -> Result<Response> {
+    exposition(&op.app).await
 }
 
 async fn exposition(app: &App) -> Result<Response> {

@@ -31,7 +31,7 @@ use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post, put};
+use axum::routing::{delete, get, post};
 
 pub use caller::{Caller, KeyedCaller};
 use groups::{Registries, Teams};
@@ -63,67 +63,19 @@ pub fn router(app: App) -> Router {
             "/v1/teams",
             get(groups::list::<Teams>).post(groups::create::<Teams>),
         )
-        .route("/v1/teams/{team}", get(groups::show::<Teams>))
-        .route("/v1/teams/{team}/members", get(groups::members::<Teams>))
-        .route(
-            "/v1/teams/{team}/members/{user}",
-            put(groups::set_member::<Teams>).delete(groups::remove_member::<Teams>),
-        )
-        .route("/v1/teams/{team}/secrets", get(secrets::list_secrets))
-        .route(
-            "/v1/teams/{team}/secrets/{name}",
-            put(secrets::put_secret).delete(secrets::delete_secret),
-        )
-        .route(
-            "/v1/teams/{team}/webhooks",
-            get(webhooks::list_webhooks).post(webhooks::create_webhook),
-        )
-        .route(
-            "/v1/teams/{team}/webhooks/{name}",
-            get(webhooks::show_webhook)
-                .put(webhooks::update_webhook)
-                .delete(webhooks::delete_webhook),
-        )
-        .route(
-            "/v1/teams/{team}/webhooks/{name}/test",
-            post(webhooks::test_webhook),
-        )
-        .route(
-            "/v1/teams/{team}/projects",
-            get(projects::list).post(projects::create),
-        )
-        .route(
-            "/v1/teams/{team}/projects/{name}",
-            get(projects::show).delete(projects::delete),
-        )
-        .route(
-            "/v1/teams/{team}/projects/{project}/usage",
-            get(inference::project_usage),
-        )
+        .nest("/v1/teams/{team}", groups::routes::<Teams>())
         .route(
             "/v1/registries",
             get(groups::list::<Registries>).post(groups::create::<Registries>),
         )
-        .route("/v1/registries/{registry}", get(groups::show::<Registries>))
+        .nest("/v1/registries/{registry}", groups::routes::<Registries>())
+        .nest("/v1/teams/{team}/secrets", secrets::routes())
+        .nest("/v1/teams/{team}/webhooks", webhooks::routes())
+        .nest("/v1/teams/{team}/projects", projects::routes())
+        .nest("/v1/teams/{team}/projects/{project}/runs", runs::routes())
         .route(
-            "/v1/registries/{registry}/members",
-            get(groups::members::<Registries>),
-        )
-        .route(
-            "/v1/registries/{registry}/members/{user}",
-            put(groups::set_member::<Registries>).delete(groups::remove_member::<Registries>),
-        )
-        .route(
-            "/v1/teams/{team}/projects/{project}/runs",
-            get(runs::list).post(runs::create),
-        )
-        .route(
-            "/v1/teams/{team}/projects/{project}/runs/{run}",
-            get(runs::show),
-        )
-        .route(
-            "/v1/teams/{team}/projects/{project}/runs/{run}/metrics",
-            post(runs::log),
+            "/v1/teams/{team}/projects/{project}/usage",
+            get(inference::project_usage),
         )
         .nest("/v1/teams/{team}/projects/{project}", scoped())
         .nest("/v1/registries/{registry}", scoped())
@@ -169,57 +121,23 @@ pub fn metrics_router(app: App) -> Router {
 /// each handler reads the scope from the path (see [`scope`]).
 fn scoped() -> Router<App> {
     Router::new()
-        .route(
-            "/automations",
-            get(automations::list).post(automations::create),
-        )
-        .route(
-            "/automations/{name}",
-            get(automations::show)
-                .put(automations::update)
-                .delete(automations::delete),
-        )
-        .route(
-            "/automations/{name}/executions",
-            get(automations::executions),
-        )
-        .route(
-            "/automations/{name}/executions/{execution}",
-            get(automations::execution),
-        )
-        .route(
-            "/automations/{name}/executions/{execution}/replay",
-            post(automations::replay_one),
-        )
-        .route(
-            "/automations/{name}/replay",
-            post(automations::replay_failed),
-        )
-        .route(
-            "/collections",
-            get(artifacts::list_collections).post(artifacts::create_collection),
-        )
-        .route("/collections/{collection}", get(artifacts::show_collection))
-        .route(
-            "/collections/{collection}/versions",
-            get(artifacts::list_versions).post(artifacts::create_version),
-        )
-        .route(
-            "/collections/{collection}/versions/{version}",
-            get(artifacts::show_version),
-        )
-        .route(
-            "/collections/{collection}/versions/{version}/aliases",
-            post(artifacts::add_alias),
-        )
-        .route(
-            "/collections/{collection}/versions/{version}/tags",
-            post(artifacts::add_tag),
-        )
+        .nest("/automations", automations::routes())
+        .nest("/collections", artifacts::routes())
+}
+
+/// The audit trail: who changed which object, and how, one line each.
+pub fn audit(by: &str, what: &str, object: &str) {
+    tracing::info!(by, object, "{what}");
 }
 
 /// The envelope of every listing: `{"object": "list", "data": [...]}`, as
 /// OpenAI clients expect.
+/// What a handler answers: a JSON body, or the API error.
+pub type Reply<T> = crate::error::Result<axum::Json<T>>;
+
+/// A JSON body with its status (201 Created, 202 Accepted, …).
+pub type ReplyWith<T> = crate::error::Result<(StatusCode, axum::Json<T>)>;
+
 fn list_of<T: serde::Serialize>(data: T) -> axum::Json<serde_json::Value> {
     axum::Json(serde_json::json!({"object": "list", "data": data}))
 }

@@ -79,34 +79,74 @@ mod tests {
 
     use super::DOCUMENT;
 
-    /// `(path, method)` for every route in the router's source: each
-    /// `.route(...)` of `router`, and each of `scoped()` under every prefix
-    /// it is nested at.
-    fn routed() -> BTreeSet<(String, String)> {
-        let source = include_str!("mod.rs");
-        let (top, rest) = source.split_once("fn scoped()").unwrap();
-        let scoped = rest.split("\n}\n").next().unwrap();
-        let nest = regex::Regex::new(r#"\.nest\(\s*"([^"]+)",\s*scoped\(\)"#).unwrap();
-        let mut out = routes(top, "");
-        for prefix in nest.captures_iter(top) {
-            out.extend(routes(scoped, &prefix[1]));
+    /// The source of the router's modules, by name.
+    fn source(module: &str) -> &'static str {
+        match module {
+            "mod" => include_str!("mod.rs"),
+            "groups" => include_str!("groups.rs"),
+            "secrets" => include_str!("secrets.rs"),
+            "webhooks" => include_str!("webhooks.rs"),
+            "projects" => include_str!("projects.rs"),
+            "runs" => include_str!("runs.rs"),
+            "automations" => include_str!("automations.rs"),
+            "artifacts" => include_str!("artifacts.rs"),
+            other => panic!("the route walker does not know module {other}; add it to source()"),
         }
+    }
+
+    /// The body of `fn name` in `module`.
+    fn body(module: &str, name: &str) -> &'static str {
+        let source = source(module);
+        let start = source
+            .find(&format!("fn {name}("))
+            .or_else(|| source.find(&format!("fn {name}<")));
+        let start = start.unwrap_or_else(|| panic!("no fn {name} in {module}"));
+        source[start..].split("\n}\n").next().unwrap()
+    }
+
+    /// `(path, method)` for every route in the router's source: each
+    /// `.route(...)` of `router`, and those of each router it nests, under
+    /// the prefix it is nested at.
+    fn routed() -> BTreeSet<(String, String)> {
+        let mut out = BTreeSet::new();
+        walk("mod", "router", "", &mut out);
         out
     }
 
-    /// `(prefix + path, method)` for every `.route(...)` in `source`.
-    fn routes(source: &str, prefix: &str) -> BTreeSet<(String, String)> {
+    /// The routes of the router `module::function` builds, under `prefix`.
+    fn walk(module: &str, function: &str, prefix: &str, out: &mut BTreeSet<(String, String)>) {
+        let body = body(module, function);
+        let call = regex::Regex::new(r#"\.(route|nest)\(\s*"([^"]*)",\s*"#).unwrap();
         let method = regex::Regex::new(r"\b(get|post|put|delete|patch)\(").unwrap();
-        let mut out = BTreeSet::new();
-        for chunk in source.split(".route(").skip(1) {
-            let chunk = chunk.split(".fallback(").next().unwrap();
-            let chunk = chunk.split(".nest(").next().unwrap();
-            let path = format!("{prefix}{}", chunk.split('"').nth(1).unwrap());
-            for m in method.captures_iter(chunk) {
-                out.insert((path.clone(), m[1].to_string()));
+        let target = regex::Regex::new(r"^(?:(\w+)::)?(\w+)(?:::<\w+>)?\(\)").unwrap();
+        let calls: Vec<_> = call.captures_iter(body).collect();
+        for (n, c) in calls.iter().enumerate() {
+            let end = calls
+                .get(n + 1)
+                .map_or(body.len(), |next| next.get(0).unwrap().start());
+            let rest = &body[c.get(0).unwrap().end()..end];
+            let rest = rest
+                .split(".merge(")
+                .next()
+                .unwrap()
+                .split(".fallback(")
+                .next()
+                .unwrap();
+            let path = match &c[2] {
+                "/" => prefix.to_string(),
+                p => format!("{prefix}{p}"),
+            };
+            if &c[1] == "route" {
+                for m in method.captures_iter(rest) {
+                    out.insert((path.clone(), m[1].to_string()));
+                }
+                continue;
             }
+            let t = target
+                .captures(rest)
+                .unwrap_or_else(|| panic!("cannot read the nest at {path}"));
+            walk(t.get(1).map_or(module, |m| m.as_str()), &t[2], &path, out);
         }
-        out
     }
 
     fn documented() -> BTreeSet<(String, String)> {

@@ -3,28 +3,29 @@
 
 use std::collections::BTreeMap;
 
-use axum::extract::{Path, State};
+use axum::Router;
 use axum::http::StatusCode;
+use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{Caller, Json};
+use super::scope::{AsMember, InScope};
+use super::{Json, Reply, ReplyWith};
 use crate::app::App;
-use crate::domain::auth::User;
-use crate::domain::groups::{self, Role};
 use crate::domain::runs::{self, Run};
 use crate::error::Result;
-use crate::model::Scope;
 
-/// Runs are read and written by members of the project's team.
-async fn member(app: &App, user: &User, team: &str, project: &str) -> Result<()> {
-    groups::authorize(
-        &app.store,
-        user,
-        &Scope::project(team, project),
-        Role::Member,
-    )
-    .await
+/// Nested under `/v1/teams/{team}/projects/{project}/runs`.
+pub fn routes() -> Router<App> {
+    Router::new()
+        .route("/", get(list).post(create))
+        .route("/{run}", get(show))
+        .route("/{run}/metrics", post(log))
+}
+
+/// The project's team and name, from a project-scoped route.
+fn project(at: &InScope<AsMember>) -> Result<(String, String)> {
+    Ok((at.param("team")?, at.param("project")?))
 }
 
 #[derive(Deserialize)]
@@ -33,36 +34,23 @@ pub struct CreateRun {
     name: String,
 }
 
-pub async fn create(
-    State(app): State<App>,
-    Caller(user): Caller,
-    Path((team, project)): Path<(String, String)>,
-    Json(body): Json<CreateRun>,
-) -> Result<(StatusCode, axum::Json<Run>)> {
-    member(&app, &user, &team, &project).await?;
-    let run = runs::create(&app.store, &team, &project, &user, &body.name).await?;
+pub async fn create(at: InScope<AsMember>, Json(body): Json<CreateRun>) -> ReplyWith<Run> {
+    let (team, project) = project(&at)?;
+    let run = runs::create(&at.app.store, &team, &project, &at.user, &body.name).await?;
     Ok((StatusCode::CREATED, axum::Json(run)))
 }
 
-pub async fn list(
-    State(app): State<App>,
-    Caller(user): Caller,
-    Path((team, project)): Path<(String, String)>,
-) -> Result<axum::Json<Value>> {
-    member(&app, &user, &team, &project).await?;
+pub async fn list(at: InScope<AsMember>) -> Reply<Value> {
+    let (team, project) = project(&at)?;
     Ok(super::list_of(
-        runs::list(&app.store, &team, &project).await?,
+        runs::list(&at.app.store, &team, &project).await?,
     ))
 }
 
-pub async fn show(
-    State(app): State<App>,
-    Caller(user): Caller,
-    Path((team, project, run)): Path<(String, String, String)>,
-) -> Result<axum::Json<Run>> {
-    member(&app, &user, &team, &project).await?;
+pub async fn show(at: InScope<AsMember>) -> Reply<Run> {
+    let ((team, project), run) = (project(&at)?, at.param("run")?);
     Ok(axum::Json(
-        runs::get(&app.store, &team, &project, &run).await?,
+        runs::get(&at.app.store, &team, &project, &run).await?,
     ))
 }
 
@@ -73,22 +61,18 @@ pub struct LogMetrics {
 }
 
 /// Logs metric values; answers once any deliveries they caused are durable.
-pub async fn log(
-    State(app): State<App>,
-    Caller(user): Caller,
-    Path((team, project, run)): Path<(String, String, String)>,
-    Json(body): Json<LogMetrics>,
-) -> Result<axum::Json<Value>> {
-    member(&app, &user, &team, &project).await?;
+pub async fn log(at: InScope<AsMember>, Json(body): Json<LogMetrics>) -> Reply<Value> {
+    let ((team, project), run) = (project(&at)?, at.param("run")?);
+    let (app, user) = (&at.app, &at.user);
     let kept = runs::log(
         &app.store,
         &app.matcher,
         &team,
         &project,
         &run,
-        &user,
+        user,
         &body.metrics,
-    )
-    .await?;
+    );
+    let kept = kept.await?;
     Ok(axum::Json(json!({"run": run, "values_kept": kept})))
 }

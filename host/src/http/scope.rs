@@ -36,70 +36,107 @@ impl Need for AsAdmin {
     const ROLE: Role = Role::Admin;
 }
 
-/// The caller, let into the scope the route addresses with at least the
-/// role `N` names. An outsider gets the same 404 as for a scope that does
-/// not exist.
-pub struct InScope<N: Need> {
+/// Where a route acts: a registry or project ([`Scope`]), a [`Team`], or the
+/// [`Host`] itself.
+pub trait Place: Sized + Send {
+    /// The place the route's `params` name, once `user` is let in there
+    /// with at least `role`; an outsider gets the same 404 as for a place
+    /// that does not exist.
+    fn enter(
+        app: &App,
+        user: &User,
+        params: &PathParams,
+        role: Role,
+    ) -> impl Future<Output = Result<Self>> + Send;
+}
+
+impl Place for Scope {
+    async fn enter(app: &App, user: &User, params: &PathParams, role: Role) -> Result<Self> {
+        let scope = scope(params)?;
+        groups::authorize(&app.store, user, &scope, role).await?;
+        Ok(scope)
+    }
+}
+
+/// The team `/v1/teams/{team}/…` addresses, by name.
+#[derive(Debug, Clone)]
+pub struct Team(pub String);
+
+impl Place for Team {
+    async fn enter(app: &App, user: &User, params: &PathParams, role: Role) -> Result<Self> {
+        let team = param(params, "team")?;
+        groups::require_team(&app.store, user, &team, role).await?;
+        Ok(Team(team))
+    }
+}
+
+impl std::ops::Deref for Team {
+    type Target = String;
+
+    fn deref(&self) -> &String {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for Team {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The host itself, for its operators: whatever role a route needs, only
+/// operators are let in.
+pub struct Host;
+
+impl Place for Host {
+    async fn enter(_: &App, user: &User, _: &PathParams, _: Role) -> Result<Self> {
+        if !user.operator {
+            let why = "only an operator may administer this host; use an operator's API key";
+            return Err(Error::PermissionDenied(why.into()));
+        }
+        Ok(Host)
+    }
+}
+
+/// An operator, acting on the host.
+pub type Operator = In<Host, AsAdmin>;
+
+/// The caller, let into the place `P` the route addresses with at least the
+/// role `N` names, and the host's parts.
+pub struct In<P: Place, N: Need> {
+    /// The host's parts.
+    pub app: App,
     /// Who.
     pub user: User,
     /// Where.
-    pub scope: Scope,
+    pub place: P,
     params: HashMap<String, String>,
     need: PhantomData<N>,
 }
 
-impl<N: Need> InScope<N> {
+/// The caller in a registry or project.
+pub type InScope<N> = In<Scope, N>;
+
+/// The caller in a team.
+pub type InTeam<N> = In<Team, N>;
+
+impl<P: Place, N: Need> In<P, N> {
     /// A named path parameter of the route (`collection`, `name`, …).
     pub fn param(&self, name: &str) -> Result<String> {
         param(&self.params, name)
     }
 }
 
-impl<N: Need> FromRequestParts<App> for InScope<N> {
+impl<P: Place, N: Need> FromRequestParts<App> for In<P, N> {
     type Rejection = Error;
 
     async fn from_request_parts(parts: &mut Parts, app: &App) -> Result<Self> {
         let (user, params) = caller_and_params(parts, app).await?;
-        let scope = scope(&params)?;
-        groups::authorize(&app.store, &user, &scope, N::ROLE).await?;
-        Ok(InScope {
+        let place = P::enter(app, &user, &params, N::ROLE).await?;
+        Ok(In {
+            app: app.clone(),
             user,
-            scope,
-            params,
-            need: PhantomData,
-        })
-    }
-}
-
-/// The caller, let into the team `/v1/teams/{team}/…` addresses with at
-/// least the role `N` names; an outsider gets the same 404 as for a team
-/// that does not exist.
-pub struct InTeam<N: Need> {
-    /// Who.
-    pub user: User,
-    /// The team.
-    pub team: String,
-    params: HashMap<String, String>,
-    need: PhantomData<N>,
-}
-
-impl<N: Need> InTeam<N> {
-    /// A named path parameter of the route (`name`, …).
-    pub fn param(&self, name: &str) -> Result<String> {
-        param(&self.params, name)
-    }
-}
-
-impl<N: Need> FromRequestParts<App> for InTeam<N> {
-    type Rejection = Error;
-
-    async fn from_request_parts(parts: &mut Parts, app: &App) -> Result<Self> {
-        let (user, params) = caller_and_params(parts, app).await?;
-        let team = param(&params, "team")?;
-        groups::require_team(&app.store, &user, &team, N::ROLE).await?;
-        Ok(InTeam {
-            user,
-            team,
+            place,
             params,
             need: PhantomData,
         })
@@ -123,6 +160,9 @@ async fn caller_and_params(
         })?;
     Ok((user, params))
 }
+
+/// A route's path parameters, by name.
+pub type PathParams = HashMap<String, String>;
 
 /// The path parameters of a scoped route.
 pub type Params = Path<HashMap<String, String>>;

@@ -1,25 +1,36 @@
 //! `/v1/teams/{team}/webhooks`: endpoints plus the secrets they carry, and
 //! the admin's test request.
 
-use axum::extract::State;
+use axum::Router;
 use axum::http::StatusCode;
+use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::Value;
 
 use super::Json;
 use super::query::{Force, Query};
 use super::scope::{AsAdmin, AsMember, InTeam};
+use super::{Reply, ReplyWith};
 use crate::app::App;
 use crate::automation::webhooks::{self, Save};
 use crate::automation::{automations, webhook_test};
 use crate::error::Result;
 
-pub async fn list_webhooks(
-    State(app): State<App>,
-    at: InTeam<AsMember>,
-) -> Result<axum::Json<Value>> {
-    let team = &at.team;
-    Ok(super::list_of(webhooks::list(&app.store, team).await?))
+/// Nested under `/v1/teams/{team}/webhooks`.
+pub fn routes() -> Router<App> {
+    Router::new()
+        .route("/", get(list_webhooks).post(create_webhook))
+        .route(
+            "/{name}",
+            get(show_webhook).put(update_webhook).delete(delete_webhook),
+        )
+        .route("/{name}/test", post(test_webhook))
+}
+
+pub async fn list_webhooks(at: InTeam<AsMember>) -> Reply<Value> {
+    Ok(super::list_of(
+        webhooks::list(&at.app.store, &at.place).await?,
+    ))
 }
 
 #[derive(Deserialize)]
@@ -36,54 +47,49 @@ pub struct CreateWebhook {
 }
 
 pub async fn create_webhook(
-    State(app): State<App>,
     at: InTeam<AsAdmin>,
     Json(body): Json<CreateWebhook>,
-) -> Result<(StatusCode, axum::Json<webhooks::Webhook>)> {
-    let (user, team) = (&at.user, &at.team);
+) -> ReplyWith<webhooks::Webhook> {
+    let (user, team) = (&at.user, &at.place);
     let settings = webhooks::Settings {
         url: body.url,
         access_token_secret: body.access_token_secret,
         signing_secret: body.signing_secret,
         standard_webhooks: body.standard_webhooks,
     };
-    let allow = &app.cfg.webhooks.allow_private;
-    let at = (team.as_str(), body.name.as_str());
-    let webhook = webhooks::save(&app.store, at, settings, allow, Save::Create).await?;
-    tracing::info!(team = %team, webhook = %webhook.name, by = %user.name, "webhook created");
+    let allow = &at.app.cfg.webhooks.allow_private;
+    let named = (team.as_str(), body.name.as_str());
+    let webhook = webhooks::save(&at.app.store, named, settings, allow, Save::Create).await?;
+    super::audit(
+        &user.name,
+        "webhook created",
+        &format!("{team}/{}", webhook.name),
+    );
     Ok((StatusCode::CREATED, axum::Json(webhook)))
 }
 
-pub async fn show_webhook(
-    State(app): State<App>,
-    at: InTeam<AsMember>,
-) -> Result<axum::Json<webhooks::Webhook>> {
-    let (team, name) = (&at.team, at.param("name")?);
-    Ok(axum::Json(webhooks::get(&app.store, team, &name).await?))
+pub async fn show_webhook(at: InTeam<AsMember>) -> Reply<webhooks::Webhook> {
+    let (team, name) = (&at.place, at.param("name")?);
+    Ok(axum::Json(webhooks::get(&at.app.store, team, &name).await?))
 }
 
 pub async fn update_webhook(
-    State(app): State<App>,
     at: InTeam<AsAdmin>,
     Json(settings): Json<webhooks::Settings>,
-) -> Result<axum::Json<webhooks::Webhook>> {
-    let (team, name) = (&at.team, at.param("name")?);
-    let allow = &app.cfg.webhooks.allow_private;
-    let at = (team.as_str(), name.as_str());
-    let webhook = webhooks::save(&app.store, at, settings, allow, Save::Update).await?;
+) -> Reply<webhooks::Webhook> {
+    let (team, name) = (&at.place, at.param("name")?);
+    let allow = &at.app.cfg.webhooks.allow_private;
+    let named = (team.as_str(), name.as_str());
+    let webhook = webhooks::save(&at.app.store, named, settings, allow, Save::Update).await?;
     Ok(axum::Json(webhook))
 }
 
 /// Deleting a webhook that automations call is refused, naming them, unless
 /// `?force=true`, which disables those automations.
-pub async fn delete_webhook(
-    State(app): State<App>,
-    at: InTeam<AsAdmin>,
-    Query(Force { force }): Query<Force>,
-) -> Result<StatusCode> {
-    let (user, team, name) = (&at.user, &at.team, at.param("name")?);
-    automations::delete_webhook(&app.store, team, &name, force).await?;
-    tracing::info!(team = %team, webhook = %name, by = %user.name, "webhook deleted");
+pub async fn delete_webhook(at: InTeam<AsAdmin>, Query(f): Query<Force>) -> Result<StatusCode> {
+    let (user, team, name) = (&at.user, &at.place, at.param("name")?);
+    automations::delete_webhook(&at.app.store, team, &name, f.force).await?;
+    super::audit(&user.name, "webhook deleted", &format!("{team}/{name}"));
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -98,17 +104,16 @@ pub struct TestRequest {
 /// Sends a signed test request; the endpoint's answer comes back, the
 /// payload is not stored.
 pub async fn test_webhook(
-    State(app): State<App>,
     at: InTeam<AsAdmin>,
     body: Option<Json<TestRequest>>,
-) -> Result<axum::Json<webhook_test::Outcome>> {
-    let (user, team, name) = (&at.user, &at.team, at.param("name")?);
-    let webhook = webhooks::get(&app.store, team, &name).await?;
+) -> Reply<webhook_test::Outcome> {
+    let (user, team, name) = (&at.user, &at.place, at.param("name")?);
+    let webhook = webhooks::get(&at.app.store, team, &name).await?;
     let request = body.map(|Json(b)| b).unwrap_or_default();
     let outcome = webhook_test::run(
-        &app.store,
-        &app.sealer,
-        &app.sender,
+        &at.app.store,
+        &at.app.sealer,
+        &at.app.sender,
         team,
         &webhook,
         request.payload.as_ref(),

@@ -38,16 +38,10 @@ use crate::queue::WorkQueue;
 use crate::store::Store;
 
 /// The embedded backend's component.
-const SMOLLM_WASM: &[u8] = include_bytes!(concat!(
-    env!("SWITCHYARD_PLUGIN_BUILD_DIR"),
-    "/model_smollm.wasm"
-));
+const SMOLLM_WASM: &[u8] = crate::plugin::component!("model_smollm");
 
 /// The upstream proxy's component.
-const OPENAI_WASM: &[u8] = include_bytes!(concat!(
-    env!("SWITCHYARD_PLUGIN_BUILD_DIR"),
-    "/model_openai.wasm"
-));
+const OPENAI_WASM: &[u8] = crate::plugin::component!("model_openai");
 
 /// The inference service.
 pub struct Inference {

@@ -11,6 +11,7 @@ macro_rules! component {
         ))
     };
 }
+pub(crate) use component;
 
 use super::loaded::{Source, Spec};
 use super::types::Kind;
@@ -28,14 +29,8 @@ pub const ADAPTERS: [(&str, &[u8]); 4] = [
     ("discord", component!("target_discord")),
 ];
 
-const TEMPLATE_DEFAULT_WASM: &[u8] = include_bytes!(concat!(
-    env!("SWITCHYARD_PLUGIN_BUILD_DIR"),
-    "/template_default.wasm"
-));
-const FILTER_DEFAULT_WASM: &[u8] = include_bytes!(concat!(
-    env!("SWITCHYARD_PLUGIN_BUILD_DIR"),
-    "/filter_default.wasm"
-));
+const TEMPLATE_DEFAULT_WASM: &[u8] = component!("template_default");
+const FILTER_DEFAULT_WASM: &[u8] = component!("filter_default");
 
 /// Whether `name` is a built-in (built-ins can be replaced but not removed).
 pub fn is_builtin(name: &str) -> bool {

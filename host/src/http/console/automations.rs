@@ -4,14 +4,17 @@
 //! automation with its execution history and replays, and deletion after a
 //! confirmation step.
 
+use std::collections::HashMap;
+
 use askama::Template;
+use axum::Router;
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect};
+use axum::routing::{get, post};
 
 use super::place::Place;
 use super::projects::{describe_event, state_of};
-use super::{ConfirmPage, Failed, Nav, Posted, Shown, Viewer, page};
+use super::{ConfirmPage, Failed, Nav, Posted, Shown, Viewer};
 use crate::app::App;
 use crate::automation::automations::{
     self, Action, Automation, Definition, EventConfig, Handle, Scope, WebhookRef,
@@ -23,6 +26,17 @@ use crate::error::Error;
 use crate::http::scope::{Params, param};
 use crate::model::{MetricSpec, RunFilters};
 use crate::plugin::Kind;
+
+/// Nested under a place's `/automations`.
+pub fn routes() -> Router<App> {
+    Router::new()
+        .route("/new", get(new).post(create))
+        .route("/{name}", get(show))
+        .route("/{name}/edit", get(edit).post(update))
+        .route("/{name}/replay", post(replay_failed))
+        .route("/{name}/executions/{execution}/replay", post(replay_one))
+        .route("/{name}/delete", get(confirm_delete).post(delete))
+}
 
 /// The creation form as posted (or empty, with defaults).
 pub struct AutomationForm {
@@ -193,18 +207,12 @@ struct FormPage {
 }
 
 /// The place a route names, or the error page.
-fn place(
-    params: &std::collections::HashMap<String, String>,
-    viewer: &Viewer,
-) -> Result<Place, Failed> {
+fn place(params: &HashMap<String, String>, viewer: &Viewer) -> Result<Place, Failed> {
     Place::of(params).map_err(|e| Failed::new(e, viewer))
 }
 
 /// The automation a route names.
-fn handle(
-    place: &Place,
-    params: &std::collections::HashMap<String, String>,
-) -> Result<Handle, Error> {
+fn handle(place: &Place, params: &HashMap<String, String>) -> Result<Handle, Error> {
     Ok(Handle {
         scope: place.scope.clone(),
         name: param(params, "name")?,
@@ -218,15 +226,25 @@ pub async fn new(State(app): State<App>, viewer: Viewer, Path(params): Params) -
     form_page(&app, &viewer, &place, None, form, Ok(None)).await
 }
 
-/// `GET …/automations/{name}/edit`: the form filled in.
-pub async fn edit(State(app): State<App>, viewer: Viewer, Path(params): Params) -> Shown {
-    let place = place(&params, &viewer)?;
+/// The automation the path names, shown only to the place's admins.
+async fn for_admin(
+    app: &App,
+    viewer: &Viewer,
+    place: &Place,
+    params: &HashMap<String, String>,
+) -> Result<Automation, Failed> {
     let found = async {
-        let handle = handle(&place, &params)?;
+        let handle = handle(place, params)?;
         groups::authorize(&app.store, &viewer.user, &place.scope, Role::Admin).await?;
         automations::get(&app.store, &place.scope, &handle.name).await
     };
-    let automation = found.await.map_err(|e| Failed::new(e, &viewer))?;
+    found.await.map_err(|e| Failed::new(e, viewer))
+}
+
+/// `GET …/automations/{name}/edit`: the form filled in.
+pub async fn edit(State(app): State<App>, viewer: Viewer, Path(params): Params) -> Shown {
+    let place = place(&params, &viewer)?;
+    let automation = for_admin(&app, &viewer, &place, &params).await?;
     let form = AutomationForm::of(&automation);
     let editing = Some(automation.name.as_str());
     form_page(&app, &viewer, &place, editing, form, Ok(None)).await
@@ -283,34 +301,31 @@ async fn form_page(
         }
     };
     let base = &place.base;
-    Ok(page(
-        StatusCode::OK,
-        &FormPage {
-            nav: Some(viewer.nav()),
-            csrf: viewer.csrf().to_string(),
-            heading: editing.map_or("New automation".into(), |n| format!("Edit automation {n}")),
-            action: match editing {
-                Some(name) => format!("{base}/automations/{name}/edit"),
-                None => format!("{base}/automations/new"),
-            },
-            save: if editing.is_some() {
-                "Save changes"
-            } else {
-                "Create automation"
-            }
-            .into(),
-            title: place.title.clone(),
-            base: base.clone(),
-            events: place.events(),
-            runs: place.is_project(),
-            webhooks,
-            templates,
-            form,
-            error_at,
-            error,
-            preview,
+    super::ok(&FormPage {
+        nav: Some(viewer.nav()),
+        csrf: viewer.csrf().to_string(),
+        heading: editing.map_or("New automation".into(), |n| format!("Edit automation {n}")),
+        action: match editing {
+            Some(name) => format!("{base}/automations/{name}/edit"),
+            None => format!("{base}/automations/new"),
         },
-    ))
+        save: if editing.is_some() {
+            "Save changes"
+        } else {
+            "Create automation"
+        }
+        .into(),
+        title: place.title.clone(),
+        base: base.clone(),
+        events: place.events(),
+        runs: place.is_project(),
+        webhooks,
+        templates,
+        form,
+        error_at,
+        error,
+        preview,
+    })
 }
 
 /// An error's words, led by its line and column when a plugin placed it.
@@ -468,33 +483,29 @@ async fn automation_page(
 ) -> Shown {
     let failed = |e| Failed::new(e, viewer);
     let scope = &place.scope;
-    groups::authorize(&app.store, &viewer.user, scope, Role::Member)
-        .await
-        .map_err(failed)?;
-    let admin = groups::authorize(&app.store, &viewer.user, scope, Role::Admin)
-        .await
-        .is_ok();
-    let automation = automations::get(&app.store, scope, name)
-        .await
-        .map_err(failed)?;
-    let executions = outbox::executions(&app.store, &automation.handle(), HISTORY)
-        .await
-        .map_err(failed)?;
-    Ok(page(
-        StatusCode::OK,
-        &AutomationPage {
-            nav: Some(viewer.nav()),
-            csrf: viewer.csrf().to_string(),
-            title: place.title.clone(),
-            base: place.base.clone(),
-            admin,
-            event: describe_event(&automation.event),
-            state: state_of(&automation),
-            automation,
-            executions: executions.into_iter().map(ExecutionRow::of).collect(),
-            note,
-        },
-    ))
+    let (store, user) = (&app.store, &viewer.user);
+    let loaded = async {
+        groups::authorize(store, user, scope, Role::Member).await?;
+        let admin = groups::authorize(store, user, scope, Role::Admin)
+            .await
+            .is_ok();
+        let automation = automations::get(store, scope, name).await?;
+        let executions = outbox::executions(store, &automation.handle(), HISTORY).await?;
+        Ok::<_, Error>((admin, automation, executions))
+    };
+    let (admin, automation, executions) = loaded.await.map_err(failed)?;
+    super::ok(&AutomationPage {
+        nav: Some(viewer.nav()),
+        csrf: viewer.csrf().to_string(),
+        title: place.title.clone(),
+        base: place.base.clone(),
+        admin,
+        event: describe_event(&automation.event),
+        state: state_of(&automation),
+        automation,
+        executions: executions.into_iter().map(ExecutionRow::of).collect(),
+        note,
+    })
 }
 
 /// `POST …/executions/{id}/replay`: sends one execution's payload again.
@@ -537,27 +548,19 @@ pub async fn replay_failed(State(app): State<App>, Path(params): Params, posted:
 /// `GET …/automations/{name}/delete`: the confirmation step.
 pub async fn confirm_delete(State(app): State<App>, viewer: Viewer, Path(params): Params) -> Shown {
     let place = place(&params, &viewer)?;
-    let check = async {
-        let handle = handle(&place, &params)?;
-        groups::authorize(&app.store, &viewer.user, &place.scope, Role::Admin).await?;
-        automations::get(&app.store, &place.scope, &handle.name).await
-    };
-    let automation = check.await.map_err(|e| Failed::new(e, &viewer))?;
+    let automation = for_admin(&app, &viewer, &place, &params).await?;
     let name = &automation.name;
     let at = format!("{}/automations/{name}", place.base);
-    Ok(page(
-        StatusCode::OK,
-        &ConfirmPage {
-            nav: Some(viewer.nav()),
-            csrf: viewer.csrf().to_string(),
-            question: format!("Delete automation {name}?"),
-            detail: Some("Its execution history goes with it.".into()),
-            action: format!("{at}/delete"),
-            confirm: format!("Delete {name}"),
-            cancel: at,
-            force: false,
-        },
-    ))
+    super::ok(&ConfirmPage {
+        nav: Some(viewer.nav()),
+        csrf: viewer.csrf().to_string(),
+        question: format!("Delete automation {name}?"),
+        detail: Some("Its execution history goes with it.".into()),
+        action: format!("{at}/delete"),
+        confirm: format!("Delete {name}"),
+        cancel: at,
+        force: false,
+    })
 }
 
 /// `POST …/automations/{name}/delete`.

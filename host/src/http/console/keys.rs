@@ -3,30 +3,22 @@
 
 use askama::Template;
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect};
 
 use super::usage::Chart;
-use super::{Failed, Nav, Posted, Shown, Viewer, page};
+use super::{Dated, Failed, Nav, Posted, Shown, Viewer};
 use crate::app::App;
-use crate::domain::auth;
+use crate::domain::auth::{self, ApiKey};
 use crate::error::Error;
 use crate::inference::usage;
-
-/// A key as listed: never its value.
-struct KeyRow {
-    id: String,
-    name: String,
-    prefix: String,
-    created: String,
-}
 
 #[derive(Template)]
 #[template(path = "console/keys.html")]
 struct KeysPage {
     nav: Option<Nav>,
     csrf: String,
-    keys: Vec<KeyRow>,
+    /// Never a key's value: only its record.
+    keys: Vec<Dated<ApiKey>>,
     /// A key just created: its name and value, shown this once.
     new_key: Option<(String, String)>,
     error: Option<String>,
@@ -50,25 +42,17 @@ async fn keys_page(
         .map_err(failed)?;
     let scope = usage::personal_scope(&viewer.user.name);
     let rows = usage::rows(&app.store, &scope).await.map_err(failed)?;
-    Ok(page(
-        StatusCode::OK,
-        &KeysPage {
-            nav: Some(viewer.nav()),
-            csrf: viewer.csrf().to_string(),
-            keys: keys
-                .into_iter()
-                .map(|k| KeyRow {
-                    created: super::when(k.created_at * 1000),
-                    id: k.id,
-                    name: k.name,
-                    prefix: k.prefix,
-                })
-                .collect(),
-            new_key: new_key.map(|k| (k.record.name, k.key)),
-            error: error.map(|e| e.to_string()),
-            chart: Chart::of(&rows, None),
-        },
-    ))
+    super::ok(&KeysPage {
+        nav: Some(viewer.nav()),
+        csrf: viewer.csrf().to_string(),
+        keys: keys
+            .into_iter()
+            .map(|k| Dated::new(k, |k| k.created_at))
+            .collect(),
+        new_key: new_key.map(|k| (k.record.name, k.key)),
+        error: error.map(|e| e.to_string()),
+        chart: Chart::of(&rows, None),
+    })
 }
 
 /// `POST /keys`: creates a key and shows it once.

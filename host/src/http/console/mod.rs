@@ -33,7 +33,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 
-pub use session::{Posted, Viewer};
+pub use session::{AdminForm, Posted, Viewer};
 
 use crate::app::App;
 use crate::error::Error;
@@ -61,25 +61,8 @@ pub fn routes(app: &App) -> Router<App> {
         )
         .route("/operator/plugins/{name}/remove", post(operator::remove))
         .route("/teams", get(teams::list))
-        .route("/teams/{team}", get(teams::show))
-        .route("/teams/{team}/members", post(teams::set_member))
-        .route(
-            "/teams/{team}/members/{user}/remove",
-            post(teams::remove_member),
-        )
-        .route("/teams/{team}/secrets", post(teams::put_secret))
-        .route(
-            "/teams/{team}/secrets/{name}/delete",
-            post(teams::delete_secret),
-        )
-        .route("/teams/{team}/webhooks", post(webhooks::create))
-        .route("/teams/{team}/webhooks/{name}", get(webhooks::show))
-        .route("/teams/{team}/webhooks/{name}/test", post(webhooks::test))
-        .route("/teams/{team}/webhooks/{name}/edit", post(webhooks::update))
-        .route(
-            "/teams/{team}/webhooks/{name}/delete",
-            get(webhooks::confirm_delete).post(webhooks::delete),
-        )
+        .nest("/teams/{team}", teams::routes())
+        .nest("/teams/{team}/webhooks", webhooks::routes())
         .route("/registries", get(teams::registries))
         .nest("/teams/{team}/projects/{project}", place_routes())
         .nest("/registries/{registry}", place_routes())
@@ -90,42 +73,14 @@ pub fn routes(app: &App) -> Router<App> {
 fn place_routes() -> Router<App> {
     Router::new()
         .route("/", get(projects::show))
-        .route("/collections", post(projects::create_collection))
         .route("/runs", post(projects::create_run))
         .route("/runs/{run}/metrics", post(projects::log_metric))
-        .route(
+        .route("/collections", post(projects::create_collection))
+        .nest(
             "/collections/{collection}/versions",
-            post(projects::create_version),
+            projects::version_routes(),
         )
-        .route(
-            "/collections/{collection}/versions/{version}/labels",
-            post(projects::add_label),
-        )
-        .route(
-            "/collections/{collection}/versions/{version}/link",
-            post(projects::link),
-        )
-        .route(
-            "/automations/new",
-            get(automations::new).post(automations::create),
-        )
-        .route("/automations/{name}", get(automations::show))
-        .route(
-            "/automations/{name}/edit",
-            get(automations::edit).post(automations::update),
-        )
-        .route(
-            "/automations/{name}/replay",
-            post(automations::replay_failed),
-        )
-        .route(
-            "/automations/{name}/executions/{execution}/replay",
-            post(automations::replay_one),
-        )
-        .route(
-            "/automations/{name}/delete",
-            get(automations::confirm_delete).post(automations::delete),
-        )
+        .nest("/automations", automations::routes())
 }
 
 async fn home(viewer: Option<Viewer>) -> Redirect {
@@ -164,6 +119,11 @@ pub struct Nav {
     pub csrf: String,
     /// Whether to link the operator's page.
     pub operator: bool,
+}
+
+/// A page that loaded, as [`Shown`].
+pub fn ok(template: &impl Template) -> Shown {
+    Ok(page(StatusCode::OK, template))
 }
 
 /// A page's HTML with the console's headers: no caching, no framing, and a
@@ -209,6 +169,30 @@ struct ErrorPage<'a> {
 /// Unix milliseconds as a UTC date and time, as every page shows times.
 pub fn when(ms: u64) -> String {
     httpdate::fmt_http_date(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms))
+}
+
+/// A record in a listing, with when it was made in words; its fields read
+/// through (`row.name`), as templates use them.
+pub struct Dated<T> {
+    record: T,
+    /// When, as [`when`] writes it.
+    pub when: String,
+}
+
+impl<T> Dated<T> {
+    /// `record`, made at the unix second `secs` gives.
+    pub fn new(record: T, secs: impl Fn(&T) -> u64) -> Dated<T> {
+        let when = when(secs(&record) * 1000);
+        Dated { record, when }
+    }
+}
+
+impl<T> std::ops::Deref for Dated<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.record
+    }
 }
 
 /// A confirmation step before a deletion: cancelling goes back, confirming

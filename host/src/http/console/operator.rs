@@ -5,11 +5,10 @@
 
 use askama::Template;
 use axum::extract::State;
-use axum::http::StatusCode;
 
 use axum::extract::Multipart;
 
-use super::{Failed, Nav, Posted, Shown, Viewer, page};
+use super::{Failed, Nav, Posted, Shown, Viewer};
 use crate::app::App;
 use crate::app::health::{self, Check};
 use crate::automation::uploads;
@@ -86,27 +85,24 @@ async fn operator_page(
         })
         .collect();
     plugins.sort_by(|a, b| a.name.cmp(&b.name));
-    Ok(page(
-        StatusCode::OK,
-        &OperatorPage {
-            nav: Some(viewer.nav()),
-            csrf: viewer.csrf().to_string(),
-            note,
-            error: error.map(|e| e.to_string()),
-            healthy: report.healthy(),
-            quarantined: report.quarantined_records,
-            checks: vec![
-                ("database", report.database),
-                ("cpu_queue", report.cpu_queue),
-                ("gpu_queue", report.gpu_queue),
-            ],
-            plugins,
-            users: users
-                .into_iter()
-                .map(|u| (u.name, u.operator, super::when(u.created_at * 1000)))
-                .collect(),
-        },
-    ))
+    super::ok(&OperatorPage {
+        nav: Some(viewer.nav()),
+        csrf: viewer.csrf().to_string(),
+        note,
+        error: error.map(|e| e.to_string()),
+        healthy: report.healthy(),
+        quarantined: report.quarantined_records,
+        checks: vec![
+            ("database", report.database),
+            ("cpu_queue", report.cpu_queue),
+            ("gpu_queue", report.gpu_queue),
+        ],
+        plugins,
+        users: users
+            .into_iter()
+            .map(|u| (u.name, u.operator, super::when(u.created_at * 1000)))
+            .collect(),
+    })
 }
 
 /// `POST /operator/plugins` (multipart): uploads or replaces a template or

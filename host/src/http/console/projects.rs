@@ -4,23 +4,32 @@
 //! an automation's history.
 
 use askama::Template;
+use axum::Router;
 use axum::extract::{Path, State};
+use axum::routing::post;
 
 use super::place::Place;
 use crate::http::scope::Params;
-use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect};
 
 use super::usage::Chart;
-use super::{Failed, Nav, Posted, Shown, Viewer, page};
+use super::{Dated, Failed, Nav, Posted, Shown, Viewer};
 use crate::app::App;
 use crate::automation::automations::{self, Automation, EventConfig, Scope};
 use crate::domain::artifacts::{self, Label, Target};
 use crate::domain::groups::{self, GroupKind, Role};
 use crate::domain::names::Named;
-use crate::domain::runs;
+use crate::domain::runs::{self, Run};
 use crate::error::Error;
 use crate::inference::usage;
+
+/// Nested under a place's `/collections/{collection}/versions`.
+pub fn version_routes() -> Router<App> {
+    Router::new()
+        .route("/", post(create_version))
+        .route("/{version}/labels", post(add_label))
+        .route("/{version}/link", post(link))
+}
 
 /// An automation as a project page lists it.
 struct AutomationRow {
@@ -35,14 +44,6 @@ struct VersionRow {
     version: String,
     aliases: String,
     tags: String,
-}
-
-/// A run as listed.
-struct RunRow {
-    id: String,
-    name: String,
-    creator: String,
-    started: String,
 }
 
 /// A collection and its versions.
@@ -64,7 +65,7 @@ struct ProjectPage {
     registries: Vec<String>,
     automations: Vec<AutomationRow>,
     collections: Vec<CollectionRow>,
-    runs: Vec<RunRow>,
+    runs: Vec<Dated<Run>>,
     artifact_error: Option<String>,
     chart: Option<Chart>,
 }
@@ -146,39 +147,31 @@ async fn place_page(app: &App, viewer: &Viewer, place: &Place, error: Option<Err
     let registries = groups::list_for(store, GroupKind::Registry, &viewer.user)
         .await
         .map_err(failed)?;
-    Ok(page(
-        StatusCode::OK,
-        &ProjectPage {
-            nav: Some(viewer.nav()),
-            csrf: viewer.csrf().to_string(),
-            title: place.title.clone(),
-            is_project: place.is_project(),
-            base: place.base.clone(),
-            admin,
-            registries: registries.into_iter().map(|(g, _)| g.name).collect(),
-            automations: automations
-                .into_iter()
-                .map(|a| AutomationRow {
-                    event: describe_event(&a.event),
-                    webhook: format!("{}/{}", a.webhook.team, a.webhook.name),
-                    state: state_of(&a),
-                    name: a.name,
-                })
-                .collect(),
-            collections,
-            runs: runs
-                .into_iter()
-                .map(|r| RunRow {
-                    started: super::when(r.created_at * 1000),
-                    id: r.id,
-                    name: r.name,
-                    creator: r.creator,
-                })
-                .collect(),
-            artifact_error: error.map(|e| e.to_string()),
-            chart,
-        },
-    ))
+    super::ok(&ProjectPage {
+        nav: Some(viewer.nav()),
+        csrf: viewer.csrf().to_string(),
+        title: place.title.clone(),
+        is_project: place.is_project(),
+        base: place.base.clone(),
+        admin,
+        registries: registries.into_iter().map(|(g, _)| g.name).collect(),
+        automations: automations
+            .into_iter()
+            .map(|a| AutomationRow {
+                event: describe_event(&a.event),
+                webhook: format!("{}/{}", a.webhook.team, a.webhook.name),
+                state: state_of(&a),
+                name: a.name,
+            })
+            .collect(),
+        collections,
+        runs: runs
+            .into_iter()
+            .map(|r| Dated::new(r, |r| r.created_at))
+            .collect(),
+        artifact_error: error.map(|e| e.to_string()),
+        chart,
+    })
 }
 
 /// Runs an action of a member of the place (on artifacts or runs),

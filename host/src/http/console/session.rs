@@ -17,6 +17,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use super::{Failed, Nav, page};
 use crate::app::App;
 use crate::domain::auth::{self, Session, User};
+use crate::domain::groups::Role;
 use crate::error::Error;
 use crate::ids;
 
@@ -134,6 +135,85 @@ impl FromRequest<App> for Posted {
             return Err(Failed::new(error, &viewer).into_response());
         }
         Ok(Posted { viewer, fields })
+    }
+}
+
+/// A form posted to a team's pages (`/teams/{team}/…`) by one of its
+/// admins: the role is checked before the handler runs, as the API's
+/// `InTeam<AsAdmin>` checks it.
+pub struct AdminForm {
+    /// The host's parts.
+    pub app: App,
+    /// The form, and who posted it.
+    pub posted: Posted,
+    /// The team.
+    pub team: String,
+    params: HashMap<String, String>,
+}
+
+impl AdminForm {
+    /// Who posted it.
+    pub fn viewer(&self) -> &Viewer {
+        &self.posted.viewer
+    }
+
+    /// Who posted it, by name (for the audit log).
+    pub fn by(&self) -> &str {
+        &self.posted.viewer.user.name
+    }
+
+    /// A form field, trimmed; empty when absent.
+    pub fn field(&self, name: &str) -> &str {
+        self.posted.field(name).trim()
+    }
+
+    /// A named path parameter (`name`, `user`, …).
+    pub fn param(&self, name: &str) -> Result<String, Failed> {
+        crate::http::scope::param(&self.params, name).map_err(|e| self.failed(e))
+    }
+
+    /// `error`, shown as the error page.
+    pub fn failed(&self, error: Error) -> Failed {
+        Failed::new(error, self.viewer())
+    }
+
+    /// After a change to the team's `name`d object: the audit line, and a
+    /// redirect to `path` under the team's page (`#secrets`, `/webhooks/x`).
+    pub fn done(&self, what: &str, name: &str, path: &str) -> Response {
+        crate::http::audit(self.by(), what, &format!("{}/{name}", self.team));
+        Redirect::to(&format!("/teams/{}{path}", self.team)).into_response()
+    }
+}
+
+impl FromRequest<App> for AdminForm {
+    type Rejection = Response;
+
+    async fn from_request(request: Request, app: &App) -> Result<Self, Response> {
+        let (mut parts, body) = request.into_parts();
+        let params = <crate::http::scope::Params as FromRequestParts<App>>::from_request_parts(
+            &mut parts, app,
+        )
+        .await;
+        let posted = Posted::from_request(Request::from_parts(parts, body), app).await?;
+        let admin = async {
+            let axum::extract::Path(params) = params.map_err(|e| Error::InvalidRequest {
+                message: format!("the request URL could not be read ({})", e.body_text()),
+                param: None,
+            })?;
+            let team = crate::http::scope::param(&params, "team")?;
+            let user = &posted.viewer.user;
+            crate::domain::groups::require_team(&app.store, user, &team, Role::Admin).await?;
+            Ok((team, params))
+        };
+        match admin.await {
+            Ok((team, params)) => Ok(AdminForm {
+                app: app.clone(),
+                posted,
+                team,
+                params,
+            }),
+            Err(e) => Err(Failed::new(e, &posted.viewer).into_response()),
+        }
     }
 }
 

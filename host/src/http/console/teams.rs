@@ -2,58 +2,77 @@
 //! settings page (members, secrets, webhooks) with the admin's forms.
 
 use askama::Template;
+use axum::Router;
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Redirect};
+use axum::routing::{get, post};
 
-use super::{Failed, Nav, Posted, Shown, Viewer, page};
+use super::{AdminForm, Failed, Nav, Shown, Viewer};
 use crate::app::App;
 use crate::automation::webhooks;
 use crate::domain::groups::{self, GroupKind, Role};
 use crate::domain::{auth, projects, secrets};
 use crate::error::Error;
 
+/// Nested under `/teams/{team}`: the team page and its forms.
+pub fn routes() -> Router<App> {
+    Router::new()
+        .route("/", get(show))
+        .route("/members", post(set_member))
+        .route("/members/{user}/remove", post(remove_member))
+        .route("/secrets", post(put_secret))
+        .route("/secrets/{name}/delete", post(delete_secret))
+}
+
+/// The viewer's teams, or registries.
 #[derive(Template)]
-#[template(path = "console/teams.html")]
-struct TeamsPage {
+#[template(path = "console/groups.html")]
+struct GroupsPage {
     nav: Option<Nav>,
-    teams: Vec<(String, Role)>,
+    /// "Team" or "Registry", "Teams" or "Registries".
+    words: (&'static str, &'static str),
+    /// Where their pages are: `/teams` or `/registries`.
+    base: &'static str,
+    /// What the page says when there are none (HTML: static text only).
+    empty: &'static str,
+    groups: Vec<(String, Role)>,
 }
 
 /// `GET /teams`.
 pub async fn list(State(app): State<App>, viewer: Viewer) -> Shown {
-    let teams = groups::list_for(&app.store, GroupKind::Team, &viewer.user)
-        .await
-        .map_err(|e| Failed::new(e, &viewer))?;
-    let teams = teams.into_iter().map(|(g, role)| (g.name, role)).collect();
-    Ok(page(
-        StatusCode::OK,
-        &TeamsPage {
-            nav: Some(viewer.nav()),
-            teams,
-        },
-    ))
-}
-
-#[derive(Template)]
-#[template(path = "console/registries.html")]
-struct RegistriesPage {
-    nav: Option<Nav>,
-    registries: Vec<(String, Role)>,
+    groups_page(&app, &viewer, GroupKind::Team).await
 }
 
 /// `GET /registries`.
 pub async fn registries(State(app): State<App>, viewer: Viewer) -> Shown {
-    let registries = groups::list_for(&app.store, GroupKind::Registry, &viewer.user)
-        .await
-        .map_err(|e| Failed::new(e, &viewer))?;
-    Ok(page(
-        StatusCode::OK,
-        &RegistriesPage {
-            nav: Some(viewer.nav()),
-            registries: registries.into_iter().map(|(g, r)| (g.name, r)).collect(),
-        },
-    ))
+    groups_page(&app, &viewer, GroupKind::Registry).await
+}
+
+async fn groups_page(app: &App, viewer: &Viewer, kind: GroupKind) -> Shown {
+    let groups = groups::list_for(&app.store, kind, &viewer.user).await;
+    let groups = groups.map_err(|e| Failed::new(e, viewer))?;
+    let groups = groups.into_iter().map(|(g, role)| (g.name, role)).collect();
+    let (words, base, empty) = match kind {
+        GroupKind::Team => (
+            ("Team", "Teams"),
+            "/teams",
+            "You belong to no team yet. Create one with <code>POST /v1/teams</code>, or ask a \
+             team's admin to add you.",
+        ),
+        GroupKind::Registry => (
+            ("Registry", "Registries"),
+            "/registries",
+            "You belong to no registry yet. A registry holds collections linked from projects \
+             across teams; create one with <code>POST /v1/registries</code>.",
+        ),
+    };
+    let nav = Some(viewer.nav());
+    super::ok(&GroupsPage {
+        nav,
+        words,
+        base,
+        empty,
+        groups,
+    })
 }
 
 /// A secret as the team page lists it.
@@ -69,18 +88,18 @@ struct WebhookRow {
     state: String,
 }
 
-/// What the secret form shows again after a refusal.
+/// What a one-field form (a secret, a member) shows again after a refusal.
 #[derive(Default)]
-pub struct SecretForm {
-    name: String,
+pub struct OneField {
+    value: String,
     error: Option<String>,
 }
 
-/// What the member form shows again after a refusal.
-#[derive(Default)]
-pub struct MemberForm {
-    user: String,
-    error: Option<String>,
+impl OneField {
+    fn refused(value: &str, error: &Error) -> OneField {
+        let (value, error) = (value.to_string(), Some(error.to_string()));
+        OneField { value, error }
+    }
 }
 
 /// What the webhook form shows again after a refusal.
@@ -104,9 +123,9 @@ struct TeamPage {
     projects: Vec<String>,
     secrets: Vec<SecretRow>,
     webhooks: Vec<WebhookRow>,
-    secret_form: SecretForm,
+    secret_form: OneField,
     webhook_form: WebhookForm,
-    member_form: MemberForm,
+    member_form: OneField,
 }
 
 /// `GET /teams/{team}`.
@@ -118,14 +137,32 @@ pub async fn show(State(app): State<App>, viewer: Viewer, Path(team): Path<Strin
 #[derive(Default)]
 pub struct Forms {
     /// The secret form.
-    pub secret: SecretForm,
+    pub secret: OneField,
     /// The webhook form.
     pub webhook: WebhookForm,
     /// The member form.
-    pub member: MemberForm,
+    pub member: OneField,
+}
+
+/// The one-field forms of the team page.
+pub enum Field {
+    /// Add or replace a secret.
+    Secret,
+    /// Add a member or change a role.
+    Member,
 }
 
 impl Forms {
+    /// The `which` form as posted, with the error the domain gave.
+    pub fn one(which: Field, value: &str, error: &Error) -> Forms {
+        let (mut forms, field) = (Forms::default(), OneField::refused(value, error));
+        match which {
+            Field::Secret => forms.secret = field,
+            Field::Member => forms.member = field,
+        }
+        forms
+    }
+
     /// The webhook form as posted, with the error the domain gave.
     pub fn webhook(name: &str, url: &str, error: &Error) -> Forms {
         Forms {
@@ -141,7 +178,7 @@ impl Forms {
 }
 
 /// The team page; `forms` says how a refused form is shown again.
-pub async fn team_page(app: &App, viewer: &Viewer, team: &str, forms: Forms) -> Shown {
+async fn team_page(app: &App, viewer: &Viewer, team: &str, forms: Forms) -> Shown {
     let failed = |e| Failed::new(e, viewer);
     let store = &app.store;
     let role = groups::require_team(store, &viewer.user, team, Role::Member)
@@ -153,36 +190,38 @@ pub async fn team_page(app: &App, viewer: &Viewer, team: &str, forms: Forms) -> 
     let projects = projects::list(store, team).await.map_err(failed)?;
     let secrets = secrets::list(store, team).await.map_err(failed)?;
     let webhooks = webhooks::list(store, team).await.map_err(failed)?;
-    Ok(page(
-        StatusCode::OK,
-        &TeamPage {
-            nav: Some(viewer.nav()),
-            csrf: viewer.csrf().to_string(),
-            team: team.to_string(),
-            role,
-            admin: role == Role::Admin,
-            members: members.into_iter().map(|m| (m.user, m.role)).collect(),
-            projects: projects.into_iter().map(|p| p.name).collect(),
-            secrets: secrets
-                .into_iter()
-                .map(|s| SecretRow {
-                    name: s.name,
-                    updated: super::when(s.updated_at * 1000),
-                })
-                .collect(),
-            webhooks: webhooks
-                .into_iter()
-                .map(|w| WebhookRow {
-                    state: state_of(&w),
-                    name: w.name,
-                    url: w.url,
-                })
-                .collect(),
-            secret_form: forms.secret,
-            webhook_form: forms.webhook,
-            member_form: forms.member,
-        },
-    ))
+    super::ok(&TeamPage {
+        nav: Some(viewer.nav()),
+        csrf: viewer.csrf().to_string(),
+        team: team.to_string(),
+        role,
+        admin: role == Role::Admin,
+        members: members.into_iter().map(|m| (m.user, m.role)).collect(),
+        projects: projects.into_iter().map(|p| p.name).collect(),
+        secrets: secrets
+            .into_iter()
+            .map(|s| SecretRow {
+                name: s.name,
+                updated: super::when(s.updated_at * 1000),
+            })
+            .collect(),
+        webhooks: webhooks
+            .into_iter()
+            .map(|w| WebhookRow {
+                state: state_of(&w),
+                name: w.name,
+                url: w.url,
+            })
+            .collect(),
+        secret_form: forms.secret,
+        webhook_form: forms.webhook,
+        member_form: forms.member,
+    })
+}
+
+/// The team page again, with the form that `form` posted and why it was refused.
+pub async fn refused(form: &AdminForm, forms: Forms) -> Shown {
+    team_page(&form.app, form.viewer(), &form.team, forms).await
 }
 
 /// A webhook's state in words.
@@ -194,92 +233,54 @@ pub fn state_of(webhook: &webhooks::Webhook) -> String {
 }
 
 /// `POST /teams/{team}/secrets`: add or replace.
-pub async fn put_secret(State(app): State<App>, Path(team): Path<String>, posted: Posted) -> Shown {
-    let viewer = &posted.viewer;
-    let name = posted.field("name").trim();
-    let put = async {
-        groups::require_team(&app.store, &viewer.user, &team, Role::Admin).await?;
-        secrets::put(&app.store, &app.sealer, &team, name, posted.field("value")).await
-    };
-    match put.await {
-        Ok(_) => {
-            tracing::info!(team = %team, secret = %name, by = %viewer.user.name, "secret stored");
-            Ok(Redirect::to(&format!("/teams/{team}#secrets")).into_response())
-        }
+pub async fn put_secret(form: AdminForm) -> Shown {
+    let (app, team) = (&form.app, &form.team);
+    let (name, value) = (form.field("name"), form.posted.field("value"));
+    match secrets::put(&app.store, &app.sealer, team, name, value).await {
+        Ok(_) => Ok(form.done("secret stored", name, "#secrets")),
         Err(e @ Error::InvalidRequest { .. }) => {
-            let forms = Forms {
-                secret: SecretForm {
-                    name: name.to_string(),
-                    error: Some(e.to_string()),
-                },
-                ..Forms::default()
-            };
-            team_page(&app, viewer, &team, forms).await
+            refused(&form, Forms::one(Field::Secret, name, &e)).await
         }
-        Err(e) => Err(Failed::new(e, viewer)),
+        Err(e) => Err(form.failed(e)),
     }
 }
 
 /// `POST /teams/{team}/secrets/{name}/delete`.
-pub async fn delete_secret(
-    State(app): State<App>,
-    Path((team, name)): Path<(String, String)>,
-    posted: Posted,
-) -> Shown {
-    let viewer = &posted.viewer;
-    let delete = async {
-        groups::require_team(&app.store, &viewer.user, &team, Role::Admin).await?;
-        webhooks::delete_secret(&app.store, &team, &name, false).await
-    };
-    delete.await.map_err(|e| Failed::new(e, viewer))?;
-    tracing::info!(team = %team, secret = %name, by = %viewer.user.name, "secret deleted");
-    Ok(Redirect::to(&format!("/teams/{team}#secrets")).into_response())
+pub async fn delete_secret(form: AdminForm) -> Shown {
+    let (app, team, name) = (&form.app, &form.team, form.param("name")?);
+    let deleted = webhooks::delete_secret(&app.store, team, &name, false).await;
+    deleted.map_err(|e| form.failed(e))?;
+    Ok(form.done("secret deleted", &name, "#secrets"))
 }
 
 /// `POST /teams/{team}/members`: adds a member or changes a role.
-pub async fn set_member(State(app): State<App>, Path(team): Path<String>, posted: Posted) -> Shown {
-    let viewer = &posted.viewer;
-    let name = posted.field("user").trim();
-    groups::require_team(&app.store, &viewer.user, &team, Role::Admin)
-        .await
-        .map_err(|e| Failed::new(e, viewer))?;
+pub async fn set_member(form: AdminForm) -> Shown {
+    let (app, team, name) = (&form.app, &form.team, form.field("user"));
+    let role = match form.field("role") {
+        "admin" => Role::Admin,
+        _ => Role::Member,
+    };
     let set = async {
-        let role = match posted.field("role") {
-            "admin" => Role::Admin,
-            _ => Role::Member,
-        };
         let target = auth::find_user(&app.store, name).await?;
-        groups::set_member(&app.store, GroupKind::Team, &team, &target, role).await
+        groups::set_member(&app.store, GroupKind::Team, team, &target, role).await
     };
     match set.await {
-        Ok(_) => Ok(Redirect::to(&format!("/teams/{team}#members")).into_response()),
+        Ok(_) => Ok(form.done("member set", name, "#members")),
         // An unknown user or a last admin's demotion: the form says so.
         Err(e @ (Error::NotFound(_) | Error::Conflict(_) | Error::InvalidRequest { .. })) => {
-            let forms = Forms {
-                member: MemberForm {
-                    user: name.to_string(),
-                    error: Some(e.to_string()),
-                },
-                ..Forms::default()
-            };
-            team_page(&app, viewer, &team, forms).await
+            refused(&form, Forms::one(Field::Member, name, &e)).await
         }
-        Err(e) => Err(Failed::new(e, viewer)),
+        Err(e) => Err(form.failed(e)),
     }
 }
 
 /// `POST /teams/{team}/members/{user}/remove`. The last admin stays.
-pub async fn remove_member(
-    State(app): State<App>,
-    Path((team, name)): Path<(String, String)>,
-    posted: Posted,
-) -> Shown {
-    let viewer = &posted.viewer;
+pub async fn remove_member(form: AdminForm) -> Shown {
+    let (app, team, name) = (&form.app, &form.team, form.param("user")?);
     let remove = async {
-        groups::require_team(&app.store, &viewer.user, &team, Role::Admin).await?;
         let target = auth::find_user(&app.store, &name).await?;
-        groups::remove_member(&app.store, GroupKind::Team, &team, &target).await
+        groups::remove_member(&app.store, GroupKind::Team, team, &target).await
     };
-    remove.await.map_err(|e| Failed::new(e, viewer))?;
-    Ok(Redirect::to(&format!("/teams/{team}#members")).into_response())
+    remove.await.map_err(|e| form.failed(e))?;
+    Ok(form.done("member removed", &name, "#members"))
 }

@@ -2,13 +2,13 @@
 //! confirmation step.
 
 use askama::Template;
+use axum::Router;
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Redirect};
+use axum::routing::{get, post};
 use serde_json::Value;
 
-use super::teams::{Forms, state_of, team_page};
-use super::{ConfirmPage, Failed, Nav, Posted, Shown, Viewer, page};
+use super::teams::{Forms, refused, state_of};
+use super::{AdminForm, ConfirmPage, Failed, Nav, Shown, Viewer};
 use crate::app::App;
 use crate::automation::automations;
 use crate::automation::webhook_test::{self, Outcome};
@@ -16,31 +16,36 @@ use crate::automation::webhooks::{self, Save};
 use crate::domain::groups::{self, Role};
 use crate::error::Error;
 
+/// Nested under `/teams/{team}/webhooks`.
+pub fn routes() -> Router<App> {
+    Router::new()
+        .route("/", post(create))
+        .route("/{name}", get(show))
+        .route("/{name}/test", post(test))
+        .route("/{name}/edit", post(update))
+        .route("/{name}/delete", get(confirm_delete).post(delete))
+}
+
 /// `POST /teams/{team}/webhooks`.
-pub async fn create(State(app): State<App>, Path(team): Path<String>, posted: Posted) -> Shown {
-    let viewer = &posted.viewer;
-    let (name, url) = (posted.field("name").trim(), posted.field("url").trim());
-    let create = async {
-        groups::require_team(&app.store, &viewer.user, &team, Role::Admin).await?;
-        let settings = webhooks::Settings {
-            url: url.to_string(),
-            access_token_secret: posted.optional("access_token_secret"),
-            signing_secret: posted.optional("signing_secret"),
-            standard_webhooks: false,
-        };
-        let allow = &app.cfg.webhooks.allow_private;
-        webhooks::save(&app.store, (&team, name), settings, allow, Save::Create).await
+pub async fn create(form: AdminForm) -> Shown {
+    let (app, team) = (&form.app, &form.team);
+    let (name, url) = (form.field("name"), form.field("url"));
+    let settings = webhooks::Settings {
+        url: url.to_string(),
+        access_token_secret: form.posted.optional("access_token_secret"),
+        signing_secret: form.posted.optional("signing_secret"),
+        standard_webhooks: false,
     };
-    match create.await {
+    let allow = &app.cfg.webhooks.allow_private;
+    match webhooks::save(&app.store, (team, name), settings, allow, Save::Create).await {
         Ok(webhook) => {
-            tracing::info!(team = %team, webhook = %webhook.name, by = %viewer.user.name, "webhook created");
-            Ok(Redirect::to(&format!("/teams/{team}/webhooks/{}", webhook.name)).into_response())
+            let page = format!("/webhooks/{}", webhook.name);
+            Ok(form.done("webhook created", &webhook.name, &page))
         }
         Err(e @ (Error::InvalidRequest { .. } | Error::Conflict(_))) => {
-            let forms = Forms::webhook(name, url, &e);
-            team_page(&app, viewer, &team, forms).await
+            refused(&form, Forms::webhook(name, url, &e)).await
         }
-        Err(e) => Err(Failed::new(e, viewer)),
+        Err(e) => Err(form.failed(e)),
     }
 }
 
@@ -92,42 +97,34 @@ async fn webhook_page(app: &App, viewer: &Viewer, team: &str, name: &str, tested
     let secrets = crate::domain::secrets::list(&app.store, team)
         .await
         .map_err(failed)?;
-    Ok(page(
-        StatusCode::OK,
-        &WebhookPage {
-            nav: Some(viewer.nav()),
-            csrf: viewer.csrf().to_string(),
-            team: team.to_string(),
-            admin: role == Role::Admin,
-            state: state_of(&webhook),
-            webhook,
-            payload: tested.payload,
-            test_error: tested.error.map(|e| e.to_string()),
-            outcome: tested.outcome,
-            secrets: secrets.into_iter().map(|s| s.name).collect(),
-            edit_error: tested.edit_error.map(|e| e.to_string()),
-        },
-    ))
+    super::ok(&WebhookPage {
+        nav: Some(viewer.nav()),
+        csrf: viewer.csrf().to_string(),
+        team: team.to_string(),
+        admin: role == Role::Admin,
+        state: state_of(&webhook),
+        webhook,
+        payload: tested.payload,
+        test_error: tested.error.map(|e| e.to_string()),
+        outcome: tested.outcome,
+        secrets: secrets.into_iter().map(|s| s.name).collect(),
+        edit_error: tested.edit_error.map(|e| e.to_string()),
+    })
 }
 
 /// `POST /teams/{team}/webhooks/{name}/test`: sends the test request and
 /// shows the endpoint's answer on the webhook's page.
-pub async fn test(
-    State(app): State<App>,
-    Path((team, name)): Path<(String, String)>,
-    posted: Posted,
-) -> Shown {
-    let viewer = &posted.viewer;
-    let payload = posted.field("payload").trim().to_string();
+pub async fn test(form: AdminForm) -> Shown {
+    let (app, team, name) = (&form.app, &form.team, form.param("name")?);
+    let payload = form.field("payload").to_string();
     let send = async {
-        groups::require_team(&app.store, &viewer.user, &team, Role::Admin).await?;
-        let webhook = webhooks::get(&app.store, &team, &name).await?;
+        let webhook = webhooks::get(&app.store, team, &name).await?;
         let body = (!payload.is_empty()).then(|| Value::String(payload.clone()));
         webhook_test::run(
             &app.store,
             &app.sealer,
             &app.sender,
-            &team,
+            team,
             &webhook,
             body.as_ref(),
         )
@@ -135,7 +132,8 @@ pub async fn test(
     };
     let tested = match send.await {
         Ok(outcome) => {
-            tracing::info!(team = %team, webhook = %name, by = %viewer.user.name, success = outcome.success, "webhook tested");
+            let (by, success) = (form.by(), outcome.success);
+            tracing::info!(team = %team, webhook = %name, by = %by, success, "webhook tested");
             Tested {
                 payload,
                 outcome: Some(outcome),
@@ -147,9 +145,9 @@ pub async fn test(
             error: Some(e),
             ..Tested::default()
         },
-        Err(e) => return Err(Failed::new(e, viewer)),
+        Err(e) => return Err(form.failed(e)),
     };
-    webhook_page(&app, viewer, &team, &name, tested).await
+    webhook_page(app, form.viewer(), team, &name, tested).await
 }
 
 /// `GET /teams/{team}/webhooks/{name}/delete`: the confirmation step,
@@ -176,72 +174,49 @@ pub async fn confirm_delete(
             names.join(", ")
         )
     });
-    Ok(page(
-        StatusCode::OK,
-        &ConfirmPage {
-            nav: Some(viewer.nav()),
-            csrf: viewer.csrf().to_string(),
-            question: format!("Delete webhook {name}?"),
-            detail,
-            action: format!("/teams/{team}/webhooks/{name}/delete"),
-            confirm: format!("Delete {name}"),
-            cancel: format!("/teams/{team}/webhooks/{name}"),
-            force: !users.is_empty(),
-        },
-    ))
+    super::ok(&ConfirmPage {
+        nav: Some(viewer.nav()),
+        csrf: viewer.csrf().to_string(),
+        question: format!("Delete webhook {name}?"),
+        detail,
+        action: format!("/teams/{team}/webhooks/{name}/delete"),
+        confirm: format!("Delete {name}"),
+        cancel: format!("/teams/{team}/webhooks/{name}"),
+        force: !users.is_empty(),
+    })
 }
 
 /// `POST /teams/{team}/webhooks/{name}/delete`: deletes it (disabling the
 /// automations that call it only when the confirmation said so).
-pub async fn delete(
-    State(app): State<App>,
-    Path((team, name)): Path<(String, String)>,
-    posted: Posted,
-) -> Shown {
-    let viewer = &posted.viewer;
-    let force = posted.field("force") == "true";
-    let delete = async {
-        groups::require_team(&app.store, &viewer.user, &team, Role::Admin).await?;
-        automations::delete_webhook(&app.store, &team, &name, force).await
-    };
-    delete.await.map_err(|e| Failed::new(e, viewer))?;
-    tracing::info!(team = %team, webhook = %name, by = %viewer.user.name, "webhook deleted");
-    Ok(Redirect::to(&format!("/teams/{team}#webhooks")).into_response())
+pub async fn delete(form: AdminForm) -> Shown {
+    let (app, team, name) = (&form.app, &form.team, form.param("name")?);
+    let force = form.field("force") == "true";
+    let deleted = automations::delete_webhook(&app.store, team, &name, force).await;
+    deleted.map_err(|e| form.failed(e))?;
+    Ok(form.done("webhook deleted", &name, "#webhooks"))
 }
 
 /// `POST /teams/{team}/webhooks/{name}/edit`: a new URL or secrets, checked
 /// as the API checks them (the SSRF guard included).
-pub async fn update(
-    State(app): State<App>,
-    Path((team, name)): Path<(String, String)>,
-    posted: Posted,
-) -> Shown {
-    let viewer = &posted.viewer;
-    groups::require_team(&app.store, &viewer.user, &team, Role::Admin)
-        .await
-        .map_err(|e| Failed::new(e, viewer))?;
+pub async fn update(form: AdminForm) -> Shown {
+    let (app, team, name) = (&form.app, &form.team, form.param("name")?);
+    let current = webhooks::get(&app.store, team, &name).await;
     let settings = webhooks::Settings {
-        url: posted.field("url").trim().to_string(),
-        access_token_secret: posted.optional("access_token_secret"),
-        signing_secret: posted.optional("signing_secret"),
-        standard_webhooks: webhooks::get(&app.store, &team, &name)
-            .await
-            .map_err(|e| Failed::new(e, viewer))?
-            .standard_webhooks,
+        url: form.field("url").to_string(),
+        access_token_secret: form.posted.optional("access_token_secret"),
+        signing_secret: form.posted.optional("signing_secret"),
+        standard_webhooks: current.map_err(|e| form.failed(e))?.standard_webhooks,
     };
     let allow = &app.cfg.webhooks.allow_private;
-    match webhooks::save(&app.store, (&team, &name), settings, allow, Save::Update).await {
-        Ok(_) => {
-            tracing::info!(team = %team, webhook = %name, by = %viewer.user.name, "webhook updated");
-            Ok(Redirect::to(&format!("/teams/{team}/webhooks/{name}")).into_response())
-        }
+    match webhooks::save(&app.store, (team, &name), settings, allow, Save::Update).await {
+        Ok(_) => Ok(form.done("webhook updated", &name, &format!("/webhooks/{name}"))),
         Err(e @ Error::InvalidRequest { .. }) => {
             let tested = Tested {
                 edit_error: Some(e),
                 ..Tested::default()
             };
-            webhook_page(&app, viewer, &team, &name, tested).await
+            webhook_page(app, form.viewer(), team, &name, tested).await
         }
-        Err(e) => Err(Failed::new(e, viewer)),
+        Err(e) => Err(form.failed(e)),
     }
 }
