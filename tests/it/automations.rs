@@ -17,7 +17,7 @@ struct Scene {
 
 /// The shared world (see `world.rs`), webhook `ci` pointing nowhere.
 async fn world() -> Scene {
-    let host = Host::builder().config(LOOPBACK).start().await;
+    let host = Host::with_config(LOOPBACK).await;
     let world = World::build(&host, Some("http://127.0.0.1:9/hook")).await;
     Scene {
         host,
@@ -49,24 +49,13 @@ async fn projects_and_registries_have_a_lifecycle_and_are_private() {
         bob,
         eve,
     } = world().await;
-    let (status, body) = host
-        .call("GET", "/v1/teams/ml/projects/vision", &bob, None)
-        .await;
+    let (status, body) = call!(host, bob, GET "/v1/teams/ml/projects/vision");
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["created_by"], "alice");
     assert_eq!(body["description"], "image models");
-    let (status, list) = host
-        .call("GET", "/v1/teams/ml/projects", &alice, None)
-        .await;
+    let (status, list) = call!(host, alice, GET "/v1/teams/ml/projects");
     assert_eq!((status, list["data"].as_array().unwrap().len()), (200, 1));
-    let answer = host
-        .call(
-            "POST",
-            "/v1/teams/ml/projects",
-            &alice,
-            Some(&json!({"name": "vision"})),
-        )
-        .await;
+    let answer = call!(host, alice, POST "/v1/teams/ml/projects", {"name": "vision"});
     expect_error(&answer, 409, "conflict", None);
 
     // Outsiders see neither the project nor the registry, and learn nothing.
@@ -75,49 +64,29 @@ async fn projects_and_registries_have_a_lifecycle_and_are_private() {
         "/v1/registries/models",
         REGISTRY_AUTOMATIONS,
     ] {
-        let (status, body) = host.call("GET", path, &eve, None).await;
+        let (status, body) = call!(host, eve, GET "{path}");
         expect_error(&(status, body.clone()), 404, "not_found", None);
         assert_error_shape(&body);
     }
-    let (_, mine) = host.call("GET", "/v1/registries", &eve, None).await;
+    let (_, mine) = call!(host, eve, GET "/v1/registries");
     assert_eq!(mine["data"], json!([]));
-    let (_, bobs) = host.call("GET", "/v1/registries", &bob, None).await;
+    let (_, bobs) = call!(host, bob, GET "/v1/registries");
     assert_eq!(bobs["data"][0]["name"], "models");
     assert_eq!(bobs["data"][0]["role"], "member");
     assert_eq!(bobs["data"][0]["description"], "production models");
 
     // Registry members are managed by registry admins only.
-    let answer = host
-        .call(
-            "PUT",
-            "/v1/registries/models/members/eve",
-            &bob,
-            Some(&json!({"role": "admin"})),
-        )
-        .await;
+    let answer = call!(host, bob, PUT "/v1/registries/models/members/eve", {"role": "admin"});
     expect_error(&answer, 403, "permission_denied", None);
-    let answer = host
-        .call(
-            "DELETE",
-            "/v1/registries/models/members/alice",
-            &alice,
-            None,
-        )
-        .await;
+    let answer = call!(host, alice, DELETE "/v1/registries/models/members/alice");
     expect_error(&answer, 409, "conflict", None);
 
     // Only team admins delete projects.
-    let answer = host
-        .call("DELETE", "/v1/teams/ml/projects/vision", &bob, None)
-        .await;
+    let answer = call!(host, bob, DELETE "/v1/teams/ml/projects/vision");
     expect_error(&answer, 403, "permission_denied", None);
-    let (status, _) = host
-        .call("DELETE", "/v1/teams/ml/projects/vision", &alice, None)
-        .await;
+    let (status, _) = call!(host, alice, DELETE "/v1/teams/ml/projects/vision");
     assert_eq!(status, 204);
-    let answer = host
-        .call("GET", "/v1/teams/ml/projects/vision", &alice, None)
-        .await;
+    let answer = call!(host, alice, GET "/v1/teams/ml/projects/vision");
     expect_error(&answer, 404, "not_found", None);
 }
 
@@ -153,7 +122,7 @@ async fn automation_lifecycle_in_a_project() {
     expect_error(&answer, 409, "conflict", None);
 
     // Members read; only admins of the project's team write.
-    let (status, list) = host.call("GET", PROJECT_AUTOMATIONS, &bob, None).await;
+    let (status, list) = call!(host, bob, GET "{PROJECT_AUTOMATIONS}");
     assert_eq!(
         (status, list["data"][0]["name"].clone()),
         (200, json!("promote"))
@@ -169,7 +138,7 @@ async fn automation_lifecycle_in_a_project() {
     expect_error(&(status, body.clone()), 403, "permission_denied", None);
     let path = format!("{PROJECT_AUTOMATIONS}/promote");
     expect_error(
-        &host.call("DELETE", &path, &bob, None).await,
+        &call!(host, bob, DELETE "{path}"),
         403,
         "permission_denied",
         None,
@@ -178,26 +147,21 @@ async fn automation_lifecycle_in_a_project() {
     // Update re-validates and may rename.
     let mut changed = alias_automation("promote-v2");
     changed["event"] = json!({"type": "ADD_ARTIFACT_TAG", "tag_regex": "^release-"});
-    let (status, updated) = host.call("PUT", &path, &alice, Some(&changed)).await;
+    let (status, updated) = call!(host, alice, PUT "{path}", changed);
     assert_eq!(status, 200, "{updated}");
     assert_eq!(updated["name"], "promote-v2");
     assert_eq!(updated["created_at"], created["created_at"]);
-    expect_error(
-        &host.call("GET", &path, &alice, None).await,
-        404,
-        "not_found",
-        None,
-    );
+    expect_error(&call!(host, alice, GET "{path}"), 404, "not_found", None);
     changed["event"] = json!({"type": "ADD_ARTIFACT_TAG", "tag_regex": "("});
     let renamed = format!("{PROJECT_AUTOMATIONS}/promote-v2");
-    let (status, body) = host.call("PUT", &renamed, &alice, Some(&changed)).await;
+    let (status, body) = call!(host, alice, PUT "{renamed}", changed);
     expect_error(&(status, body.clone()), 400, "invalid-regex", Some("event"));
-    let (_, still) = host.call("GET", &renamed, &bob, None).await;
+    let (_, still) = call!(host, bob, GET "{renamed}");
     assert_eq!(still["event"]["tag_regex"], "^release-");
     // A template's error carries the plugin's code and where in the payload.
     changed["event"] = json!({"type": "ADD_ARTIFACT_TAG"});
     changed["payload"] = json!("{\n  \"x\": \"${nope}\"}");
-    let answer = host.call("PUT", &renamed, &alice, Some(&changed)).await;
+    let answer = call!(host, alice, PUT "{renamed}", changed);
     let error = expect_error(&answer, 400, "unknown-variable", Some("payload"));
     assert_eq!(
         error["position"],
@@ -205,13 +169,8 @@ async fn automation_lifecycle_in_a_project() {
         "{error}"
     );
 
-    assert_eq!(host.call("DELETE", &renamed, &alice, None).await.0, 204);
-    expect_error(
-        &host.call("GET", &renamed, &alice, None).await,
-        404,
-        "not_found",
-        None,
-    );
+    assert_eq!(call!(host, alice, DELETE "{renamed}").0, 204);
+    expect_error(&call!(host, alice, GET "{renamed}"), 404, "not_found", None);
 }
 
 on_each_store!(registry_automations_need_a_registry_admin);
@@ -242,9 +201,7 @@ async fn registry_automations_need_a_registry_admin() {
     expect_error(&(status, body.clone()), 404, "not_found", None);
     let mut link = alias_automation("linked");
     link["event"] = json!({"type": "LINK_ARTIFACT"});
-    let (status, created) = host
-        .call("POST", REGISTRY_AUTOMATIONS, &alice, Some(&link))
-        .await;
+    let (status, created) = call!(host, alice, POST "{REGISTRY_AUTOMATIONS}", link);
     assert_eq!(status, 201, "{created}");
     assert_eq!(
         created["scope"],
@@ -253,25 +210,14 @@ async fn registry_automations_need_a_registry_admin() {
 
     // A registry admin can only use webhooks of teams they belong to; a
     // foreign webhook reads exactly like a missing one.
-    let (status, _) = host
-        .call(
-            "POST",
-            "/v1/teams/other/webhooks",
-            &eve,
-            Some(&json!({"name": "hers", "url": "http://127.0.0.1:9/"})),
-        )
-        .await;
+    let (status, _) = call!(host, eve, POST "/v1/teams/other/webhooks", {"name": "hers", "url": "http://127.0.0.1:9/"});
     assert_eq!(status, 201);
     let mut foreign = alias_automation("foreign");
     foreign["webhook"] = json!({"team": "other", "name": "hers"});
     foreign["payload"] = Value::Null;
-    let (status, a) = host
-        .call("POST", REGISTRY_AUTOMATIONS, &alice, Some(&foreign))
-        .await;
+    let (status, a) = call!(host, alice, POST "{REGISTRY_AUTOMATIONS}", foreign);
     foreign["webhook"] = json!({"team": "nowhere", "name": "hers"});
-    let (status2, b) = host
-        .call("POST", REGISTRY_AUTOMATIONS, &alice, Some(&foreign))
-        .await;
+    let (status2, b) = call!(host, alice, POST "{REGISTRY_AUTOMATIONS}", foreign);
     assert_eq!((status, status2), (400, 400));
     assert_eq!(a["error"]["param"], "webhook");
     assert!(
@@ -454,38 +400,20 @@ async fn dependants_block_deletion_unless_forced() {
         .await;
     assert_eq!(status, 201);
 
-    let (status, body) = host
-        .call("DELETE", "/v1/teams/ml/webhooks/ci", &alice, None)
-        .await;
+    let (status, body) = call!(host, alice, DELETE "/v1/teams/ml/webhooks/ci");
     expect_error(&(status, body.clone()), 409, "conflict", None);
     let message = body["error"]["message"].as_str().unwrap();
     assert!(
         message.contains("promote") && message.contains("force"),
         "{message}"
     );
-    let (status, body) = host
-        .call("DELETE", "/v1/teams/ml/secrets/SIGN", &alice, None)
-        .await;
+    let (status, body) = call!(host, alice, DELETE "/v1/teams/ml/secrets/SIGN");
     expect_error(&(status, body.clone()), 409, "conflict", None);
     assert!(body["error"]["message"].as_str().unwrap().contains("ci"));
 
-    let (status, _) = host
-        .call(
-            "DELETE",
-            "/v1/teams/ml/webhooks/ci?force=true",
-            &alice,
-            None,
-        )
-        .await;
+    let (status, _) = call!(host, alice, DELETE "/v1/teams/ml/webhooks/ci?force=true");
     assert_eq!(status, 204);
-    let (_, automation) = host
-        .call(
-            "GET",
-            &format!("{PROJECT_AUTOMATIONS}/promote"),
-            &alice,
-            None,
-        )
-        .await;
+    let (_, automation) = call!(host, alice, GET "{PROJECT_AUTOMATIONS}/promote");
     assert_eq!(automation["state"], "disabled");
     assert!(
         automation["disabled_reason"]
@@ -494,9 +422,7 @@ async fn dependants_block_deletion_unless_forced() {
             .contains("ml/ci")
     );
 
-    let (status, body) = host
-        .call("DELETE", "/v1/teams/ml/projects/vision", &alice, None)
-        .await;
+    let (status, body) = call!(host, alice, DELETE "/v1/teams/ml/projects/vision");
     expect_error(&(status, body.clone()), 409, "conflict", None);
     assert!(
         body["error"]["message"]
@@ -504,24 +430,10 @@ async fn dependants_block_deletion_unless_forced() {
             .unwrap()
             .contains("promote")
     );
-    let (status, _) = host
-        .call(
-            "DELETE",
-            "/v1/teams/ml/projects/vision?force=true",
-            &alice,
-            None,
-        )
-        .await;
+    let (status, _) = call!(host, alice, DELETE "/v1/teams/ml/projects/vision?force=true");
     assert_eq!(status, 204);
-    let (status, _) = host
-        .call(
-            "POST",
-            "/v1/teams/ml/projects",
-            &alice,
-            Some(&json!({"name": "vision"})),
-        )
-        .await;
+    let (status, _) = call!(host, alice, POST "/v1/teams/ml/projects", {"name": "vision"});
     assert_eq!(status, 201);
-    let (_, list) = host.call("GET", PROJECT_AUTOMATIONS, &alice, None).await;
+    let (_, list) = call!(host, alice, GET "{PROJECT_AUTOMATIONS}");
     assert_eq!(list["data"], json!([]), "a recreated project starts empty");
 }

@@ -233,9 +233,7 @@ async fn console_roles_and_csrf_match_the_api() {
         )
         .await;
     assert_eq!(stale.status, 403);
-    let (_, secrets) = host
-        .call("GET", "/v1/teams/ml/secrets", &world.alice, None)
-        .await;
+    let (_, secrets) = call!(host, world.alice, GET "/v1/teams/ml/secrets");
     let names = listed(&secrets, "name");
     assert_eq!(
         names,
@@ -267,7 +265,7 @@ async fn an_admin_tests_a_webhook_in_the_browser() {
     let Some(browser) = Browser::start("an_admin_tests_a_webhook_in_the_browser").await else {
         return;
     };
-    let host = Host::builder().config(LOOPBACK_HOOKS).start().await;
+    let host = Host::with_config(LOOPBACK_HOOKS).await;
     let world = World::build(&host, None).await;
     let receiver = Receiver::start().await;
     receiver.reply_body("{\"received\": true}");
@@ -334,9 +332,7 @@ async fn an_admin_tests_a_webhook_in_the_browser() {
         .await;
     browser.choose("edit-signing", "").await;
     browser.press("Save webhook").await;
-    let (_, saved) = host
-        .call("GET", "/v1/teams/ml/webhooks/local", &world.alice, None)
-        .await;
+    let (_, saved) = call!(host, world.alice, GET "/v1/teams/ml/webhooks/local");
     assert_eq!(saved["url"], format!("{}/hook2", receiver.base));
     assert_eq!(saved["signing_secret"], serde_json::Value::Null, "{saved}");
     assert_eq!(saved["access_token_secret"], "HOOK_TOKEN", "kept");
@@ -358,17 +354,13 @@ async fn an_admin_tests_a_webhook_in_the_browser() {
     browser.follow("Delete this webhook…").await;
     browser.follow("Cancel").await;
     assert_eq!(browser.path().await, "/teams/ml/webhooks/local");
-    let (status, _) = host
-        .call("GET", "/v1/teams/ml/webhooks/local", &world.alice, None)
-        .await;
+    let (status, _) = call!(host, world.alice, GET "/v1/teams/ml/webhooks/local");
     assert_eq!(status, 200, "cancelling keeps it");
     browser.follow("Delete this webhook…").await;
     browser.screenshot("confirm-delete").await;
     browser.press("Delete local").await;
     assert_eq!(browser.path().await, "/teams/ml");
-    let (status, _) = host
-        .call("GET", "/v1/teams/ml/webhooks/local", &world.alice, None)
-        .await;
+    let (status, _) = call!(host, world.alice, GET "/v1/teams/ml/webhooks/local");
     assert_eq!(status, 404, "confirming deletes it");
     browser.assert_no_console_errors().await;
     browser.close().await;
@@ -384,7 +376,7 @@ async fn an_automation_from_the_form_to_its_history_in_the_browser() {
     let Some(browser) = Browser::start(test).await else {
         return;
     };
-    let host = Host::builder().config(LOOPBACK_HOOKS).start().await;
+    let host = Host::with_config(LOOPBACK_HOOKS).await;
     let receiver = Receiver::start().await;
     let world = World::build(&host, Some(&format!("{}/hook", receiver.base))).await;
     browser.goto(&host.url("/sign-in")).await;
@@ -456,7 +448,7 @@ async fn an_automation_from_the_form_to_its_history_in_the_browser() {
         .await;
     browser.press("Save changes").await;
     let path = "/v1/teams/ml/projects/vision/automations/deploy";
-    let (_, saved) = host.call("GET", path, &world.alice, None).await;
+    let (_, saved) = call!(host, world.alice, GET "{path}");
     assert_eq!(saved["event"]["alias_regex"], "^(prod|staging)", "{saved}");
     assert_eq!(saved["description"], "ships on prod or staging");
     assert!(
@@ -466,11 +458,11 @@ async fn an_automation_from_the_form_to_its_history_in_the_browser() {
 
     browser.follow("Delete this automation…").await;
     browser.follow("Cancel").await;
-    let (status, _) = host.call("GET", path, &world.alice, None).await;
+    let (status, _) = call!(host, world.alice, GET "{path}");
     assert_eq!(status, 200, "cancelling keeps it");
     browser.follow("Delete this automation…").await;
     browser.press("Delete deploy").await;
-    let (status, _) = host.call("GET", path, &world.alice, None).await;
+    let (status, _) = call!(host, world.alice, GET "{path}");
     assert_eq!(status, 404, "confirming deletes it");
     assert!(browser.text().await.contains("No automations yet"));
     browser.assert_no_console_errors().await;
@@ -489,7 +481,7 @@ async fn keys_are_shown_once_and_operators_alone_see_the_operator_page() {
     assert_eq!(created.status, 200);
     let re = regex::Regex::new(r#"<pre id="new-key">(sy_[0-9a-f]+)</pre>"#).unwrap();
     let key = re.captures(&created.body).expect("the new key, once")[1].to_string();
-    let (status, me) = host.call("GET", "/v1/me", &key, None).await;
+    let (status, me) = call!(host, key, GET "/v1/me");
     assert_eq!((status, me["name"].as_str()), (200, Some("alice")));
     let listed = alice.get("/keys").await;
     assert!(listed.body.contains("laptop"));
@@ -503,7 +495,7 @@ async fn keys_are_shown_once_and_operators_alone_see_the_operator_page() {
         .post(&format!("/keys/{id}/revoke"), &[("csrf", &token)])
         .await;
     assert_eq!(revoked.status, 303);
-    let (status, _) = host.call("GET", "/v1/me", &key, None).await;
+    let (status, _) = call!(host, key, GET "/v1/me");
     assert_eq!(status, 401, "a revoked key no longer works");
 
     let refused = alice.get("/operator").await;
@@ -535,7 +527,7 @@ async fn keys_are_shown_once_and_operators_alone_see_the_operator_page() {
 on_each_store!(keys_are_shown_once_and_operators_alone_see_the_operator_page);
 
 async fn a_metric_logged_in_the_console_fires_a_run_automation() {
-    let host = Host::builder().config(LOOPBACK_HOOKS).start().await;
+    let host = Host::with_config(LOOPBACK_HOOKS).await;
     let receiver = Receiver::start().await;
     let world = World::build(&host, Some(&format!("{}/hook", receiver.base))).await;
     let automation = serde_json::json!({"name": "low-loss", "action": "Webhooks",
@@ -543,14 +535,7 @@ async fn a_metric_logged_in_the_console_fires_a_run_automation() {
             "aggregation": "min", "comparison": "<", "threshold": 0.5}},
         "webhook": {"team": "ml", "name": "ci"},
         "payload": "{\"run\": \"${run_name}\", \"loss\": ${metric_value}}"});
-    crate::world::ok(
-        &host,
-        &world.alice,
-        "POST",
-        "/v1/teams/ml/projects/vision/automations",
-        automation,
-    )
-    .await;
+    ok!(host, world.alice, POST "/v1/teams/ml/projects/vision/automations", automation);
     let bob = Visitor::signed_in(&host, &world.bob).await;
     let project = "/teams/ml/projects/vision";
     let token = bob.token(project).await;
@@ -592,7 +577,7 @@ async fn a_metric_logged_in_the_console_fires_a_run_automation() {
 on_each_store!(a_metric_logged_in_the_console_fires_a_run_automation);
 
 async fn a_version_linked_in_the_console_fires_a_registry_automation() {
-    let host = Host::builder().config(LOOPBACK_HOOKS).start().await;
+    let host = Host::with_config(LOOPBACK_HOOKS).await;
     let receiver = Receiver::start().await;
     let world = World::build(&host, Some(&format!("{}/hook", receiver.base))).await;
     let alice = Visitor::signed_in(&host, &world.alice).await;
@@ -773,9 +758,7 @@ async fn team_admins_manage_members_and_keep_an_admin() {
         )
         .await;
     assert_eq!(added.status, 303, "{}", added.body);
-    let (_, members) = host
-        .call("GET", "/v1/teams/ml/members", &world.alice, None)
-        .await;
+    let (_, members) = call!(host, world.alice, GET "/v1/teams/ml/members");
     let eve = members["data"]
         .as_array()
         .unwrap()

@@ -32,7 +32,7 @@ fn retrying(schedule: &str) -> String {
 /// automation `name` on every ADD_ARTIFACT_TAG in the project:
 /// (host, alice, bob).
 async fn tagging(receiver: &Receiver, config: &str, name: &str) -> (Host, String, String) {
-    let host = Host::builder().config(config).start().await;
+    let host = Host::with_config(config).await;
     let (alice, bob) = world(&host, receiver).await;
     let tags = json!({"type": "ADD_ARTIFACT_TAG"});
     automation(&host, &alice, PROJECT, name, tags).await;
@@ -48,9 +48,7 @@ const TEMPLATE: &str = r#"{"event_type": "${event_type}", "author": "${event_aut
 async fn automation(host: &Host, key: &str, scope: &str, name: &str, event: Value) {
     let body = json!({"name": name, "event": event, "webhook": {"team": "ml", "name": "ci"},
         "action": "Webhooks", "payload": TEMPLATE});
-    let (status, response) = host
-        .call("POST", &format!("{scope}/automations"), key, Some(&body))
-        .await;
+    let (status, response) = call!(host, key, POST "{scope}/automations", body);
     assert_eq!(status, 201, "{response}");
 }
 
@@ -78,7 +76,7 @@ fn verified(request: &Received) -> Value {
 on_each_store!(every_artifact_event_fires_with_its_payload_and_signature);
 async fn every_artifact_event_fires_with_its_payload_and_signature() {
     let receiver = Receiver::start().await;
-    let host = Host::builder().config(CONFIG).start().await;
+    let host = Host::with_config(CONFIG).await;
     let (alice, bob) = world(&host, &receiver).await;
     automation(
         &host,
@@ -106,101 +104,35 @@ async fn every_artifact_event_fires_with_its_payload_and_signature() {
     .await;
 
     let versions = format!("{PROJECT}/collections/detector/versions");
-    let v0 = ok(
-        &host,
-        &bob,
-        "POST",
-        &versions,
-        json!({"metadata": {"accuracy": 0.91, "nested": {"a": 1}}}),
-    )
-    .await;
+    let v0 =
+        ok!(host, bob, POST "{versions}", {"metadata": {"accuracy": 0.91, "nested": {"a": 1}}});
     assert_eq!(v0["version"], "v0");
-    ok(
-        &host,
-        &bob,
-        "POST",
-        &versions,
-        json!({"metadata": {"accuracy": 0.95}}),
-    )
-    .await;
-    ok(
-        &host,
-        &bob,
-        "POST",
-        &format!("{versions}/v0/aliases"),
-        json!({"alias": "staging"}),
-    )
-    .await;
-    ok(
-        &host,
-        &bob,
-        "POST",
-        &format!("{versions}/v0/aliases"),
-        json!({"alias": "prod"}),
-    )
-    .await;
-    ok(
-        &host,
-        &bob,
-        "POST",
-        &format!("{versions}/v0/tags"),
-        json!({"tag": "wip"}),
-    )
-    .await;
-    ok(
-        &host,
-        &bob,
-        "POST",
-        &format!("{versions}/v1/tags"),
-        json!({"tag": "release-2"}),
-    )
-    .await;
+    ok!(host, bob, POST "{versions}", {"metadata": {"accuracy": 0.95}});
+    ok!(host, bob, POST "{versions}/v0/aliases", {"alias": "staging"});
+    ok!(host, bob, POST "{versions}/v0/aliases", {"alias": "prod"});
+    ok!(host, bob, POST "{versions}/v0/tags", {"tag": "wip"});
+    ok!(host, bob, POST "{versions}/v1/tags", {"tag": "release-2"});
     // The alias moves: v1 takes "prod" from v0 (and fires again).
-    let v1 = ok(
-        &host,
-        &bob,
-        "POST",
-        &format!("{versions}/v1/aliases"),
-        json!({"alias": "prod"}),
-    )
-    .await;
+    let v1 = ok!(host, bob, POST "{versions}/v1/aliases", {"alias": "prod"});
     assert_eq!(
         v1,
         json!({"collection": "detector", "version": "v1", "aliases": ["prod"],
                "moved_from": {"prod": "v0"}})
     );
-    let (_, v0) = host
-        .call("GET", &format!("{versions}/v0"), &bob, None)
-        .await;
+    let (_, v0) = call!(host, bob, GET "{versions}/v0");
     assert_eq!(
         (&v0["aliases"], &v0["tags"]),
         (&json!(["staging"]), &json!(["wip"]))
     );
-    let (_, v1) = host
-        .call("GET", &format!("{versions}/v1"), &bob, None)
-        .await;
+    let (_, v1) = call!(host, bob, GET "{versions}/v1");
     assert_eq!(
         (&v1["aliases"], &v1["tags"]),
         (&json!(["prod"]), &json!(["release-2"]))
     );
 
     // A registry collection created after the automation is covered.
-    ok(
-        &host,
-        &alice,
-        "POST",
-        &format!("{REGISTRY}/collections"),
-        json!({"name": "detectors"}),
-    )
-    .await;
-    let linked = ok(
-        &host,
-        &bob,
-        "POST",
-        &format!("{REGISTRY}/collections/detectors/links"),
-        json!({"team": "ml", "project": "vision", "collection": "detector", "version": "v1"}),
-    )
-    .await;
+    ok!(host, alice, POST "{REGISTRY}/collections", {"name": "detectors"});
+    let linked = ok!(host, bob, POST "{REGISTRY}/collections/detectors/links", {"team": "ml", "project": "vision", "collection": "detector", "version": "v1"});
     assert_eq!(linked["version"], "v0");
 
     let got = receiver.wait_for(4, 10).await;
@@ -249,7 +181,7 @@ async fn every_artifact_event_fires_with_its_payload_and_signature() {
     let path = format!("{PROJECT}/automations/prod-alias/executions");
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     let list = loop {
-        let (status, list) = host.call("GET", &path, &bob, None).await;
+        let (status, list) = call!(host, bob, GET "{path}");
         assert_eq!(status, 200, "{list}");
         let data = list["data"].as_array().cloned().unwrap_or_default();
         if data.len() == 2 && data.iter().all(|e| e["status"] == "Finished") {
@@ -283,7 +215,7 @@ async fn every_artifact_event_fires_with_its_payload_and_signature() {
         (REGISTRY, "linked"),
     ] {
         let path = format!("{scope}/automations/{name}/executions");
-        let (_, list) = host.call("GET", &path, &bob, None).await;
+        let (_, list) = call!(host, bob, GET "{path}");
         total += list["data"].as_array().unwrap().len();
     }
     assert_eq!(total, 4);
@@ -304,43 +236,15 @@ async fn a_list_of_labels_fires_one_event_each_in_one_request() {
     .await;
     let versions = format!("{PROJECT}/collections/detector/versions");
     for _ in 0..2 {
-        ok(
-            &host,
-            &bob,
-            "POST",
-            &versions,
-            json!({"metadata": {"accuracy": 0.5}}),
-        )
-        .await;
+        ok!(host, bob, POST "{versions}", {"metadata": {"accuracy": 0.5}});
     }
-    let added = ok(
-        &host,
-        &bob,
-        "POST",
-        &format!("{versions}/v0/tags"),
-        json!({"tags": ["b", "a", "c"]}),
-    )
-    .await;
+    let added = ok!(host, bob, POST "{versions}/v0/tags", {"tags": ["b", "a", "c"]});
     assert_eq!(
         added,
         json!({"collection": "detector", "version": "v0", "tags": ["b", "a", "c"]})
     );
-    ok(
-        &host,
-        &bob,
-        "POST",
-        &format!("{versions}/v1/aliases"),
-        json!({"alias": "prod"}),
-    )
-    .await;
-    let moved = ok(
-        &host,
-        &bob,
-        "POST",
-        &format!("{versions}/v0/aliases"),
-        json!({"aliases": ["prod", "best"]}),
-    )
-    .await;
+    ok!(host, bob, POST "{versions}/v1/aliases", {"alias": "prod"});
+    let moved = ok!(host, bob, POST "{versions}/v0/aliases", {"aliases": ["prod", "best"]});
     assert_eq!(
         moved,
         json!({"collection": "detector", "version": "v0", "aliases": ["prod", "best"],
@@ -368,16 +272,12 @@ async fn a_list_of_labels_fires_one_event_each_in_one_request() {
         artifact.get("tags").is_none() && artifact.get("aliases").is_none(),
         "{artifact}"
     );
-    let (_, v0) = host
-        .call("GET", &format!("{versions}/v0"), &bob, None)
-        .await;
+    let (_, v0) = call!(host, bob, GET "{versions}/v0");
     assert_eq!(
         (&v0["tags"], &v0["aliases"]),
         (&json!(["b", "a", "c"]), &json!(["prod", "best"]))
     );
-    let (_, v1) = host
-        .call("GET", &format!("{versions}/v1"), &bob, None)
-        .await;
+    let (_, v1) = call!(host, bob, GET "{versions}/v1");
     assert_eq!(v1["aliases"], json!([]));
 
     // Each form alone, 1 to 1,000 labels, each label valid: or nothing happens.
@@ -394,13 +294,11 @@ async fn a_list_of_labels_fires_one_event_each_in_one_request() {
             "'not ok' is not valid",
         ),
     ] {
-        let answer = host.call("POST", &tags_path, &bob, Some(&body)).await;
+        let answer = call!(host, bob, POST "{tags_path}", body);
         let error = expect_invalid(&answer, param);
         assert!(error["message"].as_str().unwrap().contains(says), "{error}");
     }
-    let (_, v0) = host
-        .call("GET", &format!("{versions}/v0"), &bob, None)
-        .await;
+    let (_, v0) = call!(host, bob, GET "{versions}/v0");
     assert_eq!(
         v0["tags"],
         json!(["b", "a", "c"]),
@@ -412,17 +310,10 @@ async fn a_list_of_labels_fires_one_event_each_in_one_request() {
 on_each_store!(a_link_fires_the_source_projects_link_automations_once);
 async fn a_link_fires_the_source_projects_link_automations_once() {
     let receiver = Receiver::start().await;
-    let host = Host::builder().config(CONFIG).start().await;
+    let host = Host::with_config(CONFIG).await;
     let (alice, bob) = world(&host, &receiver).await;
     let other_project = "/v1/teams/ml/projects/other";
-    ok(
-        &host,
-        &alice,
-        "POST",
-        "/v1/teams/ml/projects",
-        json!({"name": "other"}),
-    )
-    .await;
+    ok!(host, alice, POST "/v1/teams/ml/projects", {"name": "other"});
     for (scope, name) in [
         (PROJECT, "linked-here"),
         (REGISTRY, "linked"),
@@ -431,30 +322,9 @@ async fn a_link_fires_the_source_projects_link_automations_once() {
         automation(&host, &alice, scope, name, json!({"type": "LINK_ARTIFACT"})).await;
     }
     let versions = format!("{PROJECT}/collections/detector/versions");
-    ok(
-        &host,
-        &bob,
-        "POST",
-        &versions,
-        json!({"metadata": {"accuracy": 0.5}}),
-    )
-    .await;
-    ok(
-        &host,
-        &alice,
-        "POST",
-        &format!("{REGISTRY}/collections"),
-        json!({"name": "detectors"}),
-    )
-    .await;
-    ok(
-        &host,
-        &bob,
-        "POST",
-        &format!("{REGISTRY}/collections/detectors/links"),
-        json!({"team": "ml", "project": "vision", "collection": "detector", "version": "v0"}),
-    )
-    .await;
+    ok!(host, bob, POST "{versions}", {"metadata": {"accuracy": 0.5}});
+    ok!(host, alice, POST "{REGISTRY}/collections", {"name": "detectors"});
+    ok!(host, bob, POST "{REGISTRY}/collections/detectors/links", {"team": "ml", "project": "vision", "collection": "detector", "version": "v0"});
 
     // The link answers once its deliveries are durable: each automation's
     // history is complete now.
@@ -498,16 +368,9 @@ async fn a_link_fires_the_source_projects_link_automations_once() {
 on_each_store!(bare_secret_references_in_payloads_resolve_as_in_the_webhook_test);
 async fn bare_secret_references_in_payloads_resolve_as_in_the_webhook_test() {
     let receiver = Receiver::start().await;
-    let host = Host::builder().config(CONFIG).start().await;
+    let host = Host::with_config(CONFIG).await;
     let (alice, bob) = world(&host, &receiver).await;
-    ok(
-        &host,
-        &alice,
-        "PUT",
-        "/v1/teams/ml/secrets/OTHER",
-        json!({"value": "other-1"}),
-    )
-    .await;
+    ok!(host, alice, PUT "/v1/teams/ml/secrets/OTHER", {"value": "other-1"});
     let save = |name: &str, payload: &str| {
         json!({"name": name, "event": {"type": "ADD_ARTIFACT_TAG"},
             "webhook": {"team": "ml", "name": "ci"}, "action": "Webhooks", "payload": payload})
@@ -540,22 +403,15 @@ async fn bare_secret_references_in_payloads_resolve_as_in_the_webhook_test() {
     )
     .await;
     let versions = format!("{PROJECT}/collections/detector/versions");
-    ok(&host, &bob, "POST", &versions, json!({"metadata": {}})).await;
-    ok(
-        &host,
-        &bob,
-        "POST",
-        &format!("{versions}/v0/tags"),
-        json!({"tag": "one"}),
-    )
-    .await;
+    ok!(host, bob, POST "{versions}", {"metadata": {}});
+    ok!(host, bob, POST "{versions}/v0/tags", {"tag": "one"});
     let got = receiver.wait_for(1, 10).await;
     assert_eq!(
         verified(&got[0]),
         json!({"s": "sign-1", "t": "tok-1", "u": "Bearer tok-1", "n": "sign-1", "p": "$5"})
     );
     let executions = format!("{PROJECT}/automations/refs/executions");
-    let (_, list) = host.call("GET", &executions, &bob, None).await;
+    let (_, list) = call!(host, bob, GET "{executions}");
     let stored = list["data"][0]["payload"].as_str().unwrap().to_string();
     assert!(
         !stored.contains("sign-1") && !stored.contains("tok-1"),
@@ -565,23 +421,9 @@ async fn bare_secret_references_in_payloads_resolve_as_in_the_webhook_test() {
 
     // The webhook stops carrying SIGN: the next execution fails saying so,
     // and nothing is sent with the literal text.
-    ok(
-        &host,
-        &alice,
-        "PUT",
-        "/v1/teams/ml/webhooks/ci",
-        json!({"url": format!("{}/hook", receiver.base), "access_token_secret": "TOKEN"}),
-    )
-    .await;
-    ok(
-        &host,
-        &bob,
-        "POST",
-        &format!("{versions}/v0/tags"),
-        json!({"tag": "two"}),
-    )
-    .await;
-    let (_, list) = host.call("GET", &executions, &bob, None).await;
+    ok!(host, alice, PUT "/v1/teams/ml/webhooks/ci", {"url": format!("{}/hook", receiver.base), "access_token_secret": "TOKEN"});
+    ok!(host, bob, POST "{versions}/v0/tags", {"tag": "two"});
+    let (_, list) = call!(host, bob, GET "{executions}");
     let latest = &list["data"][0];
     assert_eq!(latest["status"], "Failed", "{latest}");
     let error = latest["error"].as_str().unwrap();
@@ -600,19 +442,13 @@ fn nested(levels: usize) -> Value {
 on_each_store!(the_deepest_accepted_metadata_is_delivered_and_readable_and_deeper_is_refused);
 async fn the_deepest_accepted_metadata_is_delivered_and_readable_and_deeper_is_refused() {
     let receiver = Receiver::start().await;
-    let host = Host::builder().config(CONFIG).start().await;
+    let host = Host::with_config(CONFIG).await;
     let (alice, bob) = world(&host, &receiver).await;
     let versions = format!("{PROJECT}/collections/detector/versions");
     // The body itself and `metadata` are two levels; 32 in all is the limit.
     for levels in [31, 123] {
-        let (status, body) = host
-            .call(
-                "POST",
-                &versions,
-                &bob,
-                Some(&json!({"metadata": {"deep": nested(levels)}})),
-            )
-            .await;
+        let (status, body) =
+            call!(host, bob, POST "{versions}", {"metadata": {"deep": nested(levels)}});
         expect_error(&(status, body.clone()), 400, "invalid_json", None);
         assert_eq!(body["error"]["code"], "invalid_json", "{body}");
         assert!(
@@ -631,22 +467,8 @@ async fn the_deepest_accepted_metadata_is_delivered_and_readable_and_deeper_is_r
         json!({"type": "ADD_ARTIFACT_TAG"}),
     )
     .await;
-    ok(
-        &host,
-        &bob,
-        "POST",
-        &versions,
-        json!({"metadata": {"deep": nested(30)}}),
-    )
-    .await;
-    ok(
-        &host,
-        &bob,
-        "POST",
-        &format!("{versions}/v0/tags"),
-        json!({"tag": "t"}),
-    )
-    .await;
+    ok!(host, bob, POST "{versions}", {"metadata": {"deep": nested(30)}});
+    ok!(host, bob, POST "{versions}/v0/tags", {"tag": "t"});
 
     let got = receiver.wait_for(1, 10).await;
     assert_eq!(
@@ -656,9 +478,7 @@ async fn the_deepest_accepted_metadata_is_delivered_and_readable_and_deeper_is_r
     let executions = format!("{PROJECT}/automations/deep/executions");
     let done = wait_for_status(&host, &bob, &executions, "Finished").await;
     assert_eq!(done["event"]["artifact"]["metadata"]["deep"], nested(30));
-    let (status, version) = host
-        .call("GET", &format!("{versions}/v0"), &bob, None)
-        .await;
+    let (status, version) = call!(host, bob, GET "{versions}/v0");
     assert_eq!((status, &version["metadata"]["deep"]), (200, &nested(30)));
     let (status, health) = host.get_anon("/v1/system-check").await;
     assert_eq!(
@@ -674,7 +494,7 @@ async fn retry_after_is_honoured_in_both_forms_and_clamped_to_the_schedule() {
     let config = retrying("[0, 10, 10, 3000]");
     let (host, _, bob) = tagging(&receiver, &config, "retried").await;
     let versions = format!("{PROJECT}/collections/detector/versions");
-    ok(&host, &bob, "POST", &versions, json!({"metadata": {}})).await;
+    ok!(host, bob, POST "{versions}", {"metadata": {}});
     let executions = format!("{PROJECT}/automations/retried/executions");
     receiver.answer(503);
     let in_two_seconds =
@@ -690,14 +510,7 @@ async fn retry_after_is_honoured_in_both_forms_and_clamped_to_the_schedule() {
     ];
     for (i, (value, shortest, longest)) in cases.into_iter().enumerate() {
         receiver.reply_header("retry-after", value);
-        ok(
-            &host,
-            &bob,
-            "POST",
-            &format!("{versions}/v0/tags"),
-            json!({"tag": format!("t{i}")}),
-        )
-        .await;
+        ok!(host, bob, POST "{versions}/v0/tags", {"tag": format!("t{i}")});
         let newest = wait_for_attempts(&host, &bob, &executions, 1).await;
         let first = &newest["attempts"][0];
         let wait = first["next_attempt_at_ms"].as_u64().unwrap() - first["at_ms"].as_u64().unwrap();
@@ -711,25 +524,18 @@ async fn retry_after_is_honoured_in_both_forms_and_clamped_to_the_schedule() {
 on_each_store!(run_metric_automations_respect_filters_and_fire_once_per_run);
 async fn run_metric_automations_respect_filters_and_fire_once_per_run() {
     let receiver = Receiver::start().await;
-    let host = Host::builder().config(CONFIG).start().await;
+    let host = Host::with_config(CONFIG).await;
     let (alice, bob) = world(&host, &receiver).await;
     let body = json!({"name": "converged", "webhook": {"team": "ml", "name": "ci"}, "action": "Webhooks",
         "event": {"type": "RUN_METRIC_THRESHOLD",
             "metric": {"name": "loss", "window": 2, "aggregation": "average", "comparison": "<", "threshold": 0.5},
             "run_filters": {"creator": "alice", "run_name_regex": "^sweep-"}},
         "payload": r#"{"run": "${run_name}", "by": "${run_creator}", "metric": "${metric_name}", "value": ${metric_value}, "type": "${event_type}"}"#});
-    ok(
-        &host,
-        &alice,
-        "POST",
-        &format!("{PROJECT}/automations"),
-        body,
-    )
-    .await;
+    ok!(host, alice, POST "{PROJECT}/automations", body);
     let runs = format!("{PROJECT}/runs");
-    let sweep = ok(&host, &alice, "POST", &runs, json!({"name": "sweep-1"})).await;
-    let other = ok(&host, &alice, "POST", &runs, json!({"name": "baseline"})).await;
-    let bobs = ok(&host, &bob, "POST", &runs, json!({"name": "sweep-2"})).await;
+    let sweep = ok!(host, alice, POST "{runs}", {"name": "sweep-1"});
+    let other = ok!(host, alice, POST "{runs}", {"name": "baseline"});
+    let bobs = ok!(host, bob, POST "{runs}", {"name": "sweep-2"});
     let log = |run: &Value, loss: f64| {
         let path = format!("{runs}/{}/metrics", run["id"].as_str().unwrap());
         let (host, key) = (
@@ -740,16 +546,7 @@ async fn run_metric_automations_respect_filters_and_fire_once_per_run() {
                 &alice
             },
         );
-        async move {
-            ok(
-                host,
-                key,
-                "POST",
-                &path,
-                json!({"metrics": {"loss": loss, "acc": 0.5}}),
-            )
-            .await
-        }
+        async move { ok!(host, key, POST "{path}", {"metrics": {"loss": loss, "acc": 0.5}}) }
     };
     for loss in [1.0, 0.2] {
         log(&sweep, loss).await; // averages 1.0, then 0.6: no
@@ -762,14 +559,7 @@ async fn run_metric_automations_respect_filters_and_fire_once_per_run() {
     log(&sweep, 0.05).await; // would fire again: once per run per 24 h
     let got = receiver.wait_for(1, 10).await;
     // Each log answered once its executions were durable: one in all.
-    let (_, list) = host
-        .call(
-            "GET",
-            &format!("{PROJECT}/automations/converged/executions"),
-            &alice,
-            None,
-        )
-        .await;
+    let (_, list) = call!(host, alice, GET "{PROJECT}/automations/converged/executions");
     assert_eq!(list["data"].as_array().unwrap().len(), 1, "{list}");
     assert_eq!(receiver.received().len(), 1, "{got:?}");
     assert_eq!(
@@ -784,22 +574,8 @@ async fn retries_history_replay_and_gone() {
     receiver.answer(503);
     let (host, alice, bob) = tagging(&receiver, CONFIG, "tagged").await;
     let versions = format!("{PROJECT}/collections/detector/versions");
-    ok(
-        &host,
-        &bob,
-        "POST",
-        &versions,
-        json!({"metadata": {"accuracy": 1}}),
-    )
-    .await;
-    ok(
-        &host,
-        &bob,
-        "POST",
-        &format!("{versions}/v0/tags"),
-        json!({"tag": "a"}),
-    )
-    .await;
+    ok!(host, bob, POST "{versions}", {"metadata": {"accuracy": 1}});
+    ok!(host, bob, POST "{versions}/v0/tags", {"tag": "a"});
 
     // Down for a while, then back: the delivery gets through.
     receiver.wait_for(3, 10).await;
@@ -829,12 +605,12 @@ async fn retries_history_replay_and_gone() {
     // Replay sends it again, same id; members may not replay.
     let replay = format!("{executions}/{}/replay", execution["id"].as_str().unwrap());
     expect_error(
-        &host.call("POST", &replay, &bob, None).await,
+        &call!(host, bob, POST "{replay}"),
         403,
         "permission_denied",
         None,
     );
-    let (status, body) = host.call("POST", &replay, &alice, None).await;
+    let (status, body) = call!(host, alice, POST "{replay}");
     assert_eq!(status, 202, "{body}");
     let before = all.len();
     let again = receiver.wait_for(before + 1, 10).await;
@@ -853,35 +629,19 @@ async fn retries_history_replay_and_gone() {
 
     // 410 Gone: the execution fails at once and the webhook is disabled.
     receiver.answer(410);
-    ok(
-        &host,
-        &bob,
-        "POST",
-        &format!("{versions}/v0/tags"),
-        json!({"tag": "b"}),
-    )
-    .await;
+    ok!(host, bob, POST "{versions}/v0/tags", {"tag": "b"});
     let failed = wait_for_status(&host, &alice, &executions, "Failed").await;
     assert_eq!(failed["attempts"].as_array().unwrap().len(), 1, "{failed}");
-    let (_, webhook) = host
-        .call("GET", "/v1/teams/ml/webhooks/ci", &alice, None)
-        .await;
+    let (_, webhook) = call!(host, alice, GET "/v1/teams/ml/webhooks/ci");
     assert!(
         webhook["disabled_reason"].as_str().unwrap().contains("410"),
         "{webhook}"
     );
     let count = receiver.received().len();
-    ok(
-        &host,
-        &bob,
-        "POST",
-        &format!("{versions}/v0/tags"),
-        json!({"tag": "c"}),
-    )
-    .await;
+    ok!(host, bob, POST "{versions}/v0/tags", {"tag": "c"});
     // The tag answered once its executions were durable: this one failed
     // at once, with nothing queued, so nothing can be sent later either.
-    let (_, list) = host.call("GET", &executions, &alice, None).await;
+    let (_, list) = call!(host, alice, GET "{executions}");
     let newest = &list["data"][0];
     assert_eq!(newest["status"], "Failed", "{newest}");
     assert!(
@@ -900,12 +660,10 @@ async fn retries_history_replay_and_gone() {
     receiver.answer(200);
     let settings = json!({"url": format!("{}/hook", receiver.base),
         "access_token_secret": "TOKEN", "signing_secret": "SIGN"});
-    let webhook = ok(&host, &alice, "PUT", "/v1/teams/ml/webhooks/ci", settings).await;
+    let webhook = ok!(host, alice, PUT "/v1/teams/ml/webhooks/ci", settings);
     assert!(webhook.get("disabled_reason").is_none(), "{webhook}");
     let replay_all = format!("{PROJECT}/automations/tagged/replay");
-    let (status, body) = host
-        .call("POST", &replay_all, &alice, Some(&json!({"since_ms": 0})))
-        .await;
+    let (status, body) = call!(host, alice, POST "{replay_all}", {"since_ms": 0});
     assert_eq!(status, 202, "{body}");
     assert_eq!(body["replayed"].as_array().unwrap().len(), 1, "{body}");
     let got = receiver.wait_for(count + 1, 10).await;
@@ -923,7 +681,7 @@ async fn retries_history_replay_and_gone() {
 async fn wait_for_attempts(host: &Host, key: &str, executions: &str, n: usize) -> Value {
     let mut newest = Value::Null;
     for _ in 0..200 {
-        let (_, list) = host.call("GET", executions, key, None).await;
+        let (_, list) = call!(host, key, GET "{executions}");
         newest = list["data"][0].clone();
         if newest["attempts"].as_array().is_some_and(|a| a.len() >= n) {
             return newest;
@@ -935,7 +693,7 @@ async fn wait_for_attempts(host: &Host, key: &str, executions: &str, n: usize) -
 
 async fn wait_for_status(host: &Host, key: &str, executions: &str, status: &str) -> Value {
     for _ in 0..200 {
-        let (_, list) = host.call("GET", executions, key, None).await;
+        let (_, list) = call!(host, key, GET "{executions}");
         if list["data"][0]["status"] == status {
             return list["data"][0].clone();
         }
@@ -962,24 +720,10 @@ async fn kill_9_with_deliveries_pending_then_restart_delivers_every_one() {
     assert_ne!(config, CONFIG);
     let (mut host, _, bob) = tagging(&receiver, &config, "tagged").await;
     let versions = format!("{PROJECT}/collections/detector/versions");
-    ok(
-        &host,
-        &bob,
-        "POST",
-        &versions,
-        json!({"metadata": {"accuracy": 1}}),
-    )
-    .await;
+    ok!(host, bob, POST "{versions}", {"metadata": {"accuracy": 1}});
     const EVENTS: usize = 25;
     for i in 0..EVENTS {
-        ok(
-            &host,
-            &bob,
-            "POST",
-            &format!("{versions}/v0/tags"),
-            json!({"tag": format!("t{i}")}),
-        )
-        .await;
+        ok!(host, bob, POST "{versions}/v0/tags", {"tag": format!("t{i}")});
     }
     host.kill9();
     // Only the restarted host can be answered 200 from here on.
@@ -1024,7 +768,7 @@ async fn kill_9_with_deliveries_pending_then_restart_delivers_every_one() {
 on_each_store!(events_on_unknown_objects_are_404_and_outsiders_cannot_act);
 async fn events_on_unknown_objects_are_404_and_outsiders_cannot_act() {
     let receiver = Receiver::start().await;
-    let host = Host::builder().config(CONFIG).start().await;
+    let host = Host::with_config(CONFIG).await;
     let (alice, _) = world(&host, &receiver).await;
     let eve = host.create_user("mallory").await;
     let versions = format!("{PROJECT}/collections/detector/versions");
@@ -1041,39 +785,25 @@ async fn events_on_unknown_objects_are_404_and_outsiders_cannot_act() {
             json!({"metrics": {"loss": 1.0}}),
         ),
     ] {
-        let (status, response) = host.call("POST", &path, &alice, Some(&body)).await;
+        let (status, response) = call!(host, alice, POST "{path}", body);
         expect_error(&(status, response.clone()), 404, "not_found", None);
     }
-    let answer = host.call("POST", &versions, &eve, Some(&json!({}))).await;
+    let answer = call!(host, eve, POST "{versions}", {});
     expect_error(&answer, 404, "not_found", None);
     for (alias, why) in [
         ("v3", "reserved"),
         ("latest", "reserved"),
         ("a b", "not valid"),
     ] {
-        ok(&host, &alice, "POST", &versions, json!({})).await;
-        let (status, body) = host
-            .call(
-                "POST",
-                &format!("{versions}/v0/aliases"),
-                &alice,
-                Some(&json!({"alias": alias})),
-            )
-            .await;
+        ok!(host, alice, POST "{versions}", {});
+        let (status, body) = call!(host, alice, POST "{versions}/v0/aliases", {"alias": alias});
         expect_invalid(&(status, body.clone()), "alias");
         assert!(
             body["error"]["message"].as_str().unwrap().contains(why),
             "{body}"
         );
     }
-    let (status, body) = host
-        .call(
-            "POST",
-            &format!("{REGISTRY}/collections/x/versions"),
-            &alice,
-            Some(&json!({})),
-        )
-        .await;
+    let (status, body) = call!(host, alice, POST "{REGISTRY}/collections/x/versions", {});
     expect_invalid(&(status, body.clone()), "metadata");
 }
 
@@ -1084,20 +814,13 @@ async fn two_webhooks(host: &Host, alice: &str, fast: &Receiver, extra: Value) {
     if let (Some(h), Some(e)) = (hook.as_object_mut(), extra.as_object()) {
         h.extend(e.clone());
     }
-    ok(host, alice, "POST", "/v1/teams/ml/webhooks", hook).await;
+    ok!(host, alice, POST "/v1/teams/ml/webhooks", hook);
     for webhook in ["ci", "fast"] {
         let body = json!({"name": format!("to-{webhook}"), "event": {"type": "ADD_ARTIFACT_TAG"},
             "webhook": {"team": "ml", "name": webhook}, "action": "Webhooks"});
-        ok(host, alice, "POST", &format!("{PROJECT}/automations"), body).await;
+        ok!(host, alice, POST "{PROJECT}/automations", body);
     }
-    ok(
-        host,
-        alice,
-        "POST",
-        &format!("{PROJECT}/collections/detector/versions"),
-        json!({}),
-    )
-    .await;
+    ok!(host, alice, POST "{PROJECT}/collections/detector/versions", {});
 }
 
 on_each_store!(a_hanging_receiver_times_out_and_cannot_starve_the_others);
@@ -1106,21 +829,14 @@ async fn a_hanging_receiver_times_out_and_cannot_starve_the_others() {
     slow.delay(30_000);
     let config = CONFIG.replace("\n[delivery]", "\ntimeout_ms = 300\n[delivery]")
         + "\nper_webhook = 2\nconcurrency = 4";
-    let host = Host::builder().config(&config).start().await;
+    let host = Host::with_config(&config).await;
     let (alice, _) = world(&host, &slow).await;
     two_webhooks(&host, &alice, &fast, json!({})).await;
     let started = std::time::Instant::now();
     const EVENTS: usize = 10;
     for i in 0..EVENTS {
         let path = format!("{PROJECT}/collections/detector/versions/v0/tags");
-        ok(
-            &host,
-            &alice,
-            "POST",
-            &path,
-            json!({"tag": format!("t{i}")}),
-        )
-        .await;
+        ok!(host, alice, POST "{path}", {"tag": format!("t{i}")});
     }
     let got = fast.wait_for(EVENTS, 10).await;
     assert_eq!(got.len(), EVENTS);
@@ -1130,7 +846,7 @@ async fn a_hanging_receiver_times_out_and_cannot_starve_the_others() {
         started.elapsed()
     );
     let executions = format!("{PROJECT}/automations/to-ci/executions");
-    let (_, list) = host.call("GET", &executions, &alice, None).await;
+    let (_, list) = call!(host, alice, GET "{executions}");
     let timed_out = list["data"]
         .as_array()
         .unwrap()
@@ -1151,11 +867,11 @@ async fn standard_webhooks_headers_are_sent_when_asked_for() {
     use base64::Engine;
     use hmac::Mac;
     let (receiver, standard) = (Receiver::start().await, Receiver::start().await);
-    let host = Host::builder().config(CONFIG).start().await;
+    let host = Host::with_config(CONFIG).await;
     let (alice, _) = world(&host, &receiver).await;
     two_webhooks(&host, &alice, &standard, json!({"standard_webhooks": true})).await;
     let path = format!("{PROJECT}/collections/detector/versions/v0/tags");
-    ok(&host, &alice, "POST", &path, json!({"tag": "x"})).await;
+    ok!(host, alice, POST "{path}", {"tag": "x"});
     let got = standard.wait_for(1, 10).await;
     let request = &got[0];
     let body = verified(request);
@@ -1178,7 +894,7 @@ async fn standard_webhooks_headers_are_sent_when_asked_for() {
 on_each_store!(ssrf_rules_are_enforced_at_delivery_time);
 async fn ssrf_rules_are_enforced_at_delivery_time() {
     let receiver = Receiver::start().await;
-    let mut host = Host::builder().config(CONFIG).start().await;
+    let mut host = Host::with_config(CONFIG).await;
     let (alice, _) = world(&host, &receiver).await;
     let by_name = Receiver::start().await;
     two_webhooks(&host, &alice, &by_name, json!({})).await;
@@ -1186,14 +902,7 @@ async fn ssrf_rules_are_enforced_at_delivery_time() {
         "http://localhost:{}/hook",
         by_name.base.rsplit(':').next().unwrap()
     );
-    ok(
-        &host,
-        &alice,
-        "PUT",
-        "/v1/teams/ml/webhooks/fast",
-        json!({"url": local, "access_token_secret": "TOKEN", "signing_secret": "SIGN"}),
-    )
-    .await;
+    ok!(host, alice, PUT "/v1/teams/ml/webhooks/fast", {"url": local, "access_token_secret": "TOKEN", "signing_secret": "SIGN"});
     host.terminate().await;
     // The operator withdraws the allow-list: both webhooks now point inside.
     let strict = CONFIG.replace("allow_private = [\"127.0.0.0/8\"]", "");
@@ -1203,7 +912,7 @@ async fn ssrf_rules_are_enforced_at_delivery_time() {
         .start()
         .await;
     let path = format!("{PROJECT}/collections/detector/versions/v0/tags");
-    ok(&host, &alice, "POST", &path, json!({"tag": "x"})).await;
+    ok!(host, alice, POST "{path}", {"tag": "x"});
     for automation in ["to-ci", "to-fast"] {
         let executions = format!("{PROJECT}/automations/{automation}/executions");
         let failed = wait_for_status(&host, &alice, &executions, "Failed").await;
@@ -1221,7 +930,7 @@ async fn ssrf_rules_are_enforced_at_delivery_time() {
 on_each_store!(a_template_that_fails_at_render_time_fails_the_execution_without_retries);
 async fn a_template_that_fails_at_render_time_fails_the_execution_without_retries() {
     let receiver = Receiver::start().await;
-    let host = Host::builder().config(CONFIG).start().await;
+    let host = Host::with_config(CONFIG).await;
     let (alice, _) = world(&host, &receiver).await;
     let (status, body) = host
         .upload_plugin(
@@ -1235,24 +944,10 @@ async fn a_template_that_fails_at_render_time_fails_the_execution_without_retrie
     let automation = json!({"name": "broken", "event": {"type": "ADD_ARTIFACT_TAG"},
         "webhook": {"team": "ml", "name": "ci"}, "action": "Webhooks",
         "payload": "trap", "template_plugin": "misbehave"});
-    ok(
-        &host,
-        &alice,
-        "POST",
-        &format!("{PROJECT}/automations"),
-        automation,
-    )
-    .await;
+    ok!(host, alice, POST "{PROJECT}/automations", automation);
     let versions = format!("{PROJECT}/collections/detector/versions");
-    ok(&host, &alice, "POST", &versions, json!({})).await;
-    ok(
-        &host,
-        &alice,
-        "POST",
-        &format!("{versions}/v0/tags"),
-        json!({"tag": "x"}),
-    )
-    .await;
+    ok!(host, alice, POST "{versions}", {});
+    ok!(host, alice, POST "{versions}/v0/tags", {"tag": "x"});
     let executions = format!("{PROJECT}/automations/broken/executions");
     let failed = wait_for_status(&host, &alice, &executions, "Failed").await;
     let error = failed["error"].as_str().unwrap();
@@ -1277,7 +972,7 @@ async fn a_full_plugin_queue_delays_matching_but_loses_no_event() {
     let config = format!("{CONFIG}\n[queues.plugin]\nworkers = 1\ncapacity = 1");
     let (host, alice, _) = tagging(&receiver, &config, "tagged").await;
     let versions = format!("{PROJECT}/collections/detector/versions");
-    ok(&host, &alice, "POST", &versions, json!({})).await;
+    ok!(host, alice, POST "{versions}", {});
     const EVENTS: usize = 30;
     let path = host.url(&format!("{versions}/v0/tags"));
     let tasks: Vec<_> = (0..EVENTS)
@@ -1300,7 +995,7 @@ async fn a_full_plugin_queue_delays_matching_but_loses_no_event() {
     let got = receiver.wait_for(EVENTS, 20).await;
     // An event matched twice would show as a second execution.
     let executions = format!("{PROJECT}/automations/tagged/executions");
-    let (_, list) = host.call("GET", &executions, &alice, None).await;
+    let (_, list) = call!(host, alice, GET "{executions}");
     assert_eq!(list["data"].as_array().unwrap().len(), EVENTS, "{list}");
     let tags: Vec<String> = receiver
         .received()
@@ -1325,7 +1020,7 @@ async fn other_4xx_fail_at_once_and_an_exhausted_schedule_ends_failed() {
     let config = retrying("[0, 10, 10]");
     let (host, alice, bob) = tagging(&receiver, &config, "tagged").await;
     let versions = format!("{PROJECT}/collections/detector/versions");
-    ok(&host, &bob, "POST", &versions, json!({})).await;
+    ok!(host, bob, POST "{versions}", {});
     let executions = format!("{PROJECT}/automations/tagged/executions");
     let tags = format!("{versions}/v0/tags");
     let tag = |t: &'static str| ok(&host, &bob, "POST", &tags, json!({"tag": t}));
@@ -1366,7 +1061,7 @@ async fn events_left_in_the_inbox_by_a_crash_are_matched_at_start() {
     let stalled = format!("{CONFIG}\n[queues.plugin]\nworkers = 0\ncapacity = 1");
     let (mut host, alice, bob) = tagging(&receiver, CONFIG, "tagged").await;
     let versions = format!("{PROJECT}/collections/detector/versions");
-    ok(&host, &bob, "POST", &versions, json!({})).await;
+    ok!(host, bob, POST "{versions}", {});
     host.terminate().await;
     let mut host = Host::builder()
         .config(&stalled)
@@ -1390,7 +1085,7 @@ async fn events_left_in_the_inbox_by_a_crash_are_matched_at_start() {
         );
     }
     let executions = format!("{PROJECT}/automations/tagged/executions");
-    let (_, list) = host.call("GET", &executions, &alice, None).await;
+    let (_, list) = call!(host, alice, GET "{executions}");
     assert_eq!(list["data"], json!([]), "nothing was matched yet");
     host.kill9();
     assert!(receiver.received().is_empty());
@@ -1413,33 +1108,19 @@ async fn a_disabled_automation_does_not_deliver_until_saved_again() {
     let receiver = Receiver::start().await;
     let (host, alice, bob) = tagging(&receiver, CONFIG, "tagged").await;
     let versions = format!("{PROJECT}/collections/detector/versions");
-    ok(&host, &bob, "POST", &versions, json!({})).await;
+    ok!(host, bob, POST "{versions}", {});
     // Force-deleting its webhook disables it.
-    let (status, body) = host
-        .call(
-            "DELETE",
-            "/v1/teams/ml/webhooks/ci?force=true",
-            &alice,
-            None,
-        )
-        .await;
+    let (status, body) = call!(host, alice, DELETE "/v1/teams/ml/webhooks/ci?force=true");
     assert_eq!(status, 204, "{body}");
     let hook = json!({"name": "ci", "url": format!("{}/hook", receiver.base),
         "access_token_secret": "TOKEN", "signing_secret": "SIGN"});
-    ok(&host, &alice, "POST", "/v1/teams/ml/webhooks", hook).await;
+    ok!(host, alice, POST "/v1/teams/ml/webhooks", hook);
     let path = format!("{PROJECT}/automations/tagged");
-    let (_, automation_now) = host.call("GET", &path, &alice, None).await;
+    let (_, automation_now) = call!(host, alice, GET "{path}");
     assert_eq!(automation_now["state"], "disabled", "{automation_now}");
-    ok(
-        &host,
-        &bob,
-        "POST",
-        &format!("{versions}/v0/tags"),
-        json!({"tag": "while-off"}),
-    )
-    .await;
+    ok!(host, bob, POST "{versions}/v0/tags", {"tag": "while-off"});
     let executions = format!("{path}/executions");
-    let (_, list) = host.call("GET", &executions, &alice, None).await;
+    let (_, list) = call!(host, alice, GET "{executions}");
     assert_eq!(
         list["data"],
         json!([]),
@@ -1449,16 +1130,9 @@ async fn a_disabled_automation_does_not_deliver_until_saved_again() {
     // Saving it again re-validates and re-activates it.
     let definition = json!({"name": "tagged", "event": {"type": "ADD_ARTIFACT_TAG"},
         "webhook": {"team": "ml", "name": "ci"}, "action": "Webhooks", "payload": TEMPLATE});
-    let saved = ok(&host, &alice, "PUT", &path, definition).await;
+    let saved = ok!(host, alice, PUT "{path}", definition);
     assert_eq!(saved["state"], "active", "{saved}");
-    ok(
-        &host,
-        &bob,
-        "POST",
-        &format!("{versions}/v0/tags"),
-        json!({"tag": "back-on"}),
-    )
-    .await;
+    ok!(host, bob, POST "{versions}/v0/tags", {"tag": "back-on"});
     let got = receiver.wait_for(1, 10).await;
     assert_eq!(got.len(), 1);
     assert_eq!(verified(&got[0])["tag"], "back-on");
@@ -1467,68 +1141,33 @@ async fn a_disabled_automation_does_not_deliver_until_saved_again() {
 on_each_store!(linking_needs_membership_of_the_source_team);
 async fn linking_needs_membership_of_the_source_team() {
     let receiver = Receiver::start().await;
-    let host = Host::builder().config(CONFIG).start().await;
+    let host = Host::with_config(CONFIG).await;
     let world = World::build(&host, Some(&format!("{}/hook", receiver.base))).await;
-    ok(
-        &host,
-        &world.alice,
-        "POST",
-        &format!("{PROJECT}/collections/detector/versions"),
-        json!({}),
-    )
-    .await;
+    ok!(host, world.alice, POST "{PROJECT}/collections/detector/versions", {});
     // eve becomes a member of the registry, not of team ml.
-    ok(
-        &host,
-        &world.alice,
-        "PUT",
-        &format!("{REGISTRY}/members/eve"),
-        json!({"role": "member"}),
-    )
-    .await;
-    ok(
-        &host,
-        &world.alice,
-        "POST",
-        &format!("{REGISTRY}/collections"),
-        json!({"name": "detectors"}),
-    )
-    .await;
+    ok!(host, world.alice, PUT "{REGISTRY}/members/eve", {"role": "member"});
+    ok!(host, world.alice, POST "{REGISTRY}/collections", {"name": "detectors"});
     let link = format!("{REGISTRY}/collections/detectors/links");
     let source =
         json!({"team": "ml", "project": "vision", "collection": "detector", "version": "v0"});
-    let answer = host.call("POST", &link, &world.eve, Some(&source)).await;
+    let answer = call!(host, world.eve, POST "{link}", source);
     expect_error(&answer, 404, "not_found", None);
-    let (status, linked) = host.call("POST", &link, &world.bob, Some(&source)).await;
+    let (status, linked) = call!(host, world.bob, POST "{link}", source);
     assert_eq!(status, 201, "a member of both links: {linked}");
 }
 
 on_each_store!(an_automation_with_the_github_adapter_sends_a_repository_dispatch);
 async fn an_automation_with_the_github_adapter_sends_a_repository_dispatch() {
     let receiver = Receiver::start().await;
-    let host = Host::builder().config(CONFIG).start().await;
+    let host = Host::with_config(CONFIG).await;
     let (alice, bob) = world(&host, &receiver).await;
     let body = json!({"name": "dispatch", "event": {"type": "ADD_ARTIFACT_TAG"},
         "webhook": {"team": "ml", "name": "ci"}, "action": "Webhooks",
         "payload": "model-tagged", "template_plugin": "github"});
-    ok(
-        &host,
-        &alice,
-        "POST",
-        &format!("{PROJECT}/automations"),
-        body,
-    )
-    .await;
+    ok!(host, alice, POST "{PROJECT}/automations", body);
     let versions = format!("{PROJECT}/collections/detector/versions");
-    ok(&host, &bob, "POST", &versions, json!({"metadata": {}})).await;
-    ok(
-        &host,
-        &bob,
-        "POST",
-        &format!("{versions}/v0/tags"),
-        json!({"tag": "gold"}),
-    )
-    .await;
+    ok!(host, bob, POST "{versions}", {"metadata": {}});
+    ok!(host, bob, POST "{versions}/v0/tags", {"tag": "gold"});
     let sent = receiver.wait_for(1, 10).await;
     let dispatch = verified(&sent[0]);
     assert_eq!(dispatch["event_type"], "model-tagged");
@@ -1550,7 +1189,7 @@ async fn an_automation_with_the_github_adapter_sends_a_repository_dispatch() {
 on_each_store!(a_kept_template_instance_serves_only_the_team_it_first_served);
 async fn a_kept_template_instance_serves_only_the_team_it_first_served() {
     let (receiver, eves) = (Receiver::start().await, Receiver::start().await);
-    let host = Host::builder().config(CONFIG).start().await;
+    let host = Host::with_config(CONFIG).await;
     let world = World::build(&host, Some(&format!("{}/hook", receiver.base))).await;
     let (status, body) = host
         .upload_plugin(
@@ -1563,25 +1202,11 @@ async fn a_kept_template_instance_serves_only_the_team_it_first_served() {
     // eve's team gets the same plugin, its own webhook and project.
     let eve = &world.eve;
     let hook = json!({"name": "hook", "url": format!("{}/hook", eves.base)});
-    ok(&host, eve, "POST", "/v1/teams/other/webhooks", hook).await;
+    ok!(host, eve, POST "/v1/teams/other/webhooks", hook);
     let theirs = "/v1/teams/other/projects/lab";
-    ok(
-        &host,
-        eve,
-        "POST",
-        "/v1/teams/other/projects",
-        json!({"name": "lab"}),
-    )
-    .await;
+    ok!(host, eve, POST "/v1/teams/other/projects", {"name": "lab"});
     let collection = json!({"name": "detector"});
-    ok(
-        &host,
-        eve,
-        "POST",
-        &format!("{theirs}/collections"),
-        collection,
-    )
-    .await;
+    ok!(host, eve, POST "{theirs}/collections", collection);
     for (key, scope, team, webhook) in [
         (&world.alice, PROJECT, "ml", "ci"),
         (eve, theirs, "other", "hook"),
@@ -1589,20 +1214,13 @@ async fn a_kept_template_instance_serves_only_the_team_it_first_served() {
         let automation = json!({"name": "recall", "event": {"type": "ADD_ARTIFACT_TAG"},
             "webhook": {"team": team, "name": webhook}, "action": "Webhooks",
             "payload": "{}", "template_plugin": "recall"});
-        ok(
-            &host,
-            key,
-            "POST",
-            &format!("{scope}/automations"),
-            automation,
-        )
-        .await;
+        ok!(host, key, POST "{scope}/automations", automation);
         let versions = format!("{scope}/collections/detector/versions");
-        ok(&host, key, "POST", &versions, json!({})).await;
+        ok!(host, key, POST "{versions}", {});
     }
     let tag = async |key: &str, scope: &str, tag: &str| {
         let path = format!("{scope}/collections/detector/versions/v0/tags");
-        ok(&host, key, "POST", &path, json!({"tag": tag})).await;
+        ok!(host, key, POST "{path}", {"tag": tag});
     };
     let seen = |r: &Received| r.json()["seen"].clone();
 

@@ -306,6 +306,11 @@ impl Host {
         HostBuilder::default().with_model().start().await
     }
 
+    /// A host started with `toml` as its configuration file.
+    pub async fn with_config(toml: &str) -> Host {
+        Host::builder().config(toml).start().await
+    }
+
     /// Configure before starting.
     pub fn builder() -> HostBuilder {
         HostBuilder::default()
@@ -660,6 +665,38 @@ macro_rules! on_each_store {
                 $crate::harness::Engine::Postgres.run(super::$name()).await
             }
         }
+    };
+}
+
+/// A request as the holder of `$key`, as it comes back, `(status, body)`:
+/// `call!(host, alice, PUT "/v1/teams/{team}/members/bob", {"role": "admin"})`.
+/// The path is a `format!` string; the body, a `json!` value (a literal in
+/// braces or brackets, or one variable), may be left out.
+macro_rules! call {
+    ($host:expr, $key:expr, $method:ident $path:literal $(, $body:tt)?) => {
+        $host
+            .call(stringify!($method), &format!($path), &$key, json_body!($($body)?).as_ref())
+            .await
+    };
+}
+
+/// [`call!`] that must succeed (200 or 201); the body it answers.
+macro_rules! ok {
+    ($host:expr, $key:expr, $method:ident $path:literal $(, $body:tt)?) => {{
+        let (status, body) = call!($host, $key, $method $path $(, $body)?);
+        let request = concat!(stringify!($method), " ", $path);
+        assert!(status == 200 || status == 201, "{request}: {status} {body}");
+        body
+    }};
+}
+
+/// The optional body of [`call!`].
+macro_rules! json_body {
+    () => {
+        None::<serde_json::Value>
+    };
+    ($body:tt) => {
+        Some(serde_json::json!($body))
     };
 }
 

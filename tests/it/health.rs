@@ -32,10 +32,10 @@ async fn system_check_passes_without_auth() {
 on_each_store!(a_stalled_queue_fails_the_check_with_503_and_the_same_body);
 async fn a_stalled_queue_fails_the_check_with_503_and_the_same_body() {
     // No workers: probe jobs are queued but never run, so the probe times out.
-    let host = Host::builder()
-        .config("[queues.plugin]\nworkers = 0\ncapacity = 16\n[health]\nprobe_timeout_ms = 300")
-        .start()
-        .await;
+    let host = Host::with_config(
+        "[queues.plugin]\nworkers = 0\ncapacity = 16\n[health]\nprobe_timeout_ms = 300",
+    )
+    .await;
     let response = host.raw("GET", "/v1/system-check").await;
     assert_eq!(response.status(), 503);
     let body: Value = response.json().await.unwrap();
@@ -57,10 +57,10 @@ async fn a_stalled_queue_fails_the_check_with_503_and_the_same_body() {
 
 on_each_store!(a_full_inference_queue_fails_the_gpu_check);
 async fn a_full_inference_queue_fails_the_gpu_check() {
-    let host = Host::builder()
-        .config("[queues.inference]\nworkers = 0\ncapacity = 1\n[health]\nprobe_timeout_ms = 200")
-        .start()
-        .await;
+    let host = Host::with_config(
+        "[queues.inference]\nworkers = 0\ncapacity = 1\n[health]\nprobe_timeout_ms = 200",
+    )
+    .await;
     // The first check fills the one slot; the second is refused at once.
     let (first, _) = host.get_anon("/v1/system-check").await;
     assert_eq!(first, 503);
@@ -72,10 +72,10 @@ async fn a_full_inference_queue_fails_the_gpu_check() {
 
 on_each_store!(a_missing_model_fails_the_gpu_check_and_leaves_the_rest_serving);
 async fn a_missing_model_fails_the_gpu_check_and_leaves_the_rest_serving() {
-    let host = Host::builder()
-        .config("[inference]\nauto_pull = false\nmodel_path = \"/nonexistent/model.gguf\"")
-        .start()
-        .await;
+    let host = Host::with_config(
+        "[inference]\nauto_pull = false\nmodel_path = \"/nonexistent/model.gguf\"",
+    )
+    .await;
     let (status, body) = host.get_anon("/v1/system-check").await;
     assert_eq!(status, 503, "{body}");
     assert_check(&body, "database", true);
@@ -86,9 +86,7 @@ async fn a_missing_model_fails_the_gpu_check_and_leaves_the_rest_serving() {
     // Chat is unavailable and says why; the rest of the API serves.
     let chat =
         json!({"model": "SmolLM2-135M-Instruct", "messages": [{"role": "user", "content": "hi"}]});
-    let answer = host
-        .call("POST", "/v1/chat/completions", OPERATOR_KEY, Some(&chat))
-        .await;
+    let answer = call!(host, OPERATOR_KEY, POST "/v1/chat/completions", chat);
     expect_error(&answer, 503, "unavailable", None);
     let (status, team) = host.post("/v1/teams", &json!({"name": "ml"})).await;
     assert_eq!(status, 201, "{team}");

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use crate::harness::{Engine, Host, expect_error, expect_invalid};
 use crate::receiver::Receiver;
-use crate::world::{PROJECT, REGISTRY, World, ok};
+use crate::world::{PROJECT, REGISTRY, World};
 
 const LOOPBACK: &str = "[webhooks]\nallow_private = [\"127.0.0.0/8\"]";
 
@@ -15,29 +15,15 @@ const LOOPBACK: &str = "[webhooks]\nallow_private = [\"127.0.0.0/8\"]";
 async fn world(host: &Host, receiver: &Receiver) -> (World, String) {
     let world = World::build(host, Some(&format!("{}/hook", receiver.base))).await;
     let versions = format!("{PROJECT}/collections/detector/versions");
-    ok(
-        host,
-        &world.alice,
-        "POST",
-        &versions,
-        json!({"metadata": {}}),
-    )
-    .await;
-    let run = ok(
-        host,
-        &world.alice,
-        "POST",
-        &format!("{PROJECT}/runs"),
-        json!({"name": "r1"}),
-    )
-    .await;
+    ok!(host, world.alice, POST "{versions}", {"metadata": {}});
+    let run = ok!(host, world.alice, POST "{PROJECT}/runs", {"name": "r1"});
     (world, run["id"].as_str().unwrap().to_string())
 }
 
 on_each_store!(a_nul_anywhere_is_a_400_naming_its_field_and_nothing_is_stored);
 async fn a_nul_anywhere_is_a_400_naming_its_field_and_nothing_is_stored() {
     let receiver = Receiver::start().await;
-    let host = Host::builder().config(LOOPBACK).start().await;
+    let host = Host::with_config(LOOPBACK).await;
     let (world, run) = world(&host, &receiver).await;
     let version = format!("{PROJECT}/collections/detector/versions/v0");
     let automation = |name: &str, payload: &str| {
@@ -200,18 +186,11 @@ async fn a_nul_anywhere_is_a_400_naming_its_field_and_nothing_is_stored() {
         "/v1/registries/models/collections/bad%00x/versions",
         "/v1/teams/ml/projects/vision/collections/detector/versions?since=1%00",
     ] {
-        let answer = host.call("GET", path, &world.alice, None).await;
+        let answer = call!(host, world.alice, GET "{path}");
         let error = expect_error(&answer, 400, "invalid_request", None);
         assert!(error["message"].as_str().unwrap().contains("NUL"), "{path}");
     }
-    let answer = host
-        .call(
-            "PUT",
-            "/v1/teams/ml/secrets/A%00B",
-            &world.alice,
-            Some(&json!({"value": "v"})),
-        )
-        .await;
+    let answer = call!(host, world.alice, PUT "/v1/teams/ml/secrets/A%00B", {"value": "v"});
     expect_error(&answer, 400, "invalid_request", None);
     // Nothing of it was stored, and the host carries on serving.
     let listed = |path: &str| {
@@ -219,7 +198,7 @@ async fn a_nul_anywhere_is_a_400_naming_its_field_and_nothing_is_stored() {
         let key = world.alice.clone();
         let host = &host;
         async move {
-            let (status, body) = host.call("GET", &path, &key, None).await;
+            let (status, body) = call!(host, key, GET "{path}");
             assert_eq!(status, 200, "{path}: {body}");
             body["data"].as_array().unwrap().len()
         }
@@ -257,14 +236,8 @@ async fn a_payload_naming_one_missing_secret_many_times_costs_one_lookup() {
     };
     let before = lookups();
     let text = format!("{{\"x\": \"{}\"}}", "$NOPE ".repeat(16_000));
-    let (status, outcome) = host
-        .call(
-            "POST",
-            "/v1/teams/ml/webhooks/ci/test",
-            &world.alice,
-            Some(&json!({"payload": text})),
-        )
-        .await;
+    let (status, outcome) =
+        call!(host, world.alice, POST "/v1/teams/ml/webhooks/ci/test", {"payload": text});
     assert_eq!(status, 200, "{outcome}");
     assert_eq!(outcome["success"], true, "{outcome}");
     // Not a team secret: plain text, sent as written.
@@ -287,14 +260,7 @@ async fn a_payload_naming_one_missing_secret_many_times_costs_one_lookup() {
     // More distinct names than a payload may hold: refused before any
     // lookup, at the test and at an automation's save alike.
     let many: String = (0..1_001).map(|i| format!("$N{i} ")).collect();
-    let answer = host
-        .call(
-            "POST",
-            "/v1/teams/ml/webhooks/ci/test",
-            &world.alice,
-            Some(&json!({"payload": format!("{{\"x\": \"{many}\"}}")})),
-        )
-        .await;
+    let answer = call!(host, world.alice, POST "/v1/teams/ml/webhooks/ci/test", {"payload": format!("{{\"x\": \"{many}\"}}")});
     let error = expect_invalid(&answer, "payload");
     assert!(
         error["message"].as_str().unwrap().contains("at most 1000"),
@@ -303,14 +269,7 @@ async fn a_payload_naming_one_missing_secret_many_times_costs_one_lookup() {
     let automation = json!({"name": "many", "event": {"type": "ADD_ARTIFACT_TAG"},
         "webhook": {"team": "ml", "name": "ci"}, "action": "Webhooks",
         "payload": format!("{{\"x\": \"{many}\"}}")});
-    let answer = host
-        .call(
-            "POST",
-            &format!("{PROJECT}/automations"),
-            &world.alice,
-            Some(&automation),
-        )
-        .await;
+    let answer = call!(host, world.alice, POST "{PROJECT}/automations", automation);
     expect_invalid(&answer, "payload");
     assert_eq!(receiver.received().len(), 1);
 }

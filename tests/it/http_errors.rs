@@ -81,10 +81,7 @@ async fn unknown_and_mistyped_fields_are_named() {
 
 on_each_store!(oversized_bodies_are_413_declared_or_chunked);
 async fn oversized_bodies_are_413_declared_or_chunked() {
-    let host = Host::builder()
-        .config("[limits]\nmax_body_bytes = 1024")
-        .start()
-        .await;
+    let host = Host::with_config("[limits]\nmax_body_bytes = 1024").await;
     let big = format!("{{\"name\": \"{}\"}}", "x".repeat(4096));
     let declared = host
         .http
@@ -151,10 +148,7 @@ async fn wrong_content_type_is_415() {
 
 on_each_store!(a_client_that_never_finishes_its_headers_is_dropped);
 async fn a_client_that_never_finishes_its_headers_is_dropped() {
-    let host = Host::builder()
-        .config("[limits]\nheader_read_timeout_ms = 300")
-        .start()
-        .await;
+    let host = Host::with_config("[limits]\nheader_read_timeout_ms = 300").await;
     let mut stream = TcpStream::connect(host.addr()).unwrap();
     stream
         .write_all(b"GET /v1/system-check HTTP/1.1\r\nHost: x\r\n")
@@ -178,10 +172,7 @@ async fn a_client_that_never_finishes_its_headers_is_dropped() {
 
 on_each_store!(a_client_that_never_finishes_its_body_gets_408);
 async fn a_client_that_never_finishes_its_body_gets_408() {
-    let host = Host::builder()
-        .config("[limits]\nbody_read_timeout_ms = 300")
-        .start()
-        .await;
+    let host = Host::with_config("[limits]\nbody_read_timeout_ms = 300").await;
     let mut stream = TcpStream::connect(host.addr()).unwrap();
     let head = format!(
         "POST /v1/me/api-keys HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {OPERATOR_KEY}\r\n\
@@ -217,10 +208,7 @@ fn closed_by_host(mut stream: TcpStream) -> Duration {
 
 on_each_store!(a_connection_that_sends_nothing_is_closed_after_the_header_timeout);
 async fn a_connection_that_sends_nothing_is_closed_after_the_header_timeout() {
-    let host = Host::builder()
-        .config("[limits]\nheader_read_timeout_ms = 300")
-        .start()
-        .await;
+    let host = Host::with_config("[limits]\nheader_read_timeout_ms = 300").await;
     closed_by_host(TcpStream::connect(host.addr()).unwrap());
     // One byte of the HTTP/2 preface, then nothing: protocol detection waits
     // for more, and is bounded by the same timeout.
@@ -231,10 +219,8 @@ async fn a_connection_that_sends_nothing_is_closed_after_the_header_timeout() {
 
 on_each_store!(the_system_check_answers_while_more_idle_connections_than_the_cap_are_held);
 async fn the_system_check_answers_while_more_idle_connections_than_the_cap_are_held() {
-    let host = Host::builder()
-        .config("[limits]\nmax_connections = 32\nheader_read_timeout_ms = 60000")
-        .start()
-        .await;
+    let host =
+        Host::with_config("[limits]\nmax_connections = 32\nheader_read_timeout_ms = 60000").await;
     let idle: Vec<TcpStream> = (0..100)
         .map(|_| TcpStream::connect(host.addr()).unwrap())
         .collect();

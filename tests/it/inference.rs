@@ -41,7 +41,7 @@ on_each_store!(models_are_listed_for_callers_with_a_key);
 async fn models_are_listed_for_callers_with_a_key() {
     let host = Host::with_model().await;
     let alice = host.create_user("alice").await;
-    let (status, body) = host.call("GET", "/v1/models", &alice, None).await;
+    let (status, body) = call!(host, alice, GET "/v1/models");
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["object"], "list");
     let model = &body["data"][0];
@@ -53,9 +53,7 @@ async fn models_are_listed_for_callers_with_a_key() {
         model["created"].is_u64() && model["owned_by"].is_string(),
         "{model}"
     );
-    let (status, body) = host
-        .call("GET", &format!("/v1/models/{MODEL}"), &alice, None)
-        .await;
+    let (status, body) = call!(host, alice, GET "/v1/models/{MODEL}");
     assert_eq!((status, &body["id"]), (200, &json!(MODEL)));
     let (status, body) = host.get_anon("/v1/models").await;
     expect_error(&(status, body.clone()), 401, "invalid_api_key", None);
@@ -101,9 +99,7 @@ async fn a_completion_has_usage_that_adds_up_and_is_counted_for_its_project() {
         assert_eq!(usage["total_tokens"].as_u64().unwrap(), prompt + completion);
         totals = (totals.0 + prompt, totals.1 + completion);
     }
-    let (status, usage) = host
-        .call("GET", "/v1/teams/ml/projects/vision/usage", &alice, None)
-        .await;
+    let (status, usage) = call!(host, alice, GET "/v1/teams/ml/projects/vision/usage");
     assert_eq!(status, 200, "{usage}");
     assert_eq!(usage["total"]["requests"], 2);
     assert_eq!(usage["total"]["prompt_tokens"].as_u64().unwrap(), totals.0);
@@ -119,15 +115,13 @@ async fn a_completion_has_usage_that_adds_up_and_is_counted_for_its_project() {
     );
     // Without a project header, usage goes to the caller, not the project,
     // and the caller reads it at /v1/me/usage.
-    let (_, mine) = host.call("GET", "/v1/me/usage", &alice, None).await;
+    let (_, mine) = call!(host, alice, GET "/v1/me/usage");
     assert_eq!(mine["total"]["requests"], 0, "{mine}");
     let (status, reply) = chat(&host, &alice, &body).await;
     assert_eq!(status, 200);
-    let (_, after) = host
-        .call("GET", "/v1/teams/ml/projects/vision/usage", &alice, None)
-        .await;
+    let (_, after) = call!(host, alice, GET "/v1/teams/ml/projects/vision/usage");
     assert_eq!(after["total"]["requests"], 2);
-    let (status, mine) = host.call("GET", "/v1/me/usage", &alice, None).await;
+    let (status, mine) = call!(host, alice, GET "/v1/me/usage");
     assert_eq!(status, 200, "{mine}");
     assert_eq!(mine["user"], "alice");
     assert_eq!(mine["total"]["requests"], 1);

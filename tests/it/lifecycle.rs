@@ -115,9 +115,7 @@ async fn a_master_key_from_the_environment_seals_secrets_and_a_wrong_one_is_refu
         .start()
         .await;
     let test = "/v1/teams/ml/webhooks/ci/test";
-    let (status, outcome) = again
-        .call("POST", test, &world.alice, Some(&json!({})))
-        .await;
+    let (status, outcome) = call!(again, world.alice, POST "{test}", {});
     assert_eq!(
         (status, &outcome["success"]),
         (200, &json!(true)),
@@ -156,7 +154,7 @@ async fn the_bootstrap_key_is_printed_once_and_works() {
         .find(|w| w.starts_with("sy_"))
         .unwrap_or_else(|| panic!("no key printed:\n{log}"))
         .to_string();
-    let (status, me) = host.call("GET", "/v1/me", &key, None).await;
+    let (status, me) = call!(host, key, GET "/v1/me");
     assert_eq!((status, &me["operator"]), (200, &json!(true)), "{me}");
     host.terminate().await;
     let again = Host::builder()
@@ -169,7 +167,7 @@ async fn the_bootstrap_key_is_printed_once_and_works() {
         "printed only once: {}",
         again.log()
     );
-    assert_eq!(again.call("GET", "/v1/me", &key, None).await.0, 200);
+    assert_eq!(call!(again, key, GET "/v1/me").0, 200);
 }
 
 on_each_store!(flags_win_over_the_environment_which_wins_over_the_file);
@@ -205,7 +203,7 @@ async fn flags_win_over_the_environment_which_wins_over_the_file() {
             })
             .collect::<Vec<_>>()
     };
-    let host = Host::builder().config(&file).start().await;
+    let host = Host::with_config(&file).await;
     assert_eq!(loaded(host).await, ["from-file"]);
     let host = Host::builder()
         .config(&file)
@@ -230,76 +228,34 @@ async fn flags_win_over_the_environment_which_wins_over_the_file() {
 async fn an_embedded_store_copied_to_postgres_serves_the_same() {
     let receiver = Receiver::start().await;
     let config = "[webhooks]\nallow_private = [\"127.0.0.0/8\"]";
-    let mut host = Host::builder().config(config).start().await;
+    let mut host = Host::with_config(config).await;
     let world = World::build(&host, Some(&format!("{}/hook", receiver.base))).await;
     let project = crate::world::PROJECT;
     let automation = json!({"name": "tagged", "event": {"type": "ADD_ARTIFACT_TAG"},
         "webhook": {"team": "ml", "name": "ci"}, "action": "Webhooks",
         "payload": r#"{"tag": "${tag}"}"#});
-    crate::world::ok(
-        &host,
-        &world.alice,
-        "POST",
-        &format!("{project}/automations"),
-        automation,
-    )
-    .await;
+    ok!(host, world.alice, POST "{project}/automations", automation);
     let versions = format!("{project}/collections/detector/versions");
-    crate::world::ok(
-        &host,
-        &world.bob,
-        "POST",
-        &versions,
-        json!({"metadata": {"a": 1}}),
-    )
-    .await;
+    ok!(host, world.bob, POST "{versions}", {"metadata": {"a": 1}});
     let v0 = format!("{versions}/v0");
-    crate::world::ok(
-        &host,
-        &world.bob,
-        "POST",
-        &format!("{v0}/aliases"),
-        json!({"alias": "prod"}),
-    )
-    .await;
-    crate::world::ok(
-        &host,
-        &world.bob,
-        "POST",
-        &format!("{v0}/tags"),
-        json!({"tag": "gold"}),
-    )
-    .await;
+    ok!(host, world.bob, POST "{v0}/aliases", {"alias": "prod"});
+    ok!(host, world.bob, POST "{v0}/tags", {"tag": "gold"});
     receiver.wait_for(1, 10).await;
     // The attempt is recorded just after the receiver answers: wait for it,
     // so the store holds a finished history when it is read and copied.
     let history = format!("{project}/automations/tagged/executions");
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
-        let (_, list) = host.call("GET", &history, &world.alice, None).await;
+        let (_, list) = call!(host, world.alice, GET "{history}");
         if list["data"][0]["status"] == "Finished" {
             break;
         }
         assert!(std::time::Instant::now() < deadline, "not finished: {list}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let run = crate::world::ok(
-        &host,
-        &world.bob,
-        "POST",
-        &format!("{project}/runs"),
-        json!({"name": "r1"}),
-    )
-    .await;
+    let run = ok!(host, world.bob, POST "{project}/runs", {"name": "r1"});
     let run_path = format!("{project}/runs/{}", run["id"].as_str().unwrap());
-    crate::world::ok(
-        &host,
-        &world.bob,
-        "POST",
-        &format!("{run_path}/metrics"),
-        json!({"metrics": {"loss": 0.5}}),
-    )
-    .await;
+    ok!(host, world.bob, POST "{run_path}/metrics", {"metrics": {"loss": 0.5}});
     let read = async |host: &Host| {
         let mut seen = Vec::new();
         for path in [
@@ -313,7 +269,7 @@ async fn an_embedded_store_copied_to_postgres_serves_the_same() {
             run_path.clone(),
             "/v1/registries/models/members".to_string(),
         ] {
-            let (status, body) = host.call("GET", &path, &world.alice, None).await;
+            let (status, body) = call!(host, world.alice, GET "{path}");
             assert_eq!(status, 200, "{path}: {body}");
             seen.push(body);
         }
@@ -343,9 +299,7 @@ async fn an_embedded_store_copied_to_postgres_serves_the_same() {
         before,
         "the copy reads as the original"
     );
-    let (status, test) = copied
-        .call("POST", "/v1/teams/ml/webhooks/ci/test", &world.alice, None)
-        .await;
+    let (status, test) = call!(copied, world.alice, POST "/v1/teams/ml/webhooks/ci/test");
     assert_eq!(status, 200, "{test}");
     let sent = receiver.wait_for(2, 10).await;
     assert_eq!(

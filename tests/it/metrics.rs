@@ -5,7 +5,7 @@ use serde_json::json;
 
 use crate::harness::{Host, expect_error};
 use crate::receiver::Receiver;
-use crate::world::{PROJECT, World, ok};
+use crate::world::{PROJECT, World};
 
 /// The value of the sample `name{labels…}` (labels in any order).
 pub fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
@@ -35,28 +35,18 @@ async fn scrape(host: &Host) -> String {
 on_each_store!(metrics_count_requests_deliveries_plugins_and_queues);
 async fn metrics_count_requests_deliveries_plugins_and_queues() {
     let receiver = Receiver::start().await;
-    let host = Host::builder()
-        .config("[webhooks]\nallow_private = [\"127.0.0.0/8\"]")
-        .start()
-        .await;
+    let host = Host::with_config("[webhooks]\nallow_private = [\"127.0.0.0/8\"]").await;
     let world = World::build(&host, Some(&format!("{}/hook", receiver.base))).await;
     let automation = json!({"name": "tagged", "event": {"type": "ADD_ARTIFACT_TAG"},
         "webhook": {"team": "ml", "name": "ci"}, "action": "Webhooks",
         "payload": r#"{"tag": "${tag}"}"#});
-    ok(
-        &host,
-        &world.alice,
-        "POST",
-        &format!("{PROJECT}/automations"),
-        automation,
-    )
-    .await;
+    ok!(host, world.alice, POST "{PROJECT}/automations", automation);
     let versions = format!("{PROJECT}/collections/detector/versions");
-    ok(&host, &world.bob, "POST", &versions, json!({})).await;
+    ok!(host, world.bob, POST "{versions}", {});
     let before = scrape(&host).await;
     let tags = format!("{versions}/v0/tags");
     for tag in ["a", "b"] {
-        ok(&host, &world.bob, "POST", &tags, json!({"tag": tag})).await;
+        ok!(host, world.bob, POST "{tags}", {"tag": tag});
     }
     receiver.wait_for(2, 10).await;
     // A delivery is counted once its attempt is recorded, just after the
@@ -93,14 +83,11 @@ async fn metrics_count_requests_deliveries_plugins_and_queues() {
         !text.contains("route=\"/v1/teams/ml/"),
         "routes are templates, never raw paths:\n{text}"
     );
-    assert!(
-        sample(
-            &text,
-            "switchyard_http_request_duration_seconds_count",
-            &[("route", route)]
-        )
-        .is_some_and(|n| n >= 2.0),
-        "{text}"
+    at_least(
+        &text,
+        "switchyard_http_request_duration_seconds_count",
+        &[("route", route)],
+        2.0,
     );
     assert_eq!(
         sample(&text, "switchyard_delivery_duration_seconds_count", &[]),
@@ -117,23 +104,17 @@ async fn metrics_count_requests_deliveries_plugins_and_queues() {
         ],
     );
     assert!(renders.is_some_and(|n| n >= 2.0), "{text}");
-    assert!(
-        sample(
-            &text,
-            "switchyard_plugin_call_duration_seconds_count",
-            &[("plugin", "filter-default")]
-        )
-        .is_some_and(|n| n >= 2.0),
-        "{text}"
+    at_least(
+        &text,
+        "switchyard_plugin_call_duration_seconds_count",
+        &[("plugin", "filter-default")],
+        2.0,
     );
-    assert!(
-        sample(
-            &text,
-            "switchyard_queue_wait_seconds_count",
-            &[("queue", "plugin")]
-        )
-        .is_some_and(|n| n >= 4.0),
-        "{text}"
+    at_least(
+        &text,
+        "switchyard_queue_wait_seconds_count",
+        &[("queue", "plugin")],
+        4.0,
     );
     assert_eq!(
         sample(&text, "switchyard_queue_depth", &[("queue", "plugin")]),
@@ -169,10 +150,7 @@ async fn metrics_count_requests_deliveries_plugins_and_queues() {
 
 on_each_store!(metrics_can_require_an_operator_key);
 async fn metrics_can_require_an_operator_key() {
-    let host = Host::builder()
-        .config("[metrics]\nrequire_key = true")
-        .start()
-        .await;
+    let host = Host::with_config("[metrics]\nrequire_key = true").await;
     expect_error(
         &host.get_anon("/metrics").await,
         401,
@@ -181,7 +159,7 @@ async fn metrics_can_require_an_operator_key() {
     );
     let bob = host.create_user("bob").await;
     expect_error(
-        &host.call("GET", "/metrics", &bob, None).await,
+        &call!(host, bob, GET "/metrics"),
         403,
         "permission_denied",
         None,
@@ -207,7 +185,7 @@ on_each_store!(every_request_is_logged_once_with_its_request_id_and_caller);
 async fn every_request_is_logged_once_with_its_request_id_and_caller() {
     let host = Host::start().await;
     let alice = host.create_user("alice").await;
-    let (_, me) = host.call("GET", "/v1/me", &alice, None).await;
+    let (_, me) = call!(host, alice, GET "/v1/me");
     let response = host
         .http
         .get(host.url("/v1/teams/nope"))
@@ -286,4 +264,13 @@ async fn stdout_has_one_line_and_json_logs_are_json_lines_without_colour() {
         "a message, not a Debug dump: {why}"
     );
     assert!(!why.contains("Check {"), "{why}");
+}
+
+/// Asserts that the sample of `family` with `labels` in `text` is at least `n`.
+fn at_least(text: &str, family: &str, labels: &[(&str, &str)], n: f64) {
+    let value = sample(text, family, labels);
+    assert!(
+        value.is_some_and(|v| v >= n),
+        "{family} {labels:?} is {value:?}, want ≥ {n}: {text}"
+    );
 }

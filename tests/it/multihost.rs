@@ -68,7 +68,7 @@ async fn world(hosts: &[Host], receiver: &Receiver) -> (String, String) {
 
 async fn tag(host: &Host, key: &str, tag: &str) {
     let path = format!("{PROJECT}/collections/detector/versions/v0/tags");
-    ok(host, key, "POST", &path, json!({"tag": tag})).await;
+    ok!(host, key, POST "{path}", {"tag": tag});
 }
 
 /// Waits (at most `secs`) until the automation has `n` executions, all
@@ -77,7 +77,7 @@ async fn finished(host: &Host, key: &str, n: usize, secs: u64) -> Vec<usize> {
     let path = format!("{PROJECT}/automations/tagged/executions");
     let deadline = Instant::now() + Duration::from_secs(secs);
     loop {
-        let (_, list) = host.call("GET", &path, key, None).await;
+        let (_, list) = call!(host, key, GET "{path}");
         let data = list["data"].as_array().cloned().unwrap_or_default();
         if data.len() == n && data.iter().all(|e| e["status"] == "Finished") {
             return data
@@ -396,9 +396,7 @@ async fn a_database_that_goes_away_is_survived_without_a_restart() {
                 "{report}"
             );
             let path = format!("{PROJECT}/collections/detector/versions/v0/tags");
-            let refused = host
-                .call("POST", &path, &bob, Some(&json!({"tag": "refused"})))
-                .await;
+            let refused = call!(host, bob, POST "{path}", {"tag": "refused"});
             let error = expect_error(&refused, 503, "store_unavailable", None);
             assert!(
                 error["message"].as_str().unwrap().contains("store"),
@@ -473,9 +471,7 @@ async fn an_unreachable_database_shows_no_credential_or_location_to_callers() {
             answers.push(metrics.text().await.unwrap());
             let path = format!("{PROJECT}/collections/detector/versions/v0/tags");
             for key in ["sy_not_a_key_at_all", bob.as_str()] {
-                let answer = host
-                    .call("POST", &path, key, Some(&json!({"tag": "t"})))
-                    .await;
+                let answer = call!(host, key, POST "{path}", {"tag": "t"});
                 let error = expect_error(&answer, 503, "store_unavailable", None);
                 assert!(
                     error["message"]
@@ -625,14 +621,7 @@ async fn a_run_fires_once_however_many_hosts_log_its_metrics() {
             let logs = (0..12).map(|i| {
                 let (host, path, alice) = (&hosts[i % 3], path.clone(), alice.clone());
                 async move {
-                    ok(
-                        host,
-                        &alice,
-                        "POST",
-                        &path,
-                        json!({"metrics": {"loss": 0.1}}),
-                    )
-                    .await;
+                    ok!(host, alice, POST "{path}", {"metrics": {"loss": 0.1}});
                 }
             });
             futures_util::future::join_all(logs).await;

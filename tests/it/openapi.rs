@@ -21,17 +21,16 @@ struct Spec {
 }
 
 impl Spec {
-    /// Calls `method template` (with `{…}` filled as in `path`) as the holder
-    /// of `key`, and validates the answer against the document.
+    /// Calls `method path` as the holder of `key`, and validates the answer
+    /// against the document's operation for the path's template.
     async fn call(
         &mut self,
         method: &str,
-        template: &str,
         path: &str,
         key: Option<&str>,
         body: Option<Value>,
     ) -> (u16, Value) {
-        let method_lc = method.to_lowercase();
+        let template = self.template(path);
         let mut request = self.host.http.request(
             reqwest::Method::from_bytes(method.as_bytes()).unwrap(),
             self.host.url(path),
@@ -43,8 +42,30 @@ impl Spec {
             request = request.json(body);
         }
         let (status, value) = into_parts(request.send().await.unwrap()).await;
-        self.validate(&method_lc, template, status, &value);
+        self.validate(&method.to_lowercase(), &template, status, &value);
         (status, value)
+    }
+
+    /// The document's path template that `path` fills in: the one whose
+    /// fixed segments all match, preferring more fixed segments.
+    fn template(&self, path: &str) -> String {
+        let segments: Vec<&str> = path.split('/').collect();
+        let fixed_matches = |template: &str| {
+            let parts: Vec<&str> = template.split('/').collect();
+            let fits = parts.len() == segments.len()
+                && parts
+                    .iter()
+                    .zip(&segments)
+                    .all(|(t, s)| t.starts_with('{') || t == s);
+            fits.then(|| parts.iter().filter(|t| !t.starts_with('{')).count())
+        };
+        let templates = self.doc["paths"].as_object().unwrap().keys();
+        let best = templates
+            .filter_map(|t| fixed_matches(t).map(|n| (n, t)))
+            .max();
+        best.unwrap_or_else(|| panic!("no documented path matches {path}"))
+            .1
+            .clone()
     }
 
     fn validate(&mut self, method: &str, template: &str, status: u16, body: &Value) {
@@ -105,6 +126,14 @@ impl Spec {
 }
 
 /// Asserts a status and returns the body.
+/// A documented call that must answer `$status`; its body:
+/// `want!(s, 201, key, POST "/v1/teams", {"name": "ml"})`.
+macro_rules! want {
+    ($s:expr, $status:literal, $key:expr, $method:ident $path:literal $(, $body:tt)?) => {
+        want($status, $s.call(stringify!($method), &format!($path), $key, json_body!($($body)?)).await)
+    };
+}
+
 fn want(expected: u16, (status, body): (u16, Value)) -> Value {
     assert_eq!(status, expected, "{body}");
     body
@@ -159,15 +188,9 @@ async fn every_documented_operation_answers_as_its_schema_says() {
     let op = Some(OPERATOR_KEY);
 
     // Meta.
-    let health = s
-        .call("GET", "/v1/system-check", "/v1/system-check", None, None)
-        .await;
+    let health = s.call("GET", "/v1/system-check", None, None).await;
     assert_eq!(health.0, 200, "{}", health.1);
-    want(
-        200,
-        s.call("GET", "/v1/openapi.json", "/v1/openapi.json", None, None)
-            .await,
-    );
+    want!(s, 200, None, GET "/v1/openapi.json");
     for (template, path) in [("/docs", "/docs"), ("/docs/{file}", "/docs/init.js")] {
         let response = s.host.http.get(s.host.url(path)).send().await.unwrap();
         assert_eq!(response.status(), 200);
@@ -176,300 +199,57 @@ async fn every_documented_operation_answers_as_its_schema_says() {
     }
 
     // Users and keys.
-    let alice = want(
-        201,
-        s.call(
-            "POST",
-            "/v1/admin/users",
-            "/v1/admin/users",
-            op,
-            Some(json!({"name": "alice"})),
-        )
-        .await,
-    )["api_key"]["key"]
+    let alice = want!(s, 201, op, POST "/v1/admin/users", {"name": "alice"})["api_key"]["key"]
         .as_str()
         .unwrap()
         .to_string();
-    want(
-        201,
-        s.call(
-            "POST",
-            "/v1/admin/users",
-            "/v1/admin/users",
-            op,
-            Some(json!({"name": "bob"})),
-        )
-        .await,
-    );
-    want(
-        200,
-        s.call("GET", "/v1/admin/users", "/v1/admin/users", op, None)
-            .await,
-    );
+    want!(s, 201, op, POST "/v1/admin/users", {"name": "bob"});
+    want!(s, 200, op, GET "/v1/admin/users");
     let a = Some(alice.as_str());
-    want(200, s.call("GET", "/v1/me", "/v1/me", a, None).await);
-    let key = want(
-        201,
-        s.call(
-            "POST",
-            "/v1/me/api-keys",
-            "/v1/me/api-keys",
-            a,
-            Some(json!({"name": "spare"})),
-        )
-        .await,
-    );
-    want(
-        200,
-        s.call("GET", "/v1/me/api-keys", "/v1/me/api-keys", a, None)
-            .await,
-    );
+    want!(s, 200, a, GET "/v1/me");
+    let key = want!(s, 201, a, POST "/v1/me/api-keys", {"name": "spare"});
+    want!(s, 200, a, GET "/v1/me/api-keys");
     let key_path = format!("/v1/me/api-keys/{}", key["id"].as_str().unwrap());
-    want(
-        204,
-        s.call("DELETE", "/v1/me/api-keys/{id}", &key_path, a, None)
-            .await,
-    );
-    want(401, s.call("GET", "/v1/me", "/v1/me", None, None).await);
+    want!(s, 204, a, DELETE "{key_path}");
+    want!(s, 401, None, GET "/v1/me");
 
-    // Teams, members, secrets, webhooks.
-    want(
-        201,
-        s.call(
-            "POST",
-            "/v1/teams",
-            "/v1/teams",
-            a,
-            Some(json!({"name": "ml"})),
-        )
-        .await,
-    );
-    want(200, s.call("GET", "/v1/teams", "/v1/teams", a, None).await);
-    want(
-        200,
-        s.call("GET", "/v1/teams/{team}", "/v1/teams/ml", a, None)
-            .await,
-    );
-    want(
-        200,
-        s.call(
-            "GET",
-            "/v1/teams/{team}/members",
-            "/v1/teams/ml/members",
-            a,
-            None,
-        )
-        .await,
-    );
-    let member = "/v1/teams/{team}/members/{user}";
-    want(
-        200,
-        s.call(
-            "PUT",
-            member,
-            "/v1/teams/ml/members/bob",
-            a,
-            Some(json!({"role": "member"})),
-        )
-        .await,
-    );
-    want(
-        204,
-        s.call("DELETE", member, "/v1/teams/ml/members/bob", a, None)
-            .await,
-    );
-    let secret = "/v1/teams/{team}/secrets/{name}";
-    for name in ["TOKEN", "SIGN", "SPARE"] {
-        let path = format!("/v1/teams/ml/secrets/{name}");
-        want(
-            201,
-            s.call("PUT", secret, &path, a, Some(json!({"value": "v-1"})))
-                .await,
-        );
-    }
-    want(
-        200,
-        s.call(
-            "PUT",
-            secret,
-            "/v1/teams/ml/secrets/SPARE",
-            a,
-            Some(json!({"value": "v-2"})),
-        )
-        .await,
-    );
-    want(
-        200,
-        s.call(
-            "GET",
-            "/v1/teams/{team}/secrets",
-            "/v1/teams/ml/secrets",
-            a,
-            None,
-        )
-        .await,
-    );
-    want(
-        204,
-        s.call("DELETE", secret, "/v1/teams/ml/secrets/SPARE", a, None)
-            .await,
-    );
-    let hooks = "/v1/teams/{team}/webhooks";
-    let hook = "/v1/teams/{team}/webhooks/{name}";
+    // Teams, members, secrets, webhooks, projects and registries.
     let url = format!("{}/hook", receiver.base);
     let settings = json!({"url": url, "access_token_secret": "TOKEN", "signing_secret": "SIGN"});
     let mut ci = settings.clone();
     ci["name"] = json!("ci");
-    want(
-        201,
-        s.call("POST", hooks, "/v1/teams/ml/webhooks", a, Some(ci))
-            .await,
-    );
-    want(
-        201,
-        s.call(
-            "POST",
-            hooks,
-            "/v1/teams/ml/webhooks",
-            a,
-            Some(json!({"name": "tmp", "url": url})),
-        )
-        .await,
-    );
-    want(
-        200,
-        s.call("GET", hooks, "/v1/teams/ml/webhooks", a, None).await,
-    );
-    want(
-        200,
-        s.call("GET", hook, "/v1/teams/ml/webhooks/ci", a, None)
-            .await,
-    );
-    want(
-        200,
-        s.call("PUT", hook, "/v1/teams/ml/webhooks/ci", a, Some(settings))
-            .await,
-    );
-    want(
-        204,
-        s.call("DELETE", hook, "/v1/teams/ml/webhooks/tmp", a, None)
-            .await,
-    );
-    let test = "/v1/teams/{team}/webhooks/{name}/test";
-    let outcome = want(
-        200,
-        s.call(
-            "POST",
-            test,
-            "/v1/teams/ml/webhooks/ci/test",
-            a,
-            Some(json!({"payload": {"x": "$SIGN"}})),
-        )
-        .await,
-    );
+    want!(s, 201, a, POST "/v1/teams", {"name": "ml"});
+    want!(s, 200, a, GET "/v1/teams");
+    want!(s, 200, a, GET "/v1/teams/ml");
+    want!(s, 200, a, GET "/v1/teams/ml/members");
+    want!(s, 200, a, PUT "/v1/teams/ml/members/bob", {"role": "member"});
+    want!(s, 204, a, DELETE "/v1/teams/ml/members/bob");
+    want!(s, 201, a, PUT "/v1/teams/ml/secrets/TOKEN", {"value": "v-1"});
+    want!(s, 201, a, PUT "/v1/teams/ml/secrets/SIGN", {"value": "v-1"});
+    want!(s, 201, a, PUT "/v1/teams/ml/secrets/SPARE", {"value": "v-1"});
+    want!(s, 200, a, PUT "/v1/teams/ml/secrets/SPARE", {"value": "v-2"});
+    want!(s, 200, a, GET "/v1/teams/ml/secrets");
+    want!(s, 204, a, DELETE "/v1/teams/ml/secrets/SPARE");
+    want!(s, 201, a, POST "/v1/teams/ml/webhooks", ci);
+    want!(s, 201, a, POST "/v1/teams/ml/webhooks", {"name": "tmp", "url": url});
+    want!(s, 200, a, GET "/v1/teams/ml/webhooks");
+    want!(s, 200, a, GET "/v1/teams/ml/webhooks/ci");
+    want!(s, 200, a, PUT "/v1/teams/ml/webhooks/ci", settings);
+    want!(s, 204, a, DELETE "/v1/teams/ml/webhooks/tmp");
+    want!(s, 201, a, POST "/v1/teams/ml/projects", {"name": "vision"});
+    want!(s, 201, a, POST "/v1/teams/ml/projects", {"name": "tmp"});
+    want!(s, 200, a, GET "/v1/teams/ml/projects");
+    want!(s, 200, a, GET "/v1/teams/ml/projects/vision");
+    want!(s, 204, a, DELETE "/v1/teams/ml/projects/tmp");
+    want!(s, 201, a, POST "/v1/registries", {"name": "models"});
+    want!(s, 200, a, GET "/v1/registries");
+    want!(s, 200, a, GET "/v1/registries/models");
+    want!(s, 200, a, GET "/v1/registries/models/members");
+    want!(s, 200, a, PUT "/v1/registries/models/members/bob", {"role": "member"});
+    want!(s, 204, a, DELETE "/v1/registries/models/members/bob");
+    let test = json!({"payload": {"x": "$SIGN"}});
+    let outcome = want!(s, 200, a, POST "/v1/teams/ml/webhooks/ci/test", test);
     assert_eq!(outcome["success"], true, "{outcome}");
-
-    // Projects and registries.
-    let projects = "/v1/teams/{team}/projects";
-    want(
-        201,
-        s.call(
-            "POST",
-            projects,
-            "/v1/teams/ml/projects",
-            a,
-            Some(json!({"name": "vision"})),
-        )
-        .await,
-    );
-    want(
-        201,
-        s.call(
-            "POST",
-            projects,
-            "/v1/teams/ml/projects",
-            a,
-            Some(json!({"name": "tmp"})),
-        )
-        .await,
-    );
-    want(
-        200,
-        s.call("GET", projects, "/v1/teams/ml/projects", a, None)
-            .await,
-    );
-    let project = "/v1/teams/{team}/projects/{name}";
-    want(
-        200,
-        s.call("GET", project, "/v1/teams/ml/projects/vision", a, None)
-            .await,
-    );
-    want(
-        204,
-        s.call("DELETE", project, "/v1/teams/ml/projects/tmp", a, None)
-            .await,
-    );
-    want(
-        201,
-        s.call(
-            "POST",
-            "/v1/registries",
-            "/v1/registries",
-            a,
-            Some(json!({"name": "models"})),
-        )
-        .await,
-    );
-    want(
-        200,
-        s.call("GET", "/v1/registries", "/v1/registries", a, None)
-            .await,
-    );
-    want(
-        200,
-        s.call(
-            "GET",
-            "/v1/registries/{registry}",
-            "/v1/registries/models",
-            a,
-            None,
-        )
-        .await,
-    );
-    want(
-        200,
-        s.call(
-            "GET",
-            "/v1/registries/{registry}/members",
-            "/v1/registries/models/members",
-            a,
-            None,
-        )
-        .await,
-    );
-    let rmember = "/v1/registries/{registry}/members/{user}";
-    want(
-        200,
-        s.call(
-            "PUT",
-            rmember,
-            "/v1/registries/models/members/bob",
-            a,
-            Some(json!({"role": "member"})),
-        )
-        .await,
-    );
-    want(
-        204,
-        s.call(
-            "DELETE",
-            rmember,
-            "/v1/registries/models/members/bob",
-            a,
-            None,
-        )
-        .await,
-    );
 
     // Automations, artifacts, executions, in both kinds of scope.
     let scopes = [
@@ -484,150 +264,35 @@ async fn every_documented_operation_answers_as_its_schema_says() {
             json!({"name": name, "event": {"type": "ADD_ARTIFACT_TAG"}, "webhook": {"team": "ml", "name": "ci"},
                    "action": "Webhooks", "payload": "{\"tag\": \"${tag}\", \"s\": \"$SIGN\"}"})
         };
-        let (autos, auto) = (
-            format!("{t}/automations"),
-            format!("{t}/automations/{{name}}"),
-        );
-        want(
-            201,
-            s.call(
-                "POST",
-                &autos,
-                &format!("{p}/automations"),
-                a,
-                Some(definition("tagged")),
-            )
-            .await,
-        );
-        want(
-            201,
-            s.call(
-                "POST",
-                &autos,
-                &format!("{p}/automations"),
-                a,
-                Some(definition("tmp")),
-            )
-            .await,
-        );
-        want(
-            200,
-            s.call("GET", &autos, &format!("{p}/automations"), a, None)
-                .await,
-        );
-        want(
-            200,
-            s.call("GET", &auto, &format!("{p}/automations/tagged"), a, None)
-                .await,
-        );
-        want(
-            200,
-            s.call(
-                "PUT",
-                &auto,
-                &format!("{p}/automations/tagged"),
-                a,
-                Some(definition("tagged")),
-            )
-            .await,
-        );
-        want(
-            204,
-            s.call("DELETE", &auto, &format!("{p}/automations/tmp"), a, None)
-                .await,
-        );
-        let (cols, col) = (
-            format!("{t}/collections"),
-            format!("{t}/collections/{{collection}}"),
-        );
-        want(
-            201,
-            s.call(
-                "POST",
-                &cols,
-                &format!("{p}/collections"),
-                a,
-                Some(json!({"name": "detector"})),
-            )
-            .await,
-        );
-        want(
-            200,
-            s.call("GET", &cols, &format!("{p}/collections"), a, None)
-                .await,
-        );
-        want(
-            200,
-            s.call("GET", &col, &format!("{p}/collections/detector"), a, None)
-                .await,
-        );
-        let versions = format!("{col}/versions");
+        let (tagged, tmp) = (definition("tagged"), definition("tmp"));
+        want!(s, 201, a, POST "{p}/automations", tagged);
+        want!(s, 201, a, POST "{p}/automations", tmp);
+        want!(s, 200, a, GET "{p}/automations");
+        want!(s, 200, a, GET "{p}/automations/tagged");
+        want!(s, 200, a, PUT "{p}/automations/tagged", tagged);
+        want!(s, 204, a, DELETE "{p}/automations/tmp");
+        want!(s, 201, a, POST "{p}/collections", {"name": "detector"});
+        want!(s, 200, a, GET "{p}/collections");
+        want!(s, 200, a, GET "{p}/collections/detector");
         let version_path = format!("{p}/collections/detector/versions");
-        let created = s
-            .call(
-                "POST",
-                &versions,
-                &version_path,
-                a,
-                Some(json!({"metadata": {"accuracy": 0.9}})),
-            )
-            .await;
+        let metadata = Some(json!({"metadata": {"accuracy": 0.9}}));
+        let created = s.call("POST", &version_path, a, metadata).await;
         if t.starts_with("/v1/registries") {
             // Registry versions come from links only.
             assert_eq!(created.0, 400, "{}", created.1);
-            let link = format!("{col}/links");
             let source = json!({"team": "ml", "project": "vision", "collection": "detector", "version": "v0"});
-            want(
-                201,
-                s.call(
-                    "POST",
-                    &link,
-                    &format!("{p}/collections/detector/links"),
-                    a,
-                    Some(source),
-                )
-                .await,
-            );
+            want!(s, 201, a, POST "{p}/collections/detector/links", source);
         } else {
             want(201, created);
         }
-        want(200, s.call("GET", &versions, &version_path, a, None).await);
-        let version = format!("{versions}/{{version}}");
-        want(
-            200,
-            s.call("GET", &version, &format!("{version_path}/v0"), a, None)
-                .await,
-        );
-        want(
-            200,
-            s.call(
-                "POST",
-                &format!("{version}/aliases"),
-                &format!("{version_path}/v0/aliases"),
-                a,
-                Some(json!({"alias": "prod"})),
-            )
-            .await,
-        );
-        want(
-            200,
-            s.call(
-                "POST",
-                &format!("{version}/tags"),
-                &format!("{version_path}/v0/tags"),
-                a,
-                Some(json!({"tag": "t1"})),
-            )
-            .await,
-        );
-        let executions = format!("{auto}/executions");
+        want!(s, 200, a, GET "{version_path}");
+        want!(s, 200, a, GET "{version_path}/v0");
+        want!(s, 200, a, POST "{version_path}/v0/aliases", {"alias": "prod"});
+        want!(s, 200, a, POST "{version_path}/v0/tags", {"tag": "t1"});
         let executions_path = format!("{p}/automations/tagged/executions");
         let mut list = Value::Null;
         for _ in 0..200 {
-            list = want(
-                200,
-                s.call("GET", &executions, &executions_path, a, None).await,
-            );
+            list = want!(s, 200, a, GET "{executions_path}");
             if list["data"][0]["status"] == "Finished" {
                 break;
             }
@@ -635,40 +300,9 @@ async fn every_documented_operation_answers_as_its_schema_says() {
         }
         assert_eq!(list["data"][0]["status"], "Finished", "{list}");
         let id = list["data"][0]["id"].as_str().unwrap().to_string();
-        let execution = format!("{executions}/{{execution}}");
-        want(
-            200,
-            s.call(
-                "GET",
-                &execution,
-                &format!("{executions_path}/{id}"),
-                a,
-                None,
-            )
-            .await,
-        );
-        want(
-            202,
-            s.call(
-                "POST",
-                &format!("{execution}/replay"),
-                &format!("{executions_path}/{id}/replay"),
-                a,
-                None,
-            )
-            .await,
-        );
-        want(
-            202,
-            s.call(
-                "POST",
-                &format!("{auto}/replay"),
-                &format!("{p}/automations/tagged/replay"),
-                a,
-                Some(json!({"since_ms": 0})),
-            )
-            .await,
-        );
+        want!(s, 200, a, GET "{executions_path}/{id}");
+        want!(s, 202, a, POST "{executions_path}/{id}/replay");
+        want!(s, 202, a, POST "{p}/automations/tagged/replay", {"since_ms": 0});
     }
 
     // An automation without a payload, with every optional field of its
@@ -676,76 +310,22 @@ async fn every_documented_operation_answers_as_its_schema_says() {
     let metric = json!({"name": "converged", "event": {"type": "RUN_METRIC_THRESHOLD",
         "metric": {"name": "loss", "comparison": "<", "threshold": 0.1}},
         "webhook": {"team": "ml", "name": "ci"}, "action": "Webhooks"});
-    let autos = "/v1/teams/{team}/projects/{project}/automations";
-    want(
-        201,
-        s.call(
-            "POST",
-            autos,
-            "/v1/teams/ml/projects/vision/automations",
-            a,
-            Some(metric),
-        )
-        .await,
-    );
+    want!(s, 201, a, POST "/v1/teams/ml/projects/vision/automations", metric);
 
     // Runs.
-    let runs = "/v1/teams/{team}/projects/{project}/runs";
-    let run = want(
-        201,
-        s.call(
-            "POST",
-            runs,
-            "/v1/teams/ml/projects/vision/runs",
-            a,
-            Some(json!({"name": "sweep-1"})),
-        )
-        .await,
-    );
+    let run = want!(s, 201, a, POST "/v1/teams/ml/projects/vision/runs", {"name": "sweep-1"});
     let run_path = format!(
         "/v1/teams/ml/projects/vision/runs/{}",
         run["id"].as_str().unwrap()
     );
-    want(
-        200,
-        s.call("GET", runs, "/v1/teams/ml/projects/vision/runs", a, None)
-            .await,
-    );
-    want(
-        200,
-        s.call("GET", &format!("{runs}/{{run}}"), &run_path, a, None)
-            .await,
-    );
-    want(
-        200,
-        s.call(
-            "POST",
-            &format!("{runs}/{{run}}/metrics"),
-            &format!("{run_path}/metrics"),
-            a,
-            Some(json!({"metrics": {"loss": 0.5}})),
-        )
-        .await,
-    );
+    want!(s, 200, a, GET "/v1/teams/ml/projects/vision/runs");
+    want!(s, 200, a, GET "{run_path}");
+    want!(s, 200, a, POST "{run_path}/metrics", {"metrics": {"loss": 0.5}});
 
     // Plugins (operators).
-    want(
-        200,
-        s.call("GET", "/v1/admin/plugins", "/v1/admin/plugins", op, None)
-            .await,
-    );
+    want!(s, 200, op, GET "/v1/admin/plugins");
     let plugin = "/v1/admin/plugins/{name}";
-    want(
-        200,
-        s.call(
-            "GET",
-            plugin,
-            "/v1/admin/plugins/template-default",
-            op,
-            None,
-        )
-        .await,
-    );
+    want!(s, 200, op, GET "/v1/admin/plugins/template-default");
     let upload = s
         .host
         .http
@@ -762,80 +342,19 @@ async fn every_documented_operation_answers_as_its_schema_says() {
     let (status, body) = into_parts(upload).await;
     s.validate("put", plugin, status, &body);
     assert_eq!(status, 201, "{body}");
-    let invoke = "/v1/admin/plugins/{name}/invoke";
-    want(
-        200,
-        s.call(
-            "POST",
-            invoke,
-            "/v1/admin/plugins/template-default/invoke",
-            op,
-            Some(json!({"template": "{\"a\": ${x}}", "variables": {"x": 1}})),
-        )
-        .await,
-    );
-    want(
-        204,
-        s.call("DELETE", plugin, "/v1/admin/plugins/extra", op, None)
-            .await,
-    );
+    want!(s, 200, op, POST "/v1/admin/plugins/template-default/invoke", {"template": "{\"a\": ${x}}", "variables": {"x": 1}});
+    want!(s, 204, op, DELETE "/v1/admin/plugins/extra");
 
     // Inference and usage.
-    let models = want(
-        200,
-        s.call("GET", "/v1/models", "/v1/models", a, None).await,
-    );
+    let models = want!(s, 200, a, GET "/v1/models");
     let model = models["data"][0]["id"].as_str().unwrap().to_string();
-    want(
-        200,
-        s.call(
-            "GET",
-            "/v1/models/{model}",
-            &format!("/v1/models/{model}"),
-            a,
-            None,
-        )
-        .await,
-    );
+    want!(s, 200, a, GET "/v1/models/{model}");
     let chat =
         json!({"model": model, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2});
-    want(
-        200,
-        s.call(
-            "POST",
-            "/v1/chat/completions",
-            "/v1/chat/completions",
-            a,
-            Some(chat),
-        )
-        .await,
-    );
-    want(
-        404,
-        s.call(
-            "POST",
-            "/v1/chat/completions",
-            "/v1/chat/completions",
-            a,
-            Some(json!({"model": "nope", "messages": [{"role": "user", "content": "Hi"}]})),
-        )
-        .await,
-    );
-    want(
-        200,
-        s.call("GET", "/v1/me/usage", "/v1/me/usage", a, None).await,
-    );
-    want(
-        200,
-        s.call(
-            "GET",
-            "/v1/teams/{team}/projects/{project}/usage",
-            "/v1/teams/ml/projects/vision/usage",
-            a,
-            None,
-        )
-        .await,
-    );
+    want!(s, 200, a, POST "/v1/chat/completions", chat);
+    want!(s, 404, a, POST "/v1/chat/completions", {"model": "nope", "messages": [{"role": "user", "content": "Hi"}]});
+    want!(s, 200, a, GET "/v1/me/usage");
+    want!(s, 200, a, GET "/v1/teams/ml/projects/vision/usage");
 
     assert!(
         s.mismatches.is_empty(),

@@ -894,11 +894,8 @@ async fn a_restart_reuses_the_compiled_code_cache() {
 
 on_each_store!(plugins_in_use_are_safe_to_replace_and_remove);
 async fn plugins_in_use_are_safe_to_replace_and_remove() {
-    use crate::world::{PROJECT, World, ok};
-    let host = Host::builder()
-        .config("[webhooks]\nallow_private = [\"127.0.0.0/8\"]")
-        .start()
-        .await;
+    use crate::world::{PROJECT, World};
+    let host = Host::with_config("[webhooks]\nallow_private = [\"127.0.0.0/8\"]").await;
     let world = World::build(&host, Some("http://127.0.0.1:9/hook")).await;
     let upload = async |version: &str, wasm: &str| {
         host.upload_plugin(
@@ -914,14 +911,7 @@ async fn plugins_in_use_are_safe_to_replace_and_remove() {
     let automation = json!({"name": "loose", "event": {"type": "ADD_ARTIFACT_TAG"},
         "webhook": {"team": "ml", "name": "ci"}, "action": "Webhooks",
         "payload": r#"{"x": "${not_a_variable}"}"#, "template_plugin": "lenient"});
-    ok(
-        &host,
-        &world.alice,
-        "POST",
-        &format!("{PROJECT}/automations"),
-        automation,
-    )
-    .await;
+    ok!(host, world.alice, POST "{PROJECT}/automations", automation);
 
     // A replacement that would break it is refused, and the old one serves.
     let refused = upload("2.0.0", "template_default").await;
@@ -950,14 +940,7 @@ async fn plugins_in_use_are_safe_to_replace_and_remove() {
     assert!(message.contains("automation 'loose'"), "{message}");
     let (status, body) = host.delete("/v1/admin/plugins/lenient?force=true").await;
     assert_eq!(status, 204, "{body}");
-    let (_, shown) = host
-        .call(
-            "GET",
-            &format!("{PROJECT}/automations/loose"),
-            &world.alice,
-            None,
-        )
-        .await;
+    let (_, shown) = call!(host, world.alice, GET "{PROJECT}/automations/loose");
     assert_eq!(shown["state"], "disabled", "{shown}");
     assert!(
         shown["disabled_reason"]

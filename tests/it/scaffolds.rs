@@ -197,9 +197,7 @@ async fn refusal_at_save(host: &Host, plugin: &str, payload: &str) -> Value {
         "webhook": {"team": "ml", "name": "ci"}, "action": "Webhooks",
         "payload": payload, "template_plugin": plugin});
     let path = format!("{PROJECT}/automations");
-    let answer = host
-        .call("POST", &path, &world.alice, Some(&automation))
-        .await;
+    let answer = call!(host, world.alice, POST "{path}", automation);
     expect_error(&answer, 400, "unknown-variable", Some("payload")).clone()
 }
 
@@ -214,7 +212,7 @@ async fn a_rust_plugin_from_plugin_new_builds_on_its_own_and_loads() {
 
 #[tokio::test]
 async fn a_python_plugin_built_by_componentize_py_loads_and_speaks_to_its_author() {
-    let host = Host::builder().config(LOOPBACK_HOOKS).start().await;
+    let host = Host::with_config(LOOPBACK_HOOKS).await;
     // The author adds a print and an exception of their own.
     let template = Built::new("py-template", "python", "payload-template", |dir| {
         let app = dir.join("app.py");
@@ -256,7 +254,7 @@ async fn a_python_plugin_built_by_componentize_py_loads_and_speaks_to_its_author
 
 #[tokio::test]
 async fn a_javascript_plugin_built_by_jco_loads() {
-    let host = Host::builder().config(LOOPBACK_HOOKS).start().await;
+    let host = Host::with_config(LOOPBACK_HOOKS).await;
     let template = Built::new("js-template", "js", "payload-template", |dir| {
         let plugin = dir.join("plugin.js");
         let code = std::fs::read_to_string(&plugin).unwrap().replace(

@@ -11,19 +11,12 @@ on_each_store!(operators_create_users_and_others_cannot);
 async fn operators_create_users_and_others_cannot() {
     let host = Host::start().await;
     let alice = host.create_user("alice").await;
-    let (status, me) = host.call("GET", "/v1/me", &alice, None).await;
+    let (status, me) = call!(host, alice, GET "/v1/me");
     assert_eq!(status, 200);
     assert_eq!(me["name"], "alice");
     assert_eq!(me["operator"], false);
 
-    let (status, body) = host
-        .call(
-            "POST",
-            "/v1/admin/users",
-            &alice,
-            Some(&json!({"name": "mallory"})),
-        )
-        .await;
+    let (status, body) = call!(host, alice, POST "/v1/admin/users", {"name": "mallory"});
     expect_error(&(status, body.clone()), 403, "permission_denied", None);
     assert_eq!(assert_error_shape(&body)["type"], "permission_error");
     let (status, body) = host
@@ -46,29 +39,18 @@ async fn team_roles_are_enforced_and_teams_are_invisible_to_outsiders() {
         host.create_user("eve").await,
     );
 
-    let (status, team) = host
-        .call("POST", "/v1/teams", &alice, Some(&json!({"name": "ml"})))
-        .await;
+    let (status, team) = call!(host, alice, POST "/v1/teams", {"name": "ml"});
     assert_eq!(status, 201, "{team}");
     assert_eq!(team["role"], "admin");
-    let answer = host
-        .call("POST", "/v1/teams", &eve, Some(&json!({"name": "ml"})))
-        .await;
+    let answer = call!(host, eve, POST "/v1/teams", {"name": "ml"});
     expect_error(&answer, 409, "conflict", None);
 
-    let (status, member) = host
-        .call(
-            "PUT",
-            "/v1/teams/ml/members/bob",
-            &alice,
-            Some(&json!({"role": "member"})),
-        )
-        .await;
+    let (status, member) = call!(host, alice, PUT "/v1/teams/ml/members/bob", {"role": "member"});
     assert_eq!(status, 200, "{member}");
-    let (status, team) = host.call("GET", "/v1/teams/ml", &bob, None).await;
+    let (status, team) = call!(host, bob, GET "/v1/teams/ml");
     assert_eq!(status, 200);
     assert_eq!(team["role"], "member");
-    let (_, members) = host.call("GET", "/v1/teams/ml/members", &bob, None).await;
+    let (_, members) = call!(host, bob, GET "/v1/teams/ml/members");
     assert_eq!(members["data"].as_array().unwrap().len(), 2);
 
     // A member may read but not administer.
@@ -91,8 +73,8 @@ async fn team_roles_are_enforced_and_teams_are_invisible_to_outsiders() {
     }
 
     // An outsider cannot tell the team from one that does not exist.
-    let (status, hidden) = host.call("GET", "/v1/teams/ml/secrets", &eve, None).await;
-    let (status_missing, missing) = host.call("GET", "/v1/teams/nope/secrets", &eve, None).await;
+    let (status, hidden) = call!(host, eve, GET "/v1/teams/ml/secrets");
+    let (status_missing, missing) = call!(host, eve, GET "/v1/teams/nope/secrets");
     assert_eq!((status, status_missing), (404, 404));
     assert_eq!(
         hidden["error"]["message"]
@@ -104,54 +86,25 @@ async fn team_roles_are_enforced_and_teams_are_invisible_to_outsiders() {
             .unwrap()
             .replace("'nope'", "'X'")
     );
-    let (_, eves) = host.call("GET", "/v1/teams", &eve, None).await;
+    let (_, eves) = call!(host, eve, GET "/v1/teams");
     assert_eq!(eves["data"], json!([]));
-    let (_, bobs) = host.call("GET", "/v1/teams", &bob, None).await;
+    let (_, bobs) = call!(host, bob, GET "/v1/teams");
     assert_eq!(bobs["data"][0]["name"], "ml");
 
     // The last admin cannot leave or be demoted; promoting bob first allows it.
-    let (status, body) = host
-        .call(
-            "PUT",
-            "/v1/teams/ml/members/alice",
-            &alice,
-            Some(&json!({"role": "member"})),
-        )
-        .await;
+    let (status, body) = call!(host, alice, PUT "/v1/teams/ml/members/alice", {"role": "member"});
     expect_error(&(status, body.clone()), 409, "conflict", None);
-    host.call(
-        "PUT",
-        "/v1/teams/ml/members/bob",
-        &alice,
-        Some(&json!({"role": "admin"})),
-    )
-    .await;
-    let (status, _) = host
-        .call(
-            "PUT",
-            "/v1/teams/ml/members/alice",
-            &alice,
-            Some(&json!({"role": "member"})),
-        )
-        .await;
+    call!(host, alice, PUT "/v1/teams/ml/members/bob", {"role": "admin"});
+    let (status, _) = call!(host, alice, PUT "/v1/teams/ml/members/alice", {"role": "member"});
     assert_eq!(status, 200);
 
     // A removed member loses access.
-    let (status, _) = host
-        .call("DELETE", "/v1/teams/ml/members/alice", &bob, None)
-        .await;
+    let (status, _) = call!(host, bob, DELETE "/v1/teams/ml/members/alice");
     assert_eq!(status, 204);
-    let answer = host.call("GET", "/v1/teams/ml", &alice, None).await;
+    let answer = call!(host, alice, GET "/v1/teams/ml");
     expect_error(&answer, 404, "not_found", None);
 
-    let (status, body) = host
-        .call(
-            "PUT",
-            "/v1/teams/ml/members/bob",
-            &bob,
-            Some(&json!({"role": "owner"})),
-        )
-        .await;
+    let (status, body) = call!(host, bob, PUT "/v1/teams/ml/members/bob", {"role": "owner"});
     expect_error(&(status, body.clone()), 400, "invalid_json", Some("role"));
     assert_eq!(body["error"]["param"], "role");
 }
@@ -161,63 +114,30 @@ async fn secrets_are_never_echoed_logged_or_stored_in_plain_text() {
     // Every level, so that "never logged" covers debug and trace lines too.
     let mut host = Host::builder().env("RUST_LOG", "trace").start().await;
     let alice = host.create_user("alice").await;
-    host.call("POST", "/v1/teams", &alice, Some(&json!({"name": "ml"})))
-        .await;
+    call!(host, alice, POST "/v1/teams", {"name": "ml"});
     const VALUE: &str = "ghp_very-secret-value-4711";
     let mut bodies: Vec<Value> = Vec::new();
 
-    let (status, body) = host
-        .call(
-            "PUT",
-            "/v1/teams/ml/secrets/GITHUB_TOKEN",
-            &alice,
-            Some(&json!({"value": VALUE})),
-        )
-        .await;
+    let (status, body) =
+        call!(host, alice, PUT "/v1/teams/ml/secrets/GITHUB_TOKEN", {"value": VALUE});
     assert_eq!(status, 201, "{body}");
     assert_eq!(body["name"], "GITHUB_TOKEN");
     bodies.push(body);
-    let (status, body) = host
-        .call(
-            "PUT",
-            "/v1/teams/ml/secrets/GITHUB_TOKEN",
-            &alice,
-            Some(&json!({"value": VALUE})),
-        )
-        .await;
+    let (status, body) =
+        call!(host, alice, PUT "/v1/teams/ml/secrets/GITHUB_TOKEN", {"value": VALUE});
     assert_eq!(status, 200, "replacing: {body}");
     bodies.push(body);
-    let (_, list) = host.call("GET", "/v1/teams/ml/secrets", &alice, None).await;
+    let (_, list) = call!(host, alice, GET "/v1/teams/ml/secrets");
     assert_eq!(list["data"][0]["name"], "GITHUB_TOKEN");
     bodies.push(list);
-    let (status, body) = host
-        .call(
-            "PUT",
-            "/v1/teams/ml/secrets/bad-name",
-            &alice,
-            Some(&json!({"value": VALUE})),
-        )
-        .await;
+    let (status, body) = call!(host, alice, PUT "/v1/teams/ml/secrets/bad-name", {"value": VALUE});
     expect_invalid(&(status, body.clone()), "name");
     bodies.push(body);
-    let (status, body) = host
-        .call(
-            "PUT",
-            "/v1/teams/ml/secrets/EMPTY",
-            &alice,
-            Some(&json!({"value": ""})),
-        )
-        .await;
+    let (status, body) = call!(host, alice, PUT "/v1/teams/ml/secrets/EMPTY", {"value": ""});
     expect_invalid(&(status, body.clone()), "value");
     assert_eq!(body["error"]["param"], "value");
-    let (status, body) = host
-        .call(
-            "PUT",
-            "/v1/teams/ml/secrets/X",
-            &alice,
-            Some(&json!({"value": VALUE, "extra": 1})),
-        )
-        .await;
+    let (status, body) =
+        call!(host, alice, PUT "/v1/teams/ml/secrets/X", {"value": VALUE, "extra": 1});
     expect_error(&(status, body.clone()), 400, "invalid_json", Some("extra"));
     bodies.push(body);
     for body in &bodies {
@@ -227,21 +147,11 @@ async fn secrets_are_never_echoed_logged_or_stored_in_plain_text() {
         );
     }
 
-    let (status, _) = host
-        .call("DELETE", "/v1/teams/ml/secrets/GITHUB_TOKEN", &alice, None)
-        .await;
+    let (status, _) = call!(host, alice, DELETE "/v1/teams/ml/secrets/GITHUB_TOKEN");
     assert_eq!(status, 204);
-    let answer = host
-        .call("DELETE", "/v1/teams/ml/secrets/GITHUB_TOKEN", &alice, None)
-        .await;
+    let answer = call!(host, alice, DELETE "/v1/teams/ml/secrets/GITHUB_TOKEN");
     expect_error(&answer, 404, "not_found", None);
-    host.call(
-        "PUT",
-        "/v1/teams/ml/secrets/KEPT",
-        &alice,
-        Some(&json!({"value": VALUE})),
-    )
-    .await;
+    call!(host, alice, PUT "/v1/teams/ml/secrets/KEPT", {"value": VALUE});
 
     assert!(host.terminate().await.success());
     assert!(!host.log().contains(VALUE), "the log shows the secret");
@@ -283,7 +193,7 @@ async fn admin_create_user_works_on_a_stopped_store() {
     assert!(ok, "{stderr}");
     let key = key.expect("a key is printed");
     let restarted = Host::builder().same_store(&host).start().await;
-    let (status, me) = restarted.call("GET", "/v1/me", &key, None).await;
+    let (status, me) = call!(restarted, key, GET "/v1/me");
     assert_eq!(status, 200);
     assert_eq!(me["name"], "carol");
     let (ok, key, stderr) = create("dave").await;
@@ -298,7 +208,7 @@ async fn admin_create_user_works_on_a_stopped_store() {
         Engine::Postgres => {
             assert!(ok, "{stderr}");
             let key = key.expect("a key is printed");
-            let (status, me) = restarted.call("GET", "/v1/me", &key, None).await;
+            let (status, me) = call!(restarted, key, GET "/v1/me");
             assert_eq!(status, 200);
             assert_eq!(me["name"], "dave");
         }
@@ -313,35 +223,17 @@ async fn operators_act_as_admins_of_every_team() {
     // members, projects.
     let (status, _) = host.get("/v1/teams/ml/secrets").await;
     assert_eq!(status, 200);
-    let answer = host
-        .call(
-            "PUT",
-            "/v1/teams/ml/secrets/OPS",
-            OPERATOR_KEY,
-            Some(&json!({"value": "v"})),
-        )
-        .await;
+    let answer = call!(host, OPERATOR_KEY, PUT "/v1/teams/ml/secrets/OPS", {"value": "v"});
     assert_eq!(answer.0, 201, "{}", answer.1);
     let hook =
         json!({"name": "ops", "url": "https://hooks.example.com/x", "access_token_secret": "OPS"});
     let (status, body) = host.post("/v1/teams/ml/webhooks", &hook).await;
     assert_eq!(status, 201, "{body}");
-    let answer = host
-        .call(
-            "PUT",
-            "/v1/teams/ml/members/eve",
-            OPERATOR_KEY,
-            Some(&json!({"role": "member"})),
-        )
-        .await;
+    let answer = call!(host, OPERATOR_KEY, PUT "/v1/teams/ml/members/eve", {"role": "member"});
     assert_eq!(answer.0, 200, "{}", answer.1);
     // eve, a member now, reads; she still may not act as an admin.
-    let (status, _) = host
-        .call("GET", "/v1/teams/ml/webhooks", &world.eve, None)
-        .await;
+    let (status, _) = call!(host, world.eve, GET "/v1/teams/ml/webhooks");
     assert_eq!(status, 200);
-    let answer = host
-        .call("DELETE", "/v1/teams/ml/webhooks/ops", &world.eve, None)
-        .await;
+    let answer = call!(host, world.eve, DELETE "/v1/teams/ml/webhooks/ops");
     expect_error(&answer, 403, "permission_denied", None);
 }

@@ -209,7 +209,7 @@ async fn the_proxy_forwards_whole_and_streamed_completions_with_the_host_held_ke
         .start()
         .await;
     let alice = host.create_user("alice").await;
-    let (_, models) = host.call("GET", "/v1/models", &alice, None).await;
+    let (_, models) = call!(host, alice, GET "/v1/models");
     let ids = listed(&models, "id");
     assert!(
         ids.contains(&"fake-1") && ids.contains(&"fake-tools"),
@@ -363,7 +363,7 @@ fn backend_query(upstream: &str, version: &str, models: &str) -> String {
 }
 
 async fn model_ids(host: &Host, key: &str) -> Vec<String> {
-    let (_, models) = host.call("GET", "/v1/models", key, None).await;
+    let (_, models) = call!(host, key, GET "/v1/models");
     listed(&models, "id")
         .into_iter()
         .map(String::from)
@@ -395,7 +395,7 @@ async fn operators_load_replace_and_remove_model_backends_at_runtime() {
         "the host adds the credential it holds"
     );
     assert_eq!(sent["model"], "upstream-model");
-    let (_, usage) = host.call("GET", "/v1/me/usage", &alice, None).await;
+    let (_, usage) = call!(host, alice, GET "/v1/me/usage");
     assert_eq!(usage["by_model"]["team-llm"]["total_tokens"], 13, "{usage}");
     let (_, info) = host.get("/v1/admin/plugins/team-llm").await;
     assert_eq!(info["calls"], 1, "{info}");
@@ -740,7 +740,7 @@ async fn usage_from_concurrent_requests_on_two_hosts_adds_up_exactly() {
             }
             let n = rounds * per_host * 2;
             for host in [&first, &second] {
-                let (_, usage) = host.call("GET", "/v1/me/usage", &alice, None).await;
+                let (_, usage) = call!(host, alice, GET "/v1/me/usage");
                 assert_eq!(usage["by_model"]["fake-1"]["requests"], n, "{usage}");
                 assert_eq!(
                     usage["by_model"]["fake-1"]["total_tokens"],

@@ -11,7 +11,7 @@ use crate::world::World;
 /// `ml`, holding secrets TOKEN, SIGN and SPARE), bob (member) and eve
 /// (outsider).
 async fn setup(config: &str) -> (Host, String, String, String) {
-    let host = Host::builder().config(config).start().await;
+    let host = Host::with_config(config).await;
     let world = World::build(&host, None).await;
     (host, world.alice, world.bob, world.eve)
 }
@@ -22,37 +22,25 @@ on_each_store!(webhook_lifecycle_with_roles_and_secret_references);
 async fn webhook_lifecycle_with_roles_and_secret_references() {
     let (host, alice, bob, eve) = setup(LOOPBACK).await;
     let hook = json!({"name": "ci", "url": "http://127.0.0.1:9/hook", "access_token_secret": "TOKEN", "signing_secret": "SIGN"});
-    let (status, created) = host
-        .call("POST", "/v1/teams/ml/webhooks", &alice, Some(&hook))
-        .await;
+    let (status, created) = call!(host, alice, POST "/v1/teams/ml/webhooks", hook);
     assert_eq!(status, 201, "{created}");
     assert_eq!(created["access_token_secret"], "TOKEN");
-    let answer = host
-        .call("POST", "/v1/teams/ml/webhooks", &alice, Some(&hook))
-        .await;
+    let answer = call!(host, alice, POST "/v1/teams/ml/webhooks", hook);
     expect_error(&answer, 409, "conflict", None);
 
-    let (status, list) = host.call("GET", "/v1/teams/ml/webhooks", &bob, None).await;
+    let (status, list) = call!(host, bob, GET "/v1/teams/ml/webhooks");
     assert_eq!(status, 200);
     assert_eq!(list["data"][0]["name"], "ci");
-    let (status, body) = host
-        .call(
-            "POST",
-            "/v1/teams/ml/webhooks",
-            &bob,
-            Some(&json!({"name": "b", "url": "http://127.0.0.1:9/"})),
-        )
-        .await;
+    let (status, body) =
+        call!(host, bob, POST "/v1/teams/ml/webhooks", {"name": "b", "url": "http://127.0.0.1:9/"});
     expect_error(&(status, body.clone()), 403, "permission_denied", None);
     for path in ["/v1/teams/ml/webhooks", "/v1/teams/ml/webhooks/ci"] {
-        let answer = host.call("GET", path, &eve, None).await;
+        let answer = call!(host, eve, GET "{path}");
         expect_error(&answer, 404, "not_found", None);
     }
 
     let settings = json!({"url": "http://127.0.0.1:10/other", "access_token_secret": "TOKEN"});
-    let (status, updated) = host
-        .call("PUT", "/v1/teams/ml/webhooks/ci", &alice, Some(&settings))
-        .await;
+    let (status, updated) = call!(host, alice, PUT "/v1/teams/ml/webhooks/ci", settings);
     assert_eq!(status, 200, "{updated}");
     assert_eq!(updated["url"], "http://127.0.0.1:10/other");
     assert_eq!(updated["signing_secret"], serde_json::Value::Null);
@@ -74,38 +62,23 @@ async fn webhook_lifecycle_with_roles_and_secret_references() {
             "colour",
         ),
     ] {
-        let answer = host
-            .call("PUT", "/v1/teams/ml/webhooks/ci", &alice, Some(&settings))
-            .await;
+        let answer = call!(host, alice, PUT "/v1/teams/ml/webhooks/ci", settings);
         expect_error(&answer, 400, code, Some(param));
     }
 
     // A secret in use is not deleted by accident.
-    let (status, body) = host
-        .call("DELETE", "/v1/teams/ml/secrets/TOKEN", &alice, None)
-        .await;
+    let (status, body) = call!(host, alice, DELETE "/v1/teams/ml/secrets/TOKEN");
     expect_error(&(status, body.clone()), 409, "conflict", None);
     assert!(
         body["error"]["message"].as_str().unwrap().contains("ci"),
         "names the webhook: {body}"
     );
-    let (status, _) = host
-        .call(
-            "DELETE",
-            "/v1/teams/ml/secrets/TOKEN?force=true",
-            &alice,
-            None,
-        )
-        .await;
+    let (status, _) = call!(host, alice, DELETE "/v1/teams/ml/secrets/TOKEN?force=true");
     assert_eq!(status, 204);
 
-    let (status, _) = host
-        .call("DELETE", "/v1/teams/ml/webhooks/ci", &alice, None)
-        .await;
+    let (status, _) = call!(host, alice, DELETE "/v1/teams/ml/webhooks/ci");
     assert_eq!(status, 204);
-    let answer = host
-        .call("GET", "/v1/teams/ml/webhooks/ci", &alice, None)
-        .await;
+    let answer = call!(host, alice, GET "/v1/teams/ml/webhooks/ci");
     expect_error(&answer, 404, "not_found", None);
 }
 
@@ -119,14 +92,8 @@ async fn internal_targets_are_refused_unless_the_operator_allows_them() {
         "http://10.0.0.5/",
         "http://[::1]/",
     ] {
-        let (status, body) = host
-            .call(
-                "POST",
-                "/v1/teams/ml/webhooks",
-                &alice,
-                Some(&json!({"name": "x", "url": url})),
-            )
-            .await;
+        let (status, body) =
+            call!(host, alice, POST "/v1/teams/ml/webhooks", {"name": "x", "url": url});
         expect_invalid(&(status, body.clone()), "url");
         let error = assert_error_shape(&body);
         assert_eq!(error["param"], "url");
@@ -140,25 +107,12 @@ async fn internal_targets_are_refused_unless_the_operator_allows_them() {
     }
     let long = format!("https://example.com/{}", "a".repeat(3000));
     for url in ["ftp://example.com/", "not a url", "", long.as_str()] {
-        let (status, body) = host
-            .call(
-                "POST",
-                "/v1/teams/ml/webhooks",
-                &alice,
-                Some(&json!({"name": "x", "url": url})),
-            )
-            .await;
+        let (status, body) =
+            call!(host, alice, POST "/v1/teams/ml/webhooks", {"name": "x", "url": url});
         expect_invalid(&(status, body.clone()), "url");
         assert_eq!(assert_error_shape(&body)["param"], "url");
     }
-    let (status, body) = host
-        .call(
-            "POST",
-            "/v1/teams/ml/webhooks",
-            &alice,
-            Some(&json!({"name": "public", "url": "https://hooks.example.com/services/T0"})),
-        )
-        .await;
+    let (status, body) = call!(host, alice, POST "/v1/teams/ml/webhooks", {"name": "public", "url": "https://hooks.example.com/services/T0"});
     assert_eq!(status, 201, "{body}");
 }
 
@@ -182,9 +136,7 @@ async fn allowing_loopback_opens_loopback_and_nothing_else() {
     ];
     for (i, url) in refused.iter().enumerate() {
         let body = json!({"name": format!("r{i}"), "url": url});
-        let (status, body) = host
-            .call("POST", "/v1/teams/ml/webhooks", &alice, Some(&body))
-            .await;
+        let (status, body) = call!(host, alice, POST "/v1/teams/ml/webhooks", body);
         expect_invalid(&(status, body.clone()), "url");
         assert_eq!(assert_error_shape(&body)["param"], "url", "{url}");
     }
@@ -196,9 +148,7 @@ async fn allowing_loopback_opens_loopback_and_nothing_else() {
     ];
     for (i, url) in allowed.iter().enumerate() {
         let body = json!({"name": format!("a{i}"), "url": url});
-        let (status, body) = host
-            .call("POST", "/v1/teams/ml/webhooks", &alice, Some(&body))
-            .await;
+        let (status, body) = call!(host, alice, POST "/v1/teams/ml/webhooks", body);
         assert_eq!(status, 201, "{url}: {body}");
     }
 }
@@ -209,27 +159,14 @@ async fn a_redirect_to_a_refused_address_is_not_followed() {
     let metadata = Receiver::start().await;
     receiver.redirect_to("http://169.254.169.254/latest/meta-data");
     let (host, alice, _) = hook_to(&format!("{}/hook", receiver.base)).await;
-    let (status, outcome) = host
-        .call(
-            "POST",
-            "/v1/teams/ml/webhooks/ci/test",
-            &alice,
-            Some(&json!({})),
-        )
-        .await;
+    let (status, outcome) = call!(host, alice, POST "/v1/teams/ml/webhooks/ci/test", {});
     assert_eq!(status, 200, "{outcome}");
     assert_eq!(outcome["success"], false, "{outcome}");
     assert_eq!(outcome["response"]["status"], 307, "{outcome}");
     assert_eq!(receiver.received().len(), 1, "one request, not followed");
     // Even a redirect to an allowed loopback receiver is not followed.
     receiver.redirect_to(&format!("{}/elsewhere", metadata.base));
-    host.call(
-        "POST",
-        "/v1/teams/ml/webhooks/ci/test",
-        &alice,
-        Some(&json!({})),
-    )
-    .await;
+    call!(host, alice, POST "/v1/teams/ml/webhooks/ci/test", {});
     assert_eq!(receiver.received().len(), 2);
     assert!(metadata.received().is_empty(), "the redirect was followed");
 }
@@ -239,9 +176,7 @@ async fn hook_to(url: &str) -> (Host, String, String) {
     let (host, alice, bob, _) = setup(LOOPBACK).await;
     let hook =
         json!({"name": "ci", "url": url, "access_token_secret": "TOKEN", "signing_secret": "SIGN"});
-    let (status, body) = host
-        .call("POST", "/v1/teams/ml/webhooks", &alice, Some(&hook))
-        .await;
+    let (status, body) = call!(host, alice, POST "/v1/teams/ml/webhooks", hook);
     assert_eq!(status, 201, "{body}");
     (host, alice, bob)
 }
@@ -252,23 +187,9 @@ async fn webhook_test_is_signed_and_authorised_like_a_delivery() {
     let (host, alice, bob) = hook_to(&format!("{}/hook", receiver.base)).await;
 
     let payload = json!({"payload": r#"{"text": "signed with $SIGN", "auth": "${ACCESS_TOKEN}", "cost": "$5"}"#});
-    let (status, body) = host
-        .call(
-            "POST",
-            "/v1/teams/ml/webhooks/ci/test",
-            &bob,
-            Some(&payload),
-        )
-        .await;
+    let (status, body) = call!(host, bob, POST "/v1/teams/ml/webhooks/ci/test", payload);
     expect_error(&(status, body.clone()), 403, "permission_denied", None);
-    let (status, outcome) = host
-        .call(
-            "POST",
-            "/v1/teams/ml/webhooks/ci/test",
-            &alice,
-            Some(&payload),
-        )
-        .await;
+    let (status, outcome) = call!(host, alice, POST "/v1/teams/ml/webhooks/ci/test", payload);
     assert_eq!(status, 200, "{outcome}");
     assert_eq!(outcome["success"], true, "{outcome}");
     assert_eq!(outcome["response"]["status"], 200);
@@ -323,14 +244,8 @@ async fn webhook_test_is_signed_and_authorised_like_a_delivery() {
         (r#"{"a": "$SPARE"}"#, "does not carry"),
         (r#"{"a": "#, "not valid JSON"),
     ] {
-        let (status, body) = host
-            .call(
-                "POST",
-                "/v1/teams/ml/webhooks/ci/test",
-                &alice,
-                Some(&json!({"payload": payload})),
-            )
-            .await;
+        let (status, body) =
+            call!(host, alice, POST "/v1/teams/ml/webhooks/ci/test", {"payload": payload});
         expect_invalid(&(status, body.clone()), "payload");
         assert!(
             body["error"]["message"].as_str().unwrap().contains(needle),
@@ -345,9 +260,7 @@ async fn webhook_test_reports_refusals_and_closed_ports_as_unsuccessful() {
     let receiver = Receiver::start().await;
     receiver.answer(401);
     let (host, alice, _) = hook_to(&format!("{}/hook", receiver.base)).await;
-    let (status, outcome) = host
-        .call("POST", "/v1/teams/ml/webhooks/ci/test", &alice, None)
-        .await;
+    let (status, outcome) = call!(host, alice, POST "/v1/teams/ml/webhooks/ci/test");
     assert_eq!(status, 200, "{outcome}");
     assert_eq!(outcome["success"], false);
     assert_eq!(outcome["response"]["status"], 401);
@@ -357,18 +270,9 @@ async fn webhook_test_reports_refusals_and_closed_ports_as_unsuccessful() {
     );
 
     let closed = format!("http://127.0.0.1:{}/hook", closed_port());
-    let (status, _) = host
-        .call(
-            "PUT",
-            "/v1/teams/ml/webhooks/ci",
-            &alice,
-            Some(&json!({"url": closed, "access_token_secret": "TOKEN", "signing_secret": "SIGN"})),
-        )
-        .await;
+    let (status, _) = call!(host, alice, PUT "/v1/teams/ml/webhooks/ci", {"url": closed, "access_token_secret": "TOKEN", "signing_secret": "SIGN"});
     assert_eq!(status, 200);
-    let (status, outcome) = host
-        .call("POST", "/v1/teams/ml/webhooks/ci/test", &alice, None)
-        .await;
+    let (status, outcome) = call!(host, alice, POST "/v1/teams/ml/webhooks/ci/test");
     assert_eq!(status, 200, "{outcome}");
     assert_eq!(outcome["success"], false);
     assert_eq!(outcome["response"], Value::Null);
@@ -384,14 +288,8 @@ async fn webhook_test_payloads_are_not_stored() {
     let receiver = Receiver::start().await;
     let (mut host, alice, _) = hook_to(&format!("{}/hook", receiver.base)).await;
     let marker = "marker-5f1d9c-never-stored";
-    let (status, outcome) = host
-        .call(
-            "POST",
-            "/v1/teams/ml/webhooks/ci/test",
-            &alice,
-            Some(&json!({"payload": {"note": marker}})),
-        )
-        .await;
+    let (status, outcome) =
+        call!(host, alice, POST "/v1/teams/ml/webhooks/ci/test", {"payload": {"note": marker}});
     assert_eq!(
         (status, outcome["success"].clone()),
         (200, json!(true)),
@@ -412,19 +310,9 @@ on_each_store!(the_endpoints_answer_is_shown_cut_at_max_response_bytes);
 async fn the_endpoints_answer_is_shown_cut_at_max_response_bytes() {
     let receiver = Receiver::start().await;
     receiver.reply_body(&"0123456789".repeat(10));
-    let host = Host::builder()
-        .config(&format!("{LOOPBACK}\nmax_response_bytes = 16"))
-        .start()
-        .await;
+    let host = Host::with_config(&format!("{LOOPBACK}\nmax_response_bytes = 16")).await;
     let world = World::build(&host, Some(&format!("{}/hook", receiver.base))).await;
-    let (status, outcome) = host
-        .call(
-            "POST",
-            "/v1/teams/ml/webhooks/ci/test",
-            &world.alice,
-            Some(&json!({})),
-        )
-        .await;
+    let (status, outcome) = call!(host, world.alice, POST "/v1/teams/ml/webhooks/ci/test", {});
     assert_eq!(status, 200, "{outcome}");
     assert_eq!(outcome["success"], true, "{outcome}");
     assert_eq!(outcome["response"]["body"], "0123456789012345");

@@ -35,8 +35,8 @@ impl World {
             host.create_user("bob").await,
             host.create_user("eve").await,
         );
-        ok(host, &alice, "POST", "/v1/teams", json!({"name": "ml"})).await;
-        ok(host, &eve, "POST", "/v1/teams", json!({"name": "other"})).await;
+        ok!(host, alice, POST "/v1/teams", {"name": "ml"});
+        ok!(host, eve, POST "/v1/teams", {"name": "other"});
         let member = json!({"role": "member"});
         ok(
             host,
@@ -48,34 +48,20 @@ impl World {
         .await;
         for (name, value) in [("TOKEN", TOKEN), ("SIGN", SIGN), ("SPARE", SPARE)] {
             let path = format!("/v1/teams/ml/secrets/{name}");
-            ok(host, &alice, "PUT", &path, json!({"value": value})).await;
+            ok!(host, alice, PUT "{path}", {"value": value});
         }
         if let Some(url) = hook {
             let webhook = json!({"name": "ci", "url": url,
                 "access_token_secret": "TOKEN", "signing_secret": "SIGN"});
-            ok(host, &alice, "POST", "/v1/teams/ml/webhooks", webhook).await;
+            ok!(host, alice, POST "/v1/teams/ml/webhooks", webhook);
         }
         let project = json!({"name": "vision", "description": "image models"});
-        ok(host, &alice, "POST", "/v1/teams/ml/projects", project).await;
+        ok!(host, alice, POST "/v1/teams/ml/projects", project);
         let registry = json!({"name": "models", "description": "production models"});
-        ok(host, &alice, "POST", "/v1/registries", registry).await;
-        ok(
-            host,
-            &alice,
-            "PUT",
-            &format!("{REGISTRY}/members/bob"),
-            member,
-        )
-        .await;
+        ok!(host, alice, POST "/v1/registries", registry);
+        ok!(host, alice, PUT "{REGISTRY}/members/bob", member);
         let collection = json!({"name": "detector"});
-        ok(
-            host,
-            &alice,
-            "POST",
-            &format!("{PROJECT}/collections"),
-            collection,
-        )
-        .await;
+        ok!(host, alice, POST "{PROJECT}/collections", collection);
         World { alice, bob, eve }
     }
 }
