@@ -88,29 +88,32 @@ async fn write_loop(
 /// Takes each event out of the inbox and writes what it fired, in one
 /// transaction; an event already taken (by its request, the sweep, or
 /// another host) writes nothing. Returns the deliveries queued, per event.
+/// The batch's rows go in set-wise: one statement each for the events taken,
+/// the executions and the deliveries, whatever the batch's size.
 async fn write_matched(store: &Store, matched: Vec<Matched>) -> Result<Vec<Vec<Delivery>>> {
     let tx = store.begin().await?;
+    let ids: Vec<&str> = matched.iter().map(|m| m.event.as_str()).collect();
+    let taken = tx.take_events(&ids).await?;
+    let (mut executions, mut deliveries) = (Vec::new(), Vec::new());
     let mut out = Vec::with_capacity(matched.len());
-    for m in matched {
+    for (m, taken) in matched.iter().zip(taken) {
         let mut queued = Vec::new();
-        if tx.take_event(&m.event).await? {
-            for f in m.fired {
-                if let Some(run) = &f.run
-                    && !tx
-                        .claim_run_fire((&f.execution.automation, run), m.at_ms, RUN_REFIRE_MS)
-                        .await?
-                {
-                    continue;
-                }
-                tx.put_execution(&f.execution).await?;
-                if let Some(delivery) = f.delivery {
-                    tx.insert_delivery(&delivery).await?;
-                    queued.push(delivery);
-                }
+        for f in m.fired.iter().filter(|_| taken) {
+            if let Some(run) = &f.run
+                && !tx
+                    .claim_run_fire((&f.execution.automation, run), m.at_ms, RUN_REFIRE_MS)
+                    .await?
+            {
+                continue;
             }
+            executions.push(f.execution.clone());
+            queued.extend(f.delivery.clone());
         }
+        deliveries.extend(queued.iter().cloned());
         out.push(queued);
     }
+    tx.put_executions(&executions).await?;
+    tx.insert_deliveries(&deliveries).await?;
     tx.commit().await?;
     Ok(out)
 }

@@ -171,22 +171,26 @@ async fn record_loop(
     }
 }
 
-/// The execution's history, and each delivery removed or rescheduled, in
-/// one transaction.
+/// The executions' history, and each delivery removed or rescheduled, in
+/// one transaction of two set-wise writes.
 async fn write_outcomes(store: &Store, batch: &[(Outcome, oneshot::Sender<bool>)]) -> Result<()> {
-    let tx = store.begin().await?;
-    for (o, _) in batch {
-        tx.finish_delivery(&o.delivery, o.rescheduled.as_ref())
-            .await?;
-        tx.record_attempt(AttemptFor {
+    let finished: Vec<_> = batch
+        .iter()
+        .map(|(o, _)| (&o.delivery, o.rescheduled.as_ref()))
+        .collect();
+    let attempts: Vec<_> = batch
+        .iter()
+        .map(|(o, _)| AttemptFor {
             automation: &o.delivery.execution,
             execution_id: &o.delivery.execution_id,
             status: o.status,
             error: o.error.as_deref(),
             attempt: &o.attempt,
         })
-        .await?;
-    }
+        .collect();
+    let tx = store.begin().await?;
+    tx.finish_deliveries(&finished).await?;
+    tx.record_attempts(&attempts).await?;
     tx.commit().await?;
     Ok(())
 }

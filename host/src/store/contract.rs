@@ -104,6 +104,7 @@ contract!(
     runs_metrics_and_fires,
     inbox_and_outbox,
     executions_and_attempts,
+    batches_write_set_wise,
     usage_adds_up,
     uploaded_plugins,
     a_transaction_lands_whole_or_not_at_all,
@@ -779,6 +780,80 @@ async fn executions_and_attempts(store: &Store) {
     assert_eq!(x1.status, Status::Failed);
     assert_eq!(x1.error.as_deref(), Some("gave up"));
     assert_eq!(x1.attempts, vec![attempt]);
+}
+
+/// The delivery path writes whole batches: each row of a batch lands as
+/// the single-row write would have, and the answers line up with the input.
+async fn batches_write_set_wise(store: &Store) {
+    store
+        .insert_events(&[event("e1", 1), event("e2", 2), event("e3", 3)])
+        .await
+        .unwrap();
+    assert!(store.take_event("e2").await.unwrap());
+    let taken = store.take_events(&["e1", "e2", "e3", "e9"]).await.unwrap();
+    assert_eq!(taken, [true, false, true, false]);
+    assert_eq!(store.take_events(&[]).await.unwrap(), Vec::<bool>::new());
+    assert!(store.inbox().await.unwrap().is_empty());
+
+    let automation = handle();
+    let executions = [execution("x1", 1), execution("x2", 2)];
+    store.put_executions(&executions).await.unwrap();
+    store.put_executions(&[]).await.unwrap();
+    let base = crate::ids::now_ms() + 3_600_000;
+    let (d1, d2, d3) = (
+        delivery("d1", base),
+        delivery("d2", base),
+        delivery("d3", base),
+    );
+    store
+        .insert_deliveries(&[d1.clone(), d2.clone(), d3.clone()])
+        .await
+        .unwrap();
+    store.insert_deliveries(&[]).await.unwrap();
+    assert_eq!(store.pending_deliveries().await.unwrap(), 3);
+
+    let retry = Delivery {
+        attempts: 1,
+        due_ms: base + 1_000,
+        ..d2.clone()
+    };
+    let finished = [(&d1, None), (&d2, Some(&retry)), (&d3, None)];
+    store.finish_deliveries(&finished).await.unwrap();
+    store.finish_deliveries(&[]).await.unwrap();
+    assert_eq!(store.pending_deliveries().await.unwrap(), 1);
+    assert!(store.delivery_waits(&retry).await.unwrap());
+    assert!(!store.delivery_waits(&d1).await.unwrap());
+
+    let attempt = |status| Attempt {
+        at_ms: 5,
+        status: Some(status),
+        latency_ms: 1.0,
+        error: None,
+        next_attempt_at_ms: None,
+    };
+    let (ok, busy) = (attempt(200), attempt(503));
+    let done = AttemptFor {
+        status: Status::Finished,
+        ..failed(&automation, "x1", None, &ok)
+    };
+    let batch = [
+        done,
+        failed(&automation, "x9", None, &busy),
+        failed(&automation, "x2", Some("busy"), &busy),
+    ];
+    assert_eq!(
+        store.record_attempts(&batch).await.unwrap(),
+        [true, false, true]
+    );
+    assert_eq!(
+        store.record_attempts(&[]).await.unwrap(),
+        Vec::<bool>::new()
+    );
+    let x1 = store.execution(&automation, "x1").await.unwrap().unwrap();
+    assert_eq!((x1.status, x1.attempts), (Status::Finished, vec![ok]));
+    let x2 = store.execution(&automation, "x2").await.unwrap().unwrap();
+    assert_eq!(x2.error.as_deref(), Some("busy"));
+    assert_eq!(x2.attempts, vec![busy]);
 }
 
 fn failed<'a>(

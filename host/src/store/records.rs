@@ -38,6 +38,9 @@ pub struct MetricAt<'a> {
     pub metric: &'a str,
 }
 
+/// A delivery that leaves the outbox, and its retry (if any).
+pub type Finished<'a> = (&'a Delivery, Option<&'a Delivery>);
+
 /// An attempt to add to an execution, with the status and error it leaves.
 #[derive(Debug, Clone, Copy)]
 pub struct AttemptFor<'a> {
@@ -307,11 +310,22 @@ pub trait DeliveryRecords: Send + Sync {
     /// The events in the inbox, oldest first; unreadable ones are set aside.
     async fn inbox(&self) -> Result<Vec<Event>>;
 
-    /// Takes an event out of the inbox; `false` if it had already left.
-    async fn take_event(&self, id: &str) -> Result<bool>;
+    /// Takes events out of the inbox, in one statement: for each id, `false`
+    /// if it had already left.
+    async fn take_events(&self, ids: &[&str]) -> Result<Vec<bool>>;
 
-    /// Queues a delivery.
-    async fn insert_delivery(&self, delivery: &Delivery) -> Result<()>;
+    /// Takes one event out of the inbox; `false` if it had already left.
+    async fn take_event(&self, id: &str) -> Result<bool> {
+        Ok(self.take_events(&[id]).await?.first() == Some(&true))
+    }
+
+    /// Queues deliveries, in one statement.
+    async fn insert_deliveries(&self, deliveries: &[Delivery]) -> Result<()>;
+
+    /// Queues one delivery.
+    async fn insert_delivery(&self, delivery: &Delivery) -> Result<()> {
+        self.insert_deliveries(std::slice::from_ref(delivery)).await
+    }
 
     /// Up to `limit` deliveries due at `now_ms`, oldest due first, leaving
     /// out (unread) those whose id `skip` names, and when the next one not
@@ -325,8 +339,14 @@ pub trait DeliveryRecords: Send + Sync {
     /// [`Engine::lease`]).
     async fn renew_lease(&self, delivery: &Delivery) -> Result<()>;
 
+    /// Takes each delivery out of the outbox, putting its retry (if any) in
+    /// its place, in as few statements as the engine can.
+    async fn finish_deliveries(&self, finished: &[Finished<'_>]) -> Result<()>;
+
     /// Takes `delivery` out of the outbox, putting `next` (its retry) in.
-    async fn finish_delivery(&self, delivery: &Delivery, next: Option<&Delivery>) -> Result<()>;
+    async fn finish_delivery(&self, delivery: &Delivery, next: Option<&Delivery>) -> Result<()> {
+        self.finish_deliveries(&[(delivery, next)]).await
+    }
 
     /// How many deliveries wait.
     async fn pending_deliveries(&self) -> Result<usize>;
@@ -334,8 +354,13 @@ pub trait DeliveryRecords: Send + Sync {
     /// When the delivery due first is due (unix ms), if any waits.
     async fn first_due(&self) -> Result<Option<u64>>;
 
+    /// Creates or replaces executions, in one statement.
+    async fn put_executions(&self, executions: &[Execution]) -> Result<()>;
+
     /// Creates or replaces an execution.
-    async fn put_execution(&self, execution: &Execution) -> Result<()>;
+    async fn put_execution(&self, execution: &Execution) -> Result<()> {
+        self.put_executions(std::slice::from_ref(execution)).await
+    }
 
     /// One execution.
     async fn execution(&self, automation: &Handle, id: &str) -> Result<Option<Execution>>;
@@ -344,10 +369,15 @@ pub trait DeliveryRecords: Send + Sync {
     /// unreadable ones are set aside.
     async fn executions(&self, automation: &Handle, limit: usize) -> Result<Vec<Execution>>;
 
-    /// Adds an attempt to an execution and sets its status and error. An
-    /// execution that cannot be read is set aside; `false` then, or when
-    /// there is none.
-    async fn record_attempt(&self, new: AttemptFor<'_>) -> Result<bool>;
+    /// Adds each attempt to its execution and sets the execution's status
+    /// and error, in one statement. An execution that cannot be read is set
+    /// aside; for each, `false` then, or when there is none.
+    async fn record_attempts(&self, new: &[AttemptFor<'_>]) -> Result<Vec<bool>>;
+
+    /// Adds one attempt (see [`DeliveryRecords::record_attempts`]).
+    async fn record_attempt(&self, new: AttemptFor<'_>) -> Result<bool> {
+        Ok(self.record_attempts(&[new]).await?.first() == Some(&true))
+    }
 }
 
 /// Inference usage totals.

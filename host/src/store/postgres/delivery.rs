@@ -54,36 +54,60 @@ impl DeliveryRecords for Postgres {
         Ok(out)
     }
 
-    async fn take_event(&self, id: &str) -> Result<bool> {
-        Ok(self
-            .execute(sqlx::query("DELETE FROM event_inbox WHERE id = $1").bind(id))
-            .await?
-            > 0)
+    async fn take_events(&self, ids: &[&str]) -> Result<Vec<bool>> {
+        let mut c = self.conn().await?;
+        let taken: Vec<String> =
+            sqlx::query_scalar("DELETE FROM event_inbox WHERE id = ANY($1) RETURNING id")
+                .bind(ids)
+                .fetch_all(&mut *c)
+                .await
+                .db(self)?;
+        let taken: std::collections::HashSet<&str> = taken.iter().map(String::as_str).collect();
+        Ok(ids.iter().map(|id| taken.contains(id)).collect())
     }
 
-    async fn insert_delivery(&self, d: &Delivery) -> Result<()> {
-        // Held by this host from the start: it sends the delivery at once.
+    async fn insert_deliveries(&self, deliveries: &[Delivery]) -> Result<()> {
+        if deliveries.is_empty() {
+            return Ok(());
+        }
+        // Held by this host from the start: it sends them at once.
         let lease_until = crate::ids::now_ms().saturating_add(self.shared.lease_ms);
-        self.execute(sqlx::query(
-            "INSERT INTO outbox (id, scope, automation, execution_id, webhook_team, webhook_name, \
-             body_sealed, attempts, due_ms, lease_owner, lease_until_ms, event_at_ms) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
-             ON CONFLICT (id) DO UPDATE SET attempts = excluded.attempts, \
-             due_ms = excluded.due_ms, lease_owner = excluded.lease_owner, \
-             lease_until_ms = excluded.lease_until_ms",
+        let column = |f: fn(&Delivery) -> String| deliveries.iter().map(f).collect::<Vec<_>>();
+        let number =
+            |f: fn(&Delivery) -> u64| deliveries.iter().map(|d| i(f(d))).collect::<Vec<_>>();
+        let attempts: Vec<i32> = deliveries
+            .iter()
+            .map(|d| i32::try_from(d.attempts).unwrap_or(i32::MAX))
+            .collect();
+        self.execute(
+            sqlx::query(
+                "INSERT INTO outbox (id, scope, automation, execution_id, webhook_team, \
+                 webhook_name, body_sealed, attempts, due_ms, lease_owner, lease_until_ms, \
+                 event_at_ms) \
+                 SELECT d.id, d.scope, d.automation, d.execution_id, d.webhook_team, \
+                 d.webhook_name, d.body_sealed, d.attempts, d.due_ms, $10, $11, d.event_at_ms \
+                 FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], \
+                 $6::text[], $7::text[], $8::int[], $9::bigint[], $12::bigint[]) AS d (id, scope, \
+                 automation, execution_id, webhook_team, webhook_name, body_sealed, attempts, \
+                 due_ms, event_at_ms) \
+                 ON CONFLICT (id) DO UPDATE SET attempts = excluded.attempts, \
+                 due_ms = excluded.due_ms, lease_owner = excluded.lease_owner, \
+                 lease_until_ms = excluded.lease_until_ms",
+            )
+            .bind(column(|d| d.id.clone()))
+            .bind(column(|d| scope_key(&d.execution.scope)))
+            .bind(column(|d| d.execution.name.clone()))
+            .bind(column(|d| d.execution_id.clone()))
+            .bind(column(|d| d.webhook.team.clone()))
+            .bind(column(|d| d.webhook.name.clone()))
+            .bind(column(|d| d.body_sealed.clone()))
+            .bind(attempts)
+            .bind(number(|d| d.due_ms))
+            .bind(&self.shared.host_id)
+            .bind(i(lease_until))
+            .bind(number(|d| d.event_at_ms)),
         )
-        .bind(&d.id)
-        .bind(scope_key(&d.execution.scope))
-        .bind(&d.execution.name)
-        .bind(&d.execution_id)
-        .bind(&d.webhook.team)
-        .bind(&d.webhook.name)
-        .bind(&d.body_sealed)
-        .bind(i32::try_from(d.attempts).unwrap_or(i32::MAX))
-        .bind(i(d.due_ms))
-        .bind(&self.shared.host_id)
-        .bind(i(lease_until))
-        .bind(i(d.event_at_ms))).await?;
+        .await?;
         Ok(())
     }
 
@@ -145,28 +169,36 @@ impl DeliveryRecords for Postgres {
         Ok(())
     }
 
-    async fn finish_delivery(&self, d: &Delivery, next: Option<&Delivery>) -> Result<()> {
-        let mut c = self.conn().await?;
-        match next {
-            Some(next) => {
+    async fn finish_deliveries(&self, finished: &[Finished<'_>]) -> Result<()> {
+        let done: Vec<&str> = finished
+            .iter()
+            .filter(|(_, next)| next.is_none())
+            .map(|(d, _)| d.id.as_str())
+            .collect();
+        let retried: Vec<&Delivery> = finished.iter().filter_map(|(_, next)| *next).collect();
+        if !done.is_empty() {
+            self.execute(sqlx::query("DELETE FROM outbox WHERE id = ANY($1)").bind(done))
+                .await?;
+        }
+        if !retried.is_empty() {
+            let ids: Vec<&str> = retried.iter().map(|d| d.id.as_str()).collect();
+            let attempts: Vec<i32> = retried
+                .iter()
+                .map(|d| i32::try_from(d.attempts).unwrap_or(i32::MAX))
+                .collect();
+            let due: Vec<i64> = retried.iter().map(|d| i(d.due_ms)).collect();
+            self.execute(
                 sqlx::query(
-                    "UPDATE outbox SET attempts = $2, due_ms = $3, lease_owner = NULL, \
-                     lease_until_ms = NULL WHERE id = $1",
+                    "UPDATE outbox o SET attempts = r.attempts, due_ms = r.due_ms, \
+                     lease_owner = NULL, lease_until_ms = NULL \
+                     FROM unnest($1::text[], $2::int[], $3::bigint[]) AS r (id, attempts, due_ms) \
+                     WHERE o.id = r.id",
                 )
-                .bind(&d.id)
-                .bind(i32::try_from(next.attempts).unwrap_or(i32::MAX))
-                .bind(i(next.due_ms))
-                .execute(&mut *c)
-                .await
-                .db(self)?;
-            }
-            None => {
-                sqlx::query("DELETE FROM outbox WHERE id = $1")
-                    .bind(&d.id)
-                    .execute(&mut *c)
-                    .await
-                    .db(self)?;
-            }
+                .bind(ids)
+                .bind(attempts)
+                .bind(due),
+            )
+            .await?;
         }
         Ok(())
     }
@@ -184,31 +216,32 @@ impl DeliveryRecords for Postgres {
         Ok(first.map(u))
     }
 
-    async fn put_execution(&self, e: &Execution) -> Result<()> {
+    async fn put_executions(&self, executions: &[Execution]) -> Result<()> {
+        if executions.is_empty() {
+            return Ok(());
+        }
+        let rows: Vec<serde_json::Value> = executions
+            .iter()
+            .map(|e| {
+                serde_json::json!({
+                    "scope": scope_key(&e.automation.scope), "automation": e.automation.name,
+                    "id": e.id, "delivery_id": e.delivery_id, "webhook_team": e.webhook.team,
+                    "webhook_name": e.webhook.name, "status": status_text(e.status),
+                    "error": e.error, "event": e.event, "payload": e.payload,
+                    "attempts": e.attempts, "body_sealed": e.body_sealed,
+                    "created_at_ms": e.created_at_ms, "updated_at_ms": e.updated_at_ms,
+                })
+            })
+            .collect();
         self.execute(
             sqlx::query(
-                "INSERT INTO executions (scope, automation, id, delivery_id, webhook_team, \
-                 webhook_name, status, error, event, payload, attempts, body_sealed, created_at_ms, \
-                 updated_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, $10, $11::jsonb, \
-                 $12, $13, $14) ON CONFLICT (scope, automation, id) DO UPDATE SET \
+                "INSERT INTO executions SELECT * FROM json_populate_recordset(NULL::executions, $1::json) \
+                 ON CONFLICT (scope, automation, id) DO UPDATE SET \
                  status = excluded.status, error = excluded.error, payload = excluded.payload, \
                  attempts = excluded.attempts, body_sealed = excluded.body_sealed, \
                  updated_at_ms = excluded.updated_at_ms",
             )
-            .bind(scope_key(&e.automation.scope))
-            .bind(&e.automation.name)
-            .bind(&e.id)
-            .bind(&e.delivery_id)
-            .bind(&e.webhook.team)
-            .bind(&e.webhook.name)
-            .bind(status_text(e.status))
-            .bind(&e.error)
-            .bind(to_json(&e.event)?)
-            .bind(&e.payload)
-            .bind(to_json(&e.attempts)?)
-            .bind(&e.body_sealed)
-            .bind(i(e.created_at_ms))
-            .bind(i(e.updated_at_ms)),
+            .bind(serde_json::Value::Array(rows).to_string()),
         )
         .await?;
         Ok(())
@@ -267,23 +300,45 @@ impl DeliveryRecords for Postgres {
         Ok(out)
     }
 
-    async fn record_attempt(&self, new: AttemptFor<'_>) -> Result<bool> {
-        Ok(self
-            .execute(
-                sqlx::query(
-                    "UPDATE executions SET status = $4, error = $5, \
-                     attempts = attempts || jsonb_build_array($6::jsonb), updated_at_ms = $7 \
-                     WHERE scope = $1 AND automation = $2 AND id = $3",
-                )
-                .bind(scope_key(&new.automation.scope))
-                .bind(&new.automation.name)
-                .bind(new.execution_id)
-                .bind(status_text(new.status))
-                .bind(new.error)
-                .bind(to_json(new.attempt)?)
-                .bind(i(crate::ids::now_ms())),
-            )
-            .await?
-            > 0)
+    async fn record_attempts(&self, attempts: &[AttemptFor<'_>]) -> Result<Vec<bool>> {
+        if attempts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let scopes: Vec<String> = attempts
+            .iter()
+            .map(|a| scope_key(&a.automation.scope))
+            .collect();
+        let names: Vec<&str> = attempts
+            .iter()
+            .map(|a| a.automation.name.as_str())
+            .collect();
+        let ids: Vec<&str> = attempts.iter().map(|a| a.execution_id).collect();
+        let statuses: Vec<&str> = attempts.iter().map(|a| status_text(a.status)).collect();
+        let errors: Vec<Option<&str>> = attempts.iter().map(|a| a.error).collect();
+        let added = attempts
+            .iter()
+            .map(|a| to_json(a.attempt))
+            .collect::<Result<Vec<_>>>()?;
+        let mut c = self.conn().await?;
+        let updated: Vec<String> = sqlx::query_scalar(
+            "UPDATE executions e SET status = a.status, error = a.error, \
+             attempts = e.attempts || jsonb_build_array(a.attempt::jsonb), updated_at_ms = $7 \
+             FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[]) \
+             AS a (scope, automation, id, status, error, attempt) \
+             WHERE e.scope = a.scope AND e.automation = a.automation AND e.id = a.id \
+             RETURNING e.id",
+        )
+        .bind(scopes)
+        .bind(names)
+        .bind(&ids)
+        .bind(statuses)
+        .bind(errors)
+        .bind(added)
+        .bind(i(crate::ids::now_ms()))
+        .fetch_all(&mut *c)
+        .await
+        .db(self)?;
+        let updated: std::collections::HashSet<&str> = updated.iter().map(String::as_str).collect();
+        Ok(ids.iter().map(|id| updated.contains(id)).collect())
     }
 }

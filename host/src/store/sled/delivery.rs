@@ -25,13 +25,26 @@ impl DeliveryRecords for Sled {
             .await
     }
 
-    async fn take_event(&self, id: &str) -> Result<bool> {
-        self.remove(T::EventInbox, id.as_bytes()).await
+    async fn take_events(&self, ids: &[&str]) -> Result<Vec<bool>> {
+        let w = self.writer().await;
+        let mut taken = Vec::with_capacity(ids.len());
+        for id in ids {
+            let there = w.get(T::EventInbox, id.as_bytes())?.is_some();
+            if there {
+                w.delete(T::EventInbox, id.as_bytes());
+            }
+            taken.push(there);
+        }
+        w.finish()?;
+        Ok(taken)
     }
 
-    async fn insert_delivery(&self, delivery: &Delivery) -> Result<()> {
-        self.replace(T::Outbox, outbox_key(delivery), delivery)
-            .await
+    async fn insert_deliveries(&self, deliveries: &[Delivery]) -> Result<()> {
+        let w = self.writer().await;
+        for delivery in deliveries {
+            w.put_json(T::Outbox, outbox_key(delivery), delivery)?;
+        }
+        w.finish()
     }
 
     async fn due_deliveries(&self, now_ms: u64, limit: usize, skip: Skip<'_>) -> Result<Due> {
@@ -79,11 +92,13 @@ impl DeliveryRecords for Sled {
         Ok(())
     }
 
-    async fn finish_delivery(&self, delivery: &Delivery, next: Option<&Delivery>) -> Result<()> {
+    async fn finish_deliveries(&self, finished: &[Finished<'_>]) -> Result<()> {
         let w = self.writer().await;
-        w.delete(T::Outbox, outbox_key(delivery));
-        if let Some(next) = next {
-            w.put_json(T::Outbox, outbox_key(next), next)?;
+        for (delivery, next) in finished {
+            w.delete(T::Outbox, outbox_key(delivery));
+            if let Some(next) = next {
+                w.put_json(T::Outbox, outbox_key(next), next)?;
+            }
         }
         w.finish()
     }
@@ -98,9 +113,13 @@ impl DeliveryRecords for Sled {
         Ok(first.and_then(|(key, _)| Some(u64::from_be_bytes(key.get(..8)?.try_into().ok()?))))
     }
 
-    async fn put_execution(&self, execution: &Execution) -> Result<()> {
-        let key = execution_key(&execution.automation, &execution.id);
-        self.replace(T::Executions, key, execution).await
+    async fn put_executions(&self, executions: &[Execution]) -> Result<()> {
+        let w = self.writer().await;
+        for execution in executions {
+            let key = execution_key(&execution.automation, &execution.id);
+            w.put_json(T::Executions, key, execution)?;
+        }
+        w.finish()
     }
 
     async fn execution(&self, automation: &Handle, id: &str) -> Result<Option<Execution>> {
@@ -113,26 +132,34 @@ impl DeliveryRecords for Sled {
             .await
     }
 
-    async fn record_attempt(&self, new: AttemptFor<'_>) -> Result<bool> {
-        let key = execution_key(new.automation, new.execution_id).into_bytes();
+    async fn record_attempts(&self, attempts: &[AttemptFor<'_>]) -> Result<Vec<bool>> {
         let w = self.writer().await;
-        let Some(bytes) = w.get(T::Executions, &key)? else {
-            return Ok(false);
-        };
-        let mut execution: Execution = match serde_json::from_slice(&bytes) {
-            Ok(execution) => execution,
-            Err(e) => {
-                w.quarantine(T::Executions, &key, &bytes, &e.to_string())?;
-                w.finish()?;
-                return Ok(false);
-            }
-        };
-        execution.status = new.status;
-        execution.error = new.error.map(str::to_string);
-        execution.attempts.push(new.attempt.clone());
-        execution.updated_at_ms = crate::ids::now_ms();
-        w.put_json(T::Executions, key, &execution)?;
+        let mut recorded = Vec::with_capacity(attempts.len());
+        for new in attempts {
+            recorded.push(add_attempt(&w, new)?);
+        }
         w.finish()?;
-        Ok(true)
+        Ok(recorded)
     }
+}
+
+/// Adds one attempt to its execution, on the writer `w`.
+fn add_attempt(w: &Sled, new: &AttemptFor<'_>) -> Result<bool> {
+    let key = execution_key(new.automation, new.execution_id).into_bytes();
+    let Some(bytes) = w.get(T::Executions, &key)? else {
+        return Ok(false);
+    };
+    let mut execution: Execution = match serde_json::from_slice(&bytes) {
+        Ok(execution) => execution,
+        Err(e) => {
+            w.quarantine(T::Executions, &key, &bytes, &e.to_string())?;
+            return Ok(false);
+        }
+    };
+    execution.status = new.status;
+    execution.error = new.error.map(str::to_string);
+    execution.attempts.push(new.attempt.clone());
+    execution.updated_at_ms = crate::ids::now_ms();
+    w.put_json(T::Executions, key, &execution)?;
+    Ok(true)
 }
