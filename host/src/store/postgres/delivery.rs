@@ -187,18 +187,12 @@ impl DeliveryRecords for Postgres {
                 .map(|d| i32::try_from(d.attempts).unwrap_or(i32::MAX))
                 .collect();
             let due: Vec<i64> = retried.iter().map(|d| i(d.due_ms)).collect();
-            self.execute(
-                sqlx::query(
-                    "UPDATE outbox o SET attempts = r.attempts, due_ms = r.due_ms, \
-                     lease_owner = NULL, lease_until_ms = NULL \
-                     FROM unnest($1::text[], $2::int[], $3::bigint[]) AS r (id, attempts, due_ms) \
-                     WHERE o.id = r.id",
-                )
-                .bind(ids)
-                .bind(attempts)
-                .bind(due),
-            )
-            .await?;
+            let sql = "UPDATE outbox o SET attempts = r.attempts, due_ms = r.due_ms, \
+                       lease_owner = NULL, lease_until_ms = NULL \
+                       FROM unnest($1::text[], $2::int[], $3::bigint[]) AS r (id, attempts, due_ms) \
+                       WHERE o.id = r.id";
+            let retry = sqlx::query(sql).bind(ids).bind(attempts).bind(due);
+            self.execute(retry).await?;
         }
         Ok(())
     }
