@@ -10,9 +10,9 @@ use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
 use super::automations::{Automation, FILTER_PLUGIN};
+use super::config::ConfigCache;
 use super::outbox::{Delivery, Execution, Status};
 use super::secret_refs::{self, Rewrite, Uncarried};
-use super::webhooks;
 use super::worker::Dispatcher;
 use crate::domain::seal::Sealer;
 use crate::error::{Error, Result};
@@ -44,6 +44,8 @@ pub struct Matcher {
     sealer: Sealer,
     plugins: Arc<Plugins>,
     dispatcher: Dispatcher,
+    /// The configuration read for every event, cached (the dispatcher's).
+    config: ConfigCache,
     /// Matched events on their way to the outbox (see [`write_loop`]).
     writes: mpsc::UnboundedSender<(Matched, oneshot::Sender<Option<Vec<Delivery>>>)>,
 }
@@ -129,6 +131,7 @@ impl Matcher {
         let (writes, queued) = mpsc::unbounded_channel();
         tokio::spawn(write_loop(store.clone(), queued));
         Matcher {
+            config: dispatcher.config().clone(),
             store,
             sealer,
             plugins,
@@ -144,8 +147,13 @@ impl Matcher {
     /// dispatcher once they are durable.
     pub async fn process(&self, event: &Event) -> Result<Vec<Delivery>> {
         let mut fired = Vec::new();
-        for automation in self.store.triggered(&event.scope, event.event_type).await? {
-            if let Some(f) = self.fire(&automation, event).await? {
+        for automation in self
+            .config
+            .triggered(&event.scope, event.event_type)
+            .await?
+            .iter()
+        {
+            if let Some(f) = self.fire(automation, event).await? {
                 fired.push(f);
             }
         }
@@ -278,32 +286,23 @@ impl Matcher {
             Err(PluginError::Queue(message)) => return Err(Error::Unavailable(message)),
             Err(e) => return failed(execution, format!("the filter failed: {e}")),
         }
-        let webhook = match webhooks::get(
-            &self.store,
-            &automation.webhook.team,
-            &automation.webhook.name,
-        )
-        .await
-        {
-            Ok(w) => w,
+        let (team, name) = (&automation.webhook.team, &automation.webhook.name);
+        let opened = match self.config.webhook(team, name).await {
+            Ok(opened) => opened,
             Err(e) => return failed(execution, e.to_string()),
         };
-        if let Some(reason) = &webhook.disabled_reason {
-            return failed(
-                execution,
-                format!("webhook '{}' is disabled: {reason}", webhook.name),
-            );
-        }
-        let secrets = match webhook
-            .reveal(&self.store, &self.sealer, &automation.webhook.team)
-            .await
-        {
-            Ok(s) => s.by_name,
-            Err(e) => return failed(execution, e.to_string()),
+        let (Some(revealed), None) = (&opened.secrets, &opened.webhook.disabled_reason) else {
+            let reason = opened
+                .webhook
+                .disabled_reason
+                .as_deref()
+                .unwrap_or_default();
+            return failed(execution, format!("webhook '{name}' is disabled: {reason}"));
         };
+        let secrets = &revealed.by_name;
         let template = match &automation.payload {
             Some(template) => match self
-                .with_secret_variables(automation, template, &secrets)
+                .with_secret_variables(automation, template, secrets)
                 .await?
             {
                 Ok(template) => Some(template),
@@ -311,12 +310,12 @@ impl Matcher {
             },
             None => None,
         };
-        let body = match self.render(automation, template, event, &secrets).await {
+        let body = match self.render(automation, template, event, secrets).await {
             Ok(body) => body,
             Err(PluginError::Queue(message)) => return Err(Error::Unavailable(message)),
             Err(e) => return failed(execution, format!("rendering the payload failed: {e}")),
         };
-        execution.payload = Some(redact(&body, &secrets));
+        execution.payload = Some(redact(&body, secrets));
         let sealed = hex::encode(
             self.sealer
                 .seal(execution.delivery_id.as_bytes(), body.as_bytes())?,

@@ -13,6 +13,7 @@
 //!   break the automations that call them.
 
 pub mod automations;
+pub mod config;
 pub mod events;
 pub mod matcher;
 pub mod outbox;

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
 
+use super::config::ConfigCache;
 use super::send::{Answer, Failure, Outgoing, Sender};
 use super::webhooks;
 use crate::cfg::DeliveryConfig;
@@ -52,6 +53,7 @@ pub struct Dispatcher {
 
 struct Inner {
     store: Store,
+    config: ConfigCache,
     sealer: Sealer,
     sender: Sender,
     cfg: DeliveryConfig,
@@ -70,6 +72,7 @@ impl Dispatcher {
     pub fn start(store: Store, sealer: Sealer, sender: Sender, cfg: DeliveryConfig) -> Dispatcher {
         let (records, queued) = mpsc::unbounded_channel();
         let inner = Arc::new(Inner {
+            config: ConfigCache::new(store.clone(), sealer.clone()),
             records,
             slots: Arc::new(Semaphore::new(cfg.concurrency.max(1))),
             store,
@@ -95,6 +98,12 @@ impl Dispatcher {
             self.inner.clone().submit(delivery);
         }
         Ok(())
+    }
+
+    /// The configuration the delivery path reads, cached; the matcher
+    /// shares it.
+    pub fn config(&self) -> &ConfigCache {
+        &self.inner.config
     }
 
     /// How many sends are running or waiting for a slot.
@@ -318,20 +327,14 @@ impl Inner {
     /// One send, with the webhook's current secrets.
     async fn attempt(&self, delivery: &Delivery) -> std::result::Result<Answer, Failure> {
         let refused = |m: String| Failure::Refused(m);
-        let team = &delivery.webhook.team;
-        let webhook = webhooks::get(&self.store, team, &delivery.webhook.name)
-            .await
-            .map_err(|e| refused(e.to_string()))?;
-        if let Some(reason) = &webhook.disabled_reason {
-            return Err(refused(format!(
-                "webhook '{}' is disabled: {reason}",
-                webhook.name
-            )));
-        }
-        let secrets = webhook
-            .reveal(&self.store, &self.sealer, team)
-            .await
-            .map_err(|e| refused(e.to_string()))?;
+        let (team, name) = (&delivery.webhook.team, &delivery.webhook.name);
+        let opened = self.config.webhook(team, name).await;
+        let opened = opened.map_err(|e| refused(e.to_string()))?;
+        let webhook = &opened.webhook;
+        let (Some(secrets), None) = (&opened.secrets, &webhook.disabled_reason) else {
+            let reason = webhook.disabled_reason.as_deref().unwrap_or_default();
+            return Err(refused(format!("webhook '{name}' is disabled: {reason}")));
+        };
         let body = hex::decode(&delivery.body_sealed)
             .ok()
             .and_then(|sealed| self.sealer.open(delivery.id.as_bytes(), &sealed).ok())

@@ -65,6 +65,11 @@ pub trait Engine: Records {
     async fn raw_records(&self) -> Result<Vec<RawRecord>>;
     /// Writes everything to disk; called at shutdown.
     async fn flush(&self) -> Result<()>;
+    /// A number that changes whenever what the delivery path caches
+    /// (secrets, webhooks, automations) may have changed, on this host or
+    /// another sharing the store: a value read at one epoch serves while
+    /// the epoch stays the same.
+    fn config_epoch(&self) -> u64;
     /// How long a host holds a delivery it took before others may take it
     /// over, when several hosts share the store; the holder renews it while
     /// sending. `None` when the store has one host.

@@ -46,6 +46,7 @@ impl AutomationRecords for Postgres {
             return Ok(false);
         }
         t.commit().await.db(self)?;
+        self.touched("automations");
         Ok(true)
     }
 
@@ -104,13 +105,10 @@ impl AutomationRecords for Postgres {
     }
 
     async fn delete_automation(&self, scope: &Scope, name: &str) -> Result<bool> {
-        Ok(self
-            .execute(
-                sqlx::query("DELETE FROM automations WHERE scope = $1 AND name = $2")
-                    .bind(scope_key(scope))
-                    .bind(name),
-            )
-            .await?
-            > 0)
+        let scope = scope_key(scope);
+        let sql = "DELETE FROM automations WHERE scope = $1 AND name = $2";
+        let deleted = self.execute(q(sql, &[&scope, name])).await? > 0;
+        self.touched("automations");
+        Ok(deleted)
     }
 }

@@ -29,6 +29,7 @@ mod webhooks;
 
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -43,6 +44,9 @@ use crate::cfg::StoreConfig;
 /// The migrations, embedded; each file is one schema version.
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("src/store/postgres/migrations");
 
+/// Where the database announces writes to secrets, webhooks and automations.
+const CONFIG_CHANNEL: &str = "switchyard_config";
+
 /// What every handle shares.
 struct Shared {
     pool: PgPool,
@@ -56,12 +60,30 @@ struct Shared {
     /// When unavailability was last logged (ms), so an outage logs a line a
     /// second, not one per request.
     last_warned: std::sync::atomic::AtomicU64,
+    /// See [`Engine::config_epoch`]: bumped by this host's own writes to
+    /// secrets, webhooks and automations as they commit, and by every
+    /// notification the database sends when any host writes them (see
+    /// `migrations/0005_config_notify.sql`).
+    config_epoch: AtomicU64,
+    /// The task that listens for them, stopped with the last handle.
+    listener: std::sync::OnceLock<Stop>,
+}
+
+/// Aborts a task when dropped.
+struct Stop(tokio::task::AbortHandle);
+
+impl Drop for Stop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// A handle to the PostgreSQL store: the engine itself, or a transaction.
 pub struct Postgres {
     shared: Arc<Shared>,
     tx: Option<Mutex<Option<sqlx::Transaction<'static, Pg>>>>,
+    /// The transaction wrote configuration: its commit bumps the epoch.
+    config_written: AtomicBool,
 }
 
 /// A connection to run statements on: a pooled one, or the transaction's.
@@ -114,7 +136,7 @@ impl Postgres {
         migrate(&pool)
             .await
             .map_err(|e| anyhow::anyhow!("{}", shown::scrub(&format!("{e:#}"), url)))?;
-        Ok(Postgres {
+        let engine = Postgres {
             shared: Arc::new(Shared {
                 pool,
                 host_id: format!("host_{}", crate::ids::random_hex(8)),
@@ -122,9 +144,54 @@ impl Postgres {
                 url: url.to_string(),
                 location,
                 last_warned: Default::default(),
+                config_epoch: AtomicU64::new(0),
+                listener: std::sync::OnceLock::new(),
             }),
             tx: None,
-        })
+            config_written: AtomicBool::new(false),
+        };
+        Ok(engine.listening())
+    }
+
+    /// Starts following other hosts' configuration changes; a lost
+    /// connection counts as a change, since one may have been missed.
+    fn listening(self) -> Postgres {
+        let shared = Arc::downgrade(&self.shared);
+        let pool = self.shared.pool.clone();
+        let task = tokio::spawn(async move {
+            let mut listener = None;
+            loop {
+                let heard = match listener.as_mut() {
+                    Some(l) => sqlx::postgres::PgListener::recv(l).await.map(drop),
+                    None => match sqlx::postgres::PgListener::connect_with(&pool).await {
+                        Ok(mut l) => l.listen(CONFIG_CHANNEL).await.map(|()| listener = Some(l)),
+                        Err(e) => Err(e),
+                    },
+                };
+                let Some(shared) = shared.upgrade() else {
+                    return;
+                };
+                shared.config_epoch.fetch_add(1, Ordering::SeqCst);
+                drop(shared);
+                if heard.is_err() {
+                    listener = None;
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+        });
+        let _ = self.shared.listener.set(Stop(task.abort_handle()));
+        self
+    }
+
+    /// Marks a write to secrets, webhooks or automations: the epoch moves
+    /// now, or when the transaction commits.
+    pub(super) fn config_written(&self) {
+        match &self.tx {
+            Some(_) => self.config_written.store(true, Ordering::SeqCst),
+            None => {
+                self.shared.config_epoch.fetch_add(1, Ordering::SeqCst);
+            }
+        }
     }
 
     async fn conn(&self) -> Result<Conn<'_>> {
@@ -187,7 +254,11 @@ impl Transaction for Postgres {
         let Some(tx) = tx.lock().await.take() else {
             return Ok(());
         };
-        tx.commit().await.map_err(|e| self.err(e))
+        tx.commit().await.map_err(|e| self.err(e))?;
+        if self.config_written.load(Ordering::SeqCst) {
+            self.shared.config_epoch.fetch_add(1, Ordering::SeqCst);
+        }
+        Ok(())
     }
 }
 
@@ -203,6 +274,7 @@ impl Engine for Postgres {
         Ok(Box::new(Postgres {
             shared: self.shared.clone(),
             tx: Some(Mutex::new(Some(tx))),
+            config_written: AtomicBool::new(false),
         }))
     }
 
@@ -264,6 +336,10 @@ impl Engine for Postgres {
 
     async fn flush(&self) -> Result<()> {
         Ok(())
+    }
+
+    fn config_epoch(&self) -> u64 {
+        self.shared.config_epoch.load(Ordering::SeqCst)
     }
 
     fn lease(&self) -> Option<Duration> {

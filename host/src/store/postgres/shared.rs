@@ -297,7 +297,11 @@ impl Postgres {
         let sql = format!(
             "INSERT INTO {table} SELECT * FROM json_populate_record(NULL::{table}, $1::json){conflict}"
         );
-        self.execute(sqlx::query(&sql).bind(row.to_string())).await
+        let changed = self
+            .execute(sqlx::query(&sql).bind(row.to_string()))
+            .await?;
+        self.touched(table);
+        Ok(changed)
     }
 
     /// The row of `table` whose `column` holds `value`, if any.
@@ -343,7 +347,17 @@ impl Postgres {
         name: &str,
     ) -> Result<bool> {
         let sql = format!("DELETE FROM {table} WHERE team = $1 AND name = $2");
-        Ok(self.execute(q(&sql, &[team, name])).await? > 0)
+        let deleted = self.execute(q(&sql, &[team, name])).await? > 0;
+        self.touched(table);
+        Ok(deleted)
+    }
+
+    /// Notes a write to `table`: the configuration's epoch moves if the
+    /// delivery path caches what it holds.
+    pub(super) fn touched(&self, table: &str) {
+        if matches!(table, "secrets" | "webhooks" | "automations") {
+            self.config_written();
+        }
     }
 
     /// How many rows `table` holds.

@@ -172,6 +172,14 @@ enum T {
 }
 
 impl T {
+    /// Whether the delivery path caches what this tree holds.
+    fn is_config(self) -> bool {
+        matches!(
+            self,
+            T::Secrets | T::Webhooks | T::Automations | T::AutomationTriggers
+        )
+    }
+
     const ALL: [T; 32] = [
         T::Meta,
         T::Users,
@@ -253,6 +261,9 @@ struct Shared {
     trees: Vec<sled::Tree>,
     writer: Arc<tokio::sync::Mutex<()>>,
     commits: GroupCommit,
+    /// See [`Engine::config_epoch`]: bumped by every commit that writes a
+    /// secret, webhook or automation.
+    config_epoch: AtomicU64,
 }
 
 impl Shared {
@@ -315,6 +326,7 @@ impl Sled {
             trees,
             writer: Arc::default(),
             commits: GroupCommit::default(),
+            config_epoch: AtomicU64::new(0),
         };
         migrate(&shared)?;
         Ok(Sled {
@@ -494,6 +506,7 @@ impl Sled {
             return Ok(());
         };
         let mut batches: BTreeMap<T, sled::Batch> = BTreeMap::new();
+        let config = overlay.keys().any(|(t, _)| t.is_config());
         for ((t, key), value) in overlay.iter() {
             let batch = batches.entry(*t).or_default();
             match value {
@@ -501,7 +514,7 @@ impl Sled {
                 None => batch.remove(key.as_slice()),
             }
         }
-        match batches.len() {
+        let applied = match batches.len() {
             0 => Ok(()),
             1 => {
                 let (t, batch) = batches.into_iter().next().expect("one batch");
@@ -522,7 +535,11 @@ impl Sled {
                         StoreError::Other(anyhow::anyhow!("committing to the store: {e}"))
                     })
             }
+        };
+        if config && applied.is_ok() {
+            self.shared.config_epoch.fetch_add(1, Ordering::SeqCst);
         }
+        applied
     }
 
     #[cfg(test)]
@@ -624,6 +641,10 @@ impl Engine for Sled {
 
     fn lease(&self) -> Option<std::time::Duration> {
         None
+    }
+
+    fn config_epoch(&self) -> u64 {
+        self.shared.config_epoch.load(Ordering::SeqCst)
     }
 }
 

@@ -1,0 +1,173 @@
+//! What the delivery path reads of the configuration for every event, kept
+//! in memory: the automations an event type triggers in a scope, and a
+//! webhook with its secrets opened. An entry serves while the store's
+//! configuration epoch is the one it was read at (the store moves it on
+//! every write to secrets, webhooks or automations, from any host), and a
+//! few seconds at most, in case a change went unheard.
+
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::automations::Automation;
+use super::webhooks::{self, Revealed, Webhook};
+use crate::domain::seal::Sealer;
+use crate::error::Result;
+use crate::model::{EventType, Scope};
+use crate::store::Store;
+
+/// The longest an entry serves, whatever the epoch says.
+const MAX_AGE: Duration = Duration::from_secs(5);
+
+/// Most entries of each kind; past it the kind starts afresh.
+const MAX_ENTRIES: usize = 10_000;
+
+/// A webhook as a send needs it.
+pub struct Opened {
+    /// The record.
+    pub webhook: Webhook,
+    /// Its secrets, opened; `None` when the webhook is disabled (nothing is
+    /// sent to it, so nothing is opened).
+    pub secrets: Option<Revealed>,
+}
+
+/// The automations an event type triggers in a scope.
+pub type Listening = Arc<Vec<Automation>>;
+
+/// The cache. Cheap to clone; clones share it.
+#[derive(Clone)]
+pub struct ConfigCache {
+    store: Store,
+    sealer: Sealer,
+    triggered: Arc<Kept<(Scope, EventType), Listening>>,
+    webhooks: Arc<Kept<(String, String), Arc<Opened>>>,
+}
+
+impl ConfigCache {
+    /// An empty cache over `store`.
+    pub fn new(store: Store, sealer: Sealer) -> ConfigCache {
+        let (triggered, webhooks) = (Arc::default(), Arc::default());
+        ConfigCache {
+            store,
+            sealer,
+            triggered,
+            webhooks,
+        }
+    }
+
+    /// The active automations of `scope` that listen for `event`.
+    pub async fn triggered(&self, scope: &Scope, event: EventType) -> Result<Listening> {
+        let (key, epoch) = ((scope.clone(), event), self.store.config_epoch());
+        if let Some(hit) = self.triggered.get(&key, epoch) {
+            return Ok(hit);
+        }
+        let found = Arc::new(self.store.triggered(scope, event).await?);
+        self.triggered.keep(key, epoch, found.clone());
+        Ok(found)
+    }
+
+    /// Webhook `team/name` with its secrets opened. What fails (no such
+    /// webhook, a secret gone) is not kept: the next call asks again.
+    pub async fn webhook(&self, team: &str, name: &str) -> Result<Arc<Opened>> {
+        let (key, epoch) = (
+            (team.to_string(), name.to_string()),
+            self.store.config_epoch(),
+        );
+        if let Some(hit) = self.webhooks.get(&key, epoch) {
+            return Ok(hit);
+        }
+        let webhook = webhooks::get(&self.store, team, name).await?;
+        let secrets = match webhook.disabled_reason {
+            Some(_) => None,
+            None => Some(webhook.reveal(&self.store, &self.sealer, team).await?),
+        };
+        let opened = Arc::new(Opened { webhook, secrets });
+        self.webhooks.keep(key, epoch, opened.clone());
+        Ok(opened)
+    }
+}
+
+/// Entries of one kind, each with the epoch it was read at.
+struct Kept<K, V>(Mutex<HashMap<K, (u64, Instant, V)>>);
+
+impl<K, V> Default for Kept<K, V> {
+    fn default() -> Self {
+        Kept(Mutex::new(HashMap::new()))
+    }
+}
+
+impl<K: Hash + Eq, V: Clone> Kept<K, V> {
+    fn get(&self, key: &K, epoch: u64) -> Option<V> {
+        let map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let (at_epoch, at, value) = map.get(key)?;
+        (*at_epoch == epoch && at.elapsed() < MAX_AGE).then(|| value.clone())
+    }
+
+    /// Keeps `value`, read at `epoch` (taken before the read, so that a
+    /// change while reading leaves the entry already stale).
+    fn keep(&self, key: K, epoch: u64, value: V) {
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if map.len() >= MAX_ENTRIES {
+            map.clear();
+        }
+        map.insert(key, (epoch, Instant::now(), value));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::secrets;
+    use crate::model::Webhook;
+
+    /// A write through the store moves the epoch, so the next read sees it.
+    #[tokio::test]
+    async fn a_write_to_a_secret_or_webhook_is_seen_at_once() {
+        let (dir, store) = Store::scratch();
+        let sealer = Sealer::load(dir.path(), None).unwrap();
+        let cache = ConfigCache::new(store.clone(), sealer.clone());
+        secrets::put(&store, &sealer, "ml", "TOKEN", "one")
+            .await
+            .unwrap();
+        let webhook = |url: &str| Webhook {
+            name: "ci".into(),
+            url: url.into(),
+            access_token_secret: Some("TOKEN".into()),
+            signing_secret: None,
+            standard_webhooks: false,
+            disabled_reason: None,
+            created_at: 1,
+            updated_at: 1,
+        };
+        store
+            .put_webhook("ml", &webhook("http://a/"))
+            .await
+            .unwrap();
+        let first = cache.webhook("ml", "ci").await.unwrap();
+        assert_eq!(first.webhook.url, "http://a/");
+        let token = |o: &Opened| o.secrets.as_ref().unwrap().token.clone();
+        assert_eq!(token(&first).as_deref(), Some("one"));
+        let again = cache.webhook("ml", "ci").await.unwrap();
+        assert!(Arc::ptr_eq(&first, &again), "served from the cache");
+
+        store
+            .put_webhook("ml", &webhook("http://b/"))
+            .await
+            .unwrap();
+        assert_eq!(
+            cache.webhook("ml", "ci").await.unwrap().webhook.url,
+            "http://b/"
+        );
+        secrets::put(&store, &sealer, "ml", "TOKEN", "two")
+            .await
+            .unwrap();
+        let now = cache.webhook("ml", "ci").await.unwrap();
+        assert_eq!(token(&now).as_deref(), Some("two"));
+        assert!(secrets::delete(&store, "ml", "TOKEN").await.is_ok());
+        assert!(
+            cache.webhook("ml", "ci").await.is_err(),
+            "a secret gone is a conflict"
+        );
+    }
+}
