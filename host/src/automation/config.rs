@@ -124,8 +124,7 @@ mod tests {
     /// A write through the store moves the epoch, so the next read sees it.
     #[tokio::test]
     async fn a_write_to_a_secret_or_webhook_is_seen_at_once() {
-        let (dir, store) = Store::scratch();
-        let sealer = Sealer::load(dir.path(), None).unwrap();
+        let (_dir, store, sealer) = Sealer::scratch();
         let cache = ConfigCache::new(store.clone(), sealer.clone());
         secrets::put(&store, &sealer, "ml", "TOKEN", "one")
             .await

@@ -28,6 +28,15 @@ impl std::fmt::Debug for Sealer {
 }
 
 impl Sealer {
+    /// A scratch store (see `Store::scratch`) and a sealer with its own key
+    /// beside it, for unit tests.
+    #[cfg(test)]
+    pub fn scratch() -> (tempfile::TempDir, crate::store::Store, Sealer) {
+        let (dir, store) = crate::store::Store::scratch();
+        let sealer = Sealer::load(dir.path(), None).unwrap();
+        (dir, store, sealer)
+    }
+
     /// The key from `from_env` (hex) if given, else from the data directory,
     /// creating it there on first use.
     pub fn load(data_dir: &Path, from_env: Option<&str>) -> anyhow::Result<Sealer> {

@@ -123,8 +123,7 @@ mod tests {
 
     #[tokio::test]
     async fn values_are_sealed_and_revealed_per_team() {
-        let (dir, store) = Store::scratch();
-        let sealer = Sealer::load(dir.path(), None).unwrap();
+        let (_dir, store, sealer) = Sealer::scratch();
         let (_, created) = put(&store, &sealer, "ml", "TOKEN", "hunter2-value")
             .await
             .unwrap();
