@@ -98,9 +98,9 @@ async fn write_matched(store: &Store, matched: Vec<Matched>) -> Result<Vec<Vec<D
     let taken = tx.take_events(&ids).await?;
     let (mut executions, mut deliveries) = (Vec::new(), Vec::new());
     let mut out = Vec::with_capacity(matched.len());
-    for (m, taken) in matched.iter().zip(taken) {
+    for (m, taken) in matched.into_iter().zip(taken) {
         let mut queued = Vec::new();
-        for f in m.fired.iter().filter(|_| taken) {
+        for f in m.fired.into_iter().filter(|_| taken) {
             if let Some(run) = &f.run
                 && !tx
                     .claim_run_fire((&f.execution.automation, run), m.at_ms, RUN_REFIRE_MS)
@@ -108,8 +108,8 @@ async fn write_matched(store: &Store, matched: Vec<Matched>) -> Result<Vec<Vec<D
             {
                 continue;
             }
-            executions.push(f.execution.clone());
-            queued.extend(f.delivery.clone());
+            executions.push(f.execution);
+            queued.extend(f.delivery);
         }
         deliveries.extend(queued.iter().cloned());
         out.push(queued);

@@ -149,7 +149,12 @@ async fn caller_and_params(
     app: &App,
 ) -> Result<(User, HashMap<String, String>)> {
     let Caller(user) = Caller::from_request_parts(parts, app).await?;
-    let Path(params) = Path::<HashMap<String, String>>::from_request_parts(parts, app)
+    Ok((user, path_params(parts, app).await?))
+}
+
+/// The route's path parameters, or a 400 that says the URL could not be read.
+pub async fn path_params(parts: &mut Parts, app: &App) -> Result<PathParams> {
+    let Path(params) = Path::<PathParams>::from_request_parts(parts, app)
         .await
         .map_err(|e| Error::InvalidRequest {
             message: format!(
@@ -158,7 +163,7 @@ async fn caller_and_params(
             ),
             param: None,
         })?;
-    Ok((user, params))
+    Ok(params)
 }
 
 /// A route's path parameters, by name.

@@ -105,6 +105,7 @@ contract!(
     inbox_and_outbox,
     executions_and_attempts,
     batches_write_set_wise,
+    config_writes_move_the_epoch,
     usage_adds_up,
     uploaded_plugins,
     a_transaction_lands_whole_or_not_at_all,
@@ -854,6 +855,60 @@ async fn batches_write_set_wise(store: &Store) {
     let x2 = store.execution(&automation, "x2").await.unwrap().unwrap();
     assert_eq!(x2.error.as_deref(), Some("busy"));
     assert_eq!(x2.attempts, vec![busy]);
+}
+
+/// Every write to what the delivery path caches moves the configuration
+/// epoch by the time it returns, or its transaction commits.
+async fn config_writes_move_the_epoch(store: &Store) {
+    let epoch = || store.config_epoch();
+    let secret = Secret {
+        name: "SIGN".into(),
+        sealed: "aa".into(),
+        created_at: 1,
+        updated_at: 1,
+    };
+    let webhook = Webhook {
+        name: "ci".into(),
+        url: "http://a/".into(),
+        access_token_secret: None,
+        signing_secret: None,
+        standard_webhooks: false,
+        disabled_reason: None,
+        created_at: 1,
+        updated_at: 1,
+    };
+    let on_tag = automation("on-tag", tag_event(), "ci");
+    let before = epoch();
+    store.put_secret("ml", &secret).await.unwrap();
+    let after_secret = epoch();
+    assert_ne!(after_secret, before, "a secret written");
+    store.put_webhook("ml", &webhook).await.unwrap();
+    let after_webhook = epoch();
+    assert_ne!(after_webhook, after_secret, "a webhook written");
+    store.save_automation(None, &on_tag).await.unwrap();
+    let after_automation = epoch();
+    assert_ne!(after_automation, after_webhook, "an automation saved");
+    assert!(
+        store
+            .delete_automation(&project_scope(), "on-tag")
+            .await
+            .unwrap()
+    );
+    assert_ne!(epoch(), after_automation, "an automation deleted");
+
+    let tx = store.begin().await.unwrap();
+    tx.put_webhook(
+        "ml",
+        &Webhook {
+            url: "http://b/".into(),
+            ..webhook
+        },
+    )
+    .await
+    .unwrap();
+    let uncommitted = epoch();
+    tx.commit().await.unwrap();
+    assert_ne!(epoch(), uncommitted, "moved when the transaction committed");
 }
 
 fn failed<'a>(

@@ -190,16 +190,10 @@ impl FromRequest<App> for AdminForm {
 
     async fn from_request(request: Request, app: &App) -> Result<Self, Response> {
         let (mut parts, body) = request.into_parts();
-        let params = <crate::http::scope::Params as FromRequestParts<App>>::from_request_parts(
-            &mut parts, app,
-        )
-        .await;
+        let params = crate::http::scope::path_params(&mut parts, app).await;
         let posted = Posted::from_request(Request::from_parts(parts, body), app).await?;
         let admin = async {
-            let axum::extract::Path(params) = params.map_err(|e| Error::InvalidRequest {
-                message: format!("the request URL could not be read ({})", e.body_text()),
-                param: None,
-            })?;
+            let params = params?;
             let team = crate::http::scope::param(&params, "team")?;
             let user = &posted.viewer.user;
             crate::domain::groups::require_team(&app.store, user, &team, Role::Admin).await?;
