@@ -88,6 +88,41 @@ pub struct Config {
     pub store: StoreConfig,
     /// Prometheus metrics.
     pub metrics: MetricsConfig,
+    /// How long the delivery history is kept.
+    pub history: HistoryConfig,
+}
+
+/// The delivery history's lifetime: executions, their attempts and settled
+/// events older than `keep_days` are removed in bulk.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HistoryConfig {
+    /// Days to keep (fractions allowed: 0.5 is twelve hours).
+    #[serde(deserialize_with = "deserialize_days")]
+    pub keep_days: f64,
+}
+
+fn deserialize_days<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    let days = f64::deserialize(d)?;
+    if !(days.is_finite() && days * 86_400.0 >= 1.0) {
+        return Err(serde::de::Error::custom(format!(
+            "keep_days must be a number of days of at least one second, e.g. 30 or 0.5; got {days}"
+        )));
+    }
+    Ok(days)
+}
+
+impl Default for HistoryConfig {
+    fn default() -> Self {
+        HistoryConfig { keep_days: 30.0 }
+    }
+}
+
+impl HistoryConfig {
+    /// The lifetime.
+    pub fn keep(&self) -> Duration {
+        Duration::from_secs_f64((self.keep_days * 86_400.0).clamp(1.0, 1e12))
+    }
 }
 
 /// Prometheus metrics at `GET /metrics`.
@@ -362,6 +397,7 @@ impl Default for Config {
             inference: InferenceConfig::default(),
             store: StoreConfig::default(),
             metrics: MetricsConfig::default(),
+            history: HistoryConfig::default(),
         }
     }
 }

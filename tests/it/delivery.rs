@@ -11,7 +11,7 @@ use crate::receiver::{Received, Receiver, expected_signature};
 use crate::world::{PROJECT, REGISTRY, SIGN, TOKEN, World, ok};
 
 /// Fast retries so tests see several attempts in well under a second.
-const CONFIG: &str = "[webhooks]\nallow_private = [\"127.0.0.0/8\"]\n\
+pub(crate) const CONFIG: &str = "[webhooks]\nallow_private = [\"127.0.0.0/8\"]\n\
     [delivery]\nretry_schedule_ms = [0, 150, 150, 150, 150, 150, 150, 150, 150, 150]\n\
     jitter = 0.0\npoll_interval_ms = 50";
 
@@ -31,12 +31,22 @@ fn retrying(schedule: &str) -> String {
 /// A host started with `config`, the world calling `receiver`, and
 /// automation `name` on every ADD_ARTIFACT_TAG in the project:
 /// (host, alice, bob).
-async fn tagging(receiver: &Receiver, config: &str, name: &str) -> (Host, String, String) {
+pub(crate) async fn tagging(
+    receiver: &Receiver,
+    config: &str,
+    name: &str,
+) -> (Host, String, String) {
     let host = Host::with_config(config).await;
-    let (alice, bob) = world(&host, receiver).await;
-    let tags = json!({"type": "ADD_ARTIFACT_TAG"});
-    automation(&host, &alice, PROJECT, name, tags).await;
+    let (alice, bob) = tagging_on(&host, receiver, name).await;
     (host, alice, bob)
+}
+
+/// [`tagging`] on a host already started: (alice, bob).
+pub(crate) async fn tagging_on(host: &Host, receiver: &Receiver, name: &str) -> (String, String) {
+    let (alice, bob) = world(host, receiver).await;
+    let tags = json!({"type": "ADD_ARTIFACT_TAG"});
+    automation(host, &alice, PROJECT, name, tags).await;
+    (alice, bob)
 }
 
 const TEMPLATE: &str = r#"{"event_type": "${event_type}", "author": "${event_author}",
@@ -53,7 +63,7 @@ async fn automation(host: &Host, key: &str, scope: &str, name: &str, event: Valu
 }
 
 /// Checks what every delivery must carry, and returns the body.
-fn verified(request: &Received) -> Value {
+pub(crate) fn verified(request: &Received) -> Value {
     assert_eq!(
         request.header("authorization"),
         Some(format!("Bearer {TOKEN}").as_str())
@@ -705,7 +715,7 @@ async fn wait_for_status(host: &Host, key: &str, executions: &str, status: &str)
 /// [`CONFIG`] with retries that outlast a slow machine's 25 tag requests: a
 /// delivery that used up its attempts before the kill would fail for good,
 /// and the test would not be about the restart any more.
-fn lasting_retries() -> String {
+pub(crate) fn lasting_retries() -> String {
     let quick = ["0"].into_iter().chain(["150"; 9]);
     let slow = ["500"; 60];
     let schedule: Vec<&str> = quick.chain(slow).collect();

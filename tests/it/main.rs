@@ -13,6 +13,7 @@ mod automations;
 mod cli;
 mod console;
 mod delivery;
+mod durability;
 mod health;
 mod hostile_input;
 mod http_errors;

@@ -108,6 +108,7 @@ impl App {
         app.matcher.spawn_sweeper(Duration::from_millis(
             app.cfg.delivery.poll_interval_ms.max(10),
         ));
+        crate::automation::outbox::spawn_expiry(app.store.clone(), app.cfg.history.keep());
         Ok(app)
     }
 }

@@ -81,3 +81,22 @@ pub async fn replay_failed(
     }
     Ok((replayed, deliveries))
 }
+
+/// Removes the history older than `keep`, at start and then every quarter
+/// of it (at most hourly), for as long as the process runs.
+pub fn spawn_expiry(store: Store, keep: std::time::Duration) {
+    let every = (keep / 4).clamp(
+        std::time::Duration::from_secs(1),
+        std::time::Duration::from_secs(3600),
+    );
+    tokio::spawn(async move {
+        loop {
+            match store.expire_history(keep).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(executions = n, "removed history past its lifetime"),
+                Err(e) => tracing::error!(error = %e, "removing history past its lifetime failed"),
+            }
+            tokio::time::sleep(every).await;
+        }
+    });
+}

@@ -149,7 +149,7 @@ fn tag_event() -> EventConfig {
     EventConfig::AddArtifactTag { tag_regex: None }
 }
 
-fn event(id: &str, at_ms: u64) -> Event {
+pub(super) fn event(id: &str, at_ms: u64) -> Event {
     Event {
         id: id.into(),
         event_type: EventType::AddArtifactTag,
@@ -170,7 +170,7 @@ fn handle() -> Handle {
     }
 }
 
-fn delivery(id: &str, due_ms: u64) -> Delivery {
+pub(super) fn delivery(id: &str, due_ms: u64) -> Delivery {
     Delivery {
         id: id.into(),
         execution: handle(),
@@ -186,7 +186,7 @@ fn delivery(id: &str, due_ms: u64) -> Delivery {
     }
 }
 
-fn execution(id: &str, at_ms: u64) -> Execution {
+pub(super) fn execution(id: &str, at_ms: u64) -> Execution {
     Execution {
         id: id.into(),
         delivery_id: format!("d_{id}"),

@@ -65,6 +65,10 @@ pub trait Engine: Records {
     async fn raw_records(&self) -> Result<Vec<RawRecord>>;
     /// Writes everything to disk; called at shutdown.
     async fn flush(&self) -> Result<()>;
+    /// Removes the delivery history older than `keep` (executions with
+    /// their attempts, once settled), in bulk; returns how many executions
+    /// went.
+    async fn expire_history(&self, keep: std::time::Duration) -> Result<usize>;
     /// A number that changes whenever what the delivery path caches
     /// (secrets, webhooks, automations) may have changed, on this host or
     /// another sharing the store: a value read at one epoch serves while

@@ -338,6 +338,18 @@ impl Engine for Postgres {
         Ok(())
     }
 
+    async fn expire_history(&self, keep: Duration) -> Result<usize> {
+        let before = crate::ids::now_ms().saturating_sub(keep.as_millis() as u64);
+        let mut c = self.conn().await?;
+        let done =
+            sqlx::query("DELETE FROM executions WHERE updated_at_ms < $1 AND status <> 'Pending'")
+                .bind(before as i64)
+                .execute(&mut *c)
+                .await
+                .map_err(|e| self.err(e))?;
+        Ok(done.rows_affected() as usize)
+    }
+
     fn config_epoch(&self) -> u64 {
         self.shared.config_epoch.load(Ordering::SeqCst)
     }

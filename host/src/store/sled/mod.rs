@@ -18,6 +18,7 @@ mod artifacts;
 mod automations;
 mod delivery;
 mod groups;
+mod journal;
 pub mod keys;
 mod meta;
 mod plugins;
@@ -31,7 +32,7 @@ mod webhooks;
 use std::collections::BTreeMap;
 use std::ops::Deref;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, bail};
@@ -44,11 +45,12 @@ use tokio::sync::OwnedMutexGuard;
 use super::{Engine, RawRecord, Result, StoreError, Transaction};
 
 /// The schema this build reads and writes.
-pub const SCHEMA_VERSION: u32 = 3;
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// Migrations, in order: entry `i` moves a store from version `i + 1` to `i + 2`.
 /// A new schema version appends one function here.
-const MIGRATIONS: &[fn(&Shared) -> anyhow::Result<()>] = &[index_user_names, labels_apart];
+const MIGRATIONS: &[fn(&Shared) -> anyhow::Result<()>] =
+    &[index_user_names, labels_apart, journal_apart];
 
 /// 1 → 2: users gained a name index.
 fn index_user_names(shared: &Shared) -> anyhow::Result<()> {
@@ -93,6 +95,65 @@ fn labels_apart(shared: &Shared) -> anyhow::Result<()> {
             .tree(T::Versions)
             .insert(key, serde_json::to_vec(&version)?)?;
     }
+    Ok(())
+}
+
+/// 3 → 4: the inbox, outbox and executions moved to the journal; the move
+/// itself is [`move_to_journal`], which needs the journal open. The version
+/// keeps an older build from reading an outbox that is no longer there.
+fn journal_apart(_: &Shared) -> anyhow::Result<()> {
+    Ok(())
+}
+
+/// The trees that held the journal's records before schema 4.
+const BEFORE_JOURNAL: [T; 3] = [T::Executions, T::Outbox, T::EventInbox];
+
+/// Moves what the trees of [`BEFORE_JOURNAL`] hold into the journal, in
+/// one commit made durable before the trees are cleared; a record that
+/// cannot be read goes to the quarantine. Executions go first, so that
+/// their deliveries refer to the bodies they carry.
+fn move_to_journal(shared: &Shared) -> anyhow::Result<()> {
+    use journal::Entry;
+    if BEFORE_JOURNAL.iter().all(|t| shared.tree(*t).is_empty()) {
+        return Ok(());
+    }
+    let mut entries = Vec::new();
+    for t in BEFORE_JOURNAL {
+        for item in shared.tree(t).iter() {
+            let (key, value) = item?;
+            let entry = match t {
+                T::Executions => serde_json::from_slice(&value).map(|execution| Entry::Execution {
+                    execution,
+                    body: false,
+                }),
+                T::Outbox => serde_json::from_slice(&value).map(|delivery| Entry::Queued {
+                    delivery,
+                    body: None,
+                }),
+                _ => serde_json::from_slice(&value).map(|event| Entry::Event {
+                    event: Box::new(event),
+                }),
+            };
+            match entry {
+                Ok(entry) => entries.push(entry),
+                Err(e) => {
+                    let (qkey, qvalue) = quarantine_record(t, &key, &value, &e.to_string())?;
+                    shared.tree(T::Quarantine).insert(qkey, qvalue)?;
+                }
+            }
+        }
+    }
+    let moved = entries.len();
+    shared.journal.append(entries)?;
+    shared.journal.sync()?;
+    for t in BEFORE_JOURNAL {
+        shared.tree(t).clear()?;
+    }
+    shared.db.flush()?;
+    tracing::info!(
+        records = moved,
+        "moved the inbox, outbox and executions into the journal"
+    );
     Ok(())
 }
 
@@ -152,11 +213,13 @@ enum T {
     Runs,
     /// `team \0 project \0 run id \0 metric \0` → its recent values.
     Metrics,
-    /// `event id` → `Event` not yet matched.
+    /// Before schema 4: `event id` → `Event` not yet matched. The journal
+    /// holds the inbox now.
     EventInbox,
-    /// `due ms \0 delivery id \0` → `Delivery`.
+    /// Before schema 4: `due ms \0 delivery id \0` → `Delivery`.
     Outbox,
-    /// `scope \0 automation \0 execution id \0` → `Execution`.
+    /// Before schema 4: `scope \0 automation \0 execution id \0` →
+    /// `Execution`.
     Executions,
     /// `scope \0 automation \0 run id \0` → unix ms it last fired for the run.
     RunFired,
@@ -254,11 +317,17 @@ impl T {
     }
 }
 
-/// What every handle shares: the database, its trees, the writer lock.
+/// What every handle shares: the database, its trees, the journal, the
+/// writer lock.
 struct Shared {
     db: sled::Db,
     /// Indexed by `T as usize`.
     trees: Vec<sled::Tree>,
+    /// The delivery path's records (see `journal/mod.rs`).
+    journal: journal::Journal,
+    /// Whether sled has writes not yet flushed: a commit that wrote only
+    /// the journal needs no flush of sled.
+    sled_dirty: AtomicBool,
     writer: Arc<tokio::sync::Mutex<()>>,
     commits: GroupCommit,
     /// See [`Engine::config_epoch`]: bumped by every commit that writes a
@@ -289,10 +358,12 @@ type Raw = (Vec<u8>, Vec<u8>);
 /// Writes buffered by a transaction: `None` deletes.
 type Overlay = BTreeMap<(T, Vec<u8>), Option<Vec<u8>>>;
 
-/// A transaction's state: the writer lock, held, and its writes.
+/// A transaction's state: the writer lock, held, and its writes: to sled's
+/// trees, and to the journal.
 struct TxState {
     _writer: OwnedMutexGuard<()>,
     writes: Mutex<Overlay>,
+    logged: Mutex<Vec<journal::Entry>>,
 }
 
 /// A handle to the sled store: the engine itself (no transaction), or a
@@ -321,14 +392,18 @@ impl Sled {
             .iter()
             .map(|t| db.open_tree(t.name()))
             .collect::<sled::Result<Vec<_>>>()?;
+        let journal = journal::Journal::open(&dir.join("journal"))?;
         let shared = Shared {
             db,
             trees,
+            journal,
+            sled_dirty: AtomicBool::new(false),
             writer: Arc::default(),
             commits: GroupCommit::default(),
             config_epoch: AtomicU64::new(0),
         };
         migrate(&shared)?;
+        move_to_journal(&shared)?;
         Ok(Sled {
             shared: Arc::new(shared),
             tx: None,
@@ -343,6 +418,7 @@ impl Sled {
             tx: Some(TxState {
                 _writer: writer,
                 writes: Mutex::default(),
+                logged: Mutex::default(),
             }),
         }
     }
@@ -364,6 +440,25 @@ impl Sled {
         self.tx
             .as_ref()
             .map(|tx| tx.writes.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// The journal entries this transaction has written so far.
+    fn logged(&self) -> std::sync::MutexGuard<'_, Vec<journal::Entry>> {
+        self.tx
+            .as_ref()
+            .expect("journal writes go through Sled::writer, which is a transaction")
+            .logged
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Buffers a journal entry; only on a transaction.
+    fn log(&self, entry: journal::Entry) {
+        self.logged().push(entry);
+    }
+
+    fn journal(&self) -> &journal::Journal {
+        &self.shared.journal
     }
 
     /// The value under `key`, as this handle sees it.
@@ -408,60 +503,6 @@ impl Sled {
             .collect()
     }
 
-    /// Decodes what [`Sled::scan`] finds, newest key first when `rev`, at
-    /// most `limit`, setting aside any record that cannot be decoded: one
-    /// bad record must never stop the sweep, the dispatcher or a listing.
-    async fn scan_readable<V: DeserializeOwned>(
-        &self,
-        t: T,
-        prefix: &[u8],
-        rev: bool,
-        limit: usize,
-    ) -> Result<Vec<V>> {
-        let items: Box<dyn Iterator<Item = Result<Raw>>> = match (&self.tx, rev) {
-            // Outside a transaction, read lazily: a listing stops at `limit`.
-            (None, false) => Box::new(self.tree(t).scan_prefix(prefix).map(raw)),
-            (None, true) => Box::new(self.tree(t).scan_prefix(prefix).rev().map(raw)),
-            (Some(_), rev) => {
-                let mut items = self.scan(t, prefix)?;
-                if rev {
-                    items.reverse();
-                }
-                Box::new(items.into_iter().map(Ok))
-            }
-        };
-        let mut out = Vec::new();
-        let mut unreadable = Vec::new();
-        for item in items {
-            if out.len() == limit {
-                break;
-            }
-            let (key, value) = item?;
-            match serde_json::from_slice(&value) {
-                Ok(record) => out.push(record),
-                Err(e) => unreadable.push((key, value, e.to_string())),
-            }
-        }
-        self.quarantine_all(t, unreadable).await?;
-        Ok(out)
-    }
-
-    /// [`Sled::quarantine`] for each (key, value, reason), in one write.
-    async fn quarantine_all(
-        &self,
-        t: T,
-        unreadable: Vec<(Vec<u8>, Vec<u8>, String)>,
-    ) -> Result<()> {
-        if unreadable.is_empty() {
-            return Ok(());
-        }
-        let w = self.writer().await;
-        for (key, value, reason) in unreadable {
-            w.quarantine(t, &key, &value, &reason)?;
-        }
-        w.finish()
-    }
-
     /// Buffers a write; only on a transaction (see [`Sled::writer`]).
     fn put(&self, t: T, key: impl Into<Vec<u8>>, value: Vec<u8>) {
         self.buffer(t, key.into(), Some(value));
@@ -484,27 +525,22 @@ impl Sled {
         overlay.insert((t, key), value);
     }
 
-    /// Moves an unreadable record into the quarantine, with why, and logs it.
-    fn quarantine(&self, t: T, key: &[u8], value: &[u8], reason: &str) -> Result<()> {
-        let record = serde_json::json!({
-            "tree": t.name(),
-            "key": hex::encode(key),
-            "reason": reason,
-            "at_ms": crate::ids::now_ms(),
-            "value": String::from_utf8_lossy(value),
-        });
-        let quarantine_key = [t.name().as_bytes(), &[0], key].concat();
-        self.put_json(T::Quarantine, quarantine_key, &record)?;
-        self.delete(t, key);
-        tracing::error!(tree = t.name(), key = %hex::encode(key), reason, "set an unreadable record aside in the quarantine");
-        Ok(())
-    }
-
-    /// Applies the buffered writes atomically.
+    /// Applies the buffered writes atomically: the journal's first, so
+    /// that a full disk fails the commit before sled has any of it.
     fn apply(&self) -> Result<()> {
+        let Some(tx) = &self.tx else {
+            return Ok(());
+        };
+        let logged = std::mem::take(&mut *tx.logged.lock().unwrap_or_else(|p| p.into_inner()));
+        if !logged.is_empty() {
+            self.shared.journal.append(logged)?;
+        }
         let Some(overlay) = self.overlay() else {
             return Ok(());
         };
+        if !overlay.is_empty() {
+            self.shared.sled_dirty.store(true, Ordering::SeqCst);
+        }
         let mut batches: BTreeMap<T, sled::Batch> = BTreeMap::new();
         let config = overlay.keys().any(|(t, _)| t.is_config());
         for ((t, key), value) in overlay.iter() {
@@ -599,7 +635,13 @@ impl Engine for Sled {
         }
         // Every request numbered up to `target` wrote before taking its number.
         let target = c.requested.load(Ordering::SeqCst);
-        self.shared.db.flush_async().await.map_err(io)?;
+        let shared = self.shared.clone();
+        tokio::task::spawn_blocking(move || shared.journal.sync())
+            .await
+            .map_err(|e| StoreError::Other(e.into()))??;
+        if self.shared.sled_dirty.swap(false, Ordering::SeqCst) {
+            self.shared.db.flush_async().await.map_err(io)?;
+        }
         c.flushed.store(target, Ordering::SeqCst);
         Ok(())
     }
@@ -631,12 +673,25 @@ impl Engine for Sled {
                 out.push((kind.clone(), key.to_vec(), value.to_vec()));
             }
         }
+        for (key, value) in self.journal().raw()? {
+            out.push(("journal".into(), key, value));
+        }
         Ok(out)
     }
 
     async fn flush(&self) -> Result<()> {
+        self.journal().sync()?;
         self.shared.db.flush_async().await.map_err(io)?;
         Ok(())
+    }
+
+    async fn expire_history(&self, keep: std::time::Duration) -> Result<usize> {
+        let journal = self.shared.clone();
+        journal.journal.rotate_every(keep / 4);
+        let before = std::time::SystemTime::now() - keep;
+        tokio::task::spawn_blocking(move || journal.journal.expire(before))
+            .await
+            .map_err(|e| StoreError::Other(e.into()))?
     }
 
     fn lease(&self) -> Option<std::time::Duration> {
@@ -716,9 +771,18 @@ fn open_error(dir: &Path, err: sled::Error) -> anyhow::Error {
     }
 }
 
-fn raw(item: sled::Result<(sled::IVec, sled::IVec)>) -> Result<Raw> {
-    let (key, value) = item.map_err(io)?;
-    Ok((key.to_vec(), value.to_vec()))
+/// The quarantine's key and record for an unreadable record of `t`; logs it.
+fn quarantine_record(t: T, key: &[u8], value: &[u8], reason: &str) -> Result<Raw> {
+    let record = serde_json::json!({
+        "tree": t.name(),
+        "key": hex::encode(key),
+        "reason": reason,
+        "at_ms": crate::ids::now_ms(),
+        "value": String::from_utf8_lossy(value),
+    });
+    tracing::error!(tree = t.name(), key = %hex::encode(key), reason, "set an unreadable record aside in the quarantine");
+    let quarantine_key = [t.name().as_bytes(), &[0], key].concat();
+    Ok((quarantine_key, serde_json::to_vec(&record)?))
 }
 
 fn io(e: sled::Error) -> StoreError {
@@ -803,7 +867,7 @@ mod tests {
             store.shared.db.flush().unwrap();
         }
         let store = Sled::open(dir.path()).unwrap();
-        assert_eq!(store.schema_version().unwrap(), 3);
+        assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
         let v = store
             .labelled_version(&scope, "c", 0)
             .await
@@ -847,39 +911,6 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn an_unreadable_record_is_set_aside_and_the_rest_are_read() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Sled::open(dir.path()).unwrap();
-        let tree = store.tree(T::EventInbox);
-        tree.insert("a", b"1".as_slice()).unwrap();
-        let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
-        tree.insert("b", deep.as_bytes()).unwrap();
-        tree.insert("c", b"3".as_slice()).unwrap();
-        let read: Vec<serde_json::Value> = store
-            .scan_readable(T::EventInbox, &[], false, usize::MAX)
-            .await
-            .unwrap();
-        assert_eq!(read, [1, 3]);
-        assert_eq!(store.quarantined().await.unwrap(), 1);
-        assert!(!tree.contains_key("b").unwrap(), "moved out of its tree");
-        let (_, record) = store.tree(T::Quarantine).iter().next().unwrap().unwrap();
-        let record: serde_json::Value = serde_json::from_slice(&record).unwrap();
-        assert_eq!(record["tree"], "event_inbox");
-        assert!(
-            record["reason"]
-                .as_str()
-                .unwrap()
-                .contains("recursion limit"),
-            "{record}"
-        );
-        let again: Vec<serde_json::Value> = store
-            .scan_readable(T::EventInbox, &[], false, usize::MAX)
-            .await
-            .unwrap();
-        assert_eq!(again, [1, 3]);
-    }
-
-    #[tokio::test]
     async fn a_transaction_reads_its_own_writes_and_commits_them_together() {
         let dir = tempfile::tempdir().unwrap();
         let store = Sled::open(dir.path()).unwrap();
@@ -896,6 +927,57 @@ mod tests {
         dropped.delete(T::Meta, b"a".to_vec());
         drop(dropped);
         assert!(store.get(T::Meta, b"a").unwrap().is_some(), "discarded");
+    }
+
+    #[tokio::test]
+    async fn version_3_stores_move_the_delivery_records_into_the_journal() {
+        use crate::store::contract::{delivery, event, execution};
+        let dir = tempfile::tempdir().unwrap();
+        let (d, x) = (delivery("d1", 5), execution("x1", 1));
+        {
+            let store = Sled::open(dir.path()).unwrap();
+            let put = |t: T, key: &[u8], value: Vec<u8>| store.tree(t).insert(key, value).unwrap();
+            put(
+                T::EventInbox,
+                b"ev1",
+                serde_json::to_vec(&event("ev1", 1)).unwrap(),
+            );
+            put(T::Outbox, b"d1", serde_json::to_vec(&d).unwrap());
+            put(T::Executions, b"x1", serde_json::to_vec(&x).unwrap());
+            put(T::Executions, b"x2", b"{not json".to_vec());
+            set_schema_version(&store.shared, 3).unwrap();
+            store.shared.db.flush().unwrap();
+        }
+        let store = Sled::open(dir.path()).unwrap();
+        assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+        let inbox: Vec<String> = store
+            .inbox()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| e.id)
+            .collect();
+        assert_eq!(inbox, ["ev1"]);
+        let (due, _) = store
+            .due_deliveries(u64::MAX, 10, &|_| false)
+            .await
+            .unwrap();
+        assert_eq!(due, [d]);
+        assert_eq!(
+            store.execution(&x.automation, &x.id).await.unwrap(),
+            Some(x)
+        );
+        assert_eq!(
+            store.quarantined().await.unwrap(),
+            1,
+            "the unreadable one set aside"
+        );
+        for t in BEFORE_JOURNAL {
+            assert!(store.tree(t).is_empty(), "{} emptied", t.name());
+        }
+        drop(store);
+        let store = Sled::open(dir.path()).unwrap();
+        assert_eq!(store.inbox().await.unwrap().len(), 1, "moved once, kept");
     }
 
     #[test]

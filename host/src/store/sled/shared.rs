@@ -2,7 +2,7 @@
 
 use super::keys::{Key, prefix};
 use super::{Sled, T, io};
-use crate::model::{Automation, Delivery, GroupKind, Handle, LabelledVersion, Scope, Version};
+use crate::model::{Automation, GroupKind, Handle, LabelledVersion, Scope, Version};
 use crate::store::Result;
 
 /// The key of `rest` under `scope`.
@@ -34,10 +34,6 @@ pub(super) fn webhook_key(a: &Automation) -> Key {
 
 pub(super) fn execution_key(automation: &Handle, id: &str) -> Key {
     scoped(&automation.scope, &[&automation.name, id])
-}
-
-pub(super) fn outbox_key(d: &Delivery) -> Vec<u8> {
-    Key::new().num(d.due_ms).text(&d.id).into_bytes()
 }
 
 pub(super) fn usage_prefix(scope: &str) -> String {

@@ -1,0 +1,159 @@
+//! What the journal holds, in memory: the inbox, the outbox in due order,
+//! and where each execution's records are. Rebuilt from the segments at
+//! start by applying every committed entry in order, as commits apply them.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::{Attempt, Delivery, Event, Execution, Handle, Status};
+use crate::store::sled::shared::execution_key;
+
+/// Where a frame is: segment, offset, length (header included).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct At {
+    pub seg: u64,
+    pub off: u64,
+    pub len: u32,
+}
+
+/// One change, as written (the JSON of a frame). Bodies travel as the
+/// frame's bytes, not in the JSON: see [`super::Journal::append`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Entry {
+    /// An event into the inbox.
+    Event { event: Box<Event> },
+    /// An event out of the inbox.
+    Taken { id: String },
+    /// An execution, created or replaced; `body` when the frame carries its
+    /// sealed body.
+    Execution {
+        execution: Box<Execution>,
+        body: bool,
+    },
+    /// An attempt added to an execution.
+    Attempt {
+        automation: Handle,
+        execution_id: String,
+        status: Status,
+        error: Option<String>,
+        attempt: Attempt,
+        at_ms: u64,
+    },
+    /// A delivery into the outbox (or back, rescheduled). Its body is in
+    /// the frame at `body`, or in this frame's bytes when `None`.
+    Queued {
+        delivery: Delivery,
+        body: Option<At>,
+    },
+    /// A delivery out of the outbox.
+    Settled { id: String },
+    /// The end of a commit: the entries since the last one apply together.
+    Commit,
+}
+
+/// A delivery in the outbox, its body left on disk.
+pub struct Waiting {
+    pub delivery: Delivery,
+    pub frame: At,
+    pub body: At,
+}
+
+#[derive(Default)]
+pub struct Index {
+    /// Event id → the event and its frame.
+    pub inbox: BTreeMap<String, (Event, At)>,
+    /// (due ms, delivery id) → the delivery.
+    pub outbox: BTreeMap<(u64, String), Waiting>,
+    /// Delivery id → its due time, the outbox's other key.
+    pub due_of: HashMap<String, u64>,
+    /// Execution key → its frames: the execution, then its attempts.
+    pub executions: BTreeMap<Vec<u8>, Vec<At>>,
+}
+
+impl Index {
+    /// Applies one committed entry, written at `at`.
+    pub fn apply(&mut self, entry: Entry, at: At) {
+        match entry {
+            Entry::Event { event } => {
+                self.inbox.insert(event.id.clone(), (*event, at));
+            }
+            Entry::Taken { id } => {
+                self.inbox.remove(&id);
+            }
+            Entry::Execution { execution, .. } => {
+                let key = execution_key(&execution.automation, &execution.id).into_bytes();
+                self.executions.insert(key, vec![at]);
+            }
+            Entry::Attempt {
+                automation,
+                execution_id,
+                ..
+            } => {
+                let key = execution_key(&automation, &execution_id).into_bytes();
+                if let Some(frames) = self.executions.get_mut(&key) {
+                    frames.push(at);
+                }
+            }
+            Entry::Queued { delivery, body } => {
+                self.settle(&delivery.id);
+                self.due_of.insert(delivery.id.clone(), delivery.due_ms);
+                let key = (delivery.due_ms, delivery.id.clone());
+                let body = body.unwrap_or(at);
+                self.outbox.insert(
+                    key,
+                    Waiting {
+                        delivery,
+                        frame: at,
+                        body,
+                    },
+                );
+            }
+            Entry::Settled { id } => self.settle(&id),
+            Entry::Commit => {}
+        }
+    }
+
+    fn settle(&mut self, id: &str) {
+        if let Some(due) = self.due_of.remove(id) {
+            self.outbox.remove(&(due, id.to_string()));
+        }
+    }
+
+    /// The frame holding the body of the delivery `id`, if it waits.
+    pub fn body_of(&self, id: &str) -> Option<At> {
+        let due = self.due_of.get(id)?;
+        Some(self.outbox.get(&(*due, id.to_string()))?.body)
+    }
+
+    /// Forgets every execution with a record in `segments`.
+    pub fn forget_executions(&mut self, segments: &BTreeSet<u64>) -> usize {
+        let before = self.executions.len();
+        self.executions
+            .retain(|_, frames| !frames.iter().any(|at| segments.contains(&at.seg)));
+        before - self.executions.len()
+    }
+}
+
+/// An execution as its frames tell it: the record, then each attempt.
+pub fn fold(execution: Execution, attempts: impl IntoIterator<Item = Entry>) -> Execution {
+    attempts
+        .into_iter()
+        .fold(execution, |mut execution, entry| {
+            if let Entry::Attempt {
+                status,
+                error,
+                attempt,
+                at_ms,
+                ..
+            } = entry
+            {
+                execution.status = status;
+                execution.error = error;
+                execution.attempts.push(attempt);
+                execution.updated_at_ms = at_ms;
+            }
+            execution
+        })
+}
