@@ -27,6 +27,7 @@ mod sessions;
 mod shared;
 mod usage;
 mod users;
+mod wal;
 mod webhooks;
 
 use std::collections::BTreeMap;
@@ -325,8 +326,7 @@ struct Shared {
     trees: Vec<sled::Tree>,
     /// The delivery path's records (see `journal/mod.rs`).
     journal: journal::Journal,
-    /// Whether sled has writes not yet flushed: a commit that wrote only
-    /// the journal needs no flush of sled.
+    /// Whether sled has writes not yet flushed (checkpointed, `wal.rs`).
     sled_dirty: AtomicBool,
     writer: Arc<tokio::sync::Mutex<()>>,
     commits: GroupCommit,
@@ -383,16 +383,18 @@ impl Sled {
     pub fn open(dir: &Path) -> anyhow::Result<Sled> {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("cannot create data directory {}", dir.display()))?;
+        // Flushed by the checkpointer (`wal.rs`), not on a timer of sled's.
         let db = sled::Config::new()
             .path(dir.join("db"))
             .cache_capacity(CACHE_BYTES)
+            .flush_every_ms(None)
             .open()
             .map_err(|e| open_error(dir, e))?;
         let trees = T::ALL
             .iter()
             .map(|t| db.open_tree(t.name()))
             .collect::<sled::Result<Vec<_>>>()?;
-        let journal = journal::Journal::open(&dir.join("journal"))?;
+        let (journal, logged) = journal::Journal::open(&dir.join("journal"))?;
         let shared = Shared {
             db,
             trees,
@@ -402,12 +404,15 @@ impl Sled {
             commits: GroupCommit::default(),
             config_epoch: AtomicU64::new(0),
         };
+        wal::redo(&shared, logged)?;
         migrate(&shared)?;
         move_to_journal(&shared)?;
-        Ok(Sled {
-            shared: Arc::new(shared),
-            tx: None,
-        })
+        // What open wrote went to sled directly: a checkpoint, so that no
+        // older logged write is applied over it at the next open.
+        wal::checkpoint_now(&shared)?;
+        let shared = Arc::new(shared);
+        wal::spawn_checkpointer(Arc::downgrade(&shared));
+        Ok(Sled { shared, tx: None })
     }
 
     /// A transaction: waits for the writer lock.
@@ -531,15 +536,16 @@ impl Sled {
         let Some(tx) = &self.tx else {
             return Ok(());
         };
-        let logged = std::mem::take(&mut *tx.logged.lock().unwrap_or_else(|p| p.into_inner()));
-        if !logged.is_empty() {
-            self.shared.journal.append(logged)?;
-        }
+        let mut logged = std::mem::take(&mut *tx.logged.lock().unwrap_or_else(|p| p.into_inner()));
         let Some(overlay) = self.overlay() else {
             return Ok(());
         };
         if !overlay.is_empty() {
+            logged.push(wal::entry(&overlay));
             self.shared.sled_dirty.store(true, Ordering::SeqCst);
+        }
+        if !logged.is_empty() {
+            self.shared.journal.append(logged)?;
         }
         let mut batches: BTreeMap<T, sled::Batch> = BTreeMap::new();
         let config = overlay.keys().any(|(t, _)| t.is_config());
@@ -635,13 +641,11 @@ impl Engine for Sled {
         }
         // Every request numbered up to `target` wrote before taking its number.
         let target = c.requested.load(Ordering::SeqCst);
+        // sled's writes are in the journal too (`wal.rs`).
         let shared = self.shared.clone();
         tokio::task::spawn_blocking(move || shared.journal.sync())
             .await
             .map_err(|e| StoreError::Other(e.into()))??;
-        if self.shared.sled_dirty.swap(false, Ordering::SeqCst) {
-            self.shared.db.flush_async().await.map_err(io)?;
-        }
         c.flushed.store(target, Ordering::SeqCst);
         Ok(())
     }
@@ -686,12 +690,16 @@ impl Engine for Sled {
     }
 
     async fn expire_history(&self, keep: std::time::Duration) -> Result<usize> {
-        let journal = self.shared.clone();
-        journal.journal.rotate_every(keep / 4);
+        let shared = self.shared.clone();
+        shared.journal.rotate_every(keep / 4);
         let before = std::time::SystemTime::now() - keep;
-        tokio::task::spawn_blocking(move || journal.journal.expire(before))
-            .await
-            .map_err(|e| StoreError::Other(e.into()))?
+        // Segments go only once sled holds every write they logged.
+        tokio::task::spawn_blocking(move || {
+            wal::checkpoint_now(&shared)?;
+            shared.journal.expire(before)
+        })
+        .await
+        .map_err(|e| StoreError::Other(e.into()))?
     }
 
     fn lease(&self) -> Option<std::time::Duration> {

@@ -49,6 +49,15 @@ pub enum Entry {
     },
     /// A delivery out of the outbox.
     Settled { id: String },
+    /// A commit's writes to sled's trees, as the frame's bytes (see
+    /// `sled/mod.rs`): the journal is sled's write-ahead log, so a commit
+    /// is durable once the journal is, and sled is flushed only now and then.
+    Sled {
+        #[serde(skip)]
+        writes: Vec<u8>,
+    },
+    /// Sled held, durably, every write logged before this place.
+    Checkpoint { seg: u64, off: u64 },
     /// The end of a commit: the entries since the last one apply together.
     Commit,
 }
@@ -111,7 +120,7 @@ impl Index {
                 );
             }
             Entry::Settled { id } => self.settle(&id),
-            Entry::Commit => {}
+            Entry::Sled { .. } | Entry::Checkpoint { .. } | Entry::Commit => {}
         }
     }
 

@@ -63,13 +63,16 @@ struct State {
 
 impl Journal {
     /// Opens (or creates) the journal in `dir` and reads it into memory.
-    pub fn open(dir: &Path) -> anyhow::Result<Journal> {
+    /// Returns it with the sled writes logged after the last checkpoint, in
+    /// order, for sled to apply again (see [`Entry::Sled`]).
+    pub fn open(dir: &Path) -> anyhow::Result<(Journal, Vec<Vec<u8>>)> {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("cannot create the journal directory {}", dir.display()))?;
         let mut index = Index::default();
+        let mut redo = Redo::default();
         let segments = segments(dir)?;
         for &seg in &segments {
-            replay(&segment_path(dir, seg), seg, &mut index)?;
+            replay(&segment_path(dir, seg), seg, &mut index, &mut redo)?;
         }
         let active_seg = segments.last().map_or(1, |last| last + 1);
         let active = create_segment(dir, active_seg)?;
@@ -90,10 +93,18 @@ impl Journal {
             rotate_after: Duration::from_secs(3600),
             readers,
         };
-        Ok(Journal {
+        let journal = Journal {
             dir: dir.to_path_buf(),
             state: Mutex::new(state),
-        })
+        };
+        Ok((journal, redo.since_checkpoint()))
+    }
+
+    /// Where the next commit goes: a checkpoint taken here covers every
+    /// commit before it.
+    pub fn position(&self) -> (u64, u64) {
+        let state = self.state();
+        (state.active_seg, state.active_len)
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -427,6 +438,10 @@ fn take_body(
                 sealed: Some(sealed),
             })
         }
+        Entry::Sled { writes } => Ok(Body {
+            bytes: std::mem::take(writes),
+            sealed: None,
+        }),
         _ => Ok(none),
     }
 }
@@ -437,9 +452,28 @@ fn unhex(sealed: &str) -> Result<Vec<u8>> {
         .map_err(StoreError::Other)
 }
 
-/// Applies the committed entries of one segment to `index`; truncates the
-/// segment where its valid, committed data ends, with a warning.
-fn replay(path: &Path, seg: u64, index: &mut Index) -> anyhow::Result<()> {
+/// Sled's writes met in the journal, and the last checkpoint.
+#[derive(Default)]
+struct Redo {
+    writes: Vec<(At, Vec<u8>)>,
+    checkpoint: (u64, u64),
+}
+
+impl Redo {
+    fn since_checkpoint(self) -> Vec<Vec<u8>> {
+        let from = self.checkpoint;
+        self.writes
+            .into_iter()
+            .filter(|(at, _)| (at.seg, at.off) >= from)
+            .map(|(_, writes)| writes)
+            .collect()
+    }
+}
+
+/// Applies the committed entries of one segment to `index` (and notes
+/// sled's writes in `redo`); truncates the segment where its valid,
+/// committed data ends, with a warning.
+fn replay(path: &Path, seg: u64, index: &mut Index, redo: &mut Redo) -> anyhow::Result<()> {
     let bytes = std::fs::read(path)
         .with_context(|| format!("cannot read the journal segment {}", path.display()))?;
     let mut off = 0;
@@ -452,14 +486,22 @@ fn replay(path: &Path, seg: u64, index: &mut Index) -> anyhow::Result<()> {
             len: len as u32,
         };
         off += len;
-        let entry =
-            frame::split(payload).and_then(|(json, _)| serde_json::from_slice::<Entry>(json).ok());
+        let split = frame::split(payload);
+        let entry = split.and_then(|(json, _)| serde_json::from_slice::<Entry>(json).ok());
         match entry {
             Some(Entry::Commit) => {
                 for (entry, at) in pending.drain(..) {
-                    index.apply(entry, at);
+                    match entry {
+                        Entry::Sled { writes } => redo.writes.push((at, writes)),
+                        Entry::Checkpoint { seg, off } => redo.checkpoint = (seg, off),
+                        entry => index.apply(entry, at),
+                    }
                 }
                 committed = off;
+            }
+            Some(Entry::Sled { .. }) => {
+                let body = split.map(|(_, body)| body.to_vec()).unwrap_or_default();
+                pending.push((Entry::Sled { writes: body }, at));
             }
             Some(entry) => pending.push((entry, at)),
             None => {
@@ -646,7 +688,7 @@ mod tests {
     fn records_survive_a_reopen_and_a_body_is_stored_once() {
         let dir = tempfile::tempdir().unwrap();
         {
-            let journal = Journal::open(dir.path()).unwrap();
+            let journal = Journal::open(dir.path()).unwrap().0;
             journal
                 .append(vec![Entry::Event {
                     event: Box::new(event("ev_a", 1)),
@@ -662,7 +704,7 @@ mod tests {
             journal.append(attempted("b")).unwrap();
             journal.sync().unwrap();
         }
-        let journal = Journal::open(dir.path()).unwrap();
+        let journal = Journal::open(dir.path()).unwrap().0;
         assert!(journal.inbox().is_empty());
         let waiting = due(&journal);
         assert_eq!(waiting.len(), 1, "b was settled");
@@ -709,7 +751,7 @@ mod tests {
     fn a_torn_tail_is_dropped_and_every_acknowledged_record_kept() {
         let dir = tempfile::tempdir().unwrap();
         let (acknowledged, whole) = {
-            let journal = Journal::open(dir.path()).unwrap();
+            let journal = Journal::open(dir.path()).unwrap().0;
             journal
                 .append(vec![Entry::Event {
                     event: Box::new(event("ev_a", 1)),
@@ -728,7 +770,7 @@ mod tests {
         let check = |bytes: &[u8], whole_tail: bool, what: &str| {
             let dir = tempfile::tempdir().unwrap();
             std::fs::write(segment_path(dir.path(), 1), bytes).unwrap();
-            let journal = Journal::open(dir.path()).unwrap();
+            let journal = Journal::open(dir.path()).unwrap().0;
             assert!(journal.execution(&key("a")).unwrap().is_some(), "{what}");
             let ids: Vec<String> = due(&journal).into_iter().map(|d| d.id).collect();
             let expected = if whole_tail {
@@ -754,7 +796,7 @@ mod tests {
             assert_eq!(kept, expected_len, "{what}: truncated to the last commit");
             // What is left is whole: it opens again as it is.
             drop(journal);
-            let again = Journal::open(dir.path()).unwrap();
+            let again = Journal::open(dir.path()).unwrap().0;
             assert_eq!(due(&again).len(), expected.len(), "{what}, reopened");
         };
         for cut in acknowledged.len()..=whole.len() {
@@ -770,7 +812,7 @@ mod tests {
     #[test]
     fn expiry_drops_old_segments_and_keeps_what_still_waits() {
         let dir = tempfile::tempdir().unwrap();
-        let journal = Journal::open(dir.path()).unwrap();
+        let journal = Journal::open(dir.path()).unwrap().0;
         journal
             .append(vec![Entry::Event {
                 event: Box::new(event("ev_a", 1)),
@@ -816,6 +858,6 @@ mod tests {
         check(&journal);
         assert_eq!(journal.expire(hour_ago).unwrap(), 0, "nothing more is old");
         drop(journal);
-        check(&Journal::open(dir.path()).unwrap());
+        check(&Journal::open(dir.path()).unwrap().0);
     }
 }

@@ -1,0 +1,210 @@
+//! The journal as sled's write-ahead log.
+//!
+//! Every commit logs its writes to sled's trees in the journal, in the same
+//! journal commit as its delivery records, before applying them to sled. A
+//! commit is then durable once the journal is (one `fdatasync`), and sled is
+//! flushed by a checkpointer now and then rather than at every group
+//! commit, which cost more than the rest of the delivery path together
+//! (sled's flush runs on threads of its own, about 40% of a busy host's CPU).
+//!
+//! A checkpoint is a sled flush, then an [`Entry::Checkpoint`] naming the
+//! journal position taken before it. At open, sled's writes logged after the
+//! last checkpoint are applied again, in order: each sets a key to its
+//! final value, so applying one that sled already held changes nothing.
+
+use std::sync::Weak;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+
+use super::journal::Entry;
+use super::{Overlay, Shared, T};
+
+/// How often the checkpointer looks for sled writes to flush.
+const EVERY: Duration = Duration::from_secs(1);
+
+/// The journal entry for a commit's writes to sled:
+/// `(tree name len u8, name, key len u32, key, 0 | 1 value len u32 value)*`.
+pub(super) fn entry(overlay: &Overlay) -> Entry {
+    let mut writes = Vec::new();
+    for ((t, key), value) in overlay {
+        let name = t.name().as_bytes();
+        writes.push(name.len() as u8);
+        writes.extend_from_slice(name);
+        writes.extend_from_slice(&(key.len() as u32).to_le_bytes());
+        writes.extend_from_slice(key);
+        match value {
+            None => writes.push(0),
+            Some(value) => {
+                writes.push(1);
+                writes.extend_from_slice(&(value.len() as u32).to_le_bytes());
+                writes.extend_from_slice(value);
+            }
+        }
+    }
+    Entry::Sled { writes }
+}
+
+/// Applies logged writes to sled's trees again, in order, and flushes.
+pub(super) fn redo(shared: &Shared, logged: Vec<Vec<u8>>) -> anyhow::Result<()> {
+    let commits = logged.len();
+    for writes in logged {
+        for (t, key, value) in decode(&writes)? {
+            match value {
+                Some(value) => shared.tree(t).insert(key, value)?,
+                None => shared.tree(t).remove(key)?,
+            };
+        }
+    }
+    if commits > 0 {
+        shared.db.flush()?;
+        tracing::info!(
+            commits,
+            "applied the store's logged writes again after an unclean stop"
+        );
+    }
+    Ok(())
+}
+
+/// Flushes sled and records that everything logged before `from` is in it.
+pub(super) fn checkpoint(shared: &Shared, from: (u64, u64)) -> crate::store::Result<()> {
+    shared.db.flush().map_err(super::io)?;
+    let (seg, off) = from;
+    shared.journal.append(vec![Entry::Checkpoint { seg, off }])
+}
+
+/// A checkpoint now, from the position every commit so far lies before
+/// (read under the writer lock, so no commit is half applied).
+pub(super) fn checkpoint_now(shared: &Shared) -> crate::store::Result<()> {
+    shared.sled_dirty.store(false, Ordering::SeqCst);
+    let from = {
+        // Uncontended at open, which may run on an async thread.
+        let _writer = match shared.writer.try_lock() {
+            Ok(writer) => writer,
+            Err(_) => shared.writer.blocking_lock(),
+        };
+        shared.journal.position()
+    };
+    checkpoint(shared, from)
+}
+
+/// Checkpoints every [`EVERY`] while sled has unflushed writes, for as long
+/// as the store is open.
+pub(super) fn spawn_checkpointer(shared: Weak<Shared>) {
+    std::thread::Builder::new()
+        .name("store-checkpoint".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(EVERY);
+                let Some(shared) = shared.upgrade() else {
+                    return;
+                };
+                if !shared.sled_dirty.load(Ordering::SeqCst) {
+                    continue;
+                }
+                if let Err(e) = checkpoint_now(&shared) {
+                    tracing::error!(error = %e, "checkpointing the store failed; retrying");
+                    shared.sled_dirty.store(true, Ordering::SeqCst);
+                }
+            }
+        })
+        .expect("spawning the store's checkpoint thread");
+}
+
+/// The writes an [`entry`] holds.
+/// One logged write: tree, key, value (`None` removes).
+type Write = (T, Vec<u8>, Option<Vec<u8>>);
+
+fn decode(mut bytes: &[u8]) -> anyhow::Result<Vec<Write>> {
+    let mut out = Vec::new();
+    while !bytes.is_empty() {
+        let name = String::from_utf8(take(&mut bytes, 1, true)?.to_vec())?;
+        let t = *T::ALL
+            .iter()
+            .find(|t| t.name() == name)
+            .with_context(|| format!("the journal names a tree this build lacks: {name}"))?;
+        let key = take(&mut bytes, 4, true)?.to_vec();
+        let value = match take(&mut bytes, 1, false)? {
+            [0] => None,
+            _ => Some(take(&mut bytes, 4, true)?.to_vec()),
+        };
+        out.push((t, key, value));
+    }
+    Ok(out)
+}
+
+/// The next `n` bytes of `bytes`, or (when `sized`) the next run of bytes
+/// whose length the next `n` bytes give, little-endian.
+fn take<'a>(bytes: &mut &'a [u8], n: usize, sized: bool) -> anyhow::Result<&'a [u8]> {
+    let len = if sized {
+        let mut raw = [0u8; 8];
+        raw[..n].copy_from_slice(bytes.get(..n).context("a logged write cut short")?);
+        *bytes = &bytes[n..];
+        u64::from_le_bytes(raw) as usize
+    } else {
+        n
+    };
+    if bytes.len() < len {
+        bail!("a logged write cut short");
+    }
+    let (head, rest) = bytes.split_at(len);
+    *bytes = rest;
+    Ok(head)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Engine;
+    use crate::store::records::*;
+
+    /// A copy of the data directory taken right after a durable commit, and
+    /// before any checkpoint, is what a crash leaves: sled has not flushed,
+    /// and the commit must come back from the journal.
+    #[tokio::test]
+    async fn a_durable_commit_survives_a_crash_before_sled_flushes() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = super::super::Sled::open(&dir.path().join("a")).unwrap();
+        let user = crate::model::User {
+            id: "u1".into(),
+            name: "operator".into(),
+            operator: true,
+            created_at: 0,
+        };
+        assert!(store.insert_user(&user).await.unwrap());
+        store.durable().await.unwrap();
+        let crashed = dir.path().join("b");
+        copy_dir(&dir.path().join("a"), &crashed);
+        let reopened = super::super::Sled::open(&crashed).unwrap();
+        assert_eq!(reopened.user_named("operator").await.unwrap(), Some(user));
+    }
+
+    fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+        std::fs::create_dir_all(to).unwrap();
+        for entry in std::fs::read_dir(from).unwrap() {
+            let entry = entry.unwrap();
+            let target = to.join(entry.file_name());
+            if entry.file_type().unwrap().is_dir() {
+                copy_dir(&entry.path(), &target);
+            } else {
+                std::fs::copy(entry.path(), target).unwrap();
+            }
+        }
+    }
+
+    #[test]
+    fn writes_decode_as_they_were_logged() {
+        let mut overlay = Overlay::new();
+        overlay.insert((T::Tags, b"k1".to_vec()), Some(b"v1".to_vec()));
+        overlay.insert((T::Meta, b"gone".to_vec()), None);
+        overlay.insert((T::Meta, Vec::new()), Some(Vec::new()));
+        let Entry::Sled { writes } = entry(&overlay) else {
+            panic!("not a sled entry");
+        };
+        let decoded = decode(&writes).unwrap();
+        let expected: Vec<_> = overlay.into_iter().map(|((t, k), v)| (t, k, v)).collect();
+        assert_eq!(decoded, expected);
+        assert!(decode(&writes[..writes.len() - 1]).is_err());
+    }
+}
