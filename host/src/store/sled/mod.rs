@@ -547,8 +547,30 @@ impl Sled {
         if !logged.is_empty() {
             self.shared.journal.append(logged)?;
         }
-        let mut batches: BTreeMap<T, sled::Batch> = BTreeMap::new();
         let config = overlay.keys().any(|(t, _)| t.is_config());
+        let applied = self.apply_to_sled(&overlay);
+        if config && applied.is_ok() {
+            self.shared.config_epoch.fetch_add(1, Ordering::SeqCst);
+        }
+        applied
+    }
+
+    /// Applies `overlay` to sled's trees. One write needs no batch: sled
+    /// writes its log buffer out for every batch and transaction, and the
+    /// journal already makes the commit atomic and durable (`wal.rs`);
+    /// batches and transactions keep a commit of several writes atomic
+    /// for readers outside a transaction too.
+    fn apply_to_sled(&self, overlay: &Overlay) -> Result<()> {
+        if overlay.len() == 1 {
+            let ((t, key), value) = overlay.iter().next().expect("one write");
+            match value {
+                Some(value) => self.tree(*t).insert(key, value.as_slice()),
+                None => self.tree(*t).remove(key),
+            }
+            .map_err(io)?;
+            return Ok(());
+        }
+        let mut batches: BTreeMap<T, sled::Batch> = BTreeMap::new();
         for ((t, key), value) in overlay.iter() {
             let batch = batches.entry(*t).or_default();
             match value {
@@ -556,7 +578,7 @@ impl Sled {
                 None => batch.remove(key.as_slice()),
             }
         }
-        let applied = match batches.len() {
+        match batches.len() {
             0 => Ok(()),
             1 => {
                 let (t, batch) = batches.into_iter().next().expect("one batch");
@@ -577,11 +599,7 @@ impl Sled {
                         StoreError::Other(anyhow::anyhow!("committing to the store: {e}"))
                     })
             }
-        };
-        if config && applied.is_ok() {
-            self.shared.config_epoch.fetch_add(1, Ordering::SeqCst);
         }
-        applied
     }
 
     #[cfg(test)]
