@@ -8,8 +8,9 @@
 //! concurrent clients spread over the hosts, the hosts' CPU per delivered
 //! event (and PostgreSQL's, on that engine), the event-to-delivery latency
 //! at a fixed 1,000 events/s, and RSS; then one summary line per run:
-//! `delivery[ENGINE]: N events/s, M µs host CPU per event, p99 P ms at 1000/s,
-//! peak RSS R MiB` (the most any host held at once, start included).
+//! `delivery[ENGINE]: N events/s, M µs host CPU per event[, D µs database
+//! CPU per event], p99 P ms at 1000/s, peak RSS R MiB` (the most any host
+//! held at once, start included).
 //! Every event must arrive exactly once, or the bench fails.
 //!
 //! `BENCH_STORE=sled|postgres` picks the engine (both by default),
@@ -406,12 +407,14 @@ async fn measure(engine: Engine, hosts: usize, labels: Labels, batch: usize) -> 
         THROUGHPUT_EVENTS as f64 / accepted.as_secs_f64(),
     );
     println!("host CPU per delivered event: {cpu_us:.0} µs");
-    if let (Some(before), Some(after)) = (db_before, db_cpu()) {
-        println!(
-            "PostgreSQL CPU per delivered event: {:.0} µs",
-            (after - before) * 1e6 / THROUGHPUT_EVENTS as f64
-        );
-    }
+    let db_us = match (db_before, db_cpu()) {
+        (Some(before), Some(after)) => {
+            let us = (after - before) * 1e6 / THROUGHPUT_EVENTS as f64;
+            println!("PostgreSQL CPU per delivered event: {us:.0} µs");
+            format!(", {us:.0} µs database CPU per event")
+        }
+        _ => String::new(),
+    };
     for host in &hosts {
         println!(
             "host RSS after throughput run: {:.1} MiB",
@@ -487,6 +490,6 @@ async fn measure(engine: Engine, hosts: usize, labels: Labels, batch: usize) -> 
         db.drop().await;
     }
     format!(
-        "delivery[{label}]: {events_per_s:.0} events/s, {cpu_us:.0} µs host CPU per event, p99 {p99:.1} ms at 1000/s, peak RSS {peak_rss:.0} MiB"
+        "delivery[{label}]: {events_per_s:.0} events/s, {cpu_us:.0} µs host CPU per event{db_us}, p99 {p99:.1} ms at 1000/s, peak RSS {peak_rss:.0} MiB"
     )
 }

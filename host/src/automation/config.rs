@@ -1,16 +1,18 @@
 //! What the delivery path reads of the configuration for every event, kept
-//! in memory: the automations an event type triggers in a scope, and a
-//! webhook with its secrets opened. An entry serves while the store's
+//! in memory: the automations an event type triggers in a scope, a webhook
+//! with its secrets opened, and an automation's template with its secret
+//! references resolved. An entry serves while the store's
 //! configuration epoch is the one it was read at (the store moves it on
 //! every write to secrets, webhooks or automations, from any host), and a
 //! few seconds at most, in case a change went unheard.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::automations::Automation;
+use super::secret_refs::{self, Rewrite, Uncarried};
 use super::webhooks::{self, Revealed, Webhook};
 use crate::domain::seal::Sealer;
 use crate::error::Result;
@@ -35,6 +37,10 @@ pub struct Opened {
 /// The automations an event type triggers in a scope.
 pub type Listening = Arc<Vec<Automation>>;
 
+/// A template with its `$NAME` secret references as `${NAME}` variables,
+/// or the reference its webhook cannot carry.
+pub type Resolved = Arc<std::result::Result<String, Uncarried>>;
+
 /// The cache. Cheap to clone; clones share it.
 #[derive(Clone)]
 pub struct ConfigCache {
@@ -42,17 +48,18 @@ pub struct ConfigCache {
     sealer: Sealer,
     triggered: Arc<Kept<(Scope, EventType), Listening>>,
     webhooks: Arc<Kept<(String, String), Arc<Opened>>>,
+    templates: Arc<Kept<(Scope, String), Resolved>>,
 }
 
 impl ConfigCache {
     /// An empty cache over `store`.
     pub fn new(store: Store, sealer: Sealer) -> ConfigCache {
-        let (triggered, webhooks) = (Arc::default(), Arc::default());
         ConfigCache {
             store,
             sealer,
-            triggered,
-            webhooks,
+            triggered: Arc::default(),
+            webhooks: Arc::default(),
+            templates: Arc::default(),
         }
     }
 
@@ -85,6 +92,39 @@ impl ConfigCache {
         let opened = Arc::new(Opened { webhook, secrets });
         self.webhooks.keep(key, epoch, opened.clone());
         Ok(opened)
+    }
+}
+
+impl ConfigCache {
+    /// `automation`'s payload template with its secret references resolved
+    /// against what its webhook carries (`carried`) and the team's secrets
+    /// (see `secret_refs`): the same for every event until the automation,
+    /// its webhook or a secret changes, which moves the epoch.
+    pub async fn template(
+        &self,
+        automation: &Automation,
+        template: &str,
+        carried: &BTreeMap<String, String>,
+    ) -> Result<Resolved> {
+        let key = (automation.scope.clone(), automation.name.clone());
+        let epoch = self.store.config_epoch();
+        if let Some(hit) = self.templates.get(&key, epoch) {
+            return Ok(hit);
+        }
+        let (team, webhook) = (&automation.webhook.team, &automation.webhook.name);
+        let resolved = Arc::new(
+            secret_refs::resolve_in_team(
+                &self.store,
+                team,
+                template,
+                webhook,
+                carried,
+                Rewrite::Variable,
+            )
+            .await?,
+        );
+        self.templates.keep(key, epoch, resolved.clone());
+        Ok(resolved)
     }
 }
 

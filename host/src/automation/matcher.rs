@@ -12,7 +12,6 @@ use tokio::sync::{mpsc, oneshot};
 use super::automations::{Automation, FILTER_PLUGIN};
 use super::config::ConfigCache;
 use super::outbox::{Delivery, Execution, Status};
-use super::secret_refs::{self, Rewrite, Uncarried};
 use super::worker::Dispatcher;
 use crate::domain::seal::Sealer;
 use crate::error::{Error, Result};
@@ -301,11 +300,8 @@ impl Matcher {
         };
         let secrets = &revealed.by_name;
         let template = match &automation.payload {
-            Some(template) => match self
-                .with_secret_variables(automation, template, secrets)
-                .await?
-            {
-                Ok(template) => Some(template),
+            Some(template) => match &*self.config.template(automation, template, secrets).await? {
+                Ok(template) => Some(template.clone()),
                 Err(uncarried) => return failed(execution, uncarried.to_string()),
             },
             None => None,
@@ -336,26 +332,6 @@ impl Matcher {
             delivery: Some(delivery),
             run: event.run.as_ref().map(|r| r.id.clone()),
         }))
-    }
-
-    /// The template with its `$NAME` secret references as `${NAME}` variables;
-    /// a secret the webhook no longer carries fails the execution, rather than
-    /// sending the literal text.
-    async fn with_secret_variables(
-        &self,
-        automation: &Automation,
-        template: &str,
-        secrets: &BTreeMap<String, String>,
-    ) -> Result<std::result::Result<String, Uncarried>> {
-        secret_refs::resolve_in_team(
-            &self.store,
-            &automation.webhook.team,
-            template,
-            &automation.webhook.name,
-            secrets,
-            Rewrite::Variable,
-        )
-        .await
     }
 
     /// The payload: the automation's template rendered by its plugin, or, with no
