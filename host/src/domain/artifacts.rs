@@ -230,13 +230,6 @@ impl Label {
             Label::Tag => "tags",
         }
     }
-
-    fn event_type(self) -> EventType {
-        match self {
-            Label::Alias => EventType::AddArtifactAlias,
-            Label::Tag => EventType::AddArtifactTag,
-        }
-    }
 }
 
 /// The version a request labels, as the caller named it, and who asks.
@@ -293,7 +286,7 @@ fn check_label(field: &str, value: &str) -> Result<()> {
     })
 }
 
-/// Adds `labels` to a version, all in one transaction; each emits its own
+/// Adds `labels` to a version, all at once; each emits its own
 /// `ADD_ARTIFACT_ALIAS` or `ADD_ARTIFACT_TAG`. An alias moves from
 /// whichever version held it.
 pub async fn add_labels(
@@ -304,52 +297,104 @@ pub async fn add_labels(
     labels: Vec<String>,
 ) -> Result<Labelled> {
     check_labels(kind, &labels)?;
+    let index = parse_version(target.version)?;
+    match kind {
+        Label::Alias => add_aliases(store, events, target, index, labels).await,
+        Label::Tag => add_tags(store, events, target, index, labels).await,
+    }
+}
+
+/// Aliases, in one transaction: each may move from another version, which
+/// the answer and the events name.
+async fn add_aliases(
+    store: &Store,
+    events: &dyn Dispatch,
+    target: Target<'_>,
+    index: u64,
+    aliases: Vec<String>,
+) -> Result<Labelled> {
     let Target {
         scope,
         user,
         collection,
         version: version_text,
     } = target;
-    let index = parse_version(version_text)?;
     let tx = store.begin().await?;
     let version = tx
         .version(scope, collection, index)
         .await?
         .ok_or_else(|| no_version(scope, collection, version_text))?;
-    let template = event_for(scope, user, &version, kind.event_type());
+    let template = event_for(scope, user, &version, EventType::AddArtifactAlias);
     let at = VersionAt {
         scope,
         collection,
         index,
     };
-    let mut caused = Vec::with_capacity(labels.len());
+    let mut caused = Vec::with_capacity(aliases.len());
     let mut moved_from = BTreeMap::new();
-    for label in &labels {
-        let mut event = Event {
-            id: ids::ordered_id(),
-            ..template.clone()
-        };
-        match kind {
-            Label::Alias => {
-                if let Some(old) = tx.set_alias(at, label).await? {
-                    moved_from.insert(label.clone(), format!("v{old}"));
-                }
-                event.alias = Some(label.clone());
-            }
-            Label::Tag => {
-                tx.add_tag(at, label).await?;
-                event.tag = Some(label.clone());
-            }
+    for alias in &aliases {
+        if let Some(old) = tx.set_alias(at, alias).await? {
+            moved_from.insert(alias.clone(), format!("v{old}"));
         }
-        caused.push(event);
+        caused.push(Event {
+            id: ids::ordered_id(),
+            alias: Some(alias.clone()),
+            ..template.clone()
+        });
     }
     tx.insert_events(&caused).await?;
     tx.commit().await?;
     events.dispatch(&caused).await?;
     Ok(Labelled {
         version,
-        labels,
+        labels: aliases,
         moved_from,
+    })
+}
+
+/// Tags, in one store operation with their events (one statement on
+/// PostgreSQL): tags never move, so the version is read first, for the
+/// events, and the write only checks it is still there.
+async fn add_tags(
+    store: &Store,
+    events: &dyn Dispatch,
+    target: Target<'_>,
+    index: u64,
+    tags: Vec<String>,
+) -> Result<Labelled> {
+    let Target {
+        scope,
+        user,
+        collection,
+        version: version_text,
+    } = target;
+    let gone = || no_version(scope, collection, version_text);
+    let version = store
+        .version(scope, collection, index)
+        .await?
+        .ok_or_else(gone)?;
+    let template = event_for(scope, user, &version, EventType::AddArtifactTag);
+    let caused: Vec<Event> = tags
+        .iter()
+        .map(|tag| Event {
+            id: ids::ordered_id(),
+            tag: Some(tag.clone()),
+            ..template.clone()
+        })
+        .collect();
+    let at = VersionAt {
+        scope,
+        collection,
+        index,
+    };
+    if !store.tag_version(at, &tags, &caused).await? {
+        return Err(gone());
+    }
+    events.dispatch(&caused).await?;
+    Ok(Labelled {
+        version,
+        labels: tags,
+        moved_from: BTreeMap::new(),
     })
 }
 

@@ -603,6 +603,38 @@ async fn collections_versions_and_labels(store: &Store) {
     assert_eq!(all.len(), 2);
     assert_eq!(all[0].aliases, ["best"]);
     assert_eq!(all[1], v1);
+
+    // Tags with their events, in one operation; on a missing version, nothing.
+    let tags = ["c".to_string(), "a".to_string(), "d".to_string()];
+    let events = [event("ev_c", 1), event("ev_d", 2)];
+    assert!(
+        store
+            .tag_version(det(&scope, 1), &tags, &events)
+            .await
+            .unwrap()
+    );
+    let v1 = store.labelled_version(&scope, "det", 1).await.unwrap();
+    assert_eq!(v1.unwrap().tags, ["b", "a", "c", "d"]);
+    let inbox: Vec<String> = store
+        .inbox()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.id)
+        .collect();
+    assert_eq!(inbox, ["ev_c", "ev_d"]);
+    let lost = [event("ev_lost", 3)];
+    assert!(
+        !store
+            .tag_version(det(&scope, 9), &tags, &lost)
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        store.inbox().await.unwrap().len(),
+        2,
+        "no event for a missing version"
+    );
 }
 
 fn det(scope: &Scope, index: u64) -> VersionAt<'_> {

@@ -8,7 +8,7 @@ use super::shared::{
     LABELLED_VERSION_COLUMNS, VERSION_COLUMNS, collection, i, labelled_version, q, scope_key,
     to_json, u, version,
 };
-use crate::model::{Collection, LabelledVersion, Scope, Version};
+use crate::model::{Collection, Event, LabelledVersion, Scope, Version};
 use crate::store::Result;
 use crate::store::records::*;
 
@@ -116,6 +116,38 @@ impl ArtifactRecords for Postgres {
         .await
         .db(self)?;
         Ok(held.map(u).filter(|old| *old != version.index))
+    }
+
+    async fn tag_version(
+        &self,
+        version: VersionAt<'_>,
+        tags: &[String],
+        events: &[Event],
+    ) -> Result<bool> {
+        let ids: Vec<&str> = events.iter().map(|e| e.id.as_str()).collect();
+        let bodies = events.iter().map(to_json).collect::<Result<Vec<_>>>()?;
+        // Every part sees the version locked or not at all: a version gone
+        // (its collection deleted) writes neither tags nor events.
+        let found: i64 = sqlx::query_scalar(
+            "WITH v AS (SELECT 1 FROM versions WHERE scope = $1 AND collection = $2 \
+             AND idx = $3 FOR SHARE), \
+             t AS (INSERT INTO tags (scope, collection, idx, tag) \
+             SELECT $1, $2, $3, tag FROM v, unnest($4::text[]) WITH ORDINALITY AS x (tag, n) \
+             ORDER BY n ON CONFLICT DO NOTHING), \
+             e AS (INSERT INTO event_inbox (id, event) \
+             SELECT id, event::jsonb FROM v, unnest($5::text[], $6::text[]) AS x (id, event)) \
+             SELECT count(*) FROM v",
+        )
+        .bind(scope_key(version.scope))
+        .bind(version.collection)
+        .bind(i(version.index))
+        .bind(tags)
+        .bind(&ids)
+        .bind(&bodies)
+        .fetch_one(&mut *self.conn().await?)
+        .await
+        .db(self)?;
+        Ok(found > 0)
     }
 
     async fn add_tag(&self, version: VersionAt<'_>, tag: &str) -> Result<()> {

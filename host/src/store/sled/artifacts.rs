@@ -6,7 +6,7 @@ use super::Sled;
 use super::T;
 use super::keys::Key;
 use super::shared::{label_key, scoped, version_key};
-use crate::model::{Collection, LabelledVersion, Scope, Version};
+use crate::model::{Collection, Event, LabelledVersion, Scope, Version};
 use crate::store::Result;
 use crate::store::records::*;
 
@@ -103,17 +103,44 @@ impl ArtifactRecords for Sled {
     }
 
     async fn add_tag(&self, version: VersionAt<'_>, tag: &str) -> Result<()> {
+        let w = self.writer().await;
+        w.put_tag(version, tag)?;
+        w.finish()
+    }
+
+    async fn tag_version(
+        &self,
+        version: VersionAt<'_>,
+        tags: &[String],
+        events: &[Event],
+    ) -> Result<bool> {
+        let w = self.writer().await;
+        let key = version_key(version.scope, version.collection, version.index);
+        if w.get(T::Versions, &key)?.is_none() {
+            return Ok(false);
+        }
+        for tag in tags {
+            w.put_tag(version, tag)?;
+        }
+        w.insert_events(events).await?;
+        w.finish()?;
+        Ok(true)
+    }
+}
+
+impl Sled {
+    /// Tags a version, once, on the writer `self`.
+    fn put_tag(&self, version: VersionAt<'_>, tag: &str) -> Result<()> {
         let key = label_key(
             version.scope,
             version.collection,
             version.index,
             &Key::new().text(tag).into_bytes(),
         );
-        let w = self.writer().await;
-        if w.get(T::Tags, &key)?.is_none() {
-            let seq = w.next_seq()?;
-            w.put(T::Tags, key, seq);
+        if self.get(T::Tags, &key)?.is_none() {
+            let seq = self.next_seq()?;
+            self.put(T::Tags, key, seq);
         }
-        w.finish()
+        Ok(())
     }
 }
