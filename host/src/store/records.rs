@@ -275,7 +275,7 @@ pub trait ArtifactRecords: Send + Sync {
     /// Adds `tags` to version `index`, each once, and puts `events` (theirs)
     /// in the inbox: atomically, and on PostgreSQL in one statement rather
     /// than a transaction of five round trips. `false`, writing nothing,
-    /// when the version is gone.
+    /// when there is no such version.
     async fn tag_version(
         &self,
         version: VersionAt<'_>,

@@ -126,11 +126,12 @@ impl ArtifactRecords for Postgres {
     ) -> Result<bool> {
         let ids: Vec<&str> = events.iter().map(|e| e.id.as_str()).collect();
         let bodies = events.iter().map(to_json).collect::<Result<Vec<_>>>()?;
-        // Every part sees the version locked or not at all: a version gone
-        // (its collection deleted) writes neither tags nor events.
+        // No tag or event without the version. Versions are never deleted,
+        // so the check needs no lock (a row lock writes the version's page);
+        // deleting collections would need `FOR KEY SHARE` here.
         let found: i64 = sqlx::query_scalar(
             "WITH v AS (SELECT 1 FROM versions WHERE scope = $1 AND collection = $2 \
-             AND idx = $3 FOR SHARE), \
+             AND idx = $3), \
              t AS (INSERT INTO tags (scope, collection, idx, tag) \
              SELECT $1, $2, $3, tag FROM v, unnest($4::text[]) WITH ORDINALITY AS x (tag, n) \
              ORDER BY n ON CONFLICT DO NOTHING), \
