@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::pool::PoolConnection;
-use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgSslMode};
 use sqlx::{Postgres as Pg, Row};
 use tokio::sync::{Mutex, MutexGuard};
 
@@ -116,15 +116,41 @@ impl DerefMut for Conn<'_> {
     }
 }
 
+/// How to connect to `url`. A server on this machine (a loopback address)
+/// is spoken to without TLS unless the URL or `PGSSLMODE` asks for it:
+/// sqlx prefers TLS where the server offers it, and on loopback it
+/// protects nothing while costing both processes CPU on every statement.
+fn connect_options(url: &str) -> std::result::Result<PgConnectOptions, sqlx::Error> {
+    let options: PgConnectOptions = url.parse()?;
+    let asked =
+        url.to_ascii_lowercase().contains("sslmode=") || std::env::var_os("PGSSLMODE").is_some();
+    let host = options.get_host();
+    let loopback = host == "localhost"
+        || host
+            .trim_matches(['[', ']'])
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    Ok(match (asked, loopback) {
+        (false, true) => options.ssl_mode(PgSslMode::Disable),
+        _ => options,
+    })
+}
+
 impl Postgres {
     /// Connects, and brings the schema up to date. Fails with a message
     /// that names the problem and where the database is, never a credential.
     pub async fn open(url: &str, cfg: &StoreConfig) -> anyhow::Result<Postgres> {
         let location = shown::location(url);
+        let options = connect_options(url).map_err(|e| {
+            anyhow::anyhow!(
+                "[store] url (SWITCHYARD_STORE_URL) is not a PostgreSQL URL, {location}: {}",
+                shown::scrub(&e.to_string(), url)
+            )
+        })?;
         let pool = PgPoolOptions::new()
             .max_connections(cfg.max_connections.max(2))
             .acquire_timeout(Duration::from_millis(cfg.connect_timeout_ms))
-            .connect(url)
+            .connect_with(options)
             .await
             .map_err(|e| {
                 anyhow::anyhow!(
@@ -392,5 +418,20 @@ impl Shared {
             );
         }
         StoreError::Unavailable
+    }
+}
+
+#[cfg(test)]
+mod connect_tests {
+    use super::*;
+
+    #[test]
+    fn loopback_servers_are_spoken_to_without_tls_unless_asked() {
+        let mode = |url: &str| format!("{:?}", connect_options(url).unwrap().get_ssl_mode());
+        assert_eq!(mode("postgres://u@127.0.0.1:5432/db"), "Disable");
+        assert_eq!(mode("postgres://u@localhost/db"), "Disable");
+        assert_eq!(mode("postgres://u@[::1]:5432/db"), "Disable");
+        assert_eq!(mode("postgres://u@db.example.com/db"), "Prefer");
+        assert_eq!(mode("postgres://u@127.0.0.1/db?sslmode=require"), "Require");
     }
 }
