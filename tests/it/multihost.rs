@@ -209,6 +209,78 @@ async fn a_secret_set_on_one_host_signs_on_another() {
         .await;
 }
 
+/// Hosts keep what let a caller in; a key revoked, or a member removed,
+/// on one host stops working on the others within a second (PostgreSQL's
+/// notice), after it had worked there.
+#[tokio::test]
+async fn a_key_revoked_or_a_member_removed_on_one_host_stops_working_on_another() {
+    Engine::Postgres
+        .run(async {
+            let receiver = Receiver::start().await;
+            let hosts = hosts(2).await;
+            let (alice, bob) = world(&hosts, &receiver).await;
+            let (status, created) = hosts[0]
+                .call(
+                    "POST",
+                    "/v1/me/api-keys",
+                    &bob,
+                    Some(&json!({"name": "second"})),
+                )
+                .await;
+            assert_eq!(status, 201, "{created}");
+            let (key, id) = (
+                created["key"].as_str().unwrap(),
+                created["id"].as_str().unwrap(),
+            );
+            let collections = format!("{PROJECT}/collections");
+            let works = |host: &Host, key: &str| {
+                let (host, key) = (host.base.clone(), key.to_string());
+                let path = collections.clone();
+                async move {
+                    reqwest::Client::new()
+                        .get(format!("{host}{path}"))
+                        .bearer_auth(key)
+                        .send()
+                        .await
+                        .unwrap()
+                        .status()
+                        .as_u16()
+                }
+            };
+            assert_eq!(works(&hosts[1], key).await, 200, "kept by host 2");
+            assert_eq!(works(&hosts[1], &bob).await, 200);
+            let revoke = format!("/v1/me/api-keys/{id}");
+            assert_eq!(hosts[0].call("DELETE", &revoke, &bob, None).await.0, 204);
+            assert_eq!(works(&hosts[0], key).await, 401, "at once where revoked");
+            within_a_second(|| works(&hosts[1], key), 401, "the revoked key").await;
+            let remove = "/v1/teams/ml/members/bob";
+            let (status, body) = hosts[0].call("DELETE", remove, &alice, None).await;
+            assert_eq!(status, 204, "{body}");
+            within_a_second(|| works(&hosts[1], &bob), 404, "the removed member").await;
+        })
+        .await;
+}
+
+/// Waits until `answer` gives `status`; fails after a second.
+async fn within_a_second<F: std::future::Future<Output = u16>>(
+    answer: impl Fn() -> F,
+    status: u16,
+    what: &str,
+) {
+    let deadline = Instant::now() + Duration::from_secs(1);
+    loop {
+        let now = answer().await;
+        if now == status {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what} still answered {now} after a second"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Waits (at most 10 s) until `host` answers `status` for `path`.
 async fn until_status(host: &Host, path: &str, status: u16) {
     let deadline = Instant::now() + Duration::from_secs(10);

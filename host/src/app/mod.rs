@@ -10,6 +10,7 @@ use crate::automation::matcher::Matcher;
 use crate::automation::send::Sender;
 use crate::automation::worker::Dispatcher;
 use crate::cfg::Config;
+use crate::domain::access::Access;
 use crate::domain::seal::Sealer;
 use crate::inference::Inference;
 use crate::plugin::Plugins;
@@ -38,6 +39,8 @@ pub struct App {
     pub dispatcher: Dispatcher,
     /// Turns events into deliveries.
     pub matcher: Matcher,
+    /// What lets a request's caller in, kept.
+    pub access: Arc<Access>,
 }
 
 impl App {
@@ -85,6 +88,7 @@ impl App {
             dispatcher.clone(),
         );
         let app = App {
+            access: Arc::new(Access::new(store.clone())),
             matcher,
             dispatcher,
             sender,

@@ -6,10 +6,8 @@
 //! every write to secrets, webhooks or automations, from any host), and a
 //! few seconds at most, in case a change went unheard.
 
-use std::collections::{BTreeMap, HashMap};
-use std::hash::Hash;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use super::automations::Automation;
 use super::secret_refs::{self, Rewrite, Uncarried};
@@ -17,13 +15,7 @@ use super::webhooks::{self, Revealed, Webhook};
 use crate::domain::seal::Sealer;
 use crate::error::Result;
 use crate::model::{EventType, Scope};
-use crate::store::Store;
-
-/// The longest an entry serves, whatever the epoch says.
-const MAX_AGE: Duration = Duration::from_secs(5);
-
-/// Most entries of each kind; past it the kind starts afresh.
-const MAX_ENTRIES: usize = 10_000;
+use crate::store::{Kept, Store};
 
 /// A webhook as a send needs it.
 pub struct Opened {
@@ -125,33 +117,6 @@ impl ConfigCache {
         );
         self.templates.keep(key, epoch, resolved.clone());
         Ok(resolved)
-    }
-}
-
-/// Entries of one kind, each with the epoch it was read at.
-struct Kept<K, V>(Mutex<HashMap<K, (u64, Instant, V)>>);
-
-impl<K, V> Default for Kept<K, V> {
-    fn default() -> Self {
-        Kept(Mutex::new(HashMap::new()))
-    }
-}
-
-impl<K: Hash + Eq, V: Clone> Kept<K, V> {
-    fn get(&self, key: &K, epoch: u64) -> Option<V> {
-        let map = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let (at_epoch, at, value) = map.get(key)?;
-        (*at_epoch == epoch && at.elapsed() < MAX_AGE).then(|| value.clone())
-    }
-
-    /// Keeps `value`, read at `epoch` (taken before the read, so that a
-    /// change while reading leaves the entry already stale).
-    fn keep(&self, key: K, epoch: u64, value: V) {
-        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if map.len() >= MAX_ENTRIES {
-            map.clear();
-        }
-        map.insert(key, (epoch, Instant::now(), value));
     }
 }
 

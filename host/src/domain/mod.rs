@@ -8,6 +8,7 @@
 //! causes events hands them on itself, once they are committed, through
 //! [`Dispatch`]: no caller can forget to.
 
+pub mod access;
 pub mod artifacts;
 pub mod auth;
 pub mod groups;

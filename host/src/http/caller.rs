@@ -5,7 +5,7 @@ use axum::http::header;
 use axum::http::request::Parts;
 
 use crate::app::App;
-use crate::domain::auth::{self, User};
+use crate::domain::auth::User;
 use crate::error::{Error, Result};
 
 /// The authenticated user behind a request. Taking a `Caller` makes a handler
@@ -47,10 +47,7 @@ impl FromRequestParts<App> for KeyedCaller {
         let key = bearer_token(value).ok_or_else(|| {
             Error::Unauthenticated("the Authorization header must be 'Bearer <API_KEY>'".into())
         })?;
-        // Two reads of small, hot records: served from the store's cache, so
-        // inline like every other handler's reads (a blocking-pool hop cost
-        // more than the reads themselves).
-        let (user, record) = auth::authenticate_key(&app.store, key).await?;
+        let (user, record) = app.access.authenticate_key(key).await?;
         if let Some(slot) = parts.extensions.get::<super::observe::CallerSlot>() {
             slot.set(&user.id);
         }

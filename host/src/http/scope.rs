@@ -12,7 +12,7 @@ use axum::http::request::Parts;
 use super::Caller;
 use crate::app::App;
 use crate::domain::auth::User;
-use crate::domain::groups::{self, Role};
+use crate::domain::groups::Role;
 use crate::error::{Error, Result};
 use crate::model::Scope;
 
@@ -53,7 +53,7 @@ pub trait Place: Sized + Send {
 impl Place for Scope {
     async fn enter(app: &App, user: &User, params: &PathParams, role: Role) -> Result<Self> {
         let scope = scope(params)?;
-        groups::authorize(&app.store, user, &scope, role).await?;
+        app.access.authorize(user, &scope, role).await?;
         Ok(scope)
     }
 }
@@ -65,7 +65,7 @@ pub struct Team(pub String);
 impl Place for Team {
     async fn enter(app: &App, user: &User, params: &PathParams, role: Role) -> Result<Self> {
         let team = param(params, "team")?;
-        groups::require_team(&app.store, user, &team, role).await?;
+        app.access.require_team(user, &team, role).await?;
         Ok(Team(team))
     }
 }

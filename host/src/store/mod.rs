@@ -23,6 +23,7 @@
 mod contract;
 pub mod copy;
 mod error;
+mod kept;
 pub mod postgres;
 mod records;
 pub mod sled;
@@ -34,6 +35,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 pub use error::{Result, StoreError};
+pub use kept::Kept;
 
 use crate::cfg::StoreConfig;
 

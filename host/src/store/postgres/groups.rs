@@ -86,6 +86,7 @@ impl GroupRecords for Postgres {
             .bind(i(member.added_at)),
         )
         .await?;
+        self.touched("members");
         Ok(())
     }
 
@@ -99,6 +100,7 @@ impl GroupRecords for Postgres {
                 .execute(&mut *c)
                 .await
                 .db(self)?;
+        self.touched("members");
         Ok(done.rows_affected() > 0)
     }
 

@@ -355,7 +355,8 @@ impl Postgres {
     /// Notes a write to `table`: the configuration's epoch moves if the
     /// delivery path caches what it holds.
     pub(super) fn touched(&self, table: &str) {
-        if matches!(table, "secrets" | "webhooks" | "automations") {
+        let kept = ["secrets", "webhooks", "automations", "api_keys", "members"];
+        if kept.contains(&table) {
             self.config_written();
         }
     }

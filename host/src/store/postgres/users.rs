@@ -61,13 +61,14 @@ impl UserRecords for Postgres {
     }
 
     async fn delete_key(&self, user_id: &str, key_id: &str) -> Result<bool> {
-        Ok(self
+        let deleted = self
             .execute(
                 sqlx::query("DELETE FROM api_keys WHERE user_id = $1 AND id = $2")
                     .bind(user_id)
                     .bind(key_id),
             )
-            .await?
-            > 0)
+            .await?;
+        self.touched("api_keys");
+        Ok(deleted > 0)
     }
 }

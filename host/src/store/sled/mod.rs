@@ -236,11 +236,21 @@ enum T {
 }
 
 impl T {
-    /// Whether the delivery path caches what this tree holds.
+    /// Whether what this tree holds is kept in memory (`store::Kept`): the
+    /// delivery path's configuration, and what lets a caller in.
     fn is_config(self) -> bool {
         matches!(
             self,
-            T::Secrets | T::Webhooks | T::Automations | T::AutomationTriggers
+            T::Secrets
+                | T::Webhooks
+                | T::Automations
+                | T::AutomationTriggers
+                | T::ApiKeys
+                | T::UserKeys
+                | T::Members
+                | T::Memberships
+                | T::RegistryMembers
+                | T::RegistryMemberships
         )
     }
 

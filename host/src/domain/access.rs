@@ -1,0 +1,84 @@
+//! The reads every request makes to let its caller in (the key and its
+//! user, the caller's role in the group, the project), kept while the
+//! store's configuration epoch stands (`store::Kept`): on PostgreSQL they
+//! were four round trips per request. Only what lets a caller in is kept,
+//! never a refusal, so what is created works at once; what takes access
+//! away (a key revoked, a member removed or demoted) moves the epoch when
+//! it commits, and on other hosts when PostgreSQL's notice arrives.
+
+use crate::domain::auth::{self, ApiKey, User};
+use crate::domain::groups::{self, Role};
+use crate::domain::projects;
+use crate::error::Result;
+use crate::model::{GroupKind, Scope};
+use crate::store::{Kept, Store};
+
+/// The cache. One per host, shared by its requests.
+pub struct Access {
+    store: Store,
+    keys: Kept<String, (User, ApiKey)>,
+    roles: Kept<(GroupKind, String, String), Role>,
+    projects: Kept<(String, String), ()>,
+}
+
+impl Access {
+    /// An empty cache over `store`.
+    pub fn new(store: Store) -> Access {
+        Access {
+            store,
+            keys: Kept::default(),
+            roles: Kept::default(),
+            projects: Kept::default(),
+        }
+    }
+
+    /// [`auth::authenticate_key`], kept by the key's hash.
+    pub async fn authenticate_key(&self, key: &str) -> Result<(User, ApiKey)> {
+        let (hash, epoch) = (auth::hash_key(key), self.store.config_epoch());
+        if let Some(hit) = self.keys.get(&hash, epoch) {
+            return Ok(hit);
+        }
+        let found = auth::authenticate_key(&self.store, key).await?;
+        self.keys.keep(hash, epoch, found.clone());
+        Ok(found)
+    }
+
+    /// [`groups::authorize`], kept.
+    pub async fn authorize(&self, user: &User, scope: &Scope, need: Role) -> Result<()> {
+        match scope {
+            Scope::Registry { registry } => {
+                self.require(GroupKind::Registry, user, registry, need)
+                    .await?;
+            }
+            Scope::Project { team, project } => {
+                self.require(GroupKind::Team, user, team, need).await?;
+                let (key, epoch) = ((team.clone(), project.clone()), self.store.config_epoch());
+                if self.projects.get(&key, epoch).is_none() {
+                    projects::get(&self.store, team, project).await?;
+                    self.projects.keep(key, epoch, ());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// [`groups::require_team`], kept.
+    pub async fn require_team(&self, user: &User, team: &str, need: Role) -> Result<Role> {
+        self.require(GroupKind::Team, user, team, need).await
+    }
+
+    /// [`groups::require`], kept: a role kept that falls short asks the
+    /// store again, for its exact answer.
+    async fn require(&self, kind: GroupKind, user: &User, name: &str, need: Role) -> Result<Role> {
+        let key = (kind, name.to_string(), user.id.clone());
+        let epoch = self.store.config_epoch();
+        if let Some(role) = self.roles.get(&key, epoch)
+            && role >= need
+        {
+            return Ok(role);
+        }
+        let role = groups::require(&self.store, kind, user, name, need).await?;
+        self.roles.keep(key, epoch, role);
+        Ok(role)
+    }
+}
