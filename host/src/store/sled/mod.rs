@@ -393,13 +393,7 @@ impl Sled {
     pub fn open(dir: &Path) -> anyhow::Result<Sled> {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("cannot create data directory {}", dir.display()))?;
-        // Flushed by the checkpointer (`wal.rs`), not on a timer of sled's.
-        let db = sled::Config::new()
-            .path(dir.join("db"))
-            .cache_capacity(CACHE_BYTES)
-            .flush_every_ms(None)
-            .open()
-            .map_err(|e| open_error(dir, e))?;
+        let db = open_db(dir)?;
         let trees = T::ALL
             .iter()
             .map(|t| db.open_tree(t.name()))
@@ -791,12 +785,37 @@ fn set_schema_version(shared: &Shared, version: u32) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Opens sled in `dir`. A store this process dropped may still be
+/// finishing its last checkpoint on its own thread (`wal.rs`), holding the
+/// directory's lock for a moment: a lock held is asked again for two
+/// seconds before it is another process's.
+fn open_db(dir: &Path) -> anyhow::Result<sled::Db> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    loop {
+        // Flushed by the checkpointer, not on a timer of sled's.
+        let opened = sled::Config::new()
+            .path(dir.join("db"))
+            .cache_capacity(CACHE_BYTES)
+            .flush_every_ms(None)
+            .open();
+        match opened {
+            Ok(db) => return Ok(db),
+            Err(e) if is_locked(&e) && std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            Err(e) => return Err(open_error(dir, e)),
+        }
+    }
+}
+
+fn is_locked(err: &sled::Error) -> bool {
+    let text = err.to_string();
+    text.contains("lock") || text.contains("WouldBlock") || text.contains("temporarily unavailable")
+}
+
 fn open_error(dir: &Path, err: sled::Error) -> anyhow::Error {
     let text = err.to_string();
-    if text.contains("lock")
-        || text.contains("WouldBlock")
-        || text.contains("temporarily unavailable")
-    {
+    if is_locked(&err) {
         anyhow::anyhow!(
             "the data directory {} is in use by another switchyard process ({text}); stop that \
              process or pass a different --data-dir",
