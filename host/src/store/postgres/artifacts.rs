@@ -66,8 +66,18 @@ impl ArtifactRecords for Postgres {
     }
 
     async fn version(&self, scope: &Scope, col: &str, index: u64) -> Result<Option<Version>> {
+        // Only committed versions are kept: one made in a transaction that
+        // then rolls back must not be served.
+        let key = (scope_key(scope), col.to_string(), index);
+        if let Some(kept) = self.kept_version(&key) {
+            return Ok(Some(kept));
+        }
         let row = self.version_row(VERSION_COLUMNS, scope, col, index).await?;
-        row.as_ref().map(version).transpose()
+        let found = row.as_ref().map(version).transpose()?;
+        if let Some(found) = &found {
+            self.keep_version(key, found);
+        }
+        Ok(found)
     }
 
     async fn labelled_version(
@@ -164,5 +174,37 @@ impl ArtifactRecords for Postgres {
         )
         .await?;
         Ok(())
+    }
+}
+
+/// Most versions kept; past it the cache starts afresh.
+const MAX_KEPT_VERSIONS: usize = 10_000;
+
+impl Postgres {
+    fn kept_version(&self, key: &(String, String, u64)) -> Option<Version> {
+        if self.tx.is_some() {
+            return None;
+        }
+        let kept = self
+            .shared
+            .versions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        kept.get(key).cloned()
+    }
+
+    fn keep_version(&self, key: (String, String, u64), found: &Version) {
+        if self.tx.is_some() {
+            return;
+        }
+        let mut kept = self
+            .shared
+            .versions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if kept.len() >= MAX_KEPT_VERSIONS {
+            kept.clear();
+        }
+        kept.insert(key, found.clone());
     }
 }

@@ -27,6 +27,7 @@ mod usage;
 mod users;
 mod webhooks;
 
+use std::collections::HashMap;
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -67,6 +68,10 @@ struct Shared {
     config_epoch: AtomicU64,
     /// The task that listens for them, stopped with the last handle.
     listener: std::sync::OnceLock<Stop>,
+    /// Versions read outside a transaction: a version never changes once
+    /// committed, nor goes, so one read serves for good (a tag request
+    /// reads its version first).
+    versions: std::sync::Mutex<HashMap<(String, String, u64), crate::model::Version>>,
 }
 
 /// Aborts a task when dropped.
@@ -172,6 +177,7 @@ impl Postgres {
                 last_warned: Default::default(),
                 config_epoch: AtomicU64::new(0),
                 listener: std::sync::OnceLock::new(),
+                versions: Default::default(),
             }),
             tx: None,
             config_written: AtomicBool::new(false),
