@@ -159,7 +159,9 @@ pub fn compile_cached(engine: &Engine, dir: &Path, bytes: &[u8]) -> anyhow::Resu
 /// working memory for a large component (the embedded model: ~165 MiB) is
 /// freed when it finishes, but glibc keeps freed pages in its arenas, so a
 /// host's first start (which compiles) held twice the memory of a restart
-/// (which loads from the cache).
+/// (which loads from the cache). The `switchyard` binary allocates with
+/// mimalloc, which returns freed pages itself; this serves what links the
+/// library with glibc's allocator (the tests).
 fn release_freed_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only returns free pages; it has no preconditions.
