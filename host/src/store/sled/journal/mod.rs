@@ -121,42 +121,7 @@ impl Journal {
     /// written once: a delivery whose body an execution of the same commit
     /// carries, or which waits already (a retry), refers to it.
     pub fn append(&self, entries: Vec<Entry>) -> Result<()> {
-        self.write(entries, true)
-    }
-
-    /// [`Journal::append`]; `reuse` false writes every body anew (when
-    /// moving records out of a segment about to go).
-    fn write(&self, entries: Vec<Entry>, reuse: bool) -> Result<()> {
-        let mut state = self.state();
-        state.rotate_if_due(&self.dir)?;
-        let seg = state.active_seg;
-        let base = state.active_len;
-        let mut buf = Vec::with_capacity(entries.len() * 2048);
-        let mut bodies: HashMap<String, At> = HashMap::new();
-        let mut placed = Vec::with_capacity(entries.len());
-        for mut entry in entries {
-            let waiting = reuse.then_some(&state.index);
-            let body = take_body(&mut entry, &bodies, waiting)?;
-            let json = serde_json::to_vec(&entry)?;
-            let off = base + buf.len() as u64;
-            let len = frame::encode(&mut buf, &json, &body.bytes) as u32;
-            let at = At { seg, off, len };
-            if let Some(sealed) = body.sealed {
-                bodies.insert(sealed, at);
-            }
-            placed.push((entry, at));
-        }
-        frame::encode(&mut buf, br#"{"op":"commit"}"#, &[]);
-        if let Err(e) = state.active.write_all_at(&buf, base) {
-            // Nothing of a failed commit may stay for the next one to follow.
-            let _ = state.active.set_len(base);
-            return Err(write_error(e));
-        }
-        state.active_len += buf.len() as u64;
-        for (entry, at) in placed {
-            state.index.apply(entry, at);
-        }
-        Ok(())
+        self.state().write(&self.dir, entries, true)
     }
 
     /// Makes every commit so far durable.
@@ -278,12 +243,12 @@ impl Journal {
         if old.is_empty() {
             return Ok(0);
         }
+        // Under the same lock as the reading, so that nothing settles in
+        // between and comes back.
         let live: Vec<Entry> = state.still_waiting(&old)?;
         if !live.is_empty() {
-            drop(state);
-            self.write(live, false)?;
-            self.sync()?;
-            state = self.state();
+            state.write(&self.dir, live, false)?;
+            state.active.sync_data().map_err(write_error)?;
         }
         let forgotten = state.index.forget_executions(&old);
         for seg in &old {
@@ -300,16 +265,9 @@ impl Journal {
 
     /// Every frame, raw, for `switchyard admin dump-records`.
     pub fn raw(&self) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        let readers: Vec<(u64, Arc<File>)> = {
-            let state = self.state();
-            let mut r: Vec<_> = state.readers.iter().map(|(s, f)| (*s, f.clone())).collect();
-            r.sort_by_key(|(s, _)| *s);
-            r
-        };
         let mut out = Vec::new();
-        for (seg, file) in readers {
-            let mut bytes = Vec::new();
-            std::io::Read::read_to_end(&mut &*file, &mut bytes).map_err(write_error)?;
+        for seg in segments(&self.dir).map_err(StoreError::Other)? {
+            let bytes = std::fs::read(segment_path(&self.dir, seg)).map_err(write_error)?;
             let mut off = 0;
             while let Some((payload, len)) = frame::decode(&bytes[off..]) {
                 let key = format!("{seg}:{off}").into_bytes();
@@ -322,6 +280,40 @@ impl Journal {
 }
 
 impl State {
+    /// [`Journal::append`], on the state held; `reuse` false writes every
+    /// body anew (when moving records out of a segment about to go).
+    fn write(&mut self, dir: &Path, entries: Vec<Entry>, reuse: bool) -> Result<()> {
+        self.rotate_if_due(dir)?;
+        let seg = self.active_seg;
+        let base = self.active_len;
+        let mut buf = Vec::with_capacity(entries.len() * 2048);
+        let mut bodies: HashMap<String, At> = HashMap::new();
+        let mut placed = Vec::with_capacity(entries.len());
+        for mut entry in entries {
+            let waiting = reuse.then_some(&self.index);
+            let body = take_body(&mut entry, &bodies, waiting)?;
+            let json = serde_json::to_vec(&entry)?;
+            let off = base + buf.len() as u64;
+            let len = frame::encode(&mut buf, &json, &body.bytes) as u32;
+            let at = At { seg, off, len };
+            if let Some(sealed) = body.sealed {
+                bodies.insert(sealed, at);
+            }
+            placed.push((entry, at));
+        }
+        frame::encode(&mut buf, br#"{"op":"commit"}"#, &[]);
+        if let Err(e) = self.active.write_all_at(&buf, base) {
+            // Nothing of a failed commit may stay for the next one to follow.
+            let _ = self.active.set_len(base);
+            return Err(write_error(e));
+        }
+        self.active_len += buf.len() as u64;
+        for (entry, at) in placed {
+            self.index.apply(entry, at);
+        }
+        Ok(())
+    }
+
     fn reader(&self, seg: u64) -> Result<Arc<File>> {
         self.readers
             .get(&seg)
@@ -642,6 +634,13 @@ mod tests {
         ]
     }
 
+    /// An event into the inbox.
+    fn arrived(id: &str, at_ms: u64) -> Entry {
+        Entry::Event {
+            event: Box::new(event(id, at_ms)),
+        }
+    }
+
     fn attempted(id: &str) -> Vec<Entry> {
         let e = execution(id, 1);
         vec![
@@ -689,16 +688,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         {
             let journal = Journal::open(dir.path()).unwrap().0;
-            journal
-                .append(vec![Entry::Event {
-                    event: Box::new(event("ev_a", 1)),
-                }])
-                .unwrap();
-            journal
-                .append(vec![Entry::Event {
-                    event: Box::new(event("ev_b", 2)),
-                }])
-                .unwrap();
+            journal.append(vec![arrived("ev_a", 1)]).unwrap();
+            journal.append(vec![arrived("ev_b", 2)]).unwrap();
             journal.append(fired("a")).unwrap();
             journal.append(fired("b")).unwrap();
             journal.append(attempted("b")).unwrap();
@@ -752,17 +743,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (acknowledged, whole) = {
             let journal = Journal::open(dir.path()).unwrap().0;
-            journal
-                .append(vec![Entry::Event {
-                    event: Box::new(event("ev_a", 1)),
-                }])
-                .unwrap();
+            journal.append(vec![arrived("ev_a", 1)]).unwrap();
             journal.append(fired("a")).unwrap();
             journal.sync().unwrap();
             let acknowledged = bytes_on_disk(dir.path());
-            let mut tail = vec![Entry::Event {
-                event: Box::new(event("ev_b", 2)),
-            }];
+            let mut tail = vec![arrived("ev_b", 2)];
             tail.extend(fired("b"));
             journal.append(tail).unwrap();
             (acknowledged, bytes_on_disk(dir.path()))
@@ -813,26 +798,14 @@ mod tests {
     fn expiry_drops_old_segments_and_keeps_what_still_waits() {
         let dir = tempfile::tempdir().unwrap();
         let journal = Journal::open(dir.path()).unwrap().0;
-        journal
-            .append(vec![Entry::Event {
-                event: Box::new(event("ev_a", 1)),
-            }])
-            .unwrap();
+        journal.append(vec![arrived("ev_a", 1)]).unwrap();
         journal.append(fired("a")).unwrap();
         journal.append(fired("b")).unwrap();
         journal.append(attempted("b")).unwrap();
-        journal
-            .append(vec![Entry::Event {
-                event: Box::new(event("ev_c", 3)),
-            }])
-            .unwrap();
+        journal.append(vec![arrived("ev_c", 3)]).unwrap();
         // Close the segment, as time would, then age it.
         journal.state().rotate_after = Duration::ZERO;
-        journal
-            .append(vec![Entry::Event {
-                event: Box::new(event("ev_d", 4)),
-            }])
-            .unwrap();
+        journal.append(vec![arrived("ev_d", 4)]).unwrap();
         let hour_ago = SystemTime::now() - Duration::from_secs(3600);
         File::options()
             .write(true)
