@@ -71,10 +71,10 @@ pub trait Engine: Records {
     /// their attempts, once settled), in bulk; returns how many executions
     /// went.
     async fn expire_history(&self, keep: std::time::Duration) -> Result<usize>;
-    /// A number that changes whenever what the delivery path caches
-    /// (secrets, webhooks, automations) may have changed, on this host or
-    /// another sharing the store: a value read at one epoch serves while
-    /// the epoch stays the same.
+    /// A number that changes whenever what hosts keep in memory
+    /// (`store::Kept`: secrets, webhooks, automations, API keys, members)
+    /// may have changed, on this host or another sharing the store: a
+    /// value read at one epoch serves while the epoch stays the same.
     fn config_epoch(&self) -> u64;
     /// How long a host holds a delivery it took before others may take it
     /// over, when several hosts share the store; the holder renews it while

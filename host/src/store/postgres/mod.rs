@@ -45,7 +45,8 @@ use crate::cfg::StoreConfig;
 /// The migrations, embedded; each file is one schema version.
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("src/store/postgres/migrations");
 
-/// Where the database announces writes to secrets, webhooks and automations.
+/// Where the database announces writes to what hosts keep: secrets,
+/// webhooks, automations, API keys and members.
 const CONFIG_CHANNEL: &str = "switchyard_config";
 
 /// What every handle shares.
@@ -62,9 +63,9 @@ struct Shared {
     /// second, not one per request.
     last_warned: std::sync::atomic::AtomicU64,
     /// See [`Engine::config_epoch`]: bumped by this host's own writes to
-    /// secrets, webhooks and automations as they commit, and by every
-    /// notification the database sends when any host writes them (see
-    /// `migrations/0005_config_notify.sql`).
+    /// what hosts keep as they commit, and by every notification the
+    /// database sends when any host writes it (see
+    /// `migrations/0005_config_notify.sql` and `0006_access_notify.sql`).
     config_epoch: AtomicU64,
     /// The task that listens for them, stopped with the last handle.
     listener: std::sync::OnceLock<Stop>,

@@ -1,10 +1,13 @@
-//! The embedded engine: sled, one tree per kind of record (see [`T`]), keys
-//! laid out so that listings are prefix scans (see [`keys`]), values JSON so
-//! that a record can gain optional fields without a migration.
+//! The embedded engine: sled, one tree per kind of configuration record
+//! (see [`T`]), keys laid out so that listings are prefix scans (see
+//! [`keys`]), values JSON so that a record can gain optional fields without
+//! a migration; the delivery path's records in the journal (`journal/`),
+//! which is also sled's write-ahead log (`wal.rs`).
 //!
 //! Writes are serialised by one async lock: a [`Transaction`] holds it from
 //! `begin` to `commit` and buffers its writes, reading them back over the
-//! trees; `commit` applies the buffer atomically across trees. A write
+//! trees; `commit` appends them to the journal as one commit, then applies
+//! them to sled. A write
 //! outside a transaction is a transaction of one operation. Reads outside a
 //! transaction take no lock. sled's operations take microseconds, so one
 //! writer at a time costs little, and it makes every transaction
@@ -341,7 +344,7 @@ struct Shared {
     writer: Arc<tokio::sync::Mutex<()>>,
     commits: GroupCommit,
     /// See [`Engine::config_epoch`]: bumped by every commit that writes a
-    /// secret, webhook or automation.
+    /// tree [`T::is_config`] names.
     config_epoch: AtomicU64,
 }
 

@@ -67,18 +67,12 @@ pub(super) fn redo(shared: &Shared, logged: Vec<Vec<u8>>) -> anyhow::Result<()> 
     Ok(())
 }
 
-/// Flushes sled and records that everything logged before `from` is in it.
-pub(super) fn checkpoint(shared: &Shared, from: (u64, u64)) -> crate::store::Result<()> {
-    shared.db.flush().map_err(super::io)?;
-    let (seg, off) = from;
-    shared.journal.append(vec![Entry::Checkpoint { seg, off }])
-}
-
-/// A checkpoint now, from the position every commit so far lies before
-/// (read under the writer lock, so no commit is half applied).
+/// Flushes sled, then records that everything logged before the position
+/// taken first is in it. The position is read under the writer lock, so no
+/// commit is half applied there.
 pub(super) fn checkpoint_now(shared: &Shared) -> crate::store::Result<()> {
     shared.sled_dirty.store(false, Ordering::SeqCst);
-    let from = {
+    let (seg, off) = {
         // Uncontended at open, which may run on an async thread.
         let _writer = match shared.writer.try_lock() {
             Ok(writer) => writer,
@@ -86,7 +80,8 @@ pub(super) fn checkpoint_now(shared: &Shared) -> crate::store::Result<()> {
         };
         shared.journal.position()
     };
-    checkpoint(shared, from)
+    shared.db.flush().map_err(super::io)?;
+    shared.journal.append(vec![Entry::Checkpoint { seg, off }])
 }
 
 /// Checkpoints every [`EVERY`] while sled has unflushed writes, for as long
