@@ -85,23 +85,24 @@ impl ConfigCache {
         self.webhooks.keep(key, epoch, opened.clone());
         Ok(opened)
     }
-}
 
-impl ConfigCache {
-    /// `automation`'s payload template with its secret references resolved
-    /// against what its webhook carries (`carried`) and the team's secrets
-    /// (see `secret_refs`): the same for every event until the automation,
-    /// its webhook or a secret changes, which moves the epoch.
+    /// `automation`'s payload template, if it has one, with its secret
+    /// references resolved against what its webhook carries (`carried`)
+    /// and the team's secrets (see `secret_refs`): the same for every event
+    /// until the automation, its webhook or a secret changes, which moves
+    /// the epoch.
     pub async fn template(
         &self,
         automation: &Automation,
-        template: &str,
         carried: &BTreeMap<String, String>,
-    ) -> Result<Resolved> {
+    ) -> Result<Option<Resolved>> {
+        let Some(template) = &automation.payload else {
+            return Ok(None);
+        };
         let key = (automation.scope.clone(), automation.name.clone());
         let epoch = self.store.config_epoch();
         if let Some(hit) = self.templates.get(&key, epoch) {
-            return Ok(hit);
+            return Ok(Some(hit));
         }
         let (team, webhook) = (&automation.webhook.team, &automation.webhook.name);
         let resolved = Arc::new(
@@ -116,7 +117,7 @@ impl ConfigCache {
             .await?,
         );
         self.templates.keep(key, epoch, resolved.clone());
-        Ok(resolved)
+        Ok(Some(resolved))
     }
 }
 

@@ -299,11 +299,9 @@ impl Matcher {
             return failed(execution, format!("webhook '{name}' is disabled: {reason}"));
         };
         let secrets = &revealed.by_name;
-        let template = match &automation.payload {
-            Some(template) => match &*self.config.template(automation, template, secrets).await? {
-                Ok(template) => Some(template.clone()),
-                Err(uncarried) => return failed(execution, uncarried.to_string()),
-            },
+        let template = match self.config.template(automation, secrets).await?.as_deref() {
+            Some(Ok(template)) => Some(template.clone()),
+            Some(Err(uncarried)) => return failed(execution, uncarried.to_string()),
             None => None,
         };
         let body = match self.render(automation, template, event, secrets).await {

@@ -245,6 +245,13 @@ pub struct Target<'a> {
     pub version: &'a str,
 }
 
+impl Target<'_> {
+    /// The answer when the version named is not there.
+    fn gone(&self) -> Error {
+        no_version(self.scope, self.collection, self.version)
+    }
+}
+
 fn check_labels(kind: Label, values: &[String]) -> Result<()> {
     let (field, plural) = (kind.field(), kind.plural());
     if values.is_empty() || values.len() > MAX_LABELS_PER_REQUEST {
@@ -297,10 +304,14 @@ pub async fn add_labels(
     labels: Vec<String>,
 ) -> Result<Labelled> {
     check_labels(kind, &labels)?;
-    let index = parse_version(target.version)?;
+    let at = VersionAt {
+        scope: target.scope,
+        collection: target.collection,
+        index: parse_version(target.version)?,
+    };
     match kind {
-        Label::Alias => add_aliases(store, events, target, index, labels).await,
-        Label::Tag => add_tags(store, events, target, index, labels).await,
+        Label::Alias => add_aliases(store, events, target, at, labels).await,
+        Label::Tag => add_tags(store, events, target, at, labels).await,
     }
 }
 
@@ -310,26 +321,15 @@ async fn add_aliases(
     store: &Store,
     events: &dyn Dispatch,
     target: Target<'_>,
-    index: u64,
+    at: VersionAt<'_>,
     aliases: Vec<String>,
 ) -> Result<Labelled> {
-    let Target {
-        scope,
-        user,
-        collection,
-        version: version_text,
-    } = target;
     let tx = store.begin().await?;
     let version = tx
-        .version(scope, collection, index)
+        .version(at.scope, at.collection, at.index)
         .await?
-        .ok_or_else(|| no_version(scope, collection, version_text))?;
-    let template = event_for(scope, user, &version, EventType::AddArtifactAlias);
-    let at = VersionAt {
-        scope,
-        collection,
-        index,
-    };
+        .ok_or_else(|| target.gone())?;
+    let template = event_for(at.scope, target.user, &version, EventType::AddArtifactAlias);
     let mut caused = Vec::with_capacity(aliases.len());
     let mut moved_from = BTreeMap::new();
     for alias in &aliases {
@@ -359,21 +359,14 @@ async fn add_tags(
     store: &Store,
     events: &dyn Dispatch,
     target: Target<'_>,
-    index: u64,
+    at: VersionAt<'_>,
     tags: Vec<String>,
 ) -> Result<Labelled> {
-    let Target {
-        scope,
-        user,
-        collection,
-        version: version_text,
-    } = target;
-    let gone = || no_version(scope, collection, version_text);
     let version = store
-        .version(scope, collection, index)
+        .version(at.scope, at.collection, at.index)
         .await?
-        .ok_or_else(gone)?;
-    let template = event_for(scope, user, &version, EventType::AddArtifactTag);
+        .ok_or_else(|| target.gone())?;
+    let template = event_for(at.scope, target.user, &version, EventType::AddArtifactTag);
     let caused: Vec<Event> = tags
         .iter()
         .map(|tag| Event {
@@ -382,13 +375,8 @@ async fn add_tags(
             ..template.clone()
         })
         .collect();
-    let at = VersionAt {
-        scope,
-        collection,
-        index,
-    };
     if !store.tag_version(at, &tags, &caused).await? {
-        return Err(gone());
+        return Err(target.gone());
     }
     events.dispatch(&caused).await?;
     Ok(Labelled {
