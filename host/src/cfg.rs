@@ -526,6 +526,23 @@ mod tests {
     }
 
     #[test]
+    fn the_history_lifetime_is_days_of_at_least_a_second() {
+        let keep = |text: &str| Config::parse(&format!("[history]\nkeep_days = {text}\n"));
+        assert_eq!(keep("0.5").unwrap().history.keep().as_secs(), 43_200);
+        assert_eq!(
+            Config::parse("").unwrap().history.keep().as_secs(),
+            30 * 86_400
+        );
+        for bad in ["0", "-1", "nan"] {
+            let err = format!("{:#}", keep(bad).unwrap_err());
+            assert!(
+                err.contains("keep_days must be a number of days"),
+                "{bad}: {err}"
+            );
+        }
+    }
+
+    #[test]
     fn unknown_keys_are_rejected_by_name() {
         let err = Config::parse("[limits]\nmax_body_byte = 5\n").unwrap_err();
         assert!(format!("{err:#}").contains("max_body_byte"), "{err:#}");
