@@ -71,7 +71,8 @@ fn main() {
 /// Adds the targets rustup lacks. `rust-toolchain.toml` lists them, but a
 /// rustup with auto-install off (as on a fresh machine here) does not add
 /// them, and the README's first command must build anyway. Says what it
-/// runs. Without rustup, the build below says what is missing.
+/// runs, on that build only. Without rustup, the build below says what is
+/// missing.
 fn ensure_targets(dir: &Path, targets: &[&str]) {
     let Ok(listed) = Command::new("rustup")
         .current_dir(dir)
@@ -101,6 +102,12 @@ fn ensure_targets(dir: &Path, targets: &[&str]) {
         status.is_ok_and(|s| s.success()),
         "`{command}` failed; run it yourself, then build again"
     );
+    // Cargo shows a build script's warnings again on every build until the
+    // script runs again: a marker written after this run starts makes the
+    // next build run it once more, with the targets there and no warning.
+    let marker = PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("targets-added");
+    std::fs::write(&marker, &command).unwrap();
+    rerun_if_changed(&marker);
 }
 
 /// Copies the components built in `release` into `out`.
