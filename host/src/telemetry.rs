@@ -33,8 +33,103 @@ pub fn install() {
             tracing::warn!("a metrics recorder was already installed; /metrics may be empty");
         }
         gauge!("switchyard_build_info", "version" => env!("CARGO_PKG_VERSION")).set(1.0);
+        describe_families();
         handle
     });
+}
+
+/// Every family's help text, and the series whose labels are known before
+/// anything happens, at zero: an alert on a rate needs its series from the
+/// first scrape, not from the first delivery.
+fn describe_families() {
+    use metrics::Unit::{Count, Seconds};
+    for (name, unit, help) in [
+        (
+            "switchyard_http_requests_total",
+            Count,
+            "HTTP requests answered, by method, route template and status.",
+        ),
+        (
+            "switchyard_deliveries_total",
+            Count,
+            "Webhook delivery attempts recorded, by outcome: delivered, retried, failed, disabled (410 Gone).",
+        ),
+        (
+            "switchyard_plugin_calls_total",
+            Count,
+            "Plugin calls, by plugin, kind and outcome (ok, failed).",
+        ),
+        (
+            "switchyard_inference_requests_total",
+            Count,
+            "Inference requests answered, by model and status.",
+        ),
+        (
+            "switchyard_inference_tokens_total",
+            Count,
+            "Tokens of finished inference requests, by model and kind (prompt, completion).",
+        ),
+    ] {
+        metrics::describe_counter!(name, unit, help);
+    }
+    for (name, help) in [
+        (
+            "switchyard_http_request_duration_seconds",
+            "Time to answer an HTTP request, by method and route template.",
+        ),
+        (
+            "switchyard_delivery_duration_seconds",
+            "From an event's acceptance to its delivery's acknowledgement.",
+        ),
+        (
+            "switchyard_plugin_call_duration_seconds",
+            "Time of one plugin call, by plugin and kind.",
+        ),
+        (
+            "switchyard_queue_wait_seconds",
+            "Time a job waited for a worker, by queue.",
+        ),
+        (
+            "switchyard_inference_time_to_first_token_seconds",
+            "From an inference request's arrival to its first generated piece, by model.",
+        ),
+    ] {
+        metrics::describe_histogram!(name, Seconds, help);
+    }
+    for (name, unit, help) in [
+        (
+            "switchyard_build_info",
+            Count,
+            "Always 1; the version label names the build.",
+        ),
+        (
+            "switchyard_outbox_pending",
+            Count,
+            "Deliveries waiting in the outbox (due or scheduled).",
+        ),
+        (
+            "switchyard_outbox_oldest_due_seconds",
+            Seconds,
+            "How long the most overdue delivery has been due; 0 when none is.",
+        ),
+        (
+            "switchyard_queue_depth",
+            Count,
+            "Jobs waiting for a worker, by queue.",
+        ),
+    ] {
+        metrics::describe_gauge!(name, unit, help);
+    }
+    for outcome in ["delivered", "retried", "failed", "disabled"] {
+        counter!("switchyard_deliveries_total", "outcome" => outcome).increment(0);
+    }
+    for queue in ["plugin", "inference"] {
+        gauge!("switchyard_queue_depth", "queue" => queue).set(0.0);
+    }
+    gauge!("switchyard_outbox_pending").set(0.0);
+    gauge!("switchyard_outbox_oldest_due_seconds").set(0.0);
+    // Registered without a sample, it shows with zero counts.
+    let _ = histogram!("switchyard_delivery_duration_seconds");
 }
 
 /// The state the gauges show, read by the scrape.

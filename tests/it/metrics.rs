@@ -148,6 +148,38 @@ async fn metrics_count_requests_deliveries_plugins_and_queues() {
     assert!(!text.contains("/v1/no/such/route"), "{text}");
 }
 
+on_each_store!(the_first_scrape_describes_every_family_and_shows_known_series_at_zero);
+async fn the_first_scrape_describes_every_family_and_shows_known_series_at_zero() {
+    let host = Host::start().await;
+    let text = scrape(&host).await;
+    let families: std::collections::BTreeSet<&str> = text
+        .lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .filter_map(|l| l.split(['{', ' ']).next())
+        .map(|name| {
+            ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|end| name.strip_suffix(end))
+                .unwrap_or(name)
+        })
+        .collect();
+    for family in &families {
+        let help = format!("# HELP {family} ");
+        assert!(text.contains(&help), "{family} has no help text:\n{text}");
+    }
+    for outcome in ["delivered", "retried", "failed", "disabled"] {
+        let labels = [("outcome", outcome)];
+        let value = sample(&text, "switchyard_deliveries_total", &labels);
+        assert_eq!(value, Some(0.0), "{outcome}:\n{text}");
+    }
+    let waited = sample(&text, "switchyard_delivery_duration_seconds_count", &[]);
+    assert_eq!(waited, Some(0.0), "{text}");
+    for queue in ["plugin", "inference"] {
+        let depth = sample(&text, "switchyard_queue_depth", &[("queue", queue)]);
+        assert_eq!(depth, Some(0.0), "{queue}:\n{text}");
+    }
+}
+
 on_each_store!(metrics_can_require_an_operator_key);
 async fn metrics_can_require_an_operator_key() {
     let host = Host::with_config("[metrics]\nrequire_key = true").await;
