@@ -20,7 +20,8 @@
 //! one version (`BENCH_LABELS=spread|one` runs only one of the two), to show
 //! that an event costs the same however many tags its version has.
 //! `BENCH_BATCH=N` sends N tags per request (the list form), each its own
-//! event. Asserts nothing about time.
+//! event; `BENCH_EVENTS=N` sets the closed-loop run's events (20,000).
+//! Asserts nothing about time.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -34,10 +35,17 @@ mod common;
 use common::{Host, KEY, NO_MODEL, cpu_seconds, cpu_seconds_of, percentile, start_host_with};
 
 const VERSIONS: usize = 500;
-const THROUGHPUT_EVENTS: usize = 20_000;
 const CLIENTS: usize = 64;
 const RATE_EVENTS: usize = 5_000;
 const RATE_PER_SEC: u64 = 1_000;
+
+/// Events in the closed-loop run: `BENCH_EVENTS`, 20,000 by default (more
+/// makes a longer, steadier sample).
+fn throughput_events() -> usize {
+    std::env::var("BENCH_EVENTS").map_or(20_000, |n| {
+        n.parse().expect("BENCH_EVENTS is a number of events")
+    })
+}
 
 fn main() {
     common::block_on(run());
@@ -374,6 +382,7 @@ async fn measure(engine: Engine, hosts: usize, labels: Labels, batch: usize) -> 
 
     // Closed loop: CLIENTS clients each send their share as fast as
     // answered, spread over the hosts.
+    let throughput_events = throughput_events();
     let (cpu_before, db_before) = (host_cpu(), db_cpu());
     let started = Instant::now();
     let next = Arc::new(AtomicUsize::new(0));
@@ -383,10 +392,10 @@ async fn measure(engine: Engine, hosts: usize, labels: Labels, batch: usize) -> 
             tokio::spawn(async move {
                 loop {
                     let i = next.fetch_add(batch, Ordering::SeqCst);
-                    if i >= THROUGHPUT_EVENTS {
+                    if i >= throughput_events {
                         break;
                     }
-                    let n = batch.min(THROUGHPUT_EVENTS - i);
+                    let n = batch.min(throughput_events - i);
                     tag(&http, &base, labels, i, n).await;
                 }
             })
@@ -396,20 +405,20 @@ async fn measure(engine: Engine, hosts: usize, labels: Labels, batch: usize) -> 
         c.await.unwrap();
     }
     let accepted = started.elapsed();
-    let done = wait_for(&arrivals, THROUGHPUT_EVENTS, Duration::from_secs(300))
+    let done = wait_for(&arrivals, throughput_events, Duration::from_secs(300))
         .await
         .expect("not every event was delivered within 300 s");
     let end_to_end = done - started;
-    let cpu_us = (host_cpu() - cpu_before) * 1e6 / THROUGHPUT_EVENTS as f64;
-    let events_per_s = THROUGHPUT_EVENTS as f64 / end_to_end.as_secs_f64();
+    let cpu_us = (host_cpu() - cpu_before) * 1e6 / throughput_events as f64;
+    let events_per_s = throughput_events as f64 / end_to_end.as_secs_f64();
     println!(
-        "throughput ({CLIENTS} clients, {THROUGHPUT_EVENTS} events): accepted {:.0} events/s, delivered end to end {events_per_s:.0} events/s",
-        THROUGHPUT_EVENTS as f64 / accepted.as_secs_f64(),
+        "throughput ({CLIENTS} clients, {throughput_events} events): accepted {:.0} events/s, delivered end to end {events_per_s:.0} events/s",
+        throughput_events as f64 / accepted.as_secs_f64(),
     );
     println!("host CPU per delivered event: {cpu_us:.0} µs");
     let db_us = match (db_before, db_cpu()) {
         (Some(before), Some(after)) => {
-            let us = (after - before) * 1e6 / THROUGHPUT_EVENTS as f64;
+            let us = (after - before) * 1e6 / throughput_events as f64;
             println!("PostgreSQL CPU per delivered event: {us:.0} µs");
             format!(", {us:.0} µs database CPU per event")
         }
@@ -435,7 +444,7 @@ async fn measure(engine: Engine, hosts: usize, labels: Labels, batch: usize) -> 
     for i in 0..RATE_EVENTS {
         ticker.tick().await;
         let (http, base, sent) = (http.clone(), bases[i % bases.len()].clone(), sent.clone());
-        let i = THROUGHPUT_EVENTS + i;
+        let i = throughput_events + i;
         sent.lock().unwrap().insert(format!("e{i}"), Instant::now());
         tasks.push(tokio::spawn(async move {
             tag(&http, &base, labels, i, 1).await
@@ -469,7 +478,7 @@ async fn measure(engine: Engine, hosts: usize, labels: Labels, batch: usize) -> 
         percentile(&latencies, 0.99)
     };
     let ids = arrivals.ids.lock().unwrap().clone();
-    let total = THROUGHPUT_EVENTS + RATE_EVENTS;
+    let total = throughput_events + RATE_EVENTS;
     assert_eq!(
         ids.len(),
         total,
