@@ -177,34 +177,21 @@ impl ArtifactRecords for Postgres {
     }
 }
 
-/// Most versions kept; past it the cache starts afresh.
-const MAX_KEPT_VERSIONS: usize = 10_000;
+/// Versions never change, so a kept one serves whatever the configuration
+/// epoch: the epoch given to [`crate::store::Kept`] is always this one.
+const ANY_EPOCH: u64 = 0;
 
 impl Postgres {
     fn kept_version(&self, key: &(String, String, u64)) -> Option<Version> {
         if self.tx.is_some() {
             return None;
         }
-        let kept = self
-            .shared
-            .versions
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        kept.get(key).cloned()
+        self.shared.versions.get(key, ANY_EPOCH)
     }
 
     fn keep_version(&self, key: (String, String, u64), found: &Version) {
-        if self.tx.is_some() {
-            return;
+        if self.tx.is_none() {
+            self.shared.versions.keep(key, ANY_EPOCH, found.clone());
         }
-        let mut kept = self
-            .shared
-            .versions
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        if kept.len() >= MAX_KEPT_VERSIONS {
-            kept.clear();
-        }
-        kept.insert(key, found.clone());
     }
 }

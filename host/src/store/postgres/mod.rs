@@ -27,7 +27,6 @@ mod usage;
 mod users;
 mod webhooks;
 
-use std::collections::HashMap;
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -70,9 +69,9 @@ struct Shared {
     /// The task that listens for them, stopped with the last handle.
     listener: std::sync::OnceLock<Stop>,
     /// Versions read outside a transaction: a version never changes once
-    /// committed, nor goes, so one read serves for good (a tag request
-    /// reads its version first).
-    versions: std::sync::Mutex<HashMap<(String, String, u64), crate::model::Version>>,
+    /// committed, nor goes, so a kept one serves until `Kept` ages it out
+    /// (a tag request reads its version first).
+    versions: crate::store::Kept<(String, String, u64), crate::model::Version>,
 }
 
 /// Aborts a task when dropped.
