@@ -6,7 +6,7 @@
 
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Once, OnceLock};
 
 use anyhow::Context;
@@ -183,18 +183,33 @@ pub fn content_hash(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
-/// Calls running now, of every plugin and backend; the epoch thread sleeps
-/// while there are none, so an idle host burns no CPU on ticks.
+/// Calls running now, of every plugin and backend.
 static RUNNING: AtomicUsize = AtomicUsize::new(0);
+/// Set by every call that starts; the ticker clears it each tick, so it
+/// knows whether the host is still busy.
+static STARTED: AtomicBool = AtomicBool::new(false);
+/// The ticker is waiting on [`WAKE`]: a starting call must wake it.
+static ASLEEP: AtomicBool = AtomicBool::new(false);
 static WAKE: (Mutex<()>, Condvar) = (Mutex::new(()), Condvar::new());
+
+/// Ticks without a call before the ticker sleeps. Under load calls come
+/// and go between ticks; waking a sleeping thread for each would cost a
+/// futex call and a context switch per call, so the ticker stays awake
+/// until the host has been idle this long (200 ms), and an idle host
+/// still burns nothing.
+const IDLE_TICKS: u32 = 200;
 
 /// Marks a call in flight while it lives: the epoch ticks only then.
 pub struct Ticking(());
 
 impl Ticking {
-    /// Starts ticking if no other call was running.
+    /// Counts the call in, waking the ticker if it sleeps.
     pub fn start() -> Ticking {
-        if RUNNING.fetch_add(1, Ordering::SeqCst) == 0 {
+        RUNNING.fetch_add(1, Ordering::SeqCst);
+        STARTED.store(true, Ordering::Relaxed);
+        // The ticker sets ASLEEP before its last look at RUNNING, so
+        // either it sees this call or this call sees it asleep.
+        if ASLEEP.load(Ordering::SeqCst) {
             let _lock = WAKE.0.lock().unwrap_or_else(|p| p.into_inner());
             WAKE.1.notify_all();
         }
@@ -208,10 +223,23 @@ impl Drop for Ticking {
     }
 }
 
-/// Advances `engine`'s epoch every tick while any call is in flight (see
-/// [`Ticking`]), until the engine is dropped. One thread ticks every
-/// engine: each extra thread waking every millisecond costs the host
-/// context switches under load.
+/// Sleeps until a call is running; returns at once if one is.
+fn sleep_until_called() {
+    ASLEEP.store(true, Ordering::SeqCst);
+    let idle = WAKE.0.lock().unwrap_or_else(|p| p.into_inner());
+    // A call that starts after the flag is set notifies under the lock,
+    // so no wake-up is missed between this check and the wait.
+    let _idle = WAKE
+        .1
+        .wait_while(idle, |_| RUNNING.load(Ordering::SeqCst) == 0)
+        .unwrap_or_else(|p| p.into_inner());
+    ASLEEP.store(false, Ordering::SeqCst);
+}
+
+/// Advances `engine`'s epoch every tick while calls run (see [`Ticking`]),
+/// until the engine is dropped. One thread ticks every engine: each extra
+/// thread waking every millisecond costs the host context switches under
+/// load.
 fn start_ticker(engine: &Engine) {
     static ENGINES: Mutex<Vec<EngineWeak>> = Mutex::new(Vec::new());
     static THREAD: Once = Once::new();
@@ -223,15 +251,15 @@ fn start_ticker(engine: &Engine) {
         std::thread::Builder::new()
             .name("wasm-epoch".into())
             .spawn(|| {
+                let mut idle_ticks = IDLE_TICKS;
                 loop {
-                    let idle = WAKE.0.lock().unwrap_or_else(|p| p.into_inner());
-                    // A call that starts between the check and the wait
-                    // notifies under the lock, so no wake-up is missed.
-                    let _idle = WAKE
-                        .1
-                        .wait_while(idle, |_| RUNNING.load(Ordering::SeqCst) == 0)
-                        .unwrap_or_else(|p| p.into_inner());
-                    drop(_idle);
+                    let busy = STARTED.swap(false, Ordering::Relaxed)
+                        || RUNNING.load(Ordering::SeqCst) > 0;
+                    idle_ticks = if busy { 0 } else { idle_ticks + 1 };
+                    if idle_ticks >= IDLE_TICKS {
+                        sleep_until_called();
+                        idle_ticks = 0;
+                    }
                     let mut engines = ENGINES.lock().unwrap_or_else(|p| p.into_inner());
                     engines.retain(|weak| match weak.upgrade() {
                         Some(engine) => {
