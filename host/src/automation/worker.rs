@@ -464,7 +464,7 @@ fn jitter(base: u64, fraction: f64) -> u64 {
         return base;
     }
     let mut byte = [0u8; 2];
-    let _ = getrandom::fill(&mut byte);
+    crate::ids::fill_random(&mut byte);
     let unit = u16::from_be_bytes(byte) as f64 / u16::MAX as f64; // 0..=1
     let factor = 1.0 + fraction * (2.0 * unit - 1.0);
     (base as f64 * factor).round() as u64

@@ -71,7 +71,7 @@ impl Sealer {
     /// Encrypts `plain`, bound to `context`.
     pub fn seal(&self, context: &[u8], plain: &[u8]) -> anyhow::Result<Vec<u8>> {
         let mut nonce = [0u8; NONCE_LEN];
-        getrandom::fill(&mut nonce).map_err(|e| anyhow::anyhow!("random source: {e}"))?;
+        crate::ids::fill_random(&mut nonce);
         let sealed = self
             .cipher
             .encrypt(
@@ -112,7 +112,7 @@ fn load_or_create(path: &Path) -> anyhow::Result<[u8; 32]> {
             .with_context(|| format!("{} is not a valid master key", path.display()));
     }
     let mut key = [0u8; 32];
-    getrandom::fill(&mut key).map_err(|e| anyhow::anyhow!("random source: {e}"))?;
+    crate::ids::fill_random(&mut key);
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("cannot create data directory {}", dir.display()))?;

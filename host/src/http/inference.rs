@@ -89,7 +89,7 @@ async fn chat(
 ) -> Result<Response> {
     let account = account(app, &user, key_id, headers).await?;
     let mut seed = [0u8; 8];
-    let _ = getrandom::fill(&mut seed);
+    ids::fill_random(&mut seed);
     let request = body.to_backend(u64::from_le_bytes(seed))?;
     let header = Header {
         id: format!("chatcmpl-{}", ids::random_hex(12)),

@@ -79,7 +79,7 @@ impl Asked {
             return Err(Error::invalid("message", "write a message to send"));
         }
         let mut seed = [0u8; 8];
-        let _ = getrandom::fill(&mut seed);
+        crate::ids::fill_random(&mut seed);
         let request = ChatRequest {
             model: self.model.clone(),
             messages: vec![Message {
