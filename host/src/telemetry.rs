@@ -7,10 +7,13 @@
 //! the text format. The names and labels are what operators' dashboards and
 //! alerts use: keep them stable.
 
-use std::sync::OnceLock;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::fmt::Write;
+use std::sync::{LazyLock, OnceLock, PoisonError, RwLock};
 use std::time::Duration;
 
-use metrics::{counter, gauge, histogram};
+use metrics::{Counter, Histogram, counter, gauge, histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
@@ -155,13 +158,51 @@ pub fn render(gauges: Gauges) -> String {
         .unwrap_or_default()
 }
 
+/// Series handles kept by their labels. Looking a series up through the
+/// recorder allocates and hashes every label on each call; a kept handle
+/// is shared and updated without a lock.
+type Kept<H> = LazyLock<RwLock<HashMap<String, H>>>;
+
+static HTTP_COUNTS: Kept<Counter> = LazyLock::new(Default::default);
+static HTTP_TIMES: Kept<Histogram> = LazyLock::new(Default::default);
+static PLUGIN_COUNTS: Kept<Counter> = LazyLock::new(Default::default);
+static PLUGIN_TIMES: Kept<Histogram> = LazyLock::new(Default::default);
+
+thread_local! {
+    /// The labels being looked up, joined: reused, so a hit allocates nothing.
+    static LABELS: RefCell<String> = const { RefCell::new(String::new()) };
+}
+
+/// The handle kept in `cache` for `labels`, registered with `register` the
+/// first time.
+fn kept<H: Clone>(cache: &Kept<H>, labels: std::fmt::Arguments, register: impl FnOnce() -> H) -> H {
+    if HANDLE.get().is_none() {
+        // No recorder yet: a handle made now would count nowhere for good.
+        return register();
+    }
+    LABELS.with_borrow_mut(|key| {
+        key.clear();
+        let _ = key.write_fmt(labels);
+        let read = cache.read().unwrap_or_else(PoisonError::into_inner);
+        if let Some(handle) = read.get(key.as_str()) {
+            return handle.clone();
+        }
+        drop(read);
+        let mut write = cache.write().unwrap_or_else(PoisonError::into_inner);
+        write.entry(key.clone()).or_insert_with(register).clone()
+    })
+}
+
 /// One HTTP request answered; `route` is the router's template.
 pub fn http_request(method: &str, route: &str, status: u16, took: Duration) {
-    let (method, route) = (method.to_string(), route.to_string());
-    counter!("switchyard_http_requests_total", "method" => method.clone(), "route" => route.clone(), "status" => status.to_string())
-        .increment(1);
-    histogram!("switchyard_http_request_duration_seconds", "method" => method, "route" => route)
-        .record(took.as_secs_f64());
+    kept(&HTTP_COUNTS, format_args!("{method}\0{route}\0{status}"), || {
+        counter!("switchyard_http_requests_total", "method" => method.to_string(), "route" => route.to_string(), "status" => status.to_string())
+    })
+    .increment(1);
+    kept(&HTTP_TIMES, format_args!("{method}\0{route}"), || {
+        histogram!("switchyard_http_request_duration_seconds", "method" => method.to_string(), "route" => route.to_string())
+    })
+    .record(took.as_secs_f64());
 }
 
 /// What a delivery attempt came to.
@@ -195,12 +236,15 @@ pub fn delivery(outcome: Delivery, since_event: Duration) {
 
 /// One plugin call.
 pub fn plugin_call(plugin: &str, kind: &str, failed: bool, took: Duration) {
-    let (plugin, kind) = (plugin.to_string(), kind.to_string());
     let outcome = if failed { "failed" } else { "ok" };
-    counter!("switchyard_plugin_calls_total", "plugin" => plugin.clone(), "kind" => kind.clone(), "outcome" => outcome)
-        .increment(1);
-    histogram!("switchyard_plugin_call_duration_seconds", "plugin" => plugin, "kind" => kind)
-        .record(took.as_secs_f64());
+    kept(&PLUGIN_COUNTS, format_args!("{plugin}\0{kind}\0{outcome}"), || {
+        counter!("switchyard_plugin_calls_total", "plugin" => plugin.to_string(), "kind" => kind.to_string(), "outcome" => outcome)
+    })
+    .increment(1);
+    kept(&PLUGIN_TIMES, format_args!("{plugin}\0{kind}"), || {
+        histogram!("switchyard_plugin_call_duration_seconds", "plugin" => plugin.to_string(), "kind" => kind.to_string())
+    })
+    .record(took.as_secs_f64());
 }
 
 /// How long a job waited for a worker of `queue`.
