@@ -85,13 +85,7 @@ impl WorkQueue {
         F: Future<Output = T> + Send + 'static,
         T: Send + 'static,
     {
-        if self.waiting.fetch_add(1, Ordering::Relaxed) >= self.capacity {
-            self.waiting.fetch_sub(1, Ordering::Relaxed);
-            return Err(QueueError::Full {
-                queue: self.name,
-                capacity: self.capacity,
-            });
-        }
+        self.take_place()?;
         let (permits, waiting, name) = (self.permits.clone(), self.waiting.clone(), self.name);
         let queued = std::time::Instant::now();
         Ok(tokio::spawn(async move {
@@ -101,6 +95,34 @@ impl WorkQueue {
             let _permit = permit.ok()?;
             Some(job.await)
         }))
+    }
+
+    /// Runs `job` on the caller's task once a worker is free, with the same
+    /// bound and backlog as [`WorkQueue::run`]. A plugin call takes
+    /// microseconds; a task of its own would cost more than that in the
+    /// spawn, the move of its future and the wake-up of another thread.
+    /// Dropping the returned future gives its place up.
+    pub async fn run_here<T>(&self, job: impl Future<Output = T>) -> Result<T, QueueError> {
+        self.take_place()?;
+        let waiting = Waiting(&self.waiting);
+        let queued = std::time::Instant::now();
+        let permit = self.permits.acquire().await;
+        drop(waiting);
+        crate::telemetry::queue_wait(self.name, queued.elapsed());
+        let _permit = permit.map_err(|_| QueueError::Dropped(self.name))?;
+        Ok(job.await)
+    }
+
+    /// Takes a place in the backlog, or refuses at once if it is full.
+    fn take_place(&self) -> Result<(), QueueError> {
+        if self.waiting.fetch_add(1, Ordering::Relaxed) >= self.capacity {
+            self.waiting.fetch_sub(1, Ordering::Relaxed);
+            return Err(QueueError::Full {
+                queue: self.name,
+                capacity: self.capacity,
+            });
+        }
+        Ok(())
     }
 
     /// Jobs waiting for a worker.
@@ -116,6 +138,15 @@ impl WorkQueue {
     /// The queue's name.
     pub fn name(&self) -> &'static str {
         self.name
+    }
+}
+
+/// A place taken in a queue's backlog, given up when dropped.
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -160,6 +191,62 @@ mod tests {
             q.run(async {}).await,
             Err(QueueError::Full { .. })
         ));
+    }
+
+    #[tokio::test]
+    async fn a_job_run_here_keeps_the_bound_and_the_backlog() {
+        let q = WorkQueue::start(
+            "t",
+            &QueueConfig {
+                workers: 1,
+                capacity: 1,
+            },
+        );
+        let (started, release) = (
+            Arc::new(tokio::sync::Notify::new()),
+            Arc::new(tokio::sync::Notify::new()),
+        );
+        let running = {
+            let (q, started, release) = (q.clone(), started.clone(), release.clone());
+            tokio::spawn(async move {
+                q.run_here(async {
+                    started.notify_one();
+                    release.notified().await;
+                    1
+                })
+                .await
+            })
+        };
+        started.notified().await;
+        // The one worker is busy: the next job waits, the one after is refused.
+        let waiting = {
+            let q = q.clone();
+            tokio::spawn(async move { q.run_here(async { 2 }).await })
+        };
+        until("the second job waits", || q.waiting() == 1).await;
+        assert!(matches!(
+            q.run_here(async { 3 }).await,
+            Err(QueueError::Full { .. })
+        ));
+        release.notify_one();
+        assert_eq!(running.await.unwrap(), Ok(1));
+        assert_eq!(waiting.await.unwrap(), Ok(2));
+        assert_eq!(q.waiting(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_job_run_here_and_dropped_gives_its_place_up() {
+        let q = WorkQueue::start(
+            "t",
+            &QueueConfig {
+                workers: 0,
+                capacity: 1,
+            },
+        );
+        let waiting =
+            tokio::time::timeout(std::time::Duration::from_millis(10), q.run_here(async {}));
+        assert!(waiting.await.is_err(), "no worker: the job waits");
+        assert_eq!(q.waiting(), 0, "the dropped job left the backlog");
     }
 
     #[tokio::test]

@@ -46,8 +46,12 @@ pub struct Matcher {
     /// The configuration read for every event, cached (the dispatcher's).
     config: ConfigCache,
     /// Matched events on their way to the outbox (see [`write_loop`]).
-    writes: mpsc::UnboundedSender<(Matched, oneshot::Sender<Option<Vec<Delivery>>>)>,
+    writes: mpsc::UnboundedSender<(Vec<Matched>, Written)>,
 }
+
+/// Where [`write_loop`] answers a batch: the deliveries queued per event,
+/// or `None` if the transaction failed.
+type Written = oneshot::Sender<Option<Vec<Vec<Delivery>>>>;
 
 /// One event, matched: what to write when it leaves the inbox.
 struct Matched {
@@ -56,24 +60,26 @@ struct Matched {
     fired: Vec<Fired>,
 }
 
-/// Most matched events written in one transaction.
+/// Most batches of matched events written in one transaction.
 const WRITE_BATCH: usize = 256;
 
-/// Writes matched events as they come, every event matched while one
+/// Events matched as one job on the plugin queue: a sweep's chunk.
+const MATCH_BATCH: usize = 256;
+
+/// Writes matched events as they come, every batch matched while one
 /// transaction committed going into the next, so that concurrent actions
-/// (and the events of one action) share a transaction. Answers each with
-/// the deliveries it queued, or `None` if the transaction failed.
-async fn write_loop(
-    store: Store,
-    mut queued: mpsc::UnboundedReceiver<(Matched, oneshot::Sender<Option<Vec<Delivery>>>)>,
-) {
+/// share a transaction. Answers each batch with the deliveries each of its
+/// events queued, or `None` if the transaction failed.
+async fn write_loop(store: Store, mut queued: mpsc::UnboundedReceiver<(Vec<Matched>, Written)>) {
     let mut batch = Vec::new();
     while queued.recv_many(&mut batch, WRITE_BATCH).await > 0 {
-        let (matched, answers): (Vec<Matched>, Vec<_>) = batch.drain(..).unzip();
-        match write_matched(&store, matched).await {
+        let sizes: Vec<usize> = batch.iter().map(|(m, _)| m.len()).collect();
+        let (matched, answers): (Vec<Vec<Matched>>, Vec<_>) = batch.drain(..).unzip();
+        match write_matched(&store, matched.into_iter().flatten().collect()).await {
             Ok(queued) => {
-                for (answer, deliveries) in answers.into_iter().zip(queued) {
-                    let _ = answer.send(Some(deliveries));
+                let mut queued = queued.into_iter();
+                for (answer, size) in answers.into_iter().zip(sizes) {
+                    let _ = answer.send(Some(queued.by_ref().take(size).collect()));
                 }
             }
             Err(e) => {
@@ -139,12 +145,47 @@ impl Matcher {
         }
     }
 
-    /// Matches one event and queues its deliveries; the event leaves the
+    /// Matches `events` and queues their deliveries; each event leaves the
     /// inbox in the same transaction, which writes nothing if it already
     /// left, so an event matched twice (by its request and by the sweep, or
-    /// by two hosts) fires once. Returns the deliveries queued, for the
-    /// dispatcher once they are durable.
-    pub async fn process(&self, event: &Event) -> Result<Vec<Delivery>> {
+    /// by two hosts) fires once. Returns, per event, the deliveries queued
+    /// (for the dispatcher once they are durable) or why the event stays in
+    /// the inbox; an error leaves every event there.
+    ///
+    /// The batch is one job on the plugin queue, one place in its backlog
+    /// and one worker however many events it holds: a job per plugin call
+    /// filled the backlog under load and left events to the sweep.
+    pub async fn process(&self, events: &[Event]) -> Result<Vec<Result<Vec<Delivery>>>> {
+        let matched = self
+            .plugins
+            .batch(async {
+                let mut matched = Vec::with_capacity(events.len());
+                for event in events {
+                    matched.push(self.match_event(event).await);
+                }
+                matched
+            })
+            .await
+            .map_err(|e| Error::Unavailable(e.to_string()))?;
+        let (mut outcomes, mut to_write) = (Vec::with_capacity(events.len()), Vec::new());
+        for m in matched {
+            match m {
+                Ok(m) => {
+                    to_write.push(m);
+                    outcomes.push(None);
+                }
+                Err(e) => outcomes.push(Some(Err(e))),
+            }
+        }
+        let mut written = self.write(to_write).await?.into_iter();
+        Ok(outcomes
+            .into_iter()
+            .map(|o| o.unwrap_or_else(|| Ok(written.next().unwrap_or_default())))
+            .collect())
+    }
+
+    /// What `event` fires: its automations, filtered and rendered.
+    async fn match_event(&self, event: &Event) -> Result<Matched> {
         let mut fired = Vec::new();
         for automation in self
             .config
@@ -156,11 +197,18 @@ impl Matcher {
                 fired.push(f);
             }
         }
-        let matched = Matched {
+        Ok(Matched {
             event: event.id.clone(),
             at_ms: event.at_ms,
             fired,
-        };
+        })
+    }
+
+    /// Writes matched events through [`write_loop`]; the deliveries each queued.
+    async fn write(&self, matched: Vec<Matched>) -> Result<Vec<Vec<Delivery>>> {
+        if matched.is_empty() {
+            return Ok(Vec::new());
+        }
         let (answer, written) = oneshot::channel();
         let unwritten = || Error::Unavailable("the outbox could not be written".into());
         self.writes
@@ -175,26 +223,39 @@ impl Matcher {
     pub async fn sweep_inbox(&self, min_age_ms: u64) -> Result<usize> {
         let events = self.store.inbox().await?;
         let now = ids::now_ms();
-        let mut matched = 0;
-        let mut deliveries = Vec::new();
-        for event in events
-            .iter()
+        let old: Vec<Event> = events
+            .into_iter()
             .filter(|e| now.saturating_sub(e.at_ms) >= min_age_ms)
-        {
-            match self.process(event).await {
-                Ok(queued) => {
-                    deliveries.extend(queued);
-                    matched += 1;
-                }
-                // A full plugin queue holds every later event back too, in order.
-                Err(e @ (Error::Unavailable(_) | Error::StoreUnavailable)) => {
-                    tracing::warn!(event = %event.id, error = %e, "event left in the inbox for the next sweep");
+            .collect();
+        let (mut matched, mut deliveries) = (0, Vec::new());
+        for chunk in old.chunks(MATCH_BATCH) {
+            let outcomes = match self.process(chunk).await {
+                Ok(outcomes) => outcomes,
+                Err(e) => {
+                    tracing::warn!(events = old.len() - matched, error = %e, "events left in the inbox for the next sweep");
                     break;
                 }
-                // Anything else is this event's own: the others go on.
-                Err(e) => {
-                    tracing::error!(event = %event.id, error = %e, "matching an event failed; it stays in the inbox");
+            };
+            let mut held = false;
+            for (event, outcome) in chunk.iter().zip(outcomes) {
+                match outcome {
+                    Ok(queued) => {
+                        deliveries.extend(queued);
+                        matched += 1;
+                    }
+                    // An unavailable store holds the later chunks back too, in order.
+                    Err(e @ (Error::Unavailable(_) | Error::StoreUnavailable)) => {
+                        tracing::warn!(event = %event.id, error = %e, "event left in the inbox for the next sweep");
+                        held = true;
+                    }
+                    // Anything else is this event's own: the others go on.
+                    Err(e) => {
+                        tracing::error!(event = %event.id, error = %e, "matching an event failed; it stays in the inbox");
+                    }
                 }
+            }
+            if held {
+                break;
             }
         }
         self.dispatcher.send_when_durable(deliveries).await?;
@@ -222,17 +283,23 @@ impl crate::domain::Dispatch for Matcher {
     /// matched now (the plugin queue is full) stays in the inbox for the
     /// sweep: the action has happened, and its event is not lost.
     async fn dispatch(&self, events: &[Event]) -> Result<()> {
-        // Matched together, so that their writes share a transaction.
-        let outcomes = futures_util::future::join_all(events.iter().map(|e| self.process(e))).await;
         let mut deliveries = Vec::new();
-        for (event, outcome) in events.iter().zip(outcomes) {
-            match outcome {
-                Ok(queued) => deliveries.extend(queued),
-                Err(e) => {
-                    tracing::warn!(event = %event.id, error = %e, "event left in the inbox for the sweep");
+        match self.process(events).await {
+            Ok(outcomes) => {
+                for (event, outcome) in events.iter().zip(outcomes) {
+                    match outcome {
+                        Ok(queued) => deliveries.extend(queued),
+                        Err(e) => {
+                            tracing::warn!(event = %event.id, error = %e, "event left in the inbox for the sweep");
+                        }
+                    }
                 }
             }
+            Err(e) => {
+                tracing::warn!(events = events.len(), error = %e, "events left in the inbox for the sweep");
+            }
         }
+        // Durable either way: the action's events are in the inbox.
         self.dispatcher.send_when_durable(deliveries).await
     }
 }
@@ -271,7 +338,7 @@ impl Matcher {
         };
         match self
             .plugins
-            .matches(
+            .matches_in_batch(
                 FILTER_PLUGIN,
                 &automation.webhook.team,
                 filter,
@@ -363,7 +430,7 @@ impl Matcher {
             value: Value::String(value.clone()).to_string(),
         }));
         self.plugins
-            .render(
+            .render_in_batch(
                 &automation.template_plugin,
                 &automation.webhook.team,
                 template,

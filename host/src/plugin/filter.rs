@@ -20,10 +20,21 @@ impl Plugins {
         config: FilterConfig,
         event: Event,
     ) -> Result<bool, PluginError> {
-        let plugin = self.get_kind(name, Kind::EventFilter)?;
-        let (this, team) = (self.clone(), team.to_string());
-        self.on_queue(async move { this.matches_with(&plugin, &team, &config, &event).await })
+        self.on_queue(self.matches_in_batch(name, team, config, event))
             .await
+    }
+
+    /// [`Plugins::matches`] inside a [`Plugins::batch`], which holds the
+    /// queue's place for the whole batch.
+    pub async fn matches_in_batch(
+        &self,
+        name: &str,
+        team: &str,
+        config: FilterConfig,
+        event: Event,
+    ) -> Result<bool, PluginError> {
+        let plugin = self.get_kind(name, Kind::EventFilter)?;
+        self.matches_with(&plugin, team, &config, &event).await
     }
 
     /// Checks a filter configuration (e.g. that its regexes compile) with

@@ -237,14 +237,21 @@ impl Plugins {
         Ok(())
     }
 
-    /// Runs `job` on the plugin work queue.
-    pub(super) async fn on_queue<T: Send + 'static>(
-        &self,
-        job: impl Future<Output = Result<T, PluginError>> + Send + 'static,
-    ) -> Result<T, PluginError> {
+    /// Runs `job`, a batch of calls made with the `_in_batch` forms, as one
+    /// job of the plugin work queue on the caller's task: one place in its
+    /// backlog and one worker for the whole batch.
+    pub async fn batch<T>(&self, job: impl Future<Output = T>) -> Result<T, PluginError> {
         self.queue
-            .run(job)
+            .run_here(job)
             .await
-            .map_err(|e| PluginError::Queue(e.to_string()))?
+            .map_err(|e| PluginError::Queue(e.to_string()))
+    }
+
+    /// Runs one call, `job`, as a job of the plugin work queue.
+    pub(super) async fn on_queue<T>(
+        &self,
+        job: impl Future<Output = Result<T, PluginError>>,
+    ) -> Result<T, PluginError> {
+        self.batch(job).await?
     }
 }

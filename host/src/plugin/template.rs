@@ -20,10 +20,21 @@ impl Plugins {
         template: String,
         vars: Vec<Variable>,
     ) -> Result<String, PluginError> {
-        let plugin = self.get_kind(name, Kind::PayloadTemplate)?;
-        let (this, team) = (self.clone(), team.to_string());
-        self.on_queue(async move { this.render_with(&plugin, &team, &template, &vars).await })
+        self.on_queue(self.render_in_batch(name, team, template, vars))
             .await
+    }
+
+    /// [`Plugins::render`] inside a [`Plugins::batch`], which holds the
+    /// queue's place for the whole batch.
+    pub async fn render_in_batch(
+        &self,
+        name: &str,
+        team: &str,
+        template: String,
+        vars: Vec<Variable>,
+    ) -> Result<String, PluginError> {
+        let plugin = self.get_kind(name, Kind::PayloadTemplate)?;
+        self.render_with(&plugin, team, &template, &vars).await
     }
 
     /// Checks `template` against the variable names `known` with `plugin`,
