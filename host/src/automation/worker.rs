@@ -13,7 +13,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
+use tokio::sync::{Notify, Semaphore, mpsc};
 
 use super::config::ConfigCache;
 use super::send::{Answer, Failure, Outgoing, Sender};
@@ -62,7 +62,7 @@ struct Inner {
     /// A scan stopped at [`MAX_IN_FLIGHT`]: wake it when there is room.
     starved: std::sync::atomic::AtomicBool,
     /// Attempts on their way to the store (see [`record_loop`]).
-    records: mpsc::UnboundedSender<(Outcome, oneshot::Sender<bool>)>,
+    records: mpsc::UnboundedSender<Outcome>,
     slots: Arc<Semaphore>,
     endpoints: Mutex<HashMap<String, Arc<Semaphore>>>,
 }
@@ -133,6 +133,14 @@ async fn scan_loop(inner: Arc<Inner>) {
     }
 }
 
+/// Where a delivery taken up for sending stands when its task ends.
+enum Sent {
+    /// Its attempt is with [`record_loop`], which takes it out of flight.
+    Recording,
+    /// It was not sent (no slot, or no longer waiting): out of flight now.
+    Not,
+}
+
 /// An attempt, ready to write.
 struct Outcome {
     delivery: Delivery,
@@ -149,11 +157,11 @@ const RECORD_BATCH: usize = 256;
 
 /// Writes attempts as they come, every attempt that arrived while one
 /// transaction committed going into the next: under load, one transaction
-/// (and on PostgreSQL one commit) records many deliveries.
-async fn record_loop(
-    inner: std::sync::Weak<Inner>,
-    mut queued: mpsc::UnboundedReceiver<(Outcome, oneshot::Sender<bool>)>,
-) {
+/// (and on PostgreSQL one commit) records many deliveries. A delivery
+/// stays in flight until its attempt is written (or failed to be), so a
+/// scan cannot send it again meanwhile; its send task is long gone, and
+/// nobody waits for the write but the batch.
+async fn record_loop(inner: std::sync::Weak<Inner>, mut queued: mpsc::UnboundedReceiver<Outcome>) {
     let mut batch = Vec::new();
     while queued.recv_many(&mut batch, RECORD_BATCH).await > 0 {
         let Some(inner) = inner.upgrade() else { return };
@@ -165,15 +173,15 @@ async fn record_loop(
             }
         };
         let mut rescheduled = false;
-        for (outcome, done) in batch.drain(..) {
-            if written {
+        if written {
+            for outcome in &batch {
                 // Counted once recorded: a scrape that sees it sees the
                 // outbox without it.
                 telemetry::delivery(outcome.counted.0, outcome.counted.1);
                 rescheduled |= outcome.rescheduled.is_some();
             }
-            let _ = done.send(written);
         }
+        inner.landed(batch.drain(..).map(|o| o.delivery.id));
         if rescheduled {
             inner.wake.notify_one();
         }
@@ -182,14 +190,14 @@ async fn record_loop(
 
 /// The executions' history, and each delivery removed or rescheduled, in
 /// one transaction of two set-wise writes.
-async fn write_outcomes(store: &Store, batch: &[(Outcome, oneshot::Sender<bool>)]) -> Result<()> {
+async fn write_outcomes(store: &Store, batch: &[Outcome]) -> Result<()> {
     let finished: Vec<_> = batch
         .iter()
-        .map(|(o, _)| (&o.delivery, o.rescheduled.as_ref()))
+        .map(|o| (&o.delivery, o.rescheduled.as_ref()))
         .collect();
     let attempts: Vec<_> = batch
         .iter()
-        .map(|(o, _)| AttemptFor {
+        .map(|o| AttemptFor {
             automation: &o.delivery.execution,
             execution_id: &o.delivery.execution_id,
             status: o.status,
@@ -241,17 +249,29 @@ impl Inner {
         }
         tokio::spawn(async move {
             let id = delivery.id.clone();
-            if let Err(e) = self.deliver_holding(delivery).await {
-                tracing::error!(delivery = %id, error = %e, "recording a delivery attempt failed");
-            }
-            let left = self.in_flight.lock().map_or(0, |mut set| {
-                set.remove(&id);
-                set.len()
-            });
-            if left < MAX_IN_FLIGHT / 2 && self.starved.swap(false, Ordering::SeqCst) {
-                self.wake.notify_one();
+            match self.deliver_holding(delivery).await {
+                Ok(Sent::Recording) => {}
+                Ok(Sent::Not) => self.landed([id]),
+                Err(e) => {
+                    tracing::error!(delivery = %id, error = %e, "recording a delivery attempt failed");
+                    self.landed([id]);
+                }
             }
         });
+    }
+
+    /// Takes deliveries out of flight once their attempt is recorded (or
+    /// they were not sent), and wakes a starved scan when there is room.
+    fn landed(&self, ids: impl IntoIterator<Item = String>) {
+        let left = self.in_flight.lock().map_or(0, |mut set| {
+            for id in ids {
+                set.remove(&id);
+            }
+            set.len()
+        });
+        if left < MAX_IN_FLIGHT / 2 && self.starved.swap(false, Ordering::SeqCst) {
+            self.wake.notify_one();
+        }
     }
 
     fn endpoint_slots(&self, webhook: &WebhookRef) -> Arc<Semaphore> {
@@ -264,9 +284,9 @@ impl Inner {
 
     /// [`Inner::deliver`], renewing this host's lease on the delivery while
     /// it waits and sends, so no other host takes it over meanwhile.
-    async fn deliver_holding(&self, delivery: Delivery) -> Result<()> {
+    async fn deliver_holding(&self, delivery: Delivery) -> Result<Sent> {
         let Some(lease) = self.store.lease() else {
-            return self.deliver(delivery.clone()).await;
+            return self.deliver(delivery).await;
         };
         let held = delivery.clone();
         let send = self.deliver(delivery);
@@ -283,11 +303,11 @@ impl Inner {
         }
     }
 
-    async fn deliver(&self, delivery: Delivery) -> Result<()> {
+    async fn deliver(&self, delivery: Delivery) -> Result<Sent> {
         let endpoint = self.endpoint_slots(&delivery.webhook);
         let (Ok(_slot), Ok(_endpoint)) = (self.slots.acquire().await, endpoint.acquire().await)
         else {
-            return Ok(());
+            return Ok(Sent::Not);
         };
         // On a store without leases, a scan may have read this delivery just
         // before its last attempt was recorded; once recorded, its key is
@@ -295,7 +315,7 @@ impl Inner {
         // only what no live lease holds, and this host holds what it sends,
         // so the check would cost a round trip per delivery for nothing.
         if self.store.lease().is_none() && !self.store.delivery_waits(&delivery).await? {
-            return Ok(());
+            return Ok(Sent::Not);
         }
         let started = ids::now_ms();
         let (verdict, attempt) = match self.attempt(&delivery).await {
@@ -324,7 +344,7 @@ impl Inner {
                 tracing::warn!(error = %e, "disabling a gone webhook failed");
             }
         }
-        self.record(delivery, verdict, attempt).await
+        self.record(delivery, verdict, attempt)
     }
 
     /// One send, with the webhook's current secrets.
@@ -354,16 +374,12 @@ impl Inner {
             .await
     }
 
-    /// Writes the attempt: the execution's history, and the delivery removed
-    /// or rescheduled, in one transaction. An execution that cannot be read
-    /// is set aside by the store, and its delivery still leaves the outbox
-    /// (or is rescheduled), so it is never sent again and again.
-    async fn record(
-        &self,
-        delivery: Delivery,
-        verdict: Verdict,
-        mut attempt: Attempt,
-    ) -> Result<()> {
+    /// Hands the attempt to [`record_loop`], which writes the execution's
+    /// history and the delivery removed or rescheduled in one transaction.
+    /// An execution that cannot be read is set aside by the store, and its
+    /// delivery still leaves the outbox (or is rescheduled), so it is never
+    /// sent again and again.
+    fn record(&self, delivery: Delivery, verdict: Verdict, mut attempt: Attempt) -> Result<Sent> {
         let attempts = delivery.attempts + 1;
         let next_due = match verdict {
             Verdict::Retry(after) => self.next_due(attempts, after),
@@ -402,13 +418,12 @@ impl Inner {
             attempt,
             counted: (outcome, Duration::from_millis(since_event)),
         };
-        let (done, written) = oneshot::channel();
-        if self.records.send((outcome, done)).is_err() || !written.await.unwrap_or(false) {
+        if self.records.send(outcome).is_err() {
             return Err(crate::error::Error::Unavailable(
-                "the attempt could not be recorded; the delivery stays in the outbox".into(),
+                "the host is stopping: the attempt was not recorded; the delivery stays in the outbox".into(),
             ));
         }
-        Ok(())
+        Ok(Sent::Recording)
     }
 
     /// When attempt `attempts + 1` is due, or `None` when the schedule is used up.
