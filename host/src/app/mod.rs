@@ -18,9 +18,21 @@ use crate::plugin::Watcher;
 use crate::queue::WorkQueue;
 use crate::store::Store;
 
-/// Everything a handler may use. Cheap to clone.
+/// Everything a handler may use: one pointer, so that the extractors and
+/// middleware that clone it per request copy one `Arc`, not eleven.
 #[derive(Clone)]
-pub struct App {
+pub struct App(Arc<Parts>);
+
+impl std::ops::Deref for App {
+    type Target = Parts;
+
+    fn deref(&self) -> &Parts {
+        &self.0
+    }
+}
+
+/// What an [`App`] holds.
+pub struct Parts {
     /// The configuration the host started with.
     pub cfg: Arc<Config>,
     /// The one store handle.
@@ -87,7 +99,7 @@ impl App {
             plugins.clone(),
             dispatcher.clone(),
         );
-        let app = App {
+        let app = App(Arc::new(Parts {
             access: Arc::new(Access::new(store.clone())),
             matcher,
             dispatcher,
@@ -98,7 +110,7 @@ impl App {
             sealer,
             plugins,
             watcher,
-        };
+        }));
         // Events a crash left unmatched; the dispatcher's first scan picks up
         // the outbox.
         let recovered = app.matcher.sweep_inbox(0).await?;

@@ -117,12 +117,13 @@ impl Sender {
 
     /// Sends `out` as a signed `POST`.
     pub async fn send(&self, out: &Outgoing<'_>) -> Result<Answer, Failure> {
-        // Literal addresses never reach the resolver, so check the URL too.
-        ssrf::check_url(out.url, &self.allow).map_err(Failure::Refused)?;
+        // Literal addresses never reach the resolver, so check the URL too;
+        // the check parses it, and reqwest takes the parsed form.
+        let url = ssrf::check_url(out.url, &self.allow).map_err(Failure::Refused)?;
         let started = Instant::now();
         let response = self
             .client
-            .post(out.url)
+            .post(url)
             .headers(headers(out))
             .body(out.body.to_vec())
             .send()
