@@ -5,10 +5,6 @@
 //! deliveries are in the outbox (one transaction removes it and writes them),
 //! so a crash between the action and the matching loses nothing.
 
-use std::collections::BTreeMap;
-
-use serde_json::{Value, json};
-
 pub use crate::model::{ArtifactRef, Event, EventType, RunRef, Scope};
 use crate::plugin::EventSpec;
 
@@ -26,22 +22,29 @@ impl Event {
         }
     }
 
-    /// The payload variables (without secrets), by name.
-    pub fn variables(&self) -> BTreeMap<&'static str, Value> {
-        let text = |v: Option<&str>| Value::String(v.unwrap_or("").to_string());
+    /// The payload variables (without secrets) as JSON text, by name.
+    /// Written from the event's own fields: building `Value`s first cloned
+    /// the version object and the metadata for every event.
+    pub fn variables(&self) -> Vec<(&'static str, String)> {
+        fn json<T: serde::Serialize + ?Sized>(value: &T) -> String {
+            // Strings, numbers and maps with string keys always serialize.
+            serde_json::to_string(value).unwrap_or_else(|_| "null".into())
+        }
+        let text = |v: Option<&str>| json(v.unwrap_or(""));
         let a = self.artifact.as_ref();
         let r = self.run.as_ref();
         let (entity, project) = match (a, r, &self.scope) {
-            (Some(a), _, _) => (a.entity.clone(), a.project.clone()),
-            (None, Some(r), _) => (r.team.clone(), r.project.clone()),
-            (None, None, Scope::Project { team, project }) => (team.clone(), project.clone()),
-            (None, None, Scope::Registry { registry }) => (registry.clone(), String::new()),
+            (Some(a), _, _) => (a.entity.as_str(), a.project.as_str()),
+            (None, Some(r), _) => (r.team.as_str(), r.project.as_str()),
+            (None, None, Scope::Project { team, project }) => (team.as_str(), project.as_str()),
+            (None, None, Scope::Registry { registry }) => (registry.as_str(), ""),
         };
-        BTreeMap::from([
-            ("event_type", json!(self.event_type)),
-            ("event_author", json!(self.author)),
-            ("entity_name", json!(entity)),
-            ("project_name", json!(project)),
+        let empty = || "{}".to_string();
+        let mut variables = vec![
+            ("event_type", json(&self.event_type)),
+            ("event_author", json(&self.author)),
+            ("entity_name", json(entity)),
+            ("project_name", json(project)),
             ("alias", text(self.alias.as_deref())),
             ("tag", text(self.tag.as_deref())),
             (
@@ -54,11 +57,11 @@ impl Event {
             ),
             (
                 "artifact_version",
-                a.map_or(json!({}), |a| a.version.clone()),
+                a.map_or_else(empty, |a| json(&a.version)),
             ),
             (
                 "artifact_metadata",
-                a.map_or(json!({}), |a| json!(a.metadata)),
+                a.map_or_else(empty, |a| json(&a.metadata)),
             ),
             ("run_name", text(r.map(|r| r.name.as_str()))),
             ("run_creator", text(r.map(|r| r.creator.as_str()))),
@@ -66,8 +69,10 @@ impl Event {
             (
                 "metric_value",
                 r.and_then(|r| r.values.last())
-                    .map_or(json!(""), |v| json!(v)),
+                    .map_or_else(|| json(""), json),
             ),
-        ])
+        ];
+        variables.sort_unstable_by_key(|(name, _)| *name);
+        variables
     }
 }

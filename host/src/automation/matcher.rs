@@ -410,19 +410,13 @@ impl Matcher {
     ) -> std::result::Result<String, PluginError> {
         let variables = event.variables();
         let Some(template) = template else {
-            return Ok(Value::Object(
-                variables
-                    .into_iter()
-                    .map(|(k, v)| (k.to_string(), v))
-                    .collect(),
-            )
-            .to_string());
+            return Ok(object_text(&variables));
         };
         let mut vars: Vec<Variable> = variables
             .into_iter()
             .map(|(name, value)| Variable {
                 name: name.to_string(),
-                value: value.to_string(),
+                value,
             })
             .collect();
         vars.extend(secrets.iter().map(|(name, value)| Variable {
@@ -440,13 +434,32 @@ impl Matcher {
     }
 }
 
+/// A JSON object of `fields`, each value already JSON text.
+fn object_text(fields: &[(&str, String)]) -> String {
+    let mut out = String::from("{");
+    for (i, (name, value)) in fields.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(&Value::from(*name).to_string());
+        out.push(':');
+        out.push_str(value);
+    }
+    out.push('}');
+    out
+}
+
 /// `body` with every secret value (as it appears inside a JSON string)
 /// replaced by `[REDACTED]`, for the history.
 fn redact(body: &str, secrets: &BTreeMap<String, String>) -> String {
     let mut out = body.to_string();
     for value in secrets.values().filter(|v| !v.is_empty()) {
-        let quoted = Value::String(value.clone()).to_string();
-        out = out.replace(&quoted[1..quoted.len() - 1], "[REDACTED]");
+        let quoted = Value::from(value.as_str()).to_string();
+        let escaped = &quoted[1..quoted.len() - 1];
+        // Most bodies carry no secret: look before copying.
+        if out.contains(escaped) {
+            out = out.replace(escaped, "[REDACTED]");
+        }
     }
     out
 }
@@ -454,6 +467,14 @@ fn redact(body: &str, secrets: &BTreeMap<String, String>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn variables_without_a_template_are_one_object_as_serde_json_writes_it() {
+        let fields = [("a", "1".to_string()), ("b", r#""x\"y""#.to_string())];
+        let expected = serde_json::json!({"a": 1, "b": "x\"y"}).to_string();
+        assert_eq!(object_text(&fields), expected);
+        assert_eq!(object_text(&[]), "{}");
+    }
 
     #[test]
     fn redaction_catches_escaped_values() {
