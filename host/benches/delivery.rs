@@ -383,7 +383,10 @@ async fn measure(engine: Engine, hosts: usize, labels: Labels, batch: usize) -> 
     // Closed loop: CLIENTS clients each send their share as fast as
     // answered, spread over the hosts.
     let throughput_events = throughput_events();
-    let (cpu_before, db_before) = (host_cpu(), db_cpu());
+    // The clients and the receiver share the two cores with the host: a
+    // figure for what they cost says how much of the machine was left.
+    let own_cpu = || cpu_seconds(std::process::id()).unwrap_or_default();
+    let (cpu_before, db_before, own_before) = (host_cpu(), db_cpu(), own_cpu());
     let started = Instant::now();
     let next = Arc::new(AtomicUsize::new(0));
     let clients: Vec<_> = (0..CLIENTS)
@@ -416,6 +419,10 @@ async fn measure(engine: Engine, hosts: usize, labels: Labels, batch: usize) -> 
         throughput_events as f64 / accepted.as_secs_f64(),
     );
     println!("host CPU per delivered event: {cpu_us:.0} µs");
+    println!(
+        "bench CPU per delivered event (clients and receiver): {:.0} µs",
+        (own_cpu() - own_before) * 1e6 / throughput_events as f64
+    );
     let db_us = match (db_before, db_cpu()) {
         (Some(before), Some(after)) => {
             let us = (after - before) * 1e6 / throughput_events as f64;
