@@ -426,7 +426,7 @@ fn event_for(scope: &Scope, user: &User, version: &Version, event_type: EventTyp
         scope: scope.clone(),
         author: user.name.clone(),
         at_ms: ids::now_ms(),
-        artifact: Some(ArtifactRef {
+        artifact: Some(std::sync::Arc::new(ArtifactRef {
             entity,
             project,
             collection: version.collection.clone(),
@@ -443,7 +443,7 @@ fn event_for(scope: &Scope, user: &User, version: &Version, event_type: EventTyp
             }),
             version_string,
             metadata: version.metadata.clone(),
-        }),
+        })),
         alias: None,
         tag: None,
         run: None,

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -70,9 +71,11 @@ pub struct Event {
     pub author: String,
     /// Unix milliseconds.
     pub at_ms: u64,
-    /// The artifact version involved, when there is one.
+    /// The artifact version involved, when there is one. Shared: an
+    /// event is copied into the inbox, each execution and each batch's
+    /// events, and the version object was most of what a copy cost.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub artifact: Option<ArtifactRef>,
+    pub artifact: Option<Arc<ArtifactRef>>,
     /// The alias added.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub alias: Option<String>,
