@@ -178,6 +178,31 @@ async fn signing_in_exchanges_a_key_for_a_session_cookie() {
 }
 on_each_store!(signing_in_exchanges_a_key_for_a_session_cookie);
 
+async fn revoking_a_key_ends_the_sessions_signed_in_with_it() {
+    let host = Host::start().await;
+    let world = World::build(&host, None).await;
+    let created = ok!(host, world.alice, POST "/v1/me/api-keys", {"name": "laptop"});
+    let (laptop, laptop_id) = (
+        created["key"].as_str().unwrap().to_string(),
+        created["id"].as_str().unwrap().to_string(),
+    );
+    let on_laptop = Visitor::signed_in(&host, &laptop).await;
+    let elsewhere = Visitor::signed_in(&host, &world.alice).await;
+    assert_eq!(on_laptop.get("/teams").await.status, 200);
+
+    let (status, _) = call!(host, world.alice, DELETE "/v1/me/api-keys/{laptop_id}");
+    assert_eq!(status, 204);
+    let page = on_laptop.get("/teams").await;
+    assert_eq!(page.status, 303, "the laptop's session ended with its key");
+    assert_eq!(page.location.as_deref(), Some("/sign-in"));
+    assert_eq!(
+        elsewhere.get("/teams").await.status,
+        200,
+        "a session signed in with another key goes on"
+    );
+}
+on_each_store!(revoking_a_key_ends_the_sessions_signed_in_with_it);
+
 async fn console_roles_and_csrf_match_the_api() {
     let host = Host::start().await;
     let world = World::build(&host, None).await;

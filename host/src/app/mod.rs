@@ -125,6 +125,10 @@ impl App {
             app.cfg.delivery.poll_interval_ms.max(10),
         ));
         crate::automation::outbox::spawn_expiry(app.store.clone(), app.cfg.history.keep());
+        crate::domain::auth::spawn_session_sweeper(
+            app.store.clone(),
+            crate::domain::auth::SESSION_SWEEP,
+        );
         Ok(app)
     }
 }

@@ -4,6 +4,8 @@
 //! stored: keys are long random strings, so a plain hash is enough (no
 //! password-style stretching), and a stolen store yields no usable key.
 
+use std::time::Duration;
+
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
@@ -143,9 +145,11 @@ pub async fn list_keys(store: &Store, user: &User) -> Result<Vec<ApiKey>> {
     Ok(keys)
 }
 
-/// Revokes one of `user`'s keys.
+/// Revokes one of `user`'s keys, and ends the console sessions signed
+/// in with it: a revoked key lets no one in, by any door.
 pub async fn revoke_key(store: &Store, user: &User, key_id: &str) -> Result<()> {
     if store.delete_key(&user.id, key_id).await? {
+        store.delete_sessions_of_key(key_id).await?;
         Ok(())
     } else {
         Err(Error::NotFound(format!(
@@ -160,11 +164,12 @@ pub const SESSION_SECONDS: u64 = 12 * 3600;
 /// Signs in to the console with an API key: a new session, and the cookie
 /// value that names it (only its hash is stored, like a key's).
 pub async fn sign_in(store: &Store, key: &str) -> Result<(String, Session)> {
-    let (user, _) = authenticate_key(store, key.trim()).await?;
+    let (user, key) = authenticate_key(store, key.trim()).await?;
     let cookie = ids::random_hex(32);
     let now = ids::now();
     let session = Session {
         user_id: user.id,
+        key_id: key.id,
         csrf: ids::random_hex(16),
         created_at: now,
         expires_at: now + SESSION_SECONDS,
@@ -185,6 +190,24 @@ pub async fn session_user(store: &Store, cookie: &str) -> Result<(User, Session)
     }
     let user = store.user(&session.user_id).await?.ok_or_else(expired)?;
     Ok((user, session))
+}
+
+/// How often expired sessions are swept.
+pub const SESSION_SWEEP: Duration = Duration::from_secs(600);
+
+/// Removes expired sessions every `every`, from now on: one that is never
+/// used again would otherwise stay in the store for good.
+pub fn spawn_session_sweeper(store: Store, every: Duration) {
+    tokio::spawn(async move {
+        loop {
+            match store.delete_expired_sessions(ids::now()).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(sessions = n, "removed expired console sessions"),
+                Err(e) => tracing::warn!(error = %e, "removing expired console sessions failed"),
+            }
+            tokio::time::sleep(every).await;
+        }
+    });
 }
 
 /// Ends the session a cookie names.

@@ -36,6 +36,9 @@ pub struct ApiKey {
 pub struct Session {
     /// Whose session it is.
     pub user_id: String,
+    /// The API key it was signed in with: revoking the key ends it.
+    #[serde(default)]
+    pub key_id: String,
     /// The token every form of the session carries (CSRF protection).
     pub csrf: String,
     /// Unix seconds.

@@ -260,17 +260,39 @@ async fn users_and_keys(store: &Store) {
 }
 
 async fn console_sessions(store: &Store) {
-    let session = Session {
+    let session = |key: &str, expires_at| Session {
         user_id: "u1".into(),
+        key_id: key.into(),
         csrf: "c".into(),
         created_at: 1,
-        expires_at: 2,
+        expires_at,
     };
-    store.insert_session("h", &session).await.unwrap();
-    assert_eq!(store.session("h").await.unwrap(), Some(session));
+    store.insert_session("h", &session("k1", 2)).await.unwrap();
+    assert_eq!(store.session("h").await.unwrap(), Some(session("k1", 2)));
     assert!(store.delete_session("h").await.unwrap());
     assert!(!store.delete_session("h").await.unwrap());
     assert_eq!(store.session("h").await.unwrap(), None);
+
+    // Revoking a key ends its sessions, and only those.
+    for (hash, key, expires) in [("a", "k1", 100), ("b", "k1", 200), ("c", "k2", 300)] {
+        store
+            .insert_session(hash, &session(key, expires))
+            .await
+            .unwrap();
+    }
+    assert_eq!(store.delete_sessions_of_key("k1").await.unwrap(), 2);
+    assert_eq!(store.session("a").await.unwrap(), None);
+    assert!(store.session("c").await.unwrap().is_some());
+    // The sweep takes what expired at or before now, and only that.
+    store
+        .insert_session("d", &session("k3", 150))
+        .await
+        .unwrap();
+    assert_eq!(store.delete_expired_sessions(150).await.unwrap(), 1);
+    assert_eq!(store.session("d").await.unwrap(), None);
+    assert!(store.session("c").await.unwrap().is_some());
+    assert_eq!(store.delete_expired_sessions(1000).await.unwrap(), 1);
+    assert_eq!(store.session("c").await.unwrap(), None);
 }
 
 async fn groups_members_and_projects(store: &Store) {

@@ -123,6 +123,13 @@ pub trait SessionRecords: Send + Sync {
 
     /// Removes a session; `false` if there was none.
     async fn delete_session(&self, hash: &str) -> Result<bool>;
+
+    /// Removes every session signed in with the key `key_id`; how many.
+    async fn delete_sessions_of_key(&self, key_id: &str) -> Result<usize>;
+
+    /// Removes every session that expired at or before `now` (unix
+    /// seconds); how many.
+    async fn delete_expired_sessions(&self, now: u64) -> Result<usize>;
 }
 
 /// Teams and registries, their members and roles, and projects.

@@ -25,4 +25,14 @@ impl SessionRecords for Postgres {
             .await?
             > 0)
     }
+
+    async fn delete_sessions_of_key(&self, key_id: &str) -> Result<usize> {
+        let sql = "DELETE FROM sessions WHERE key_id = $1";
+        Ok(self.execute(sqlx::query(sql).bind(key_id)).await? as usize)
+    }
+
+    async fn delete_expired_sessions(&self, now: u64) -> Result<usize> {
+        let sql = "DELETE FROM sessions WHERE expires_at <= $1";
+        Ok(self.execute(sqlx::query(sql).bind(now as i64)).await? as usize)
+    }
 }

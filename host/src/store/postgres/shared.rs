@@ -120,7 +120,7 @@ pub(super) fn api_key(row: &PgRow) -> Result<ApiKey> {
 }
 
 pub(super) fn session(row: &PgRow) -> Result<Session> {
-    read!(row; Session { user_id, csrf, created_at: u, expires_at: u })
+    read!(row; Session { user_id, key_id, csrf, created_at: u, expires_at: u })
 }
 
 pub(super) fn group(row: &PgRow) -> Result<Group> {

@@ -29,4 +29,30 @@ impl SessionRecords for Sled {
         w.finish()?;
         Ok(true)
     }
+
+    async fn delete_sessions_of_key(&self, key_id: &str) -> Result<usize> {
+        self.delete_sessions_where(|s| s.key_id == key_id).await
+    }
+
+    async fn delete_expired_sessions(&self, now: u64) -> Result<usize> {
+        self.delete_sessions_where(|s| s.expires_at <= now).await
+    }
+}
+
+impl Sled {
+    /// Removes the sessions `ended` picks, in one commit. Sessions are few
+    /// (one per signed-in browser), so a scan is fine.
+    async fn delete_sessions_where(&self, ended: impl Fn(&Session) -> bool) -> Result<usize> {
+        let w = self.writer().await;
+        let mut removed = 0;
+        for (key, value) in w.scan(T::Sessions, b"")? {
+            let session: Session = super::decode(T::Sessions, &value)?;
+            if ended(&session) {
+                w.delete(T::Sessions, key);
+                removed += 1;
+            }
+        }
+        w.finish()?;
+        Ok(removed)
+    }
 }
