@@ -146,6 +146,47 @@ async fn metrics_count_requests_deliveries_plugins_and_queues() {
         "{text}"
     );
     assert!(!text.contains("/v1/no/such/route"), "{text}");
+    promtool_check(&text);
+}
+
+/// `promtool check metrics` (Debian's `prometheus` package) finds nothing
+/// wrong with a scrape: format, help text, names and units. Skipped with a
+/// line where promtool is missing, unless `SWITCHYARD_TEST_REQUIRE_PROMTOOL`
+/// is set (CI sets it).
+fn promtool_check(text: &str) {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let Ok(mut child) = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+    else {
+        assert!(
+            std::env::var_os("SWITCHYARD_TEST_REQUIRE_PROMTOOL").is_none(),
+            "promtool is required but missing; apt-get install prometheus"
+        );
+        eprintln!("promtool check skipped: no promtool here (apt-get install prometheus)");
+        return;
+    };
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && said.trim().is_empty(),
+        "promtool check metrics: {}\n{said}\nthe scrape:\n{text}",
+        out.status
+    );
 }
 
 on_each_store!(the_first_scrape_describes_every_family_and_shows_known_series_at_zero);
