@@ -50,15 +50,15 @@ async fn metrics_count_requests_deliveries_plugins_and_queues() {
     }
     receiver.wait_for(2, 10).await;
     // A delivery is counted once its attempt is recorded, just after the
-    // receiver answered: wait for that, loudly.
+    // receiver answered, and a scrape reads the outbox gauges a moment
+    // before the counters: wait until both have caught up, loudly.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     let text = loop {
         let text = scrape(&host).await;
-        if sample(
-            &text,
-            "switchyard_deliveries_total",
-            &[("outcome", "delivered")],
-        ) == Some(2.0)
+        let delivered = &[("outcome", "delivered")];
+        if sample(&text, "switchyard_deliveries_total", delivered) == Some(2.0)
+            && sample(&text, "switchyard_outbox_pending", &[]) == Some(0.0)
+            && sample(&text, "switchyard_outbox_oldest_due_seconds", &[]) == Some(0.0)
         {
             break text;
         }

@@ -175,8 +175,9 @@ async fn record_loop(inner: std::sync::Weak<Inner>, mut queued: mpsc::UnboundedR
         let mut rescheduled = false;
         if written {
             for outcome in &batch {
-                // Counted once recorded: a scrape that sees it sees the
-                // outbox without it.
+                // Counted once recorded, never before: the outbox has lost
+                // the delivery by the time a counter shows it (a scrape
+                // reads its outbox gauges a moment before the counters).
                 telemetry::delivery(outcome.counted.0, outcome.counted.1);
                 rescheduled |= outcome.rescheduled.is_some();
             }
