@@ -203,6 +203,85 @@ async fn revoking_a_key_ends_the_sessions_signed_in_with_it() {
 }
 on_each_store!(revoking_a_key_ends_the_sessions_signed_in_with_it);
 
+async fn teams_and_registries_are_created_from_the_console() {
+    let host = Host::start().await;
+    World::build(&host, None).await;
+    let dan_key = host.create_user("dan").await;
+    let dan = Visitor::signed_in(&host, &dan_key).await;
+    let teams = dan.get("/teams").await;
+    assert!(teams.body.contains("Create one below"), "{}", teams.body);
+    let token = csrf(&teams.body);
+
+    let made = dan
+        .post("/teams", &[("csrf", &token), ("name", "lab")])
+        .await;
+    assert_eq!(made.status, 303, "{}", made.body);
+    assert_eq!(made.location.as_deref(), Some("/teams/lab"));
+    assert_eq!(dan.get("/teams/lab").await.status, 200);
+    let members = ok!(host, dan_key, GET "/v1/teams/lab/members");
+    assert_eq!(listed(&members, "user"), ["dan"]);
+    assert_eq!(
+        listed(&members, "role"),
+        ["admin"],
+        "the creator is its admin"
+    );
+
+    // Refusals show on the form, with what was typed.
+    let taken = dan
+        .post("/teams", &[("csrf", &token), ("name", "ml")])
+        .await;
+    assert_eq!(taken.status, 200);
+    assert!(taken.body.contains("already exists"), "{}", taken.body);
+    assert!(taken.body.contains(r#"aria-invalid="true""#));
+    assert!(taken.body.contains(r#"value="ml""#));
+    let bad = dan
+        .post("/teams", &[("csrf", &token), ("name", "no spaces")])
+        .await;
+    assert_eq!(bad.status, 200);
+    assert!(bad.body.contains("is not valid"), "{}", bad.body);
+    let forged = dan
+        .post("/teams", &[("csrf", "0"), ("name", "other")])
+        .await;
+    assert_eq!(forged.status, 403, "the form's CSRF token is required");
+
+    let registry = dan
+        .post("/registries", &[("csrf", &token), ("name", "checkpoints")])
+        .await;
+    assert_eq!(registry.location.as_deref(), Some("/registries/checkpoints"));
+    assert_eq!(dan.get("/registries/checkpoints").await.status, 200);
+    let listed = dan.get("/registries").await;
+    assert!(listed.body.contains(r#"href="/registries/checkpoints""#));
+}
+on_each_store!(teams_and_registries_are_created_from_the_console);
+
+/// A user with no team creates one in Chromium, is refused a taken name on
+/// the same form, and lands on the new team's page.
+async fn a_user_creates_a_team_in_the_browser() {
+    let Some(browser) = Browser::start("a_user_creates_a_team_in_the_browser").await else {
+        return;
+    };
+    let host = Host::start().await;
+    World::build(&host, None).await;
+    let dan_key = host.create_user("dan").await;
+    browser.goto(&host.url("/sign-in")).await;
+    browser.fill("api_key", &dan_key).await;
+    browser.press("Sign in").await;
+    assert_eq!(browser.path().await, "/teams");
+    assert!(browser.text().await.contains("You belong to no team yet"));
+    browser.assert_accessible("no teams yet").await;
+    browser.fill("group-name", "ml").await;
+    browser.press("Create team").await;
+    let error = browser.text_of("group-error").await;
+    assert!(error.contains("already exists"), "{error}");
+    browser.assert_accessible("a refused team name").await;
+    browser.fill("group-name", "lab").await;
+    browser.press("Create team").await;
+    assert_eq!(browser.path().await, "/teams/lab");
+    browser.screenshot("a new team").await;
+    assert!(browser.console_errors().await.is_empty());
+}
+on_each_store!(a_user_creates_a_team_in_the_browser);
+
 async fn console_roles_and_csrf_match_the_api() {
     let host = Host::start().await;
     let world = World::build(&host, None).await;

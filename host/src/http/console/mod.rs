@@ -60,10 +60,13 @@ pub fn routes(app: &App) -> Router<App> {
             post(operator::upload).layer(upload_limit),
         )
         .route("/operator/plugins/{name}/remove", post(operator::remove))
-        .route("/teams", get(teams::list))
+        .route("/teams", get(teams::list).post(teams::create_team))
         .nest("/teams/{team}", teams::routes())
         .nest("/teams/{team}/webhooks", webhooks::routes())
-        .route("/registries", get(teams::registries))
+        .route(
+            "/registries",
+            get(teams::registries).post(teams::create_registry),
+        )
         .nest("/teams/{team}/projects/{project}", place_routes())
         .nest("/registries/{registry}", place_routes())
 }

@@ -4,8 +4,10 @@
 use askama::Template;
 use axum::Router;
 use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Redirect};
 use axum::routing::{get, post};
 
+use super::session::Posted;
 use super::{AdminForm, Failed, Nav, Shown, Viewer};
 use crate::app::App;
 use crate::automation::webhooks;
@@ -35,19 +37,57 @@ struct GroupsPage {
     /// What the page says when there are none (HTML: static text only).
     empty: &'static str,
     groups: Vec<(String, Role)>,
+    csrf: String,
+    /// The create form, shown again after a refusal.
+    form: OneField,
 }
 
 /// `GET /teams`.
 pub async fn list(State(app): State<App>, viewer: Viewer) -> Shown {
-    groups_page(&app, &viewer, GroupKind::Team).await
+    groups_page(&app, &viewer, GroupKind::Team, OneField::default()).await
 }
 
 /// `GET /registries`.
 pub async fn registries(State(app): State<App>, viewer: Viewer) -> Shown {
-    groups_page(&app, &viewer, GroupKind::Registry).await
+    groups_page(&app, &viewer, GroupKind::Registry, OneField::default()).await
 }
 
-async fn groups_page(app: &App, viewer: &Viewer, kind: GroupKind) -> Shown {
+/// `POST /teams`: a new team, with the viewer as its admin.
+pub async fn create_team(State(app): State<App>, posted: Posted) -> Shown {
+    create_group(&app, &posted, GroupKind::Team).await
+}
+
+/// `POST /registries`: a new registry, with the viewer as its admin.
+pub async fn create_registry(State(app): State<App>, posted: Posted) -> Shown {
+    create_group(&app, &posted, GroupKind::Registry).await
+}
+
+/// Creates the group and opens its page; a refused name (invalid, or
+/// taken) is shown on the form it came from.
+async fn create_group(app: &App, posted: &Posted, kind: GroupKind) -> Shown {
+    let viewer = &posted.viewer;
+    let name = posted.field("name").trim();
+    let named = crate::domain::names::Named {
+        name,
+        description: posted.field("description"),
+    };
+    match groups::create(&app.store, kind, &viewer.user, named).await {
+        Ok(group) => {
+            let base = match kind {
+                GroupKind::Team => "/teams",
+                GroupKind::Registry => "/registries",
+            };
+            let to = format!("{base}/{}", group.name);
+            Ok(Redirect::to(&to).into_response())
+        }
+        Err(e @ (Error::InvalidRequest { .. } | Error::Conflict(_))) => {
+            groups_page(app, viewer, kind, OneField::refused(name, &e)).await
+        }
+        Err(e) => Err(Failed::new(e, viewer)),
+    }
+}
+
+async fn groups_page(app: &App, viewer: &Viewer, kind: GroupKind, form: OneField) -> Shown {
     let groups = groups::list_for(&app.store, kind, &viewer.user).await;
     let groups = groups.map_err(|e| Failed::new(e, viewer))?;
     let groups = groups.into_iter().map(|(g, role)| (g.name, role)).collect();
@@ -55,14 +95,13 @@ async fn groups_page(app: &App, viewer: &Viewer, kind: GroupKind) -> Shown {
         GroupKind::Team => (
             ("Team", "Teams"),
             "/teams",
-            "You belong to no team yet. Create one with <code>POST /v1/teams</code>, or ask a \
-             team's admin to add you.",
+            "You belong to no team yet. Create one below, or ask a team's admin to add you.",
         ),
         GroupKind::Registry => (
             ("Registry", "Registries"),
             "/registries",
             "You belong to no registry yet. A registry holds collections linked from projects \
-             across teams; create one with <code>POST /v1/registries</code>.",
+             across teams; create one below.",
         ),
     };
     let nav = Some(viewer.nav());
@@ -72,6 +111,8 @@ async fn groups_page(app: &App, viewer: &Viewer, kind: GroupKind) -> Shown {
         base,
         empty,
         groups,
+        csrf: viewer.csrf().to_string(),
+        form,
     })
 }
 
