@@ -205,7 +205,7 @@ on_each_store!(revoking_a_key_ends_the_sessions_signed_in_with_it);
 
 async fn teams_and_registries_are_created_from_the_console() {
     let host = Host::start().await;
-    World::build(&host, None).await;
+    let world = World::build(&host, None).await;
     let dan_key = host.create_user("dan").await;
     let dan = Visitor::signed_in(&host, &dan_key).await;
     let teams = dan.get("/teams").await;
@@ -218,6 +218,39 @@ async fn teams_and_registries_are_created_from_the_console() {
     assert_eq!(made.status, 303, "{}", made.body);
     assert_eq!(made.location.as_deref(), Some("/teams/lab"));
     assert_eq!(dan.get("/teams/lab").await.status, 200);
+    let project = dan
+        .post(
+            "/teams/lab/projects",
+            &[("csrf", &token), ("name", "vision")],
+        )
+        .await;
+    assert_eq!(project.status, 303, "{}", project.body);
+    assert_eq!(
+        project.location.as_deref(),
+        Some("/teams/lab/projects/vision")
+    );
+    assert_eq!(dan.get("/teams/lab/projects/vision").await.status, 200);
+    let again = dan
+        .post(
+            "/teams/lab/projects",
+            &[("csrf", &token), ("name", "vision")],
+        )
+        .await;
+    assert_eq!(again.status, 200);
+    assert!(
+        again.body.contains("already has a project"),
+        "{}",
+        again.body
+    );
+    assert!(again.body.contains(r#"id="project-error""#));
+    let eve = Visitor::signed_in(&host, &world.eve).await;
+    let outsider = eve
+        .post(
+            "/teams/lab/projects",
+            &[("csrf", &eve.token("/teams").await), ("name", "x")],
+        )
+        .await;
+    assert_eq!(outsider.status, 404, "not a member: no such team for them");
     let members = ok!(host, dan_key, GET "/v1/teams/lab/members");
     assert_eq!(listed(&members, "user"), ["dan"]);
     assert_eq!(
@@ -247,7 +280,10 @@ async fn teams_and_registries_are_created_from_the_console() {
     let registry = dan
         .post("/registries", &[("csrf", &token), ("name", "checkpoints")])
         .await;
-    assert_eq!(registry.location.as_deref(), Some("/registries/checkpoints"));
+    assert_eq!(
+        registry.location.as_deref(),
+        Some("/registries/checkpoints")
+    );
     assert_eq!(dan.get("/registries/checkpoints").await.status, 200);
     let listed = dan.get("/registries").await;
     assert!(listed.body.contains(r#"href="/registries/checkpoints""#));
@@ -255,9 +291,10 @@ async fn teams_and_registries_are_created_from_the_console() {
 on_each_store!(teams_and_registries_are_created_from_the_console);
 
 /// A user with no team creates one in Chromium, is refused a taken name on
-/// the same form, and lands on the new team's page.
-async fn a_user_creates_a_team_in_the_browser() {
-    let Some(browser) = Browser::start("a_user_creates_a_team_in_the_browser").await else {
+/// the same form, lands on the new team's page, and creates a project there.
+async fn a_user_creates_a_team_and_a_project_in_the_browser() {
+    let Some(browser) = Browser::start("a_user_creates_a_team_and_a_project_in_the_browser").await
+    else {
         return;
     };
     let host = Host::start().await;
@@ -278,9 +315,13 @@ async fn a_user_creates_a_team_in_the_browser() {
     browser.press("Create team").await;
     assert_eq!(browser.path().await, "/teams/lab");
     browser.screenshot("a new team").await;
+    browser.fill("project-name", "vision").await;
+    browser.press("Create project").await;
+    assert_eq!(browser.path().await, "/teams/lab/projects/vision");
+    browser.assert_accessible("a new project").await;
     assert!(browser.console_errors().await.is_empty());
 }
-on_each_store!(a_user_creates_a_team_in_the_browser);
+on_each_store!(a_user_creates_a_team_and_a_project_in_the_browser);
 
 async fn console_roles_and_csrf_match_the_api() {
     let host = Host::start().await;

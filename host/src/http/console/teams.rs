@@ -19,6 +19,7 @@ use crate::error::Error;
 pub fn routes() -> Router<App> {
     Router::new()
         .route("/", get(show))
+        .route("/projects", post(create_project))
         .route("/members", post(set_member))
         .route("/members/{user}/remove", post(remove_member))
         .route("/secrets", post(put_secret))
@@ -167,6 +168,7 @@ struct TeamPage {
     secret_form: OneField,
     webhook_form: WebhookForm,
     member_form: OneField,
+    project_form: OneField,
 }
 
 /// `GET /teams/{team}`.
@@ -183,6 +185,8 @@ pub struct Forms {
     pub webhook: WebhookForm,
     /// The member form.
     pub member: OneField,
+    /// The project form.
+    pub project: OneField,
 }
 
 /// The one-field forms of the team page.
@@ -257,7 +261,44 @@ async fn team_page(app: &App, viewer: &Viewer, team: &str, forms: Forms) -> Show
         secret_form: forms.secret,
         webhook_form: forms.webhook,
         member_form: forms.member,
+        project_form: forms.project,
     })
+}
+
+/// `POST /teams/{team}/projects`: any member may create a project, as
+/// with the API; it opens on creation, and a refused name is shown on the
+/// form.
+pub async fn create_project(
+    State(app): State<App>,
+    Path(team): Path<String>,
+    posted: Posted,
+) -> Shown {
+    let viewer = &posted.viewer;
+    groups::require_team(&app.store, &viewer.user, &team, Role::Member)
+        .await
+        .map_err(|e| Failed::new(e, viewer))?;
+    let name = posted.field("name").trim();
+    let named = crate::domain::names::Named {
+        name,
+        description: posted.field("description"),
+    };
+    match projects::create(&app.store, &team, &viewer.user, named).await {
+        Ok(project) => {
+            let object = format!("{team}/{}", project.name);
+            tracing::info!(by = %viewer.user.name, %object, "project created");
+            let to = format!("/teams/{team}/projects/{}", project.name);
+            Ok(Redirect::to(&to).into_response())
+        }
+        Err(e @ (Error::InvalidRequest { .. } | Error::Conflict(_))) => {
+            let project = OneField::refused(name, &e);
+            let forms = Forms {
+                project,
+                ..Forms::default()
+            };
+            team_page(&app, viewer, &team, forms).await
+        }
+        Err(e) => Err(Failed::new(e, viewer)),
+    }
 }
 
 /// The team page again, with the form that `form` posted and why it was refused.
