@@ -319,6 +319,16 @@ async fn a_user_creates_a_team_and_a_project_in_the_browser() {
     browser.press("Create project").await;
     assert_eq!(browser.path().await, "/teams/lab/projects/vision");
     browser.assert_accessible("a new project").await;
+    // The team's only admin cannot leave: said on the team page itself.
+    browser.goto(&host.url("/teams/lab")).await;
+    browser.press("Remove dan").await;
+    let why = browser.text_of("member-refused").await;
+    assert!(why.contains("at least one admin"), "{why}");
+    assert!(
+        browser.text().await.contains("Create a project"),
+        "the team page"
+    );
+    browser.assert_accessible("a refused removal").await;
     assert!(browser.console_errors().await.is_empty());
 }
 on_each_store!(a_user_creates_a_team_and_a_project_in_the_browser);
@@ -883,8 +893,9 @@ async fn the_chat_page_streams_a_reply_and_works_without_script() {
 on_each_store!(the_chat_page_streams_a_reply_and_works_without_script);
 
 async fn team_admins_manage_members_and_keep_an_admin() {
-    let host = Host::start().await;
-    let world = World::build(&host, None).await;
+    let host = Host::with_config(LOOPBACK_HOOKS).await;
+    // Webhook `ci` uses the secret TOKEN (it is never called here).
+    let world = World::build(&host, Some("http://127.0.0.1:9/hook")).await;
     let alice = Visitor::signed_in(&host, &world.alice).await;
     let token = alice.token("/teams/ml").await;
     let unknown = alice
@@ -918,8 +929,31 @@ async fn team_admins_manage_members_and_keep_an_admin() {
     let last = alice
         .post("/teams/ml/members/alice/remove", &[("csrf", &token)])
         .await;
-    assert_eq!(last.status, 409, "the last admin stays: {}", last.body);
+    // Refused in place: the team page, with why beside its members.
+    assert_eq!(last.status, 200, "the last admin stays: {}", last.body);
+    assert!(
+        last.body.contains(r#"id="member-refused""#),
+        "{}",
+        last.body
+    );
     assert!(last.body.contains("at least one admin"), "{}", last.body);
+    assert!(last.body.contains("Remove alice"), "still listed");
+    // So is a secret a webhook still uses.
+    let in_use = alice
+        .post("/teams/ml/secrets/TOKEN/delete", &[("csrf", &token)])
+        .await;
+    assert_eq!(in_use.status, 200, "{}", in_use.body);
+    assert!(
+        in_use.body.contains(r#"id="secret-refused""#),
+        "{}",
+        in_use.body
+    );
+    assert!(
+        in_use.body.contains("is used by webhook"),
+        "{}",
+        in_use.body
+    );
+    assert!(in_use.body.contains("Delete TOKEN"), "still listed");
     let bob = Visitor::signed_in(&host, &world.bob).await;
     let token = bob.token("/teams/ml").await;
     let forged = bob

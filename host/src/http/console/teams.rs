@@ -169,6 +169,8 @@ struct TeamPage {
     webhook_form: WebhookForm,
     member_form: OneField,
     project_form: OneField,
+    member_refused: Option<String>,
+    secret_refused: Option<String>,
 }
 
 /// `GET /teams/{team}`.
@@ -187,6 +189,10 @@ pub struct Forms {
     pub member: OneField,
     /// The project form.
     pub project: OneField,
+    /// Why removing a member was refused (the last admin).
+    pub member_refused: Option<String>,
+    /// Why deleting a secret was refused (a webhook uses it).
+    pub secret_refused: Option<String>,
 }
 
 /// The one-field forms of the team page.
@@ -262,6 +268,8 @@ async fn team_page(app: &App, viewer: &Viewer, team: &str, forms: Forms) -> Show
         webhook_form: forms.webhook,
         member_form: forms.member,
         project_form: forms.project,
+        member_refused: forms.member_refused,
+        secret_refused: forms.secret_refused,
     })
 }
 
@@ -330,9 +338,18 @@ pub async fn put_secret(form: AdminForm) -> Shown {
 /// `POST /teams/{team}/secrets/{name}/delete`.
 pub async fn delete_secret(form: AdminForm) -> Shown {
     let (app, team, name) = (&form.app, &form.team, form.param("name")?);
-    let deleted = webhooks::delete_secret(&app.store, team, &name, false).await;
-    deleted.map_err(|e| form.failed(e))?;
-    Ok(form.done("secret deleted", &name, "#secrets"))
+    match webhooks::delete_secret(&app.store, team, &name, false).await {
+        Ok(_) => Ok(form.done("secret deleted", &name, "#secrets")),
+        // In use: said on the page, beside the secret, not as an error page.
+        Err(e @ Error::Conflict(_)) => {
+            let forms = Forms {
+                secret_refused: Some(e.to_string()),
+                ..Forms::default()
+            };
+            refused(&form, forms).await
+        }
+        Err(e) => Err(form.failed(e)),
+    }
 }
 
 /// `POST /teams/{team}/members`: adds a member or changes a role.
@@ -363,6 +380,16 @@ pub async fn remove_member(form: AdminForm) -> Shown {
         let target = auth::find_user(&app.store, &name).await?;
         groups::remove_member(&app.store, GroupKind::Team, team, &target).await
     };
-    remove.await.map_err(|e| form.failed(e))?;
-    Ok(form.done("member removed", &name, "#members"))
+    match remove.await {
+        Ok(()) => Ok(form.done("member removed", &name, "#members")),
+        // The last admin: said on the page, beside the members.
+        Err(e @ Error::Conflict(_)) => {
+            let forms = Forms {
+                member_refused: Some(e.to_string()),
+                ..Forms::default()
+            };
+            refused(&form, forms).await
+        }
+        Err(e) => Err(form.failed(e)),
+    }
 }
