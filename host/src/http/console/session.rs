@@ -99,6 +99,14 @@ impl Posted {
         self.fields.get(name).map(String::as_str).unwrap_or("")
     }
 
+    /// The `name` (trimmed) and `description` fields of a create form.
+    pub fn named(&self) -> crate::domain::names::Named<'_> {
+        crate::domain::names::Named {
+            name: self.field("name").trim(),
+            description: self.field("description"),
+        }
+    }
+
     /// A field's value, `None` when absent or empty.
     pub fn optional(&self, name: &str) -> Option<String> {
         Some(self.field(name).trim())

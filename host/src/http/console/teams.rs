@@ -66,14 +66,11 @@ pub async fn create_registry(State(app): State<App>, posted: Posted) -> Shown {
 /// Creates the group and opens its page; a refused name (invalid, or
 /// taken) is shown on the form it came from.
 async fn create_group(app: &App, posted: &Posted, kind: GroupKind) -> Shown {
-    let viewer = &posted.viewer;
-    let name = posted.field("name").trim();
-    let named = crate::domain::names::Named {
-        name,
-        description: posted.field("description"),
-    };
+    let (viewer, named) = (&posted.viewer, posted.named());
     match groups::create(&app.store, kind, &viewer.user, named).await {
         Ok(group) => {
+            let what = format!("{} created", kind.noun());
+            crate::http::audit(&viewer.user.name, &what, &group.name);
             let base = match kind {
                 GroupKind::Team => "/teams",
                 GroupKind::Registry => "/registries",
@@ -82,7 +79,7 @@ async fn create_group(app: &App, posted: &Posted, kind: GroupKind) -> Shown {
             Ok(Redirect::to(&to).into_response())
         }
         Err(e @ (Error::InvalidRequest { .. } | Error::Conflict(_))) => {
-            groups_page(app, viewer, kind, OneField::refused(name, &e)).await
+            groups_page(app, viewer, kind, OneField::refused(named.name, &e)).await
         }
         Err(e) => Err(Failed::new(e, viewer)),
     }
@@ -195,7 +192,7 @@ pub struct Forms {
     pub secret_refused: Option<String>,
 }
 
-/// The one-field forms of the team page.
+/// The lists of the team page that have a form (and a refusal) of their own.
 pub enum Field {
     /// Add or replace a secret.
     Secret,
@@ -210,6 +207,17 @@ impl Forms {
         match which {
             Field::Secret => forms.secret = field,
             Field::Member => forms.member = field,
+        }
+        forms
+    }
+
+    /// Why an action on the `which` list (removing a member, deleting a
+    /// secret) was refused, shown beside that list.
+    pub fn refusal(which: Field, error: &Error) -> Forms {
+        let (mut forms, why) = (Forms::default(), Some(error.to_string()));
+        match which {
+            Field::Secret => forms.secret_refused = why,
+            Field::Member => forms.member_refused = why,
         }
         forms
     }
@@ -285,20 +293,16 @@ pub async fn create_project(
     groups::require_team(&app.store, &viewer.user, &team, Role::Member)
         .await
         .map_err(|e| Failed::new(e, viewer))?;
-    let name = posted.field("name").trim();
-    let named = crate::domain::names::Named {
-        name,
-        description: posted.field("description"),
-    };
+    let named = posted.named();
     match projects::create(&app.store, &team, &viewer.user, named).await {
         Ok(project) => {
             let object = format!("{team}/{}", project.name);
-            tracing::info!(by = %viewer.user.name, %object, "project created");
+            crate::http::audit(&viewer.user.name, "project created", &object);
             let to = format!("/teams/{team}/projects/{}", project.name);
             Ok(Redirect::to(&to).into_response())
         }
         Err(e @ (Error::InvalidRequest { .. } | Error::Conflict(_))) => {
-            let project = OneField::refused(name, &e);
+            let project = OneField::refused(named.name, &e);
             let forms = Forms {
                 project,
                 ..Forms::default()
@@ -340,14 +344,8 @@ pub async fn delete_secret(form: AdminForm) -> Shown {
     let (app, team, name) = (&form.app, &form.team, form.param("name")?);
     match webhooks::delete_secret(&app.store, team, &name, false).await {
         Ok(_) => Ok(form.done("secret deleted", &name, "#secrets")),
-        // In use: said on the page, beside the secret, not as an error page.
-        Err(e @ Error::Conflict(_)) => {
-            let forms = Forms {
-                secret_refused: Some(e.to_string()),
-                ..Forms::default()
-            };
-            refused(&form, forms).await
-        }
+        // In use: said on the page, beside the secrets, not as an error page.
+        Err(e @ Error::Conflict(_)) => refused(&form, Forms::refusal(Field::Secret, &e)).await,
         Err(e) => Err(form.failed(e)),
     }
 }
@@ -383,13 +381,7 @@ pub async fn remove_member(form: AdminForm) -> Shown {
     match remove.await {
         Ok(()) => Ok(form.done("member removed", &name, "#members")),
         // The last admin: said on the page, beside the members.
-        Err(e @ Error::Conflict(_)) => {
-            let forms = Forms {
-                member_refused: Some(e.to_string()),
-                ..Forms::default()
-            };
-            refused(&form, forms).await
-        }
+        Err(e @ Error::Conflict(_)) => refused(&form, Forms::refusal(Field::Member, &e)).await,
         Err(e) => Err(form.failed(e)),
     }
 }
