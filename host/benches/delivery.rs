@@ -32,7 +32,9 @@ use axum::body::Bytes;
 use serde_json::{Value, json};
 
 mod common;
-use common::{Host, KEY, NO_MODEL, cpu_seconds, cpu_seconds_of, percentile, start_host_with};
+use common::{
+    Database, Host, KEY, NO_MODEL, cpu_seconds, cpu_seconds_of, percentile, start_host_with,
+};
 
 const VERSIONS: usize = 500;
 const CLIENTS: usize = 64;
@@ -282,52 +284,6 @@ async fn run() {
     println!();
     for line in summary {
         println!("{line}");
-    }
-}
-
-/// A database of the run's own on the benchmark's PostgreSQL server.
-struct Database {
-    admin: String,
-    name: String,
-    url: String,
-}
-
-impl Database {
-    async fn create() -> Database {
-        use sqlx::Connection;
-        let admin = std::env::var("BENCH_DATABASE_URL")
-            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
-        let name = format!("sy_bench_{}", std::process::id());
-        let mut conn = sqlx::PgConnection::connect(&admin)
-            .await
-            .unwrap_or_else(|e| panic!("BENCH_DATABASE_URL {admin}: {e}"));
-        sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-            .execute(&mut conn)
-            .await
-            .unwrap();
-        sqlx::query(&format!("CREATE DATABASE {name}"))
-            .execute(&mut conn)
-            .await
-            .unwrap();
-        let mut url = url::Url::parse(&admin).unwrap();
-        url.set_path(&format!("/{name}"));
-        Database {
-            admin,
-            name,
-            url: url.to_string(),
-        }
-    }
-
-    async fn drop(self) {
-        use sqlx::Connection;
-        if let Ok(mut conn) = sqlx::PgConnection::connect(&self.admin).await {
-            let _ = sqlx::query(&format!(
-                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
-                self.name
-            ))
-            .execute(&mut conn)
-            .await;
-        }
     }
 }
 

@@ -17,8 +17,8 @@ use switchyard::plugin::Spec;
 use switchyard::plugin::Variable;
 use switchyard::plugin::internals::Prepared;
 use switchyard::plugin::internals::instance_store;
+use switchyard::plugin::{Kind, Source, TEMPLATE_DEFAULT};
 use switchyard::plugin::{Plugin, Plugins};
-use switchyard::plugin::{TEMPLATE_DEFAULT, builtins};
 
 /// The team every render is for: calls reuse its kept instance, as a
 /// team's deliveries do.
@@ -30,10 +30,15 @@ fn main() {
 
 /// `template-default` as built in.
 fn template_spec() -> Spec {
-    builtins()
-        .into_iter()
-        .find(|s| s.name == TEMPLATE_DEFAULT)
-        .unwrap()
+    Spec {
+        name: TEMPLATE_DEFAULT.into(),
+        kind: Kind::PayloadTemplate,
+        version: env!("CARGO_PKG_VERSION").into(),
+        limits: None,
+        source: Source::Builtin,
+        grant: None,
+        bytes: switchyard_components::TEMPLATE_DEFAULT.to_vec(),
+    }
 }
 
 /// The component at `BENCH_TEMPLATE_WASM`, if set: a variant of the renderer

@@ -286,7 +286,9 @@ pub struct DeliveryConfig {
     pub concurrency: usize,
     /// Sends in flight at once to one webhook.
     pub per_webhook: usize,
-    /// How often the outbox is scanned for retries that fell due.
+    /// How often the outbox is scanned while sends are in flight, and the
+    /// inbox while events wait there; an idle host scans neither (see
+    /// `automation::SAFETY_POLL`).
     pub poll_interval_ms: u64,
 }
 

@@ -271,6 +271,18 @@ enum LogFormat {
 }
 
 fn main() -> ExitCode {
+    switchyard::plugin::provide(switchyard::plugin::Components {
+        template_default: switchyard_components::TEMPLATE_DEFAULT,
+        filter_default: switchyard_components::FILTER_DEFAULT,
+        model_smollm: switchyard_components::MODEL_SMOLLM,
+        model_openai: switchyard_components::MODEL_OPENAI,
+        adapters: [
+            switchyard_components::TARGET_SLACK,
+            switchyard_components::TARGET_TEAMS,
+            switchyard_components::TARGET_GITHUB,
+            switchyard_components::TARGET_DISCORD,
+        ],
+    });
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(args) => serve(args),

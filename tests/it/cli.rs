@@ -4,7 +4,7 @@
 use crate::harness::{Host, OPERATOR_KEY, cli, listed};
 
 fn wasm_path(name: &str) -> String {
-    format!("{}/{name}.wasm", env!("SWITCHYARD_PLUGIN_BUILD_DIR"))
+    format!("{}/{name}.wasm", switchyard_components::DIR)
 }
 
 on_each_store!(the_plugin_and_user_commands_drive_a_running_host);

@@ -909,7 +909,7 @@ pub async fn cli(args: &[&str]) -> (bool, String, String) {
 
 /// A compiled plugin from the plugins workspace (`misbehave`, `sockets`, …).
 pub fn plugin_wasm(name: &str) -> Vec<u8> {
-    let path = format!("{}/{name}.wasm", env!("SWITCHYARD_PLUGIN_BUILD_DIR"));
+    let path = format!("{}/{name}.wasm", switchyard_components::DIR);
     std::fs::read(&path).unwrap_or_else(|e| panic!("reading {path}: {e}"))
 }
 

@@ -2,7 +2,7 @@
 //! code, the model's kernels), built
 //! natively: part of the README's test command, so `cargo test` runs every
 //! test there is. The plugins are workspaces of their own (they build for
-//! WebAssembly), so this runs cargo in each, as `host/build.rs` does.
+//! WebAssembly), so this runs cargo in each, as `host/components/build.rs` does.
 
 use std::path::Path;
 use std::process::Command;

@@ -795,10 +795,7 @@ async fn wait_for(host: &Host, name: &str, ready: impl Fn(&Value) -> bool) -> Va
 #[test]
 fn plugin_check_validates_and_dry_runs_a_component() {
     let dir = tempfile::tempdir().unwrap();
-    let wasm = format!(
-        "{}/template_default.wasm",
-        env!("SWITCHYARD_PLUGIN_BUILD_DIR")
-    );
+    let wasm = format!("{}/template_default.wasm", switchyard_components::DIR);
     let input = dir.path().join("input.json");
     std::fs::write(
         &input,
@@ -820,7 +817,7 @@ fn plugin_check_validates_and_dry_runs_a_component() {
     assert_eq!(report["kind"], "payload-template");
     assert_eq!(report["result"], json!({"a": "prod"}));
 
-    let http = format!("{}/model_openai.wasm", env!("SWITCHYARD_PLUGIN_BUILD_DIR"));
+    let http = format!("{}/model_openai.wasm", switchyard_components::DIR);
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
         .args(["plugin", "check", &http, "--kind", "payload-template"])
         .env("SWITCHYARD_PLUGIN_CACHE_DIR", dir.path())
@@ -831,7 +828,7 @@ fn plugin_check_validates_and_dry_runs_a_component() {
     assert!(stderr.contains("wasi:http/"), "{stderr}");
 
     // A model backend is checked with its manifest's grant and lists its models.
-    let backend = format!("{}/model_openai.wasm", env!("SWITCHYARD_PLUGIN_BUILD_DIR"));
+    let backend = format!("{}/model_openai.wasm", switchyard_components::DIR);
     let manifest = dir.path().join("team-llm.toml");
     std::fs::write(
         &manifest,

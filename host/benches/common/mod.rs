@@ -119,3 +119,82 @@ pub fn cpu_seconds(pid: u32) -> Option<f64> {
     // USER_HZ is 100 on every Linux target Rust supports.
     Some(ticks / 100.0)
 }
+
+/// A database of the run's own on the benchmark's PostgreSQL server.
+pub struct Database {
+    /// The URL a host is given (`SWITCHYARD_STORE_URL`).
+    pub url: String,
+    admin: String,
+    name: String,
+}
+
+impl Database {
+    /// Creates it (`BENCH_DATABASE_URL` names the server).
+    pub async fn create() -> Database {
+        use sqlx::Connection;
+        let admin = std::env::var("BENCH_DATABASE_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+        let name = format!("sy_bench_{}", std::process::id());
+        let mut conn = sqlx::PgConnection::connect(&admin)
+            .await
+            .unwrap_or_else(|e| panic!("BENCH_DATABASE_URL {admin}: {e}"));
+        sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        let mut url = url::Url::parse(&admin).unwrap();
+        url.set_path(&format!("/{name}"));
+        Database {
+            admin,
+            name,
+            url: url.to_string(),
+        }
+    }
+
+    /// Drops it.
+    pub async fn drop(self) {
+        use sqlx::Connection;
+        if let Ok(mut conn) = sqlx::PgConnection::connect(&self.admin).await {
+            let _ = sqlx::query(&format!(
+                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+                self.name
+            ))
+            .execute(&mut conn)
+            .await;
+        }
+    }
+}
+
+/// CPU time each thread of `pid` has used, in nanoseconds, from
+/// `/proc/PID/task/*/schedstat` (exact, where `/proc/PID/stat` counts in
+/// 10 ms ticks); `None` where there is no `/proc`.
+pub fn thread_cpu_ns(pid: u32) -> Option<std::collections::HashMap<u32, u64>> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    Some(
+        tasks
+            .filter_map(|task| {
+                let tid: u32 = task.ok()?.file_name().to_str()?.parse().ok()?;
+                let stat =
+                    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).ok()?;
+                Some((tid, stat.split_whitespace().next()?.parse().ok()?))
+            })
+            .collect(),
+    )
+}
+
+/// Seconds of CPU used between two [`thread_cpu_ns`] readings: threads
+/// started since count whole; threads that ended since are missed.
+pub fn cpu_between(
+    before: &std::collections::HashMap<u32, u64>,
+    after: &std::collections::HashMap<u32, u64>,
+) -> f64 {
+    let ns: u64 = after
+        .iter()
+        .map(|(tid, now)| now.saturating_sub(before.get(tid).copied().unwrap_or(0)))
+        .sum();
+    ns as f64 / 1e9
+}

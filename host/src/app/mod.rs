@@ -81,7 +81,7 @@ impl App {
         let interval = Duration::from_millis(cfg.plugins.watch_interval_ms);
         watcher.spawn(interval);
         // Uploads last: an upload replaces a plugin of the same name.
-        crate::automation::uploads::Sync::start(store.clone(), plugins.clone(), interval).await;
+        crate::automation::uploads::Sync::start(store.clone(), plugins.clone()).await;
         let sender = Sender::new(
             cfg.webhooks.allow_private.clone(),
             Duration::from_millis(cfg.webhooks.timeout_ms),
@@ -113,7 +113,7 @@ impl App {
         }));
         // Events a crash left unmatched; the dispatcher's first scan picks up
         // the outbox.
-        let recovered = app.matcher.sweep_inbox(0).await?;
+        let recovered = app.matcher.sweep_inbox(0).await?.matched;
         if recovered > 0 {
             tracing::info!(
                 events = recovered,

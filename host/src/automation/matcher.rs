@@ -47,6 +47,18 @@ pub struct Matcher {
     config: ConfigCache,
     /// Matched events on their way to the outbox (see [`write_loop`]).
     writes: mpsc::UnboundedSender<(Vec<Matched>, Written)>,
+    /// Told when events were written to the inbox (see [`Matcher::spawn_sweeper`]).
+    written: Arc<tokio::sync::Notify>,
+}
+
+/// What one sweep of the inbox did.
+pub struct Swept {
+    /// Events matched.
+    pub matched: usize,
+    /// Whether events are still waiting that a later sweep should take:
+    /// ones too young to sweep, or held back by a full plugin queue or an
+    /// unavailable store.
+    pub again: bool,
 }
 
 /// Where [`write_loop`] answers a batch: the deliveries queued per event,
@@ -142,6 +154,7 @@ impl Matcher {
             plugins,
             dispatcher,
             writes,
+            written: Arc::default(),
         }
     }
 
@@ -219,20 +232,23 @@ impl Matcher {
 
     /// Matches every event in the inbox older than `min_age_ms`, oldest
     /// first: at start, everything a crash left; afterwards, events whose
-    /// matching hit a full plugin queue. Returns how many were matched.
-    pub async fn sweep_inbox(&self, min_age_ms: u64) -> Result<usize> {
+    /// matching hit a full plugin queue.
+    pub async fn sweep_inbox(&self, min_age_ms: u64) -> Result<Swept> {
         let events = self.store.inbox().await?;
         let now = ids::now_ms();
+        let waiting = events.len();
         let old: Vec<Event> = events
             .into_iter()
             .filter(|e| now.saturating_sub(e.at_ms) >= min_age_ms)
             .collect();
+        let mut again = old.len() < waiting;
         let (mut matched, mut deliveries) = (0, Vec::new());
         for chunk in old.chunks(MATCH_BATCH) {
             let outcomes = match self.process(chunk).await {
                 Ok(outcomes) => outcomes,
                 Err(e) => {
                     tracing::warn!(events = old.len() - matched, error = %e, "events left in the inbox for the next sweep");
+                    again = true;
                     break;
                 }
             };
@@ -255,21 +271,36 @@ impl Matcher {
                 }
             }
             if held {
+                again = true;
                 break;
             }
         }
         self.dispatcher.send_when_durable(deliveries).await?;
-        Ok(matched)
+        Ok(Swept { matched, again })
     }
 
-    /// Sweeps the inbox every `interval`.
+    /// Sweeps the inbox `interval` after events were written to it, and
+    /// again while events wait there; otherwise every
+    /// [`super::SAFETY_POLL`], for what another host left when it stopped.
+    /// An action's own request takes its events, so a sweep mostly finds
+    /// nothing, and an idle host does not read the inbox at all.
     pub fn spawn_sweeper(&self, interval: std::time::Duration) {
         let this = self.clone();
         tokio::spawn(async move {
             loop {
-                tokio::time::sleep(interval).await;
-                if let Err(e) = this.sweep_inbox(SWEEP_AGE_MS).await {
-                    tracing::error!(error = %e, "sweeping the event inbox failed");
+                tokio::select! {
+                    () = this.written.notified() => {}
+                    () = tokio::time::sleep(super::SAFETY_POLL) => {}
+                }
+                loop {
+                    tokio::time::sleep(interval).await;
+                    match this.sweep_inbox(SWEEP_AGE_MS).await {
+                        Ok(swept) if !swept.again => break,
+                        Ok(_) => {}
+                        Err(e) => {
+                            tracing::error!(error = %e, "sweeping the event inbox failed");
+                        }
+                    }
                 }
             }
         });
@@ -283,6 +314,9 @@ impl crate::domain::Dispatch for Matcher {
     /// matched now (the plugin queue is full) stays in the inbox for the
     /// sweep: the action has happened, and its event is not lost.
     async fn dispatch(&self, events: &[Event]) -> Result<()> {
+        // Whatever happens below (a full queue, a request dropped midway),
+        // the sweep looks in a moment.
+        self.written.notify_one();
         let mut deliveries = Vec::new();
         match self.process(events).await {
             Ok(outcomes) => {

@@ -12,6 +12,12 @@
 //! - [`uploads`]: plugins uploaded by operators, refused when they would
 //!   break the automations that call them.
 
+/// How often the inbox sweep, the outbox scan and the plugin sync look
+/// for work nobody told them of: what another host sharing the store left
+/// when it stopped. Otherwise they wait to be told, so an idle host reads
+/// nothing.
+pub const SAFETY_POLL: std::time::Duration = std::time::Duration::from_secs(30);
+
 pub mod automations;
 pub mod config;
 pub mod events;

@@ -1,12 +1,12 @@
 //! Plugins uploaded through the operator API are kept in the store, so a
 //! restart loads them again and, with a shared store, every host runs the
-//! same ones: each host polls the store's digests and loads what changed,
-//! with the same atomic swap as an upload, and unloads what was removed.
+//! same ones: each host reads the store's digests when told another host
+//! changed them, loads what changed with the same atomic swap as an upload,
+//! and unloads what was removed.
 //! Compiled code stays cached per host.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use serde_json::json;
 
@@ -17,6 +17,47 @@ use crate::plugin::BackendGrant;
 use crate::plugin::{Kind, Limits, Plugin, Plugins, is_builtin};
 use crate::plugin::{Source, Spec};
 use crate::store::Store;
+
+/// The grant an upload's fields describe (`None` when none is given), for
+/// the operator API and the console alike: `allow_hosts` comma-separated
+/// `host:port`s, `api_key_env`, `per_call` and the environment. Refused
+/// for a kind other than a model backend, and when a value is wrong.
+pub fn grant_of(
+    kind: Kind,
+    env: std::collections::BTreeMap<String, String>,
+    allow_hosts: Option<&str>,
+    api_key_env: Option<String>,
+    per_call: Option<bool>,
+) -> Result<Option<BackendGrant>> {
+    let given =
+        !env.is_empty() || allow_hosts.is_some() || api_key_env.is_some() || per_call.is_some();
+    if !given {
+        return Ok(None);
+    }
+    if kind != Kind::ModelBackend {
+        return Err(Error::invalid(
+            "kind",
+            format!(
+                "allow_hosts, api_key_env, per_call and env.* are for model-backend plugins, and this one is a {kind}"
+            ),
+        ));
+    }
+    let grant = BackendGrant {
+        env,
+        allow_hosts: allow_hosts
+            .into_iter()
+            .flat_map(|hosts| hosts.split(','))
+            .map(|h| h.trim().to_string())
+            .filter(|h| !h.is_empty())
+            .collect(),
+        api_key_env,
+        per_call: per_call.unwrap_or(false),
+    };
+    grant
+        .validate()
+        .map_err(|e| Error::invalid(e.field, e.message))?;
+    Ok(Some(grant))
+}
 
 /// Installs an uploaded plugin, for the operator API and the console alike:
 /// a replacement must be the same kind; the component is compiled and
@@ -134,8 +175,9 @@ pub struct Sync {
 }
 
 impl Sync {
-    /// Loads every stored upload now, then polls every `interval`.
-    pub async fn start(store: Store, plugins: Arc<Plugins>, interval: Duration) -> Arc<Sync> {
+    /// Loads every stored upload now, then again whenever the store says
+    /// another host changed them (or every [`super::SAFETY_POLL`]).
+    pub async fn start(store: Store, plugins: Arc<Plugins>) -> Arc<Sync> {
         let sync = Arc::new(Sync {
             store,
             plugins,
@@ -147,7 +189,10 @@ impl Sync {
         let polling = sync.clone();
         tokio::spawn(async move {
             loop {
-                tokio::time::sleep(interval).await;
+                tokio::select! {
+                    () = polling.store.plugins_changed() => {}
+                    () = tokio::time::sleep(super::SAFETY_POLL) => {}
+                }
                 if let Err(e) = polling.once().await {
                     tracing::warn!(error = %e, "checking the store for plugin changes failed");
                 }

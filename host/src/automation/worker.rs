@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use tokio::sync::{Notify, Semaphore, mpsc};
 
+use super::SAFETY_POLL;
 use super::config::ConfigCache;
 use super::send::{Answer, Failure, Outgoing, Sender};
 use super::webhooks;
@@ -61,6 +62,9 @@ struct Inner {
     in_flight: Mutex<HashSet<String>>,
     /// A scan stopped at [`MAX_IN_FLIGHT`]: wake it when there is room.
     starved: std::sync::atomic::AtomicBool,
+    /// The scan loop rests with nothing in flight: wake it when a send is
+    /// taken up (see [`scan_loop`]).
+    resting: std::sync::atomic::AtomicBool,
     /// Attempts on their way to the store (see [`record_loop`]).
     records: mpsc::UnboundedSender<Outcome>,
     slots: Arc<Semaphore>,
@@ -82,6 +86,7 @@ impl Dispatcher {
             wake: Notify::new(),
             in_flight: Mutex::new(HashSet::new()),
             starved: Default::default(),
+            resting: Default::default(),
             endpoints: Mutex::new(HashMap::new()),
         });
         tokio::spawn(scan_loop(inner.clone()));
@@ -93,7 +98,11 @@ impl Dispatcher {
     /// every write before the call is durable: this host holds them, and
     /// sends them at once rather than at the next scan.
     pub async fn send_when_durable(&self, deliveries: Vec<Delivery>) -> Result<()> {
-        self.inner.store.durable().await?;
+        if let Err(e) = self.inner.store.durable().await {
+            // They stay in the outbox, for the scan.
+            self.inner.wake.notify_one();
+            return Err(e.into());
+        }
         for delivery in deliveries {
             self.inner.clone().submit(delivery);
         }
@@ -112,20 +121,38 @@ impl Dispatcher {
     }
 }
 
+/// Scans the outbox for what falls due. While sends are in flight, at
+/// least every poll interval: one may end unsent (its webhook had no free
+/// slot) and wait for the next scan. Otherwise the loop rests until the
+/// next delivery falls due, a send is taken up (see [`Inner::submit`]), or
+/// [`SAFETY_POLL`] passes; on a shared store, no longer than half a lease,
+/// since another host's deliveries become this host's when their lease
+/// runs out. An idle host does not read the outbox.
 async fn scan_loop(inner: Arc<Inner>) {
     let poll = Duration::from_millis(inner.cfg.poll_interval_ms.max(10));
+    let rest = inner
+        .store
+        .lease()
+        .map_or(SAFETY_POLL, |lease| (lease / 2).min(SAFETY_POLL));
     loop {
+        // Set before the scan looks at what is in flight: a send taken up
+        // after that sees it, and wakes the loop.
+        inner.resting.store(true, Ordering::SeqCst);
         let next_due = match inner.scan().await {
             Ok(next) => next,
             Err(e) => {
                 tracing::error!(error = %e, "scanning the outbox failed");
-                None
+                Some(ids::now_ms() + poll.as_millis() as u64)
             }
         };
+        let busy = inner.in_flight_count() > 0;
+        if busy {
+            inner.resting.store(false, Ordering::SeqCst);
+        }
+        let most = if busy { poll } else { rest };
         let wait = next_due
             .map(|due| Duration::from_millis(due.saturating_sub(ids::now_ms())))
-            .unwrap_or(poll)
-            .min(poll);
+            .map_or(most, |until| until.min(most));
         tokio::select! {
             _ = inner.wake.notified() => {}
             _ = tokio::time::sleep(wait) => {}
@@ -169,6 +196,8 @@ async fn record_loop(inner: std::sync::Weak<Inner>, mut queued: mpsc::UnboundedR
             Ok(()) => true,
             Err(e) => {
                 tracing::error!(error = %e, attempts = batch.len(), "recording delivery attempts failed; their deliveries stay in the outbox");
+                // For the scan, which sends them again.
+                inner.wake.notify_one();
                 false
             }
         };
@@ -247,6 +276,9 @@ impl Inner {
             && !set.insert(delivery.id.clone())
         {
             return;
+        }
+        if self.resting.swap(false, Ordering::SeqCst) {
+            self.wake.notify_one();
         }
         tokio::spawn(async move {
             let id = delivery.id.clone();

@@ -37,12 +37,6 @@ use crate::plugin::{Kind, Limits, Plugin, Plugins};
 use crate::queue::WorkQueue;
 use crate::store::Store;
 
-/// The embedded backend's component.
-const SMOLLM_WASM: &[u8] = crate::plugin::component!("model_smollm");
-
-/// The upstream proxy's component.
-const OPENAI_WASM: &[u8] = crate::plugin::component!("model_openai");
-
 /// The inference service.
 pub struct Inference {
     backends: Vec<Route>,
@@ -84,13 +78,18 @@ impl Inference {
         queue: WorkQueue,
         plugins: Arc<Plugins>,
     ) -> Inference {
+        let embedded = crate::plugin::components();
         let mut specs = Vec::new();
         if cfg.inference.embedded {
-            specs.push((cfg.inference.model_id.clone(), smollm(cfg), SMOLLM_WASM));
+            specs.push((
+                cfg.inference.model_id.clone(),
+                smollm(cfg),
+                embedded.model_smollm,
+            ));
         }
         for upstream in &cfg.inference.upstreams {
             match proxy(upstream) {
-                Ok(setup) => specs.push((upstream.name.clone(), setup, OPENAI_WASM)),
+                Ok(setup) => specs.push((upstream.name.clone(), setup, embedded.model_openai)),
                 Err(e) => tracing::error!(upstream = %upstream.name, "upstream not served: {e}"),
             }
         }
@@ -109,7 +108,7 @@ impl Inference {
         let auto_pull = cfg.inference.auto_pull;
         for (id, setup, wasm) in specs {
             let model_file =
-                std::ptr::eq(wasm, SMOLLM_WASM).then(|| cfg.inference.model_path.clone());
+                std::ptr::eq(wasm, embedded.model_smollm).then(|| cfg.inference.model_path.clone());
             let plugins = inference.plugins.clone();
             let loaded = tokio::task::spawn_blocking(move || {
                 load(setup, wasm, model_file, auto_pull, plugins.runtime())

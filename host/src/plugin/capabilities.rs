@@ -117,7 +117,7 @@ mod tests {
     #[test]
     fn a_template_importing_wasi_http_is_refused_with_the_jco_flag_that_drops_it() {
         // model-openai imports wasi:http, as a jco build without the flag does.
-        let path = format!("{}/model_openai.wasm", env!("SWITCHYARD_PLUGIN_BUILD_DIR"));
+        let path = format!("{}/model_openai.wasm", switchyard_components::DIR);
         let bytes = std::fs::read(path).unwrap();
         let err = check(Kind::PayloadTemplate, &bytes).unwrap_err();
         let LoadError::Refused { kind, imports } = &err else {

@@ -42,8 +42,9 @@ pub use backend::{
     Backend, CallError, ChatRequest, ChatResult, FinishReason, Instances, Message, ModelInfo,
     Piece, Setup,
 };
-pub(crate) use builtin::component;
-pub use builtin::{FILTER_DEFAULT, TEMPLATE_DEFAULT, builtins, is_builtin};
+pub use builtin::{
+    Components, FILTER_DEFAULT, TEMPLATE_DEFAULT, builtins, components, is_builtin, provide,
+};
 pub use engine::Runtime;
 pub use input::{EventSpec, FilterInput, FilterSpec, TemplateInput, check_template};
 pub use limits::Limits;

@@ -1,8 +1,9 @@
 //! The watched plugins directory: `NAME.wasm` with `NAME.toml`.
 //!
-//! The directory is polled: a plugin is (re)loaded when the hash of its files
-//! changes, and unloaded when its files go away. Polling content hashes works
-//! on every filesystem and catches replaced files, not just new ones. A bad
+//! The directory is scanned when the kernel says something in it changed
+//! (inotify, through the `notify` crate), so an idle host does not read it;
+//! where that cannot be had, it is polled. A plugin is (re)loaded when the
+//! hash of its files changes, and unloaded when its files go away. A bad
 //! plugin is reported in the log and in [`Watcher::errors`]; whatever was
 //! loaded under that name before keeps serving.
 
@@ -16,6 +17,9 @@ use sha2::{Digest, Sha256};
 use super::loaded::{Source, Spec};
 use super::manifest::{Manifest, validate_name};
 use super::registry::Plugins;
+
+/// How long after a change the directory is scanned.
+const SETTLE: Duration = Duration::from_millis(100);
 
 /// Watches one directory for plugins.
 pub struct Watcher {
@@ -36,15 +40,68 @@ impl Watcher {
         })
     }
 
-    /// Polls every `interval` until the process ends.
+    /// Scans on every change to the directory until the process ends, or
+    /// every `interval` while it cannot be watched. A missing directory is
+    /// watched for through its parent.
     pub fn spawn(self: &Arc<Self>, interval: Duration) {
         let this = self.clone();
+        let changed = Arc::new(tokio::sync::Notify::new());
+        // Watching before the task starts, and scanning first thing in it:
+        // a change made meanwhile is either seen by that scan or wakes it.
+        let mut watching = this.watch(changed.clone()).map(|w| (w, this.dir.is_dir()));
         tokio::spawn(async move {
             loop {
-                tokio::time::sleep(interval).await;
                 this.scan().await;
+                match watching {
+                    Some(_) => changed.notified().await,
+                    None => tokio::time::sleep(interval).await,
+                }
+                // A file being copied in sends several events: scan once.
+                tokio::time::sleep(SETTLE).await;
+                // The directory came or went: watch it, or its parent.
+                if watching
+                    .as_ref()
+                    .is_none_or(|(_, at)| *at != this.dir.is_dir())
+                {
+                    watching = this.watch(changed.clone()).map(|w| (w, this.dir.is_dir()));
+                }
             }
         });
+    }
+
+    /// An inotify watch on the directory, or on its parent while it does
+    /// not exist; `None` (and a debug line) if neither can be had.
+    fn watch(&self, changed: Arc<tokio::sync::Notify>) -> Option<notify::RecommendedWatcher> {
+        use notify::Watcher as _;
+        // Watching the parent, only the directory's own name matters (the
+        // parent may be a busy working directory).
+        let (target, only) = if self.dir.is_dir() {
+            (self.dir.clone(), None)
+        } else {
+            let parent = self.dir.parent().filter(|p| !p.as_os_str().is_empty());
+            let name = self.dir.file_name().map(|n| n.to_os_string());
+            (parent.unwrap_or(Path::new(".")).to_path_buf(), name)
+        };
+        let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+            let ours = match (&only, &event) {
+                (Some(name), Ok(event)) => event
+                    .paths
+                    .iter()
+                    .any(|p| p.file_name() == Some(name.as_os_str())),
+                _ => true,
+            };
+            if ours {
+                changed.notify_one();
+            }
+        })
+        .and_then(|mut w| {
+            w.watch(&target, notify::RecursiveMode::NonRecursive)
+                .map(|()| w)
+        });
+        if let Err(e) = &watcher {
+            tracing::debug!(dir = %target.display(), error = %e, "cannot watch the plugins directory; polling it");
+        }
+        watcher.ok()
     }
 
     /// Why plugins in the directory failed to load, by name.

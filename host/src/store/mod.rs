@@ -76,6 +76,10 @@ pub trait Engine: Records {
     /// may have changed, on this host or another sharing the store: a
     /// value read at one epoch serves while the epoch stays the same.
     fn config_epoch(&self) -> u64;
+    /// Resolves when another host sharing the store may have changed the
+    /// uploaded plugins (this host's own changes may wake it too); never on
+    /// a store with one host, whose uploads are all this host's.
+    async fn plugins_changed(&self);
     /// How long a host holds a delivery it took before others may take it
     /// over, when several hosts share the store; the holder renews it while
     /// sending. `None` when the store has one host.

@@ -2,8 +2,8 @@
 //! then sampling token by token with stop sequences held back until they
 //! can no longer match.
 
+use crate::sample::{Sampler, Sampling};
 use candle_core::{Device, Tensor};
-use candle_transformers::generation::{LogitsProcessor, Sampling};
 
 use crate::Model;
 use crate::exports::switchyard::plugin::backend::{ChatRequest, ChatResult, FinishReason};
@@ -26,7 +26,7 @@ pub fn chat(model: &mut Model, request: &ChatRequest) -> Result<ChatResult, Stri
         ));
     }
     let limit = request.max_tokens.map_or(room, |m| (m as usize).min(room));
-    let mut sampler = LogitsProcessor::from_sampling(request.seed.unwrap_or(0), sampling(request));
+    let mut sampler = Sampler::new(request.seed.unwrap_or(0), sampling(request));
     let mut stream = Stream::new(&request.stop);
     model.weights.clear_kv_cache();
     let mut generated: Vec<u32> = Vec::new();
@@ -82,11 +82,7 @@ fn sampling(request: &ChatRequest) -> Sampling {
 
 /// Evaluates the prompt, split with the second instance if there is one,
 /// and samples the first token.
-fn evaluate_prompt(
-    model: &mut Model,
-    ids: &[u32],
-    sampler: &mut LogitsProcessor,
-) -> Result<u32, String> {
+fn evaluate_prompt(model: &mut Model, ids: &[u32], sampler: &mut Sampler) -> Result<u32, String> {
     let split = crate::split::prompt(&mut model.weights, ids)
         .map_err(|e| format!("running the model: {e}"))?;
     match split {
@@ -95,7 +91,7 @@ fn evaluate_prompt(
     }
 }
 
-fn sample(logits: &Tensor, sampler: &mut LogitsProcessor) -> Result<u32, String> {
+fn sample(logits: &Tensor, sampler: &mut Sampler) -> Result<u32, String> {
     let logits = logits.squeeze(0).map_err(|e| e.to_string())?;
     sampler
         .sample(&logits)
@@ -107,7 +103,7 @@ fn forward(
     model: &mut Model,
     ids: &[u32],
     position: usize,
-    sampler: &mut LogitsProcessor,
+    sampler: &mut Sampler,
 ) -> Result<u32, String> {
     let input = Tensor::new(ids, &Device::Cpu)
         .and_then(|t| t.unsqueeze(0))

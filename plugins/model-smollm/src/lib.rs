@@ -14,6 +14,7 @@ mod activation;
 mod generate;
 mod llama;
 mod quant;
+mod sample;
 mod split;
 mod tokenizer;
 mod weights;

@@ -12,8 +12,6 @@ use candle_core::quantized::gguf_file::Content;
 use candle_core::quantized::{QMatMul, QTensor};
 use candle_core::{D, DType, Device, IndexOp, Module, Result, Tensor, bail};
 use candle_nn::kv_cache::KvCache;
-use candle_transformers::quantized_nn::RmsNorm;
-use candle_transformers::utils::{build_causal_mask, repeat_kv};
 
 use crate::quant::{Matrix, Registry};
 
@@ -313,4 +311,49 @@ impl Layer {
         let hidden = crate::activation::swiglu(&self.gate.forward(x)?, &self.up.forward(x)?)?;
         self.down.forward(&hidden)
     }
+}
+
+// The three helpers below are candle-transformers' (`quantized_nn::RmsNorm`,
+// `utils::build_causal_mask`, `utils::repeat_kv`), written here: they were
+// all this crate used of it, and it was a minute of every cold build.
+
+/// RMS normalisation with a learned scale, dequantized once at load.
+struct RmsNorm {
+    weight: Tensor,
+    eps: f32,
+}
+
+impl RmsNorm {
+    fn from_qtensor(weight: QTensor, eps: f64) -> Result<RmsNorm> {
+        Ok(RmsNorm {
+            weight: weight.dequantize(&weight.device())?,
+            eps: eps as f32,
+        })
+    }
+}
+
+impl Module for RmsNorm {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        candle_nn::ops::rms_norm(x, &self.weight, self.eps)
+    }
+}
+
+/// The mask of a causal attention over `len` new positions after
+/// `position` cached ones: 1 where a query must not see a key.
+fn build_causal_mask(len: usize, position: usize, device: &Device) -> Result<Tensor> {
+    let keys = position + len;
+    let mask: Vec<u8> = (0..len)
+        .flat_map(|i| (0..keys).map(move |j| u8::from(j > position + i)))
+        .collect();
+    Tensor::from_slice(&mask, (len, keys), device)
+}
+
+/// Each key/value head repeated `times` times, for grouped-query
+/// attention (`cat` is faster than a broadcast's strided copy).
+fn repeat_kv(xs: Tensor, times: usize) -> Result<Tensor> {
+    if times == 1 {
+        return Ok(xs);
+    }
+    let (batch, heads, len, dim) = xs.dims4()?;
+    Tensor::cat(&vec![&xs; times], 2)?.reshape((batch, heads * times, len, dim))
 }

@@ -4,7 +4,7 @@
 /// The `payload-template` world.
 pub mod template {
     wasmtime::component::bindgen!({
-        path: "../wit/v0.1.0",
+        path: "../../wit/v0.1.0",
         world: "payload-template",
         imports: { default: async },
         exports: { default: async },
@@ -14,7 +14,7 @@ pub mod template {
 /// The `event-filter` world.
 pub mod filter {
     wasmtime::component::bindgen!({
-        path: "../wit/v0.1.0",
+        path: "../../wit/v0.1.0",
         world: "event-filter",
         imports: { default: async },
         exports: { default: async },
@@ -27,7 +27,7 @@ pub mod filter {
 /// yields to tokio); the `output` import is a plain function.
 pub mod model {
     wasmtime::component::bindgen!({
-        path: "../wit/v0.1.0",
+        path: "../../wit/v0.1.0",
         world: "model-backend",
         exports: { default: async },
         with: { "switchyard:plugin/types": super::template::switchyard::plugin::types },
@@ -40,7 +40,7 @@ pub mod model {
 /// the `worker` export.
 pub mod model_parallel {
     wasmtime::component::bindgen!({
-        path: "../wit/v0.1.0",
+        path: "../../wit/v0.1.0",
         world: "model-backend-parallel",
         imports: { default: async },
         exports: { default: async },

@@ -7,7 +7,7 @@
 /// yields to tokio); the `output` import is a plain function.
 pub mod model {
     wasmtime::component::bindgen!({
-        path: "../wit/v0.2.0",
+        path: "../../wit/v0.2.0",
         world: "model-backend",
         exports: { default: async },
     });

@@ -41,12 +41,75 @@ use tokio::sync::{Mutex, MutexGuard};
 use super::{Engine, RawRecord, Result, StoreError, Transaction};
 use crate::cfg::StoreConfig;
 
-/// The migrations, embedded; each file is one schema version.
-static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("src/store/postgres/migrations");
+/// The migrations, embedded: one file per schema version, listed here (a
+/// test checks the list against the directory). Listed rather than read by
+/// `sqlx::migrate!`, whose macros crate compiled sqlx a second time on
+/// every cold build.
+const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (1, "schema", include_str!("migrations/0001_schema.sql")),
+    (2, "plugins", include_str!("migrations/0002_plugins.sql")),
+    (
+        3,
+        "delivery event time",
+        include_str!("migrations/0003_delivery_event_time.sql"),
+    ),
+    (4, "sessions", include_str!("migrations/0004_sessions.sql")),
+    (
+        5,
+        "config notify",
+        include_str!("migrations/0005_config_notify.sql"),
+    ),
+    (
+        6,
+        "access notify",
+        include_str!("migrations/0006_access_notify.sql"),
+    ),
+    (
+        7,
+        "session keys",
+        include_str!("migrations/0007_session_keys.sql"),
+    ),
+    (
+        8,
+        "plugins notify",
+        include_str!("migrations/0008_plugins_notify.sql"),
+    ),
+];
+
+/// [`MIGRATIONS`] as sqlx runs them (the checksums `migrate!` would give).
+#[derive(Debug)]
+struct Embedded;
+
+impl<'s> sqlx::migrate::MigrationSource<'s> for Embedded {
+    fn resolve(
+        self,
+    ) -> futures_util::future::BoxFuture<
+        's,
+        std::result::Result<Vec<sqlx::migrate::Migration>, sqlx::error::BoxDynError>,
+    > {
+        let migrations = MIGRATIONS
+            .iter()
+            .map(|(version, description, sql)| {
+                sqlx::migrate::Migration::new(
+                    *version,
+                    (*description).into(),
+                    sqlx::migrate::MigrationType::Simple,
+                    (*sql).into(),
+                    false,
+                )
+            })
+            .collect();
+        Box::pin(std::future::ready(Ok(migrations)))
+    }
+}
 
 /// Where the database announces writes to what hosts keep: secrets,
-/// webhooks, automations, API keys and members.
+/// webhooks, automations, API keys and members, and uploaded plugins. The
+/// payload names the table.
 const CONFIG_CHANNEL: &str = "switchyard_config";
+
+/// The payload of a change to the uploaded plugins.
+const PLUGINS_TABLE: &str = "plugins";
 
 /// What every handle shares.
 struct Shared {
@@ -66,6 +129,9 @@ struct Shared {
     /// database sends when any host writes it (see
     /// `migrations/0005_config_notify.sql` and `0006_access_notify.sql`).
     config_epoch: AtomicU64,
+    /// Told of every notification that the plugins table changed
+    /// (`migrations/0008_plugins_notify.sql`); see [`Engine::plugins_changed`].
+    plugins_changed: tokio::sync::Notify,
     /// The task that listens for them, stopped with the last handle.
     listener: std::sync::OnceLock<Stop>,
     /// Versions read outside a transaction: a version never changes once
@@ -176,6 +242,7 @@ impl Postgres {
                 location,
                 last_warned: Default::default(),
                 config_epoch: AtomicU64::new(0),
+                plugins_changed: tokio::sync::Notify::new(),
                 listener: std::sync::OnceLock::new(),
                 versions: Default::default(),
             }),
@@ -185,8 +252,8 @@ impl Postgres {
         Ok(engine.listening())
     }
 
-    /// Starts following other hosts' configuration changes; a lost
-    /// connection counts as a change, since one may have been missed.
+    /// Starts following other hosts' configuration and plugin changes; a
+    /// lost connection counts as both, since one may have been missed.
     fn listening(self) -> Postgres {
         let shared = Arc::downgrade(&self.shared);
         let pool = self.shared.pool.clone();
@@ -194,16 +261,31 @@ impl Postgres {
             let mut listener = None;
             loop {
                 let heard = match listener.as_mut() {
-                    Some(l) => sqlx::postgres::PgListener::recv(l).await.map(drop),
+                    Some(l) => sqlx::postgres::PgListener::recv(l)
+                        .await
+                        .map(|n| Some(n.payload() == PLUGINS_TABLE)),
                     None => match sqlx::postgres::PgListener::connect_with(&pool).await {
-                        Ok(mut l) => l.listen(CONFIG_CHANNEL).await.map(|()| listener = Some(l)),
+                        Ok(mut l) => l.listen(CONFIG_CHANNEL).await.map(|()| {
+                            listener = Some(l);
+                            None
+                        }),
                         Err(e) => Err(e),
                     },
                 };
                 let Some(shared) = shared.upgrade() else {
                     return;
                 };
-                shared.config_epoch.fetch_add(1, Ordering::SeqCst);
+                match heard {
+                    Ok(Some(true)) => shared.plugins_changed.notify_one(),
+                    Ok(Some(false)) => {
+                        shared.config_epoch.fetch_add(1, Ordering::SeqCst);
+                    }
+                    // (Re)connected or lost: anything may have been missed.
+                    Ok(None) | Err(_) => {
+                        shared.config_epoch.fetch_add(1, Ordering::SeqCst);
+                        shared.plugins_changed.notify_one();
+                    }
+                }
                 drop(shared);
                 if heard.is_err() {
                     listener = None;
@@ -252,7 +334,8 @@ impl Postgres {
 }
 
 async fn migrate(pool: &PgPool) -> anyhow::Result<()> {
-    let known = MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0);
+    let migrator = sqlx::migrate::Migrator::new(Embedded).await?;
+    let known = migrator.iter().map(|m| m.version).max().unwrap_or(0);
     let versioned: bool = sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations') IS NOT NULL")
         .fetch_one(pool)
         .await?;
@@ -271,7 +354,7 @@ async fn migrate(pool: &PgPool) -> anyhow::Result<()> {
              to {known}; run a newer switchyard, or point [store] url at another database"
         );
     }
-    MIGRATOR
+    migrator
         .run(pool)
         .await
         .map_err(|e| anyhow::anyhow!("migrating the PostgreSQL store: {e}"))
@@ -386,6 +469,10 @@ impl Engine for Postgres {
         self.shared.config_epoch.load(Ordering::SeqCst)
     }
 
+    async fn plugins_changed(&self) {
+        self.shared.plugins_changed.notified().await
+    }
+
     fn lease(&self) -> Option<Duration> {
         Some(Duration::from_millis(self.shared.lease_ms))
     }
@@ -439,5 +526,34 @@ mod connect_tests {
         assert_eq!(mode("postgres://u@[::1]:5432/db"), "Disable");
         assert_eq!(mode("postgres://u@db.example.com/db"), "Prefer");
         assert_eq!(mode("postgres://u@127.0.0.1/db?sslmode=require"), "Require");
+    }
+}
+
+#[cfg(test)]
+mod migration_tests {
+    use super::MIGRATIONS;
+
+    /// Every file in `migrations/` is listed, in order, as `migrate!` would
+    /// name it; a file added but not listed would never run.
+    #[test]
+    fn every_migration_file_is_listed() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../src/store/postgres/migrations");
+        let mut files: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        files.sort();
+        let listed: Vec<String> = MIGRATIONS
+            .iter()
+            .map(|(version, description, _)| {
+                format!("{version:04}_{}.sql", description.replace(' ', "_"))
+            })
+            .collect();
+        assert_eq!(listed, files);
+        for ((_, _, sql), file) in MIGRATIONS.iter().zip(&files) {
+            let on_disk = std::fs::read_to_string(dir.join(file)).unwrap();
+            assert_eq!(*sql, on_disk, "{file}");
+        }
     }
 }

@@ -36,7 +36,7 @@ mod webhooks;
 use std::collections::BTreeMap;
 use std::ops::Deref;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, bail};
@@ -340,7 +340,7 @@ struct Shared {
     /// The delivery path's records (see `journal/mod.rs`).
     journal: journal::Journal,
     /// Whether sled has writes not yet flushed (checkpointed, `wal.rs`).
-    sled_dirty: AtomicBool,
+    sled_dirty: Arc<wal::Dirty>,
     writer: Arc<tokio::sync::Mutex<()>>,
     commits: GroupCommit,
     /// See [`Engine::config_epoch`]: bumped by every commit that writes a
@@ -406,7 +406,7 @@ impl Sled {
             db,
             trees,
             journal,
-            sled_dirty: AtomicBool::new(false),
+            sled_dirty: Arc::default(),
             writer: Arc::default(),
             commits: GroupCommit::default(),
             config_epoch: AtomicU64::new(0),
@@ -549,7 +549,7 @@ impl Sled {
         };
         if !overlay.is_empty() {
             logged.push(wal::entry(&overlay));
-            self.shared.sled_dirty.store(true, Ordering::SeqCst);
+            self.shared.sled_dirty.mark();
         }
         if !logged.is_empty() {
             self.shared.journal.append(logged)?;
@@ -725,6 +725,10 @@ impl Engine for Sled {
         })
         .await
         .map_err(|e| StoreError::Other(e.into()))?
+    }
+
+    async fn plugins_changed(&self) {
+        std::future::pending().await
     }
 
     fn lease(&self) -> Option<std::time::Duration> {

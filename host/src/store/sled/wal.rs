@@ -12,8 +12,7 @@
 //! last checkpoint are applied again, in order: each sets a key to its
 //! final value, so applying one that sled already held changes nothing.
 
-use std::sync::Weak;
-use std::sync::atomic::Ordering;
+use std::sync::{Condvar, Mutex, Weak};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -21,8 +20,43 @@ use anyhow::{Context, bail};
 use super::journal::Entry;
 use super::{Overlay, Shared, T};
 
-/// How often the checkpointer looks for sled writes to flush.
+/// How long after a write the checkpointer flushes, so that a second's
+/// writes share one flush.
 const EVERY: Duration = Duration::from_secs(1);
+
+/// Whether sled has writes not yet flushed; the checkpointer sleeps until
+/// it has, so an idle store wakes no thread.
+#[derive(Default)]
+pub(super) struct Dirty {
+    dirty: Mutex<bool>,
+    marked: Condvar,
+}
+
+impl Dirty {
+    /// Notes writes to flush.
+    pub(super) fn mark(&self) {
+        let mut dirty = self.dirty.lock().unwrap_or_else(|p| p.into_inner());
+        if !*dirty {
+            *dirty = true;
+            self.marked.notify_one();
+        }
+    }
+
+    /// Takes the mark: whatever is written after this needs a flush too.
+    fn take(&self) {
+        *self.dirty.lock().unwrap_or_else(|p| p.into_inner()) = false;
+    }
+
+    /// Waits until marked, or `limit` passes; says which.
+    fn wait(&self, limit: Duration) -> bool {
+        let dirty = self.dirty.lock().unwrap_or_else(|p| p.into_inner());
+        let (dirty, _) = self
+            .marked
+            .wait_timeout_while(dirty, limit, |dirty| !*dirty)
+            .unwrap_or_else(|p| p.into_inner());
+        *dirty
+    }
+}
 
 /// The journal entry for a commit's writes to sled:
 /// `(tree name len u8, name, key len u32, key, 0 | 1 value len u32 value)*`.
@@ -71,7 +105,7 @@ pub(super) fn redo(shared: &Shared, logged: Vec<Vec<u8>>) -> anyhow::Result<()> 
 /// taken first is in it. The position is read under the writer lock, so no
 /// commit is half applied there.
 pub(super) fn checkpoint_now(shared: &Shared) -> crate::store::Result<()> {
-    shared.sled_dirty.store(false, Ordering::SeqCst);
+    shared.sled_dirty.take();
     let (seg, off) = {
         // Uncontended at open, which may run on an async thread.
         let _writer = match shared.writer.try_lock() {
@@ -84,23 +118,30 @@ pub(super) fn checkpoint_now(shared: &Shared) -> crate::store::Result<()> {
     shared.journal.append(vec![Entry::Checkpoint { seg, off }])
 }
 
-/// Checkpoints every [`EVERY`] while sled has unflushed writes, for as long
-/// as the store is open.
+/// Checkpoints [`EVERY`] after sled has unflushed writes, for as long as
+/// the store is open. Waits for a write in between (looking once a minute
+/// whether the store is still open).
 pub(super) fn spawn_checkpointer(shared: Weak<Shared>) {
+    let Some(dirty) = shared.upgrade().map(|s| s.sled_dirty.clone()) else {
+        return;
+    };
     std::thread::Builder::new()
         .name("store-checkpoint".into())
         .spawn(move || {
             loop {
-                std::thread::sleep(EVERY);
+                let marked = dirty.wait(Duration::from_secs(60));
+                if marked {
+                    std::thread::sleep(EVERY);
+                }
                 let Some(shared) = shared.upgrade() else {
                     return;
                 };
-                if !shared.sled_dirty.load(Ordering::SeqCst) {
+                if !marked {
                     continue;
                 }
                 if let Err(e) = checkpoint_now(&shared) {
                     tracing::error!(error = %e, "checkpointing the store failed; retrying");
-                    shared.sled_dirty.store(true, Ordering::SeqCst);
+                    shared.sled_dirty.mark();
                 }
             }
         })

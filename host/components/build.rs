@@ -1,6 +1,7 @@
 //! Builds the plugins workspace (`plugins/`) and collects its components in
 //! one directory, so the host can embed its built-in plugins and the tests can
-//! load the fixtures. Everything is built for wasm32-wasip2 except
+//! load the fixtures. This crate has no dependencies, so cargo runs this at
+//! the start of a build, beside the host's dependencies, not after them. Everything is built for wasm32-wasip2 except
 //! template-default, which imports nothing and is built for
 //! wasm32-unknown-unknown (see `plugins/.cargo/config.toml`).
 //!
@@ -26,7 +27,7 @@ const MEMBERS: &[&str] = &[
 
 fn main() {
     let manifest_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
-    let root = manifest_dir.parent().unwrap();
+    let root = manifest_dir.parent().and_then(Path::parent).unwrap();
     let plugins = root.join("plugins");
     let target_dir = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
