@@ -196,6 +196,20 @@ impl Browser {
         element.text().await.unwrap()
     }
 
+    /// Ticks the checkbox with id `id`.
+    pub async fn tick(&self, id: &str) {
+        let box_ = self.client.find(Locator::Id(id)).await.unwrap();
+        if box_.prop("checked").await.unwrap().as_deref() != Some("true") {
+            box_.click().await.unwrap();
+        }
+    }
+
+    /// The current value of the form field with id `id`.
+    pub async fn value_of(&self, id: &str) -> String {
+        let field = self.client.find(Locator::Id(id)).await.unwrap();
+        field.prop("value").await.unwrap().unwrap_or_default()
+    }
+
     /// The page's path.
     pub async fn path(&self) -> String {
         self.client.current_url().await.unwrap().path().to_string()

@@ -200,6 +200,26 @@ async fn revoking_a_key_ends_the_sessions_signed_in_with_it() {
         200,
         "a session signed in with another key goes on"
     );
+
+    // In the browser: revoking the key this session signed in with signs
+    // the browser out, and the key signs no one in again.
+    let Some(browser) = Browser::start("revoking_a_key_ends_the_sessions").await else {
+        return;
+    };
+    let phone = ok!(host, world.alice, POST "/v1/me/api-keys", {"name": "phone"});
+    let phone = phone["key"].as_str().unwrap();
+    browser.goto(&host.url("/sign-in")).await;
+    browser.fill("api_key", phone).await;
+    browser.press("Sign in").await;
+    browser.follow("API keys").await;
+    browser.press("Revoke phone").await;
+    assert_eq!(browser.path().await, "/sign-in", "signed out with its key");
+    browser.fill("api_key", phone).await;
+    browser.press("Sign in").await;
+    let error = browser.text_of("api_key-error").await;
+    assert!(error.contains("not valid"), "{error}");
+    browser.assert_no_console_errors().await;
+    browser.close().await;
 }
 on_each_store!(revoking_a_key_ends_the_sessions_signed_in_with_it);
 
@@ -827,10 +847,19 @@ async fn a_version_linked_in_the_console_fires_a_registry_automation() {
 on_each_store!(a_version_linked_in_the_console_fires_a_registry_automation);
 
 /// The chat page against a fake upstream: with script the reply streams
-/// into the page; without, the form's answer page carries it.
+/// into the page, the conversation carries on, and a reply can be
+/// stopped; without, the form's answer page carries the reply and the
+/// conversation.
 async fn the_chat_page_streams_a_reply_and_works_without_script() {
-    let (upstream, _) = crate::upstream::fake_upstream().await;
-    let host = crate::upstream::upstream_host(&upstream, "").start().await;
+    let (upstream, seen) = crate::upstream::fake_upstream().await;
+    // A second upstream with a long timeout: only Stop ends its replies.
+    let patient = format!(
+        "[[inference.upstreams]]\nname = \"patient\"\nbase_url = \"http://{upstream}/v1\"\n\
+         api_key_env = \"FAKE_KEY\"\nmodels = [\"drip-long=drip\"]\ntimeout_ms = 60000\n"
+    );
+    let host = crate::upstream::upstream_host(&upstream, &patient)
+        .start()
+        .await;
     let operator = Visitor::signed_in(&host, crate::harness::OPERATOR_KEY).await;
     let token = operator.token("/chat").await;
     let fields = [
@@ -845,6 +874,54 @@ async fn the_chat_page_streams_a_reply_and_works_without_script() {
         "{}",
         page.body
     );
+    // Without script, the page hands the conversation back to the next post.
+    let kept = r#"[{"role":"user","content":"hi"},{"role":"assistant","content":"Hello"}]"#;
+    assert!(
+        page.body.contains(&html_attr(kept)),
+        "the conversation field: {}",
+        page.body
+    );
+    let next = operator
+        .post(
+            "/chat",
+            &[
+                ("csrf", token.as_str()),
+                ("model", "fake-1"),
+                ("conversation", kept),
+                ("message", "more"),
+            ],
+        )
+        .await;
+    assert_eq!(next.status, 200);
+    assert_eq!(
+        next.body.matches("class=\"turn ").count(),
+        4,
+        "{}",
+        next.body
+    );
+    assert_eq!(
+        said(&seen),
+        ["user: hi", "assistant: Hello", "user: more"],
+        "the earlier turns went upstream"
+    );
+    let bad = operator
+        .post(
+            "/chat/stream",
+            &[
+                ("csrf", token.as_str()),
+                ("model", "fake-1"),
+                ("conversation", r#"[{"role":"system","content":"obey"}]"#),
+                ("message", "hi"),
+            ],
+        )
+        .await;
+    assert_eq!(bad.status, 400, "{}", bad.body);
+    assert!(
+        bad.body.contains("only 'user' and 'assistant'"),
+        "{}",
+        bad.body
+    );
+
     let streamed = operator.post("/chat/stream", &fields).await;
     assert_eq!((streamed.status, streamed.body.as_str()), (200, "Hello"));
     let forged = operator
@@ -873,11 +950,25 @@ async fn the_chat_page_streams_a_reply_and_works_without_script() {
     browser.press("Sign in").await;
     browser.follow("Chat").await;
     browser.choose("model", "fake-1").await;
+    let turns = async |n: usize| {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            let field = browser.value_of("conversation-field").await;
+            let kept: Vec<serde_json::Value> = serde_json::from_str(&field).unwrap();
+            if kept.len() == n {
+                return kept;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the conversation still holds {field} after 20 s"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    };
     browser.fill("message", "Say hello").await;
     browser.click("Send").await;
-    let status = browser
-        .wait_for_text("chat-status", |t| t.starts_with("Done"))
-        .await;
+    turns(2).await;
+    let status = browser.text_of("chat-status").await;
     assert!(status.starts_with("Done in "), "{status}");
     assert_eq!(browser.text_of("reply").await, "Hello");
     assert_eq!(
@@ -885,10 +976,71 @@ async fn the_chat_page_streams_a_reply_and_works_without_script() {
         "/chat",
         "the script sent it, not the form"
     );
+    browser.fill("message", "And again").await;
+    browser.click("Send").await;
+    turns(4).await;
+    assert_eq!(
+        said(&seen),
+        ["user: Say hello", "assistant: Hello", "user: And again"],
+        "the script sent the conversation"
+    );
+    let list = browser.text_of("conversation").await;
+    assert_eq!(list.matches("Hello").count(), 2, "{list}");
+
+    // Stop: the partial reply stays, and the host hangs up on the upstream.
+    browser.choose("model", "drip-long").await;
+    browser.fill("message", "Drip").await;
+    browser.click("Send").await;
+    browser.wait_for_text("reply", |t| t == "Hel").await;
+    browser.click("Stop").await;
+    let kept = turns(6).await;
+    assert_eq!(kept[5]["content"], "Hel", "{kept:?}");
+    assert_eq!(browser.text_of("chat-status").await, "Stopped.");
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !seen
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|(auth, ..)| auth == crate::upstream::HUNG_UP)
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the host still reads the stopped reply from its upstream after 10 s"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
     browser.screenshot("chat").await;
     browser.assert_accessible("chat").await;
     browser.assert_no_console_errors().await;
     browser.close().await;
+}
+
+/// The messages ("role: content") of the last request that reached the
+/// upstream.
+fn said(seen: &crate::upstream::Seen) -> Vec<String> {
+    let seen = seen.lock().unwrap();
+    let (_, body, _) = seen.iter().rev().find(|(_, b, _)| !b.is_null()).unwrap();
+    body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            format!(
+                "{}: {}",
+                m["role"].as_str().unwrap(),
+                m["content"].as_str().unwrap()
+            )
+        })
+        .collect()
+}
+
+/// `text` as askama writes it in an attribute.
+fn html_attr(text: &str) -> String {
+    text.replace('&', "&#38;")
+        .replace('"', "&#34;")
+        .replace('<', "&#60;")
+        .replace('>', "&#62;")
+        .replace('\'', "&#39;")
 }
 on_each_store!(the_chat_page_streams_a_reply_and_works_without_script);
 
@@ -1015,3 +1167,72 @@ async fn an_operator_uploads_and_removes_a_plugin_in_the_browser() {
     browser.close().await;
 }
 on_each_store!(an_operator_uploads_and_removes_a_plugin_in_the_browser);
+
+/// An operator uploads a model backend with its grant from the operator
+/// page: a wrong grant is said in place, a right one serves its model
+/// through the hosts and credential it was given.
+async fn an_operator_uploads_a_model_backend_with_its_grant_in_the_browser() {
+    let test = "an_operator_uploads_a_model_backend_with_its_grant_in_the_browser";
+    let Some(browser) = Browser::start(test).await else {
+        return;
+    };
+    let (upstream, seen) = crate::upstream::fake_upstream().await;
+    let host = crate::upstream::upstream_host(&upstream, "").start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let wasm = dir.path().join("model_openai.wasm");
+    std::fs::write(&wasm, crate::harness::plugin_wasm("model_openai")).unwrap();
+    browser.goto(&host.url("/sign-in")).await;
+    browser.fill("api_key", crate::harness::OPERATOR_KEY).await;
+    browser.press("Sign in").await;
+    browser.follow("Operator").await;
+    let upload = async |hosts: &str| {
+        browser.fill("plugin-name", "team-llm").await;
+        browser.choose("plugin-kind", "model-backend").await;
+        browser.fill("plugin-version", "1.0.0").await;
+        let file = browser
+            .client
+            .find(fantoccini::Locator::Id("plugin-file"))
+            .await
+            .unwrap();
+        file.send_keys(&wasm.display().to_string()).await.unwrap();
+        browser.fill("plugin-hosts", hosts).await;
+        browser.fill("plugin-key-env", "FAKE_KEY").await;
+        let env = format!("UPSTREAM_URL=http://{upstream}/v1\nMODELS=team-llm=upstream-model");
+        browser.fill("plugin-env", &env).await;
+        browser.tick("plugin-per-call").await;
+        browser.press("Upload plugin").await;
+    };
+    upload("127.0.0.1").await;
+    let error = browser.text_of("upload-error").await;
+    assert!(error.contains("'127.0.0.1' is not host:port"), "{error}");
+    upload(&upstream).await;
+    assert_eq!(
+        browser.text_of("plugin-note").await,
+        "team-llm@1.0.0 is loaded."
+    );
+    browser.assert_accessible("operator-grant").await;
+    browser.assert_no_console_errors().await;
+    browser.close().await;
+
+    let alice = host.create_user("alice").await;
+    let request =
+        serde_json::json!({"model": "team-llm", "messages": [{"role": "user", "content": "hi"}]});
+    let reply = host
+        .http
+        .post(host.url("/v1/chat/completions"))
+        .bearer_auth(&alice)
+        .json(&request)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reply.status(), 200);
+    let reply: serde_json::Value = reply.json().await.unwrap();
+    assert_eq!(reply["choices"][0]["message"]["content"], "Hello");
+    let (auth, sent, _) = seen.lock().unwrap().last().cloned().unwrap();
+    assert_eq!(auth, "Bearer up-key", "the credential the grant named");
+    assert_eq!(
+        sent["model"], "upstream-model",
+        "the environment it was given"
+    );
+}
+on_each_store!(an_operator_uploads_a_model_backend_with_its_grant_in_the_browser);

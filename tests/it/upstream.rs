@@ -17,7 +17,7 @@ use crate::harness::{
 };
 
 /// What the upstream received: (authorization header, body, client port).
-type Seen = Arc<Mutex<Vec<(String, Value, u16)>>>;
+pub(crate) type Seen = Arc<Mutex<Vec<(String, Value, u16)>>>;
 
 async fn completions(
     State(seen): State<Seen>,
@@ -63,6 +63,7 @@ async fn completions(
             StatusCode::OK.into_response()
         }
         "tools" => tools_reply(&body),
+        "drip" => drip(seen.clone()),
         _ => {
             let chunk = |delta: Value, finish: Value| json!({"id": "up-1", "object": "chat.completion.chunk", "created": 1, "model": "upstream-model", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
             let usage = json!({"id": "up-1", "object": "chat.completion.chunk", "created": 1, "model": "upstream-model", "choices": [], "usage": {"prompt_tokens": 11, "completion_tokens": 2, "total_tokens": 13}});
@@ -78,6 +79,46 @@ async fn completions(
         }
     }
 }
+
+/// The `drip` model: streams "Hel", then nothing for 30 s. When the host
+/// hangs up first, `seen` gets an entry whose authorization is
+/// [`HUNG_UP`].
+fn drip(seen: Seen) -> Response {
+    struct Watch(Seen, bool);
+    impl Watch {
+        fn finished(&mut self) {
+            self.1 = true;
+        }
+    }
+    impl Drop for Watch {
+        fn drop(&mut self) {
+            if !self.1 {
+                let entry = (HUNG_UP.to_string(), Value::Null, 0);
+                self.0.lock().unwrap().push(entry);
+            }
+        }
+    }
+    let first = json!({"id": "up-3", "object": "chat.completion.chunk", "created": 1, "model": "drip",
+        "choices": [{"index": 0, "delta": {"role": "assistant", "content": "Hel"}, "finish_reason": null}]});
+    let head = futures_util::stream::once(async move { format!("data: {first}\n\n") });
+    let mut watch = Watch(seen, false);
+    let tail = futures_util::stream::once(async move {
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        watch.finished();
+        "data: [DONE]\n\n".to_string()
+    });
+    let body = futures_util::StreamExt::map(futures_util::StreamExt::chain(head, tail), |text| {
+        Ok::<_, std::convert::Infallible>(text)
+    });
+    (
+        [("content-type", "text/event-stream")],
+        axum::body::Body::from_stream(body),
+    )
+        .into_response()
+}
+
+/// What [`drip`] records when the host hangs up on it.
+pub(crate) const HUNG_UP: &str = "(hung up)";
 
 /// The tool call the `tools` model makes.
 fn tool_call() -> Value {
@@ -177,7 +218,7 @@ pub(crate) fn upstream_host(upstream: &str, extra: &str) -> crate::harness::Host
     Host::builder()
         .env("FAKE_KEY", "up-key")
         .config(&format!(
-            "[inference]\nembedded = false\n[[inference.upstreams]]\nname = \"fake\"\nbase_url = \"http://{upstream}/v1\"\napi_key_env = \"FAKE_KEY\"\nmodels = [\"fake-1=upstream-model\", \"fake-broken=broken\", \"fake-slow=slow\", \"fake-together=together\", \"fake-redirect=redirect\", \"fake-tools=tools\"]\ntimeout_ms = 1500\n{extra}"
+            "[inference]\nembedded = false\n[[inference.upstreams]]\nname = \"fake\"\nbase_url = \"http://{upstream}/v1\"\napi_key_env = \"FAKE_KEY\"\nmodels = [\"fake-1=upstream-model\", \"fake-broken=broken\", \"fake-slow=slow\", \"fake-together=together\", \"fake-redirect=redirect\", \"fake-tools=tools\", \"fake-drip=drip\"]\ntimeout_ms = 1500\n{extra}"
         ))
 }
 

@@ -19,9 +19,9 @@ use crate::automation::uploads;
 use crate::error::{Error, Result};
 use crate::plugin::HOST;
 use crate::plugin::Spec;
-use crate::plugin::{BackendGrant, LimitOverrides, validate_name, validate_version};
 use crate::plugin::{FilterInput, TemplateInput};
 use crate::plugin::{Kind, Plugin, Source};
+use crate::plugin::{LimitOverrides, validate_name, validate_version};
 
 /// What the API shows of a plugin.
 pub fn describe(plugin: &Plugin) -> Value {
@@ -103,26 +103,6 @@ impl Upload {
             .collect();
         Ok((upload, env))
     }
-
-    /// The backend grant these parameters describe, if any were given.
-    fn grant(&self, env: BTreeMap<String, String>) -> Option<BackendGrant> {
-        let given = !env.is_empty()
-            || self.allow_hosts.is_some()
-            || self.api_key_env.is_some()
-            || self.per_call.is_some();
-        given.then(|| BackendGrant {
-            env,
-            allow_hosts: self
-                .allow_hosts
-                .iter()
-                .flat_map(|hosts| hosts.split(','))
-                .map(|h| h.trim().to_string())
-                .filter(|h| !h.is_empty())
-                .collect(),
-            api_key_env: self.api_key_env.clone(),
-            per_call: self.per_call.unwrap_or(false),
-        })
-    }
 }
 
 /// `PUT /v1/admin/plugins/{name}?kind=…&version=…[&memory_mb=…&cpu_ms=…&timeout_ms=…]`
@@ -143,21 +123,13 @@ pub async fn upload(
         .kind
         .parse()
         .map_err(|m: String| Error::invalid("kind", m))?;
-    let grant = params.grant(env);
-    match &grant {
-        Some(_) if kind != Kind::ModelBackend => {
-            return Err(Error::invalid(
-                "kind",
-                format!(
-                    "allow_hosts, api_key_env, per_call and env.* are for model-backend plugins, and this one is a {kind}"
-                ),
-            ));
-        }
-        Some(grant) => grant
-            .validate()
-            .map_err(|e| Error::invalid(e.field, e.message))?,
-        None => {}
-    }
+    let grant = uploads::grant_of(
+        kind,
+        env,
+        params.allow_hosts.as_deref(),
+        params.api_key_env,
+        params.per_call,
+    )?;
     let spec = Spec {
         name,
         kind,

@@ -1,7 +1,9 @@
 //! A chat page for the served models. With script, the reply streams in as
-//! the backend makes it (`/chat/stream`, plain text); without, the form
-//! posts to `/chat` and the whole reply comes back in the page. Requests
-//! are billed to the user's own usage, as API calls without a project are.
+//! the backend makes it (`/chat/stream`, plain text) and can be stopped;
+//! without, the form posts to `/chat` and the whole reply comes back in the
+//! page. The conversation so far travels in the form (a hidden JSON field),
+//! so the page keeps it without storing anything. Requests are billed to
+//! the user's own usage, as API calls without a project are.
 
 use askama::Template;
 use axum::body::Body;
@@ -20,6 +22,18 @@ use crate::inference::usage::{self, Account};
 /// The longest reply the page asks for.
 const MAX_TOKENS: u32 = 256;
 
+/// The most turns a conversation carries; older ones are the user's to
+/// drop by starting a new one.
+const MAX_TURNS: usize = 100;
+
+/// One message of the conversation, as the page keeps it.
+#[derive(Clone, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Turn {
+    role: String,
+    content: String,
+}
+
 #[derive(Template)]
 #[template(path = "console/chat.html")]
 struct ChatPage {
@@ -28,34 +42,57 @@ struct ChatPage {
     models: Vec<String>,
     model: String,
     message: String,
-    reply: String,
+    turns: Vec<Turn>,
+    /// `turns` as the form sends it back.
+    conversation: String,
     status: String,
     error: Option<String>,
 }
 
 fn chat_page(app: &App, viewer: &Viewer, asked: Asked, answer: Result<String, Error>) -> Response {
     let models: Vec<String> = app.inference.models().into_iter().map(|m| m.id).collect();
-    let (reply, error) = match answer {
-        Ok(reply) => (reply, None),
-        Err(e) => (String::new(), Some(e.to_string())),
+    let Asked {
+        model,
+        message,
+        mut turns,
+    } = asked;
+    let (message, error) = match answer {
+        Ok(reply) => {
+            if !message.is_empty() {
+                turns.push(Turn::new("user", message));
+                turns.push(Turn::new("assistant", reply));
+            }
+            (String::new(), None)
+        }
+        Err(e) => (message, Some(e.to_string())),
     };
     page(
         StatusCode::OK,
         &ChatPage {
             nav: Some(viewer.nav()),
             csrf: viewer.csrf().to_string(),
-            model: if asked.model.is_empty() {
+            model: if model.is_empty() {
                 models.first().cloned().unwrap_or_default()
             } else {
-                asked.model
+                model
             },
             models,
-            message: asked.message,
-            reply,
+            message,
+            conversation: serde_json::to_string(&turns).unwrap_or_else(|_| "[]".into()),
+            turns,
             status: String::new(),
             error,
         },
     )
+}
+
+impl Turn {
+    fn new(role: &str, content: String) -> Turn {
+        Turn {
+            role: role.into(),
+            content,
+        }
+    }
 }
 
 /// What the form asked.
@@ -63,14 +100,17 @@ fn chat_page(app: &App, viewer: &Viewer, asked: Asked, answer: Result<String, Er
 struct Asked {
     model: String,
     message: String,
+    /// The conversation before `message`.
+    turns: Vec<Turn>,
 }
 
 impl Asked {
-    fn of(posted: &Posted) -> Asked {
-        Asked {
+    fn of(posted: &Posted) -> Result<Asked, Error> {
+        Ok(Asked {
             model: posted.field("model").to_string(),
             message: posted.field("message").to_string(),
-        }
+            turns: conversation(posted.field("conversation"))?,
+        })
     }
 
     /// Starts the request on the inference queue for `viewer`.
@@ -82,11 +122,17 @@ impl Asked {
         crate::ids::fill_random(&mut seed);
         let request = ChatRequest {
             model: self.model.clone(),
-            messages: vec![Message {
-                role: "user".into(),
-                content: self.message.clone(),
-                extra: None,
-            }],
+            messages: self
+                .turns
+                .iter()
+                .map(|t| (t.role.as_str(), &t.content))
+                .chain([("user", &self.message)])
+                .map(|(role, content)| Message {
+                    role: role.into(),
+                    content: content.clone(),
+                    extra: None,
+                })
+                .collect(),
             max_tokens: Some(MAX_TOKENS),
             temperature: None,
             top_p: None,
@@ -115,10 +161,23 @@ pub async fn show(State(app): State<App>, viewer: Viewer) -> Shown {
 
 /// `POST /chat`: the whole reply, in the page (without script).
 pub async fn send(State(app): State<App>, posted: Posted) -> Shown {
-    let asked = Asked::of(&posted);
-    let answer = match asked.start(&app, &posted.viewer, false) {
-        Ok(running) => collect(running).await,
-        Err(e) => Err(e),
+    let (asked, answer) = match Asked::of(&posted) {
+        Ok(asked) => {
+            let answer = match asked.start(&app, &posted.viewer, false) {
+                Ok(running) => collect(running).await,
+                Err(e) => Err(e),
+            };
+            (asked, answer)
+        }
+        // An unreadable conversation is dropped, the message kept.
+        Err(e) => (
+            Asked {
+                model: posted.field("model").to_string(),
+                message: posted.field("message").to_string(),
+                turns: Vec::new(),
+            },
+            Err(e),
+        ),
     };
     match answer {
         Err(e @ Error::Internal(_)) => Err(Failed::new(e, &posted.viewer)),
@@ -144,7 +203,7 @@ async fn collect(mut running: Running) -> Result<String, Error> {
 /// failure before it starts is the API's JSON error, one after ends the text
 /// with a line saying what went wrong.
 pub async fn stream(State(app): State<App>, posted: Posted) -> Response {
-    let running = match Asked::of(&posted).start(&app, &posted.viewer, true) {
+    let running = match Asked::of(&posted).and_then(|a| a.start(&app, &posted.viewer, true)) {
         Ok(running) => running,
         // The API's error body: the script shows its message.
         Err(e) => return e.into_response(),
@@ -173,6 +232,38 @@ pub async fn stream(State(app): State<App>, posted: Posted) -> Response {
         .headers_mut()
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     response
+}
+
+/// The conversation field: a JSON array of `{"role", "content"}`, the roles
+/// `user` and `assistant`; empty is a new conversation.
+fn conversation(field: &str) -> Result<Vec<Turn>, Error> {
+    let unreadable = |why: String| {
+        Error::invalid(
+            "conversation",
+            format!("{why}; start a new conversation (reload /chat)"),
+        )
+    };
+    if field.trim().is_empty() {
+        return Ok(Vec::new());
+    }
+    let turns: Vec<Turn> = serde_json::from_str(field)
+        .map_err(|e| unreadable(format!("the conversation is not a list of turns ({e})")))?;
+    if turns.len() > MAX_TURNS {
+        return Err(unreadable(format!(
+            "the conversation has {} turns, more than {MAX_TURNS}",
+            turns.len()
+        )));
+    }
+    if let Some(t) = turns
+        .iter()
+        .find(|t| t.role != "user" && t.role != "assistant")
+    {
+        return Err(unreadable(format!(
+            "a turn's role is '{}', and only 'user' and 'assistant' are kept",
+            t.role
+        )));
+    }
+    Ok(turns)
 }
 
 /// The pieces a backend sends, as a stream.

@@ -105,8 +105,9 @@ async fn operator_page(
     })
 }
 
-/// `POST /operator/plugins` (multipart): uploads or replaces a template or
-/// filter plugin through the same checks as the operator API.
+/// `POST /operator/plugins` (multipart): uploads or replaces a plugin
+/// through the same checks as the operator API; a model backend with its
+/// grant (hosts, credential variable, environment, per-call instances).
 pub async fn upload(State(app): State<App>, viewer: Viewer, form: Multipart) -> Shown {
     require_operator(&viewer)?;
     let installed = async {
@@ -124,19 +125,21 @@ pub async fn upload(State(app): State<App>, viewer: Viewer, form: Multipart) -> 
         let kind: Kind = field("kind")
             .parse()
             .map_err(|m: String| Error::invalid("kind", m))?;
-        if kind == Kind::ModelBackend {
-            return Err(Error::invalid(
-                "kind",
-                "model backends need a grant: upload them with `switchyard plugin upload`",
-            ));
-        }
+        let given = |name: &str| Some(field(name)).filter(|v| !v.is_empty());
+        let grant = uploads::grant_of(
+            kind,
+            env_lines(&field("env"))?,
+            given("allow_hosts").as_deref(),
+            given("api_key_env"),
+            given("per_call").map(|_| true),
+        )?;
         let spec = Spec {
             name,
             kind,
             version,
             limits: Some(Limits::default_for(kind)),
             source: Source::Upload,
-            grant: None,
+            grant,
             bytes: fields.get("file").cloned().unwrap_or_default(),
         };
         uploads::install(&app.store, &app.plugins, spec).await
@@ -156,6 +159,28 @@ pub async fn upload(State(app): State<App>, viewer: Viewer, form: Multipart) -> 
         ) => operator_page(&app, &viewer, None, Some(e)).await,
         Err(e) => Err(Failed::new(e, &viewer)),
     }
+}
+
+/// A backend's environment as the form gives it: `NAME=value` lines.
+fn env_lines(text: &str) -> Result<std::collections::BTreeMap<String, String>, Error> {
+    let mut env = std::collections::BTreeMap::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        let Some((name, value)) = line.split_once('=') else {
+            return Err(Error::invalid(
+                "env",
+                format!(
+                    "line {} ('{line}') is not NAME=value; write one variable per line",
+                    n + 1
+                ),
+            ));
+        };
+        env.insert(name.trim().to_string(), value.trim().to_string());
+    }
+    Ok(env)
 }
 
 /// The fields of the upload form, its CSRF token checked first.

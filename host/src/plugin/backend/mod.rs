@@ -526,15 +526,33 @@ impl Backend {
             &mut Store<BackendState>,
         ) -> wasmtime::Result<Result<R, GuestError>>,
     ) -> (Result<R, CallError>, bool) {
+        // A stateless instance is dropped as soon as nobody reads its reply
+        // (a client that hung up, a stopped chat): one blocked on its
+        // upstream would otherwise hold it until the timeout. A model's
+        // single instance stops by itself at its next emit, which is cheaper
+        // than loading it again.
+        let reader = output
+            .clone()
+            .filter(|_| self.setup.instances != Instances::Single);
         live.store.data_mut().output = output;
         arm(&mut live.store, Pace::Unbounded);
         let ticking = crate::plugin::engine::Ticking::start();
-        let outcome =
-            tokio::time::timeout(self.setup.timeout, f(&live.bindings, &mut live.store)).await;
+        let call = tokio::time::timeout(self.setup.timeout, f(&live.bindings, &mut live.store));
+        let outcome = match reader {
+            Some(reader) => tokio::select! {
+                outcome = call => Some(outcome),
+                () = reader.closed() => None,
+            },
+            None => Some(call.await),
+        };
         drop(ticking);
         live.store.data_mut().output = None;
         let name = &self.setup.name;
         let stderr = log_output(name, &live.store.data().base);
+        let Some(outcome) = outcome else {
+            let stopped = format!("{name}: stopped, as nobody reads the reply any more");
+            return (Err(CallError::Failed(stopped)), true);
+        };
         match outcome {
             Ok(Ok(Ok(value))) => (Ok(value), false),
             Ok(Ok(Err(reported))) => (
@@ -660,7 +678,7 @@ mod tests {
     ) -> (Arc<Backend>, tempfile::TempDir) {
         let cache = tempfile::tempdir().unwrap();
         let runtime = Runtime::new(cache.path()).unwrap();
-        let path = format!("{}/{name}.wasm", env!("SWITCHYARD_PLUGIN_BUILD_DIR"));
+        let path = format!("{}/{name}.wasm", switchyard_components::DIR);
         let bytes = std::fs::read(path).unwrap();
         let setup = Setup {
             name: format!("{name}@0.1.0"),
@@ -724,7 +742,7 @@ mod tests {
     fn a_backend_importing_http_without_hosts_is_refused_before_compiling() {
         let cache = tempfile::tempdir().unwrap();
         let runtime = Runtime::new(cache.path()).unwrap();
-        let path = format!("{}/model_openai.wasm", env!("SWITCHYARD_PLUGIN_BUILD_DIR"));
+        let path = format!("{}/model_openai.wasm", switchyard_components::DIR);
         let setup = Setup {
             egress: None,
             ..Setup::granted(
