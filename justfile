@@ -8,7 +8,7 @@ serve:
 test:
     cargo test --workspace
 
-# Build the plugins workspace (host/build.rs also does this on every host build).
+# Build the plugins workspace (host/components/build.rs also does this on every host build).
 build-plugins:
     cd plugins && cargo build --release
 
@@ -45,7 +45,8 @@ bench-delivery:
 bench-console:
     cargo bench --bench console
 
-# Idle cost: CPU per second of a host that serves nothing.
+# Idle cost: CPU per second of a host that serves nothing, on each engine
+# (BENCH_STORE=sled|postgres picks one).
 bench-idle:
     cargo bench --bench idle
 
@@ -67,3 +68,12 @@ bench-model:
 bench-model-ab A B:
     [ -f models/SmolLM2-135M-Instruct.Q4_1.gguf ] || target/release/switchyard model pull --to models/SmolLM2-135M-Instruct.Q4_1.gguf
     python3 host/benches/model_ab.py "{{A}}" "{{B}}" "$PWD/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+# The dashboard's picture (docs/images/dashboard.png): Debian's Prometheus
+# scrapes a release host under real traffic for four minutes, and
+# docs/grafana/render.py draws docs/grafana/switchyard.json's queries.
+# Needs `apt-get install prometheus` and `pip install matplotlib`.
+dashboard-picture:
+    cargo build --release
+    [ -f models/SmolLM2-135M-Instruct.Q4_1.gguf ] || target/release/switchyard model pull --to models/SmolLM2-135M-Instruct.Q4_1.gguf
+    python3 docs/grafana/picture.py target/release/switchyard "$PWD/models/SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -347,3 +347,34 @@ fn at_least(text: &str, family: &str, labels: &[(&str, &str)], n: f64) {
         "{family} {labels:?} is {value:?}, want ≥ {n}: {text}"
     );
 }
+
+/// The Grafana dashboard (docs/grafana/switchyard.json) queries only
+/// families the host exports: a renamed metric fails here, not on an
+/// operator's empty panel.
+#[test]
+fn the_dashboard_queries_only_families_the_host_exports() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let read = |path: &str| std::fs::read_to_string(root.join(path)).unwrap();
+    let names = regex::Regex::new(r"switchyard_[a-z_]+").unwrap();
+    let exported: std::collections::BTreeSet<String> = names
+        .find_iter(&read("host/src/telemetry.rs"))
+        .map(|m| m.as_str().to_string())
+        .collect();
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&read("docs/grafana/switchyard.json")).unwrap();
+    let panels = dashboard["panels"].as_array().unwrap();
+    assert!(panels.len() >= 6, "{dashboard}");
+    for panel in panels {
+        for target in panel["targets"].as_array().unwrap() {
+            let expr = target["expr"].as_str().unwrap();
+            for name in names.find_iter(expr) {
+                let family = name.as_str().trim_end_matches("_bucket");
+                assert!(
+                    exported.contains(family),
+                    "panel {:?} queries {family}, which the host does not export",
+                    panel["title"]
+                );
+            }
+        }
+    }
+}
