@@ -196,6 +196,20 @@ impl Browser {
         element.text().await.unwrap()
     }
 
+    /// Signs in with `key` and goes to the page the link `to` leads to.
+    pub async fn sign_in(&self, host: &crate::harness::Host, key: &str, to: &str) {
+        self.goto(&host.url("/sign-in")).await;
+        self.fill("api_key", key).await;
+        self.press("Sign in").await;
+        self.follow(to).await;
+    }
+
+    /// Chooses `path` in the file input with id `id`.
+    pub async fn attach(&self, id: &str, path: &std::path::Path) {
+        let input = self.client.find(Locator::Id(id)).await.unwrap();
+        input.send_keys(&path.display().to_string()).await.unwrap();
+    }
+
     /// Ticks the checkbox with id `id`.
     pub async fn tick(&self, id: &str) {
         let box_ = self.client.find(Locator::Id(id)).await.unwrap();

@@ -208,10 +208,7 @@ async fn revoking_a_key_ends_the_sessions_signed_in_with_it() {
     };
     let phone = ok!(host, world.alice, POST "/v1/me/api-keys", {"name": "phone"});
     let phone = phone["key"].as_str().unwrap();
-    browser.goto(&host.url("/sign-in")).await;
-    browser.fill("api_key", phone).await;
-    browser.press("Sign in").await;
-    browser.follow("API keys").await;
+    browser.sign_in(&host, phone, "API keys").await;
     browser.press("Revoke phone").await;
     assert_eq!(browser.path().await, "/sign-in", "signed out with its key");
     browser.fill("api_key", phone).await;
@@ -945,10 +942,9 @@ async fn the_chat_page_streams_a_reply_and_works_without_script() {
     let Some(browser) = Browser::start("the_chat_page_streams_a_reply").await else {
         return;
     };
-    browser.goto(&host.url("/sign-in")).await;
-    browser.fill("api_key", crate::harness::OPERATOR_KEY).await;
-    browser.press("Sign in").await;
-    browser.follow("Chat").await;
+    browser
+        .sign_in(&host, crate::harness::OPERATOR_KEY, "Chat")
+        .await;
     browser.choose("model", "fake-1").await;
     let turns = async |n: usize| {
         let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
@@ -1129,20 +1125,14 @@ async fn an_operator_uploads_and_removes_a_plugin_in_the_browser() {
     let dir = tempfile::tempdir().unwrap();
     let wasm = dir.path().join("mine.wasm");
     std::fs::write(&wasm, crate::harness::plugin_wasm("template_default")).unwrap();
-    browser.goto(&host.url("/sign-in")).await;
-    browser.fill("api_key", crate::harness::OPERATOR_KEY).await;
-    browser.press("Sign in").await;
-    browser.follow("Operator").await;
+    browser
+        .sign_in(&host, crate::harness::OPERATOR_KEY, "Operator")
+        .await;
     let upload = async |version: &str| {
         browser.fill("plugin-name", "mine").await;
         browser.choose("plugin-kind", "payload-template").await;
         browser.fill("plugin-version", version).await;
-        let file = browser
-            .client
-            .find(fantoccini::Locator::Id("plugin-file"))
-            .await
-            .unwrap();
-        file.send_keys(&wasm.display().to_string()).await.unwrap();
+        browser.attach("plugin-file", &wasm).await;
         browser.press("Upload plugin").await;
     };
     upload("1.0.0").await;
@@ -1181,20 +1171,14 @@ async fn an_operator_uploads_a_model_backend_with_its_grant_in_the_browser() {
     let dir = tempfile::tempdir().unwrap();
     let wasm = dir.path().join("model_openai.wasm");
     std::fs::write(&wasm, crate::harness::plugin_wasm("model_openai")).unwrap();
-    browser.goto(&host.url("/sign-in")).await;
-    browser.fill("api_key", crate::harness::OPERATOR_KEY).await;
-    browser.press("Sign in").await;
-    browser.follow("Operator").await;
+    browser
+        .sign_in(&host, crate::harness::OPERATOR_KEY, "Operator")
+        .await;
     let upload = async |hosts: &str| {
         browser.fill("plugin-name", "team-llm").await;
         browser.choose("plugin-kind", "model-backend").await;
         browser.fill("plugin-version", "1.0.0").await;
-        let file = browser
-            .client
-            .find(fantoccini::Locator::Id("plugin-file"))
-            .await
-            .unwrap();
-        file.send_keys(&wasm.display().to_string()).await.unwrap();
+        browser.attach("plugin-file", &wasm).await;
         browser.fill("plugin-hosts", hosts).await;
         browser.fill("plugin-key-env", "FAKE_KEY").await;
         let env = format!("UPSTREAM_URL=http://{upstream}/v1\nMODELS=team-llm=upstream-model");
