@@ -77,9 +77,9 @@ impl App {
         )
         .await;
         let watcher = Watcher::new(&cfg.plugins_dir, plugins.clone());
-        watcher.scan().await;
-        let interval = Duration::from_millis(cfg.plugins.watch_interval_ms);
-        watcher.spawn(interval);
+        watcher
+            .start(Duration::from_millis(cfg.plugins.watch_interval_ms))
+            .await;
         // Uploads last: an upload replaces a plugin of the same name.
         crate::automation::uploads::Sync::start(store.clone(), plugins.clone()).await;
         let sender = Sender::new(

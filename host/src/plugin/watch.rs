@@ -40,18 +40,18 @@ impl Watcher {
         })
     }
 
-    /// Scans on every change to the directory until the process ends, or
-    /// every `interval` while it cannot be watched. A missing directory is
-    /// watched for through its parent.
-    pub fn spawn(self: &Arc<Self>, interval: Duration) {
-        let this = self.clone();
+    /// Watches the directory, scans it once now, then again on every
+    /// change until the process ends (every `interval` while it cannot be
+    /// watched). A missing directory is watched for through its parent.
+    /// Watching starts before the first scan, so a change made meanwhile
+    /// is either seen by that scan or wakes the next.
+    pub async fn start(self: &Arc<Self>, interval: Duration) {
         let changed = Arc::new(tokio::sync::Notify::new());
-        // Watching before the task starts, and scanning first thing in it:
-        // a change made meanwhile is either seen by that scan or wakes it.
-        let mut watching = this.watch(changed.clone()).map(|w| (w, this.dir.is_dir()));
+        let mut watching = self.watch(changed.clone()).map(|w| (w, self.dir.is_dir()));
+        self.scan().await;
+        let this = self.clone();
         tokio::spawn(async move {
             loop {
-                this.scan().await;
                 match watching {
                     Some(_) => changed.notified().await,
                     None => tokio::time::sleep(interval).await,
@@ -65,6 +65,7 @@ impl Watcher {
                 {
                     watching = this.watch(changed.clone()).map(|w| (w, this.dir.is_dir()));
                 }
+                this.scan().await;
             }
         });
     }
