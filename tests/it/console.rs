@@ -1199,18 +1199,9 @@ async fn an_operator_uploads_a_model_backend_with_its_grant_in_the_browser() {
     browser.close().await;
 
     let alice = host.create_user("alice").await;
-    let request =
-        serde_json::json!({"model": "team-llm", "messages": [{"role": "user", "content": "hi"}]});
-    let reply = host
-        .http
-        .post(host.url("/v1/chat/completions"))
-        .bearer_auth(&alice)
-        .json(&request)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(reply.status(), 200);
-    let reply: serde_json::Value = reply.json().await.unwrap();
+    let (status, text) = crate::upstream::chat(&host, &alice, "team-llm", false).await;
+    assert_eq!(status, 200, "{text}");
+    let reply: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert_eq!(reply["choices"][0]["message"]["content"], "Hello");
     let (auth, sent, _) = seen.lock().unwrap().last().cloned().unwrap();
     assert_eq!(auth, "Bearer up-key", "the credential the grant named");

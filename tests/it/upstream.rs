@@ -222,7 +222,7 @@ pub(crate) fn upstream_host(upstream: &str, extra: &str) -> crate::harness::Host
         ))
 }
 
-async fn chat(host: &Host, key: &str, model: &str, stream: bool) -> (u16, String) {
+pub(crate) async fn chat(host: &Host, key: &str, model: &str, stream: bool) -> (u16, String) {
     let body = json!({"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5,
         "temperature": 0.7, "top_p": 0.9, "seed": 7, "stop": ["\n\n"], "stream": stream});
     send(host, key, &body).await
