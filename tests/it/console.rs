@@ -1211,3 +1211,108 @@ async fn an_operator_uploads_a_model_backend_with_its_grant_in_the_browser() {
     );
 }
 on_each_store!(an_operator_uploads_a_model_backend_with_its_grant_in_the_browser);
+
+/// W&B's run states and cooldown through the console: a RUN_STATE
+/// automation made with the form, runs failed with their buttons, and a
+/// held-back firing found by the history's status filter.
+async fn a_run_failed_in_the_console_fires_run_state_and_the_history_filters_skipped() {
+    let host = Host::with_config(LOOPBACK_HOOKS).await;
+    let receiver = Receiver::start().await;
+    let world = World::build(&host, Some(&format!("{}/hook", receiver.base))).await;
+    let project = "/teams/ml/projects/vision";
+    let alice = Visitor::signed_in(&host, &world.alice).await;
+    let token = alice.token(project).await;
+    let new = format!("{project}/automations/new");
+    let form = alice.get(&new).await.body;
+    assert!(
+        form.contains(r#"value="RUN_STATE""#),
+        "the form offers RUN_STATE"
+    );
+    assert!(form.contains(r#"name="state_crashed""#), "{form}");
+    let mut fields = vec![
+        ("csrf", token.as_str()),
+        ("intent", "save"),
+        ("event", "RUN_STATE"),
+        ("state_failed", "on"),
+        ("webhook", "ml/ci"),
+        ("template_plugin", "template-default"),
+        (
+            "payload",
+            r#"{"run": "${run_name}", "state": "${run_state}"}"#,
+        ),
+        ("name", "failures"),
+        ("cooldown_s", "soon"),
+    ];
+    let refused = alice.post(&new, &fields).await;
+    assert!(
+        refused.body.contains("cooldown_s is a whole number"),
+        "{}",
+        refused.body
+    );
+    fields.pop();
+    fields.push(("cooldown_s", "3600"));
+    let saved = alice.post(&new, &fields).await;
+    assert_eq!(saved.status, 303, "{}", saved.body);
+    let (_, automation) =
+        call!(host, world.alice, GET "/v1/teams/ml/projects/vision/automations/failures");
+    assert_eq!(automation["event"]["states"], serde_json::json!(["failed"]));
+    assert_eq!(automation["cooldown_s"], 3600);
+
+    let bob = Visitor::signed_in(&host, &world.bob).await;
+    let token = bob.token(project).await;
+    for name in ["sweep-1", "sweep-2"] {
+        let started = bob
+            .post(
+                &format!("{project}/runs"),
+                &[("csrf", &token), ("name", name)],
+            )
+            .await;
+        assert_eq!(started.status, 303, "{}", started.body);
+    }
+    let page = bob.get(project).await.body;
+    let ids: Vec<String> =
+        regex::Regex::new(r#"action="/teams/ml/projects/vision/runs/([^/"]+)/state""#)
+            .unwrap()
+            .captures_iter(&page)
+            .map(|c| c[1].to_string())
+            .collect();
+    assert_eq!(
+        ids.len(),
+        2,
+        "a Finish and Fail form per running run: {page}"
+    );
+    for id in &ids {
+        let state = format!("{project}/runs/{id}/state");
+        let failed = bob
+            .post(&state, &[("csrf", &token), ("state", "failed")])
+            .await;
+        assert_eq!(failed.status, 303, "{}", failed.body);
+    }
+    let page = bob.get(project).await.body;
+    assert!(
+        !page.contains("/state\""),
+        "ended runs have no buttons: {page}"
+    );
+    assert_eq!(page.matches(">failed").count(), 2, "{page}");
+
+    let sent = receiver.wait_for(1, 10).await;
+    let first = sent[0].json();
+    assert_eq!(first["state"], "failed", "{first}");
+    let history = format!("{project}/automations/failures");
+    let skipped = bob.get(&format!("{history}?status=skipped")).await.body;
+    assert_eq!(
+        skipped.matches("class=\"execution\"").count(),
+        1,
+        "{skipped}"
+    );
+    assert!(skipped.contains("Skipped (cooldown:"), "{skipped}");
+    let all = bob.get(&history).await.body;
+    assert_eq!(all.matches("class=\"execution\"").count(), 2, "{all}");
+    assert!(all.contains("Cooldown"), "the page shows the limit: {all}");
+    assert_eq!(
+        receiver.received().len(),
+        1,
+        "the skipped firing sent nothing"
+    );
+}
+on_each_store!(a_run_failed_in_the_console_fires_run_state_and_the_history_filters_skipped);

@@ -14,6 +14,7 @@ mod cli;
 mod console;
 mod delivery;
 mod durability;
+mod events;
 mod health;
 mod hostile_input;
 mod http_errors;

@@ -265,13 +265,19 @@ async fn every_documented_operation_answers_as_its_schema_says() {
                    "action": "Webhooks", "payload": "{\"tag\": \"${tag}\", \"s\": \"$SIGN\"}"})
         };
         let (tagged, tmp) = (definition("tagged"), definition("tmp"));
-        want!(s, 201, a, POST "{p}/automations", tagged);
-        want!(s, 201, a, POST "{p}/automations", tmp);
-        want!(s, 200, a, GET "{p}/automations");
-        want!(s, 200, a, GET "{p}/automations/tagged");
-        want!(s, 200, a, PUT "{p}/automations/tagged", tagged);
-        want!(s, 204, a, DELETE "{p}/automations/tmp");
         want!(s, 201, a, POST "{p}/collections", {"name": "detector"});
+        want!(s, 201, a, POST "{p}/collections", {"name": "gone"});
+        want!(s, 204, a, DELETE "{p}/collections/gone");
+        // On the scope, and on one of its collections.
+        let listening = [p.to_string(), format!("{p}/collections/detector")];
+        for l in &listening {
+            want!(s, 201, a, POST "{l}/automations", tagged);
+            want!(s, 201, a, POST "{l}/automations", tmp);
+            want!(s, 200, a, GET "{l}/automations");
+            want!(s, 200, a, GET "{l}/automations/tagged");
+            want!(s, 200, a, PUT "{l}/automations/tagged", tagged);
+            want!(s, 204, a, DELETE "{l}/automations/tmp");
+        }
         want!(s, 200, a, GET "{p}/collections");
         want!(s, 200, a, GET "{p}/collections/detector");
         let version_path = format!("{p}/collections/detector/versions");
@@ -289,20 +295,22 @@ async fn every_documented_operation_answers_as_its_schema_says() {
         want!(s, 200, a, GET "{version_path}/v0");
         want!(s, 200, a, POST "{version_path}/v0/aliases", {"alias": "prod"});
         want!(s, 200, a, POST "{version_path}/v0/tags", {"tag": "t1"});
-        let executions_path = format!("{p}/automations/tagged/executions");
-        let mut list = Value::Null;
-        for _ in 0..200 {
-            list = want!(s, 200, a, GET "{executions_path}");
-            if list["data"][0]["status"] == "Finished" {
-                break;
+        for l in &listening {
+            let executions_path = format!("{l}/automations/tagged/executions");
+            let mut list = Value::Null;
+            for _ in 0..200 {
+                list = want!(s, 200, a, GET "{executions_path}");
+                if list["data"][0]["status"] == "Finished" {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             }
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            assert_eq!(list["data"][0]["status"], "Finished", "{list}");
+            let id = list["data"][0]["id"].as_str().unwrap().to_string();
+            want!(s, 200, a, GET "{executions_path}/{id}");
+            want!(s, 202, a, POST "{executions_path}/{id}/replay");
+            want!(s, 202, a, POST "{l}/automations/tagged/replay", {"since_ms": 0});
         }
-        assert_eq!(list["data"][0]["status"], "Finished", "{list}");
-        let id = list["data"][0]["id"].as_str().unwrap().to_string();
-        want!(s, 200, a, GET "{executions_path}/{id}");
-        want!(s, 202, a, POST "{executions_path}/{id}/replay");
-        want!(s, 202, a, POST "{p}/automations/tagged/replay", {"since_ms": 0});
     }
 
     // An automation without a payload, with every optional field of its
@@ -321,6 +329,7 @@ async fn every_documented_operation_answers_as_its_schema_says() {
     want!(s, 200, a, GET "/v1/teams/ml/projects/vision/runs");
     want!(s, 200, a, GET "{run_path}");
     want!(s, 200, a, POST "{run_path}/metrics", {"metrics": {"loss": 0.5}});
+    want!(s, 200, a, PATCH "{run_path}", {"state": "finished"});
 
     // Plugins (operators).
     want!(s, 200, op, GET "/v1/admin/plugins");

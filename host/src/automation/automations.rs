@@ -13,19 +13,21 @@ use std::sync::Arc;
 use serde::Deserialize;
 
 use super::secret_refs::{self, Rewrite};
+use super::throttle::{self, Throttle};
 use super::{variables, webhooks};
 use crate::domain::auth::User;
 use crate::domain::groups::{self, Role};
-use crate::domain::{names, secrets};
+use crate::domain::{artifacts, names, secrets};
 use crate::error::{Error, Result};
 use crate::ids;
 pub use crate::model::{
-    Action, Automation, EventConfig, EventType, Handle, RunFilters, Scope, State, WebhookRef,
+    Action, Automation, Event, EventConfig, EventType, Handle, RunFilters, RunState, Scope, State,
+    WebhookRef,
 };
 use crate::plugin::Variable;
 use crate::plugin::{FilterSpec, check_template};
 use crate::plugin::{Kind, Plugin, PluginError, Plugins};
-use crate::store::Store;
+use crate::store::{Store, Transaction};
 
 /// The filter plugin every automation uses.
 pub const FILTER_PLUGIN: &str = "filter-default";
@@ -36,7 +38,8 @@ impl EventConfig {
     /// What the filter plugin checks.
     pub fn filter(&self) -> FilterSpec {
         match self {
-            EventConfig::AddArtifactAlias { alias_regex } => FilterSpec {
+            EventConfig::AddArtifactAlias { alias_regex }
+            | EventConfig::UpdateArtifactAlias { alias_regex } => FilterSpec {
                 alias_regex: Some(alias_regex.clone()),
                 ..FilterSpec::default()
             },
@@ -44,7 +47,7 @@ impl EventConfig {
                 tag_regex: tag_regex.clone(),
                 ..FilterSpec::default()
             },
-            EventConfig::LinkArtifact {} => FilterSpec::default(),
+            EventConfig::LinkArtifact {} | EventConfig::CreateArtifact {} => FilterSpec::default(),
             EventConfig::RunMetricThreshold {
                 metric,
                 run_filters,
@@ -54,8 +57,51 @@ impl EventConfig {
                 metric: Some(metric.clone()),
                 ..FilterSpec::default()
             },
+            EventConfig::RunState { run_filters, .. } => FilterSpec {
+                run_creator: run_filters.creator.clone(),
+                run_name_regex: run_filters.run_name_regex.clone(),
+                ..FilterSpec::default()
+            },
         }
     }
+
+    /// Whether `event` is one this listens for, beyond its type: for
+    /// `RUN_STATE`, a state it names. Part of the trigger, like the type,
+    /// so checked before the filter plugin sees the event.
+    pub fn accepts(&self, event: &Event) -> bool {
+        match self {
+            EventConfig::RunState { states, .. } => event
+                .run
+                .as_ref()
+                .is_some_and(|run| states.contains(&run.state)),
+            _ => true,
+        }
+    }
+}
+
+/// The run states a `RUN_STATE` automation may name: `killed` never fires,
+/// as in W&B, and `running` is where every run starts.
+pub const ENDING_STATES: [RunState; 3] = [RunState::Finished, RunState::Failed, RunState::Crashed];
+
+/// Refuses a `RUN_STATE` automation's `states` unless some of
+/// [`ENDING_STATES`], each once.
+fn check_states(states: &[RunState]) -> Result<()> {
+    let names: Vec<&str> = ENDING_STATES.iter().map(|s| s.as_str()).collect();
+    let wrong = states.iter().find(|s| !ENDING_STATES.contains(s));
+    let repeated = (1..states.len()).any(|i| states[..i].contains(&states[i]));
+    if states.is_empty() || wrong.is_some() || repeated {
+        let why = match wrong {
+            Some(RunState::Killed) => "'killed' never fires an automation, as in W&B; ".to_string(),
+            Some(other) => format!("'{other}' is where a run is, not how it ends; "),
+            None if repeated => "a state is named twice; ".to_string(),
+            None => String::new(),
+        };
+        return Err(Error::invalid(
+            "event.states",
+            format!("{why}list one or more of {}", names.join(", ")),
+        ));
+    }
+    Ok(())
 }
 
 /// What a client sends to create or replace an automation.
@@ -79,6 +125,21 @@ pub struct Definition {
     /// The payload-template plugin; `template-default` unless given.
     #[serde(default)]
     pub template_plugin: Option<String>,
+    /// No firing within this many seconds of the last one.
+    #[serde(default)]
+    pub cooldown_s: Option<u64>,
+    /// At most this many firings in any 60 minutes.
+    #[serde(default)]
+    pub max_per_hour: Option<u32>,
+}
+
+impl Definition {
+    fn throttle(&self) -> Throttle {
+        Throttle {
+            cooldown_s: self.cooldown_s,
+            max_per_hour: self.max_per_hour,
+        }
+    }
 }
 
 /// Checks a definition for `scope`, as `user` would save it.
@@ -91,13 +152,21 @@ pub async fn check(
 ) -> Result<()> {
     names::validate("name", &def.name)?;
     names::validate_text("description", &def.description)?;
-    if matches!(def.event, EventConfig::RunMetricThreshold { .. })
-        && matches!(scope, Scope::Registry { .. })
-    {
+    throttle::check(&def.throttle())?;
+    let event_type = def.event.event_type();
+    if event_type.is_run() && !matches!(scope, Scope::Project { .. }) {
         return Err(Error::invalid(
             "event.type",
-            "RUN_METRIC_THRESHOLD automations listen to runs, which live in projects; create it on a project instead",
+            format!(
+                "{event_type} automations listen to runs, which live in projects; create it on a project instead"
+            ),
         ));
+    }
+    if let EventConfig::RunState { states, .. } = &def.event {
+        check_states(states)?;
+    }
+    if let Scope::Collection { collection, .. } = scope {
+        artifacts::collection(store, &scope.parent(), collection).await?;
     }
     let webhook = usable_webhook(store, user, &def.webhook).await?;
     if let EventConfig::RunMetricThreshold { metric, .. } = &def.event
@@ -192,6 +261,8 @@ pub async fn broken_by(
             action: automation.action,
             payload: automation.payload.clone(),
             template_plugin: Some(automation.template_plugin.clone()),
+            cooldown_s: automation.cooldown_s,
+            max_per_hour: automation.max_per_hour,
         };
         if let Err(e) = check_plugins(store, plugins, &def, &webhook, Some(replacement)).await {
             broken.push((automation.handle(), e.to_string()));
@@ -372,6 +443,8 @@ fn record(scope: &Scope, def: Definition, user: &User, created_at: u64) -> Autom
             .unwrap_or_else(|| DEFAULT_TEMPLATE_PLUGIN.to_string()),
         state: State::Active,
         disabled_reason: None,
+        cooldown_s: def.cooldown_s,
+        max_per_hour: def.max_per_hour,
         updated_by: user.name.clone(),
         created_at,
         updated_at: ids::now(),
@@ -487,10 +560,37 @@ pub async fn disable_for_webhook(
     disable(store, &handles, reason).await
 }
 
+/// Deletes collection `name` of `scope` with its versions, aliases and
+/// tags. The automations on that collection alone are disabled, saying
+/// why, in the same transaction, as when their webhook is deleted.
+pub async fn delete_collection(store: &Store, scope: &Scope, name: &str) -> Result<()> {
+    artifacts::collection(store, scope, name).await?;
+    let on_it = list(store, &Scope::collection(scope, name)).await?;
+    let handles: Vec<Handle> = on_it.iter().map(Automation::handle).collect();
+    let reason = format!("its collection '{name}' was deleted");
+    let tx = store.begin().await?;
+    if !tx.delete_collection(scope, name).await? {
+        return Err(Error::NotFound(format!(
+            "{} has no collection '{name}'",
+            scope.describe()
+        )));
+    }
+    mark_disabled(&*tx, &handles, &reason).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
 /// Disables automations, saying why; saving one again re-validates it and
 /// makes it active.
 pub async fn disable(store: &Store, handles: &[Handle], reason: &str) -> Result<()> {
     let tx = store.begin().await?;
+    mark_disabled(&*tx, handles, reason).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// [`disable`] inside a transaction.
+async fn mark_disabled(tx: &dyn Transaction, handles: &[Handle], reason: &str) -> Result<()> {
     for handle in handles {
         let Some(mut automation) = tx.automation(&handle.scope, &handle.name).await? else {
             continue;
@@ -499,6 +599,5 @@ pub async fn disable(store: &Store, handles: &[Handle], reason: &str) -> Result<
         automation.disabled_reason = Some(reason.to_string());
         tx.save_automation(Some(&handle.name), &automation).await?;
     }
-    tx.commit().await?;
     Ok(())
 }

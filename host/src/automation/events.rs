@@ -9,6 +9,19 @@ pub use crate::model::{ArtifactRef, Event, EventType, RunRef, Scope};
 use crate::plugin::EventSpec;
 
 impl Event {
+    /// The collection an artifact event happened in, where automations on
+    /// that collection alone listen too. A link's event in the source
+    /// project is about the source version's collection.
+    pub fn collection(&self) -> Option<&str> {
+        let artifact = self.artifact.as_ref()?;
+        match (&self.scope, self.event_type) {
+            (Scope::Project { .. }, EventType::LinkArtifact) => {
+                artifact.version.get("source")?.get("collection")?.as_str()
+            }
+            _ => Some(artifact.collection.as_str()),
+        }
+    }
+
     /// What the filter plugin sees.
     pub fn filter_view(&self) -> EventSpec {
         EventSpec {
@@ -33,11 +46,13 @@ impl Event {
         let text = |v: Option<&str>| json(v.unwrap_or(""));
         let a = self.artifact.as_ref();
         let r = self.run.as_ref();
-        let (entity, project) = match (a, r, &self.scope) {
+        let parent = self.scope.parent();
+        let (entity, project) = match (a, r, &parent) {
             (Some(a), _, _) => (a.entity.as_str(), a.project.as_str()),
             (None, Some(r), _) => (r.team.as_str(), r.project.as_str()),
             (None, None, Scope::Project { team, project }) => (team.as_str(), project.as_str()),
             (None, None, Scope::Registry { registry }) => (registry.as_str(), ""),
+            (None, None, Scope::Collection { .. }) => ("", ""),
         };
         let empty = || "{}".to_string();
         let mut variables = vec![
@@ -46,6 +61,10 @@ impl Event {
             ("entity_name", json(entity)),
             ("project_name", json(project)),
             ("alias", text(self.alias.as_deref())),
+            (
+                "previous_version_string",
+                text(self.previous_version_string.as_deref()),
+            ),
             ("tag", text(self.tag.as_deref())),
             (
                 "artifact_collection_name",
@@ -63,8 +82,10 @@ impl Event {
                 "artifact_metadata",
                 a.map_or_else(empty, |a| json(&a.metadata)),
             ),
+            ("run_id", text(r.map(|r| r.id.as_str()))),
             ("run_name", text(r.map(|r| r.name.as_str()))),
             ("run_creator", text(r.map(|r| r.creator.as_str()))),
+            ("run_state", text(r.map(|r| r.state.as_str()))),
             ("metric_name", text(r.map(|r| r.metric.as_str()))),
             (
                 "metric_value",

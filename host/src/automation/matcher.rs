@@ -12,11 +12,12 @@ use tokio::sync::{mpsc, oneshot};
 use super::automations::{Automation, FILTER_PLUGIN};
 use super::config::ConfigCache;
 use super::outbox::{Delivery, Execution, Status};
+use super::throttle::{self, Throttle};
 use super::worker::Dispatcher;
 use crate::domain::seal::Sealer;
 use crate::error::{Error, Result};
 use crate::ids;
-use crate::model::Event;
+use crate::model::{Event, Scope};
 use crate::plugin::Variable;
 use crate::plugin::{PluginError, Plugins};
 use crate::store::Store;
@@ -34,6 +35,8 @@ struct Fired {
     delivery: Option<Delivery>,
     /// The run whose 24-hour allowance this firing takes.
     run: Option<String>,
+    /// The automation's cooldown and rate limit.
+    throttle: Throttle,
 }
 
 /// Matches events to automations and queues their deliveries. Cheap to clone.
@@ -117,13 +120,22 @@ async fn write_matched(store: &Store, matched: Vec<Matched>) -> Result<Vec<Vec<D
     let mut out = Vec::with_capacity(matched.len());
     for (m, taken) in matched.into_iter().zip(taken) {
         let mut queued = Vec::new();
-        for f in m.fired.into_iter().filter(|_| taken) {
+        for mut f in m.fired.into_iter().filter(|_| taken) {
             if let Some(run) = &f.run
                 && !tx
                     .claim_run_fire((&f.execution.automation, run), m.at_ms, RUN_REFIRE_MS)
                     .await?
             {
                 continue;
+            }
+            if f.delivery.is_some() && f.throttle.is_set() {
+                let (limits, at) = (f.throttle, m.at_ms);
+                let admit = move |fires: &mut Vec<u64>| throttle::admit(&limits, fires, at);
+                if let Some(skipped) = tx.admit_fire(&f.execution.automation, &admit).await? {
+                    f.execution.status = Status::Skipped;
+                    f.execution.skipped = Some(skipped);
+                    f.delivery = None;
+                }
             }
             executions.push(f.execution);
             queued.extend(f.delivery);
@@ -200,12 +212,16 @@ impl Matcher {
     /// What `event` fires: its automations, filtered and rendered.
     async fn match_event(&self, event: &Event) -> Result<Matched> {
         let mut fired = Vec::new();
-        for automation in self
-            .config
-            .triggered(&event.scope, event.event_type)
-            .await?
-            .iter()
-        {
+        let mut listening = vec![
+            self.config
+                .triggered(&event.scope, event.event_type)
+                .await?,
+        ];
+        if let Some(collection) = event.collection() {
+            let scope = Scope::collection(&event.scope, collection);
+            listening.push(self.config.triggered(&scope, event.event_type).await?);
+        }
+        for automation in listening.iter().flat_map(|a| a.iter()) {
             if let Some(f) = self.fire(automation, event).await? {
                 fired.push(f);
             }
@@ -341,6 +357,9 @@ impl crate::domain::Dispatch for Matcher {
 impl Matcher {
     /// Whether `automation` fires for `event`, and what to write if it does.
     async fn fire(&self, automation: &Automation, event: &Event) -> Result<Option<Fired>> {
+        if !automation.event.accepts(event) {
+            return Ok(None);
+        }
         let filter = automation
             .event
             .filter()
@@ -354,6 +373,7 @@ impl Matcher {
             webhook: automation.webhook.clone(),
             status: Status::Pending,
             error: None,
+            skipped: None,
             event: event.clone(),
             payload: None,
             attempts: Vec::new(),
@@ -368,6 +388,7 @@ impl Matcher {
                 execution,
                 delivery: None,
                 run: None,
+                throttle: Throttle::default(),
             }))
         };
         match self
@@ -430,6 +451,7 @@ impl Matcher {
             execution,
             delivery: Some(delivery),
             run: event.run.as_ref().map(|r| r.id.clone()),
+            throttle: automation.throttle(),
         }))
     }
 

@@ -7,6 +7,7 @@
 //! - [`webhook_test`]: the admin's test request.
 //! - [`events`]: what happened, written with the action that caused it.
 //! - [`matcher`]: event → filter → render → executions and deliveries.
+//! - [`throttle`]: an automation's cooldown and rate limit.
 //! - [`outbox`]: durable deliveries and the execution history.
 //! - [`worker`]: the dispatcher that sends, retries and records.
 //! - [`uploads`]: plugins uploaded by operators, refused when they would
@@ -27,6 +28,7 @@ pub mod secret_refs;
 pub mod send;
 pub mod signature;
 pub mod ssrf;
+pub mod throttle;
 pub mod uploads;
 pub mod variables;
 pub mod webhook_test;

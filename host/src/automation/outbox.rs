@@ -11,6 +11,25 @@ use crate::model::Handle;
 pub use crate::model::{Attempt, Delivery, Execution, Status};
 use crate::store::Store;
 
+/// The status named `text`, in any case: `Pending`, `Finished`, `Failed`
+/// or `Skipped`.
+pub fn parse_status(text: &str) -> Result<Status> {
+    [
+        Status::Pending,
+        Status::Finished,
+        Status::Failed,
+        Status::Skipped,
+    ]
+    .into_iter()
+    .find(|s| format!("{s:?}").eq_ignore_ascii_case(text))
+    .ok_or_else(|| {
+        Error::invalid(
+            "status",
+            format!("status '{text}' is not one of Pending, Finished, Failed, Skipped"),
+        )
+    })
+}
+
 /// One execution of an automation.
 pub async fn execution(store: &Store, handle: &Handle, id: &str) -> Result<Execution> {
     store

@@ -11,13 +11,16 @@ pub const EVENT: &[&str] = &[
     "event_type",
     "event_author",
     "alias",
+    "previous_version_string",
     "tag",
     "artifact_collection_name",
     "artifact_metadata",
     "artifact_version",
     "artifact_version_string",
+    "run_id",
     "run_name",
     "run_creator",
+    "run_state",
     "metric_name",
     "metric_value",
 ];
@@ -46,12 +49,14 @@ pub fn sample(
 ) -> std::collections::BTreeMap<String, serde_json::Value> {
     use crate::model::{EventType, Scope};
     use serde_json::json;
-    let (entity, project) = match scope {
-        Scope::Project { team, project } => (team.as_str(), project.as_str()),
-        Scope::Registry { registry } => (registry.as_str(), ""),
+    let (entity, project) = match scope.parent() {
+        Scope::Project { team, project } => (team, project),
+        Scope::Registry { registry } => (registry, String::new()),
+        Scope::Collection { .. } => (String::new(), String::new()),
     };
-    let artifact = event_type != EventType::RunMetricThreshold;
-    let run = !artifact;
+    let run = event_type.is_run();
+    let artifact = !run;
+    let metric = event_type == EventType::RunMetricThreshold;
     let when = |on: bool, value: serde_json::Value| if on { value } else { json!("") };
     [
         ("event_type", json!(event_type)),
@@ -61,8 +66,18 @@ pub fn sample(
         (
             "alias",
             when(
-                event_type == EventType::AddArtifactAlias,
+                matches!(
+                    event_type,
+                    EventType::AddArtifactAlias | EventType::UpdateArtifactAlias
+                ),
                 json!("production"),
+            ),
+        ),
+        (
+            "previous_version_string",
+            when(
+                event_type == EventType::UpdateArtifactAlias,
+                json!("detector:v2"),
             ),
         ),
         (
@@ -85,10 +100,15 @@ pub fn sample(
             "artifact_metadata",
             when(artifact, json!({"accuracy": 0.93})),
         ),
+        ("run_id", when(run, json!("3f2a9c1d5e7b8a60"))),
         ("run_name", when(run, json!("run-42"))),
         ("run_creator", when(run, json!(author))),
-        ("metric_name", when(run, json!("loss"))),
-        ("metric_value", when(run, json!(0.12))),
+        (
+            "run_state",
+            when(run, json!(if metric { "running" } else { "finished" })),
+        ),
+        ("metric_name", when(metric, json!("loss"))),
+        ("metric_value", when(metric, json!(0.12))),
     ]
     .into_iter()
     .map(|(name, value)| (name.to_string(), value))

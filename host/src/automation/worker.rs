@@ -440,7 +440,8 @@ impl Inner {
             (Verdict::Gone, _) => telemetry::Delivery::Disabled,
             (_, Status::Finished) => telemetry::Delivery::Delivered,
             (_, Status::Pending) => telemetry::Delivery::Retried,
-            (_, Status::Failed) => telemetry::Delivery::Failed,
+            // (A send is never skipped: only the matcher skips, before any.)
+            (_, Status::Failed | Status::Skipped) => telemetry::Delivery::Failed,
         };
         let since_event = ids::now_ms().saturating_sub(delivery.event_at_ms);
         let outcome = Outcome {

@@ -58,6 +58,11 @@ impl Access {
                     self.projects.keep(key, epoch, ());
                 }
             }
+            // The collection itself need not exist: the automations of one
+            // deleted stay readable, disabled, saying why.
+            Scope::Collection { .. } => {
+                Box::pin(self.authorize(user, &scope.parent(), need)).await?;
+            }
         }
         Ok(())
     }

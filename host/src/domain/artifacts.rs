@@ -185,7 +185,13 @@ async fn add_version(
         created_at: ids::now(),
     };
     tx.insert_version(scope, &version).await?;
-    let caused = link_events(scope, user, &version);
+    let mut caused = Vec::new();
+    let created = EventType::CreateArtifact;
+    let in_collection = Scope::collection(scope, collection_name);
+    if tx.listens(scope, created).await? || tx.listens(&in_collection, created).await? {
+        caused.push(event_for(scope, user, &version, EventType::CreateArtifact));
+    }
+    caused.extend(link_events(scope, user, &version));
     tx.insert_events(&caused).await?;
     tx.commit().await?;
     events.dispatch(&caused).await?;
@@ -333,13 +339,14 @@ async fn add_aliases(
     let mut caused = Vec::with_capacity(aliases.len());
     let mut moved_from = BTreeMap::new();
     for alias in &aliases {
-        if let Some(old) = tx.set_alias(at, alias).await? {
+        let moved = tx.set_alias(at, alias).await?;
+        if let Some(old) = moved {
             moved_from.insert(alias.clone(), format!("v{old}"));
         }
         caused.push(Event {
             id: ids::ordered_id(),
             alias: Some(alias.clone()),
-            ..template.clone()
+            ..alias_event(&template, moved)
         });
     }
     tx.insert_events(&caused).await?;
@@ -350,6 +357,26 @@ async fn add_aliases(
         labels: aliases,
         moved_from,
     })
+}
+
+/// An alias's event: `ADD_ARTIFACT_ALIAS`, or `UPDATE_ARTIFACT_ALIAS`
+/// naming the version it `moved` from.
+fn alias_event(added: &Event, moved: Option<u64>) -> Event {
+    let Some(old) = moved else {
+        return added.clone();
+    };
+    let previous = added.artifact.as_ref().map(|a| {
+        let path = a
+            .version_string
+            .rsplit_once(':')
+            .map_or("", |(path, _)| path);
+        format!("{path}:v{old}")
+    });
+    Event {
+        event_type: EventType::UpdateArtifactAlias,
+        previous_version_string: previous,
+        ..added.clone()
+    }
 }
 
 /// Tags, in one store operation with their events (one statement on
@@ -404,10 +431,11 @@ fn link_events(scope: &Scope, user: &User, version: &Version) -> Vec<Event> {
 
 /// The event for `version` in `scope`.
 fn event_for(scope: &Scope, user: &User, version: &Version, event_type: EventType) -> Event {
-    let (entity, project, path) = match (scope, &version.source) {
+    let (entity, project, path) = match (&scope.parent(), &version.source) {
         (Scope::Project { team, project }, _) => {
             (team.clone(), project.clone(), format!("{team}/{project}"))
         }
+        (Scope::Collection { .. }, _) => (String::new(), String::new(), String::new()),
         (Scope::Registry { registry }, Some(source)) => (
             source.team.clone(),
             source.project.clone(),
@@ -445,6 +473,7 @@ fn event_for(scope: &Scope, user: &User, version: &Version, event_type: EventTyp
             metadata: version.metadata.clone(),
         })),
         alias: None,
+        previous_version_string: None,
         tag: None,
         run: None,
     }

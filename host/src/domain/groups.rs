@@ -96,6 +96,10 @@ pub async fn authorize(store: &Store, user: &User, scope: &Scope, need: Role) ->
             require(store, GroupKind::Team, user, team, need).await?;
             crate::domain::projects::get(store, team, project).await?;
         }
+        // As in `access`: a deleted collection's automations stay readable.
+        Scope::Collection { .. } => {
+            Box::pin(authorize(store, user, &scope.parent(), need)).await?;
+        }
     }
     Ok(())
 }

@@ -11,8 +11,9 @@ use crate::domain::auth::User;
 use crate::domain::{Dispatch, names};
 use crate::error::{Error, Result};
 use crate::ids;
-pub use crate::model::Run;
 use crate::model::{Event, EventType, RunRef, Scope};
+pub use crate::model::{Run, RunState};
+pub use crate::store::RunAt;
 use crate::store::{MetricAt, Store};
 
 /// The most recent values kept per metric, and the largest window an
@@ -35,6 +36,7 @@ pub async fn create(
         name: name.to_string(),
         creator: user.name.clone(),
         created_at: ids::now(),
+        state: RunState::Running,
     };
     store.insert_run(team, project, &run).await?;
     Ok(run)
@@ -52,6 +54,42 @@ pub async fn get(store: &Store, team: &str, project: &str, id: &str) -> Result<R
 /// The project's runs.
 pub async fn list(store: &Store, team: &str, project: &str) -> Result<Vec<Run>> {
     Ok(store.runs(team, project).await?)
+}
+
+/// Ends a run: moves it from `running` to `to`, once, and hands on the
+/// `RUN_STATE` event (none for `killed`, which never fires, as in W&B).
+pub async fn end(
+    store: &Store,
+    events: &dyn Dispatch,
+    at: RunAt<'_>,
+    user: &User,
+    to: RunState,
+) -> Result<Run> {
+    let run = get(store, at.team, at.project, at.id).await?;
+    let refused = |now: RunState| {
+        Error::Conflict(format!(
+            "run '{}' is {now}; a run moves from running to finished, failed, crashed or killed, once",
+            at.id
+        ))
+    };
+    if run.state != RunState::Running || to == RunState::Running {
+        return Err(refused(run.state));
+    }
+    let scope = Scope::project(at.team, at.project);
+    let tx = store.begin().await?;
+    if !tx.set_run_state(at, RunState::Running, to).await? {
+        let now = get(store, at.team, at.project, at.id).await?;
+        return Err(refused(now.state));
+    }
+    let run = Run { state: to, ..run };
+    let mut caused = Vec::new();
+    if to != RunState::Killed && tx.listens(&scope, EventType::RunState).await? {
+        caused.push(run_event(EventType::RunState, at, &run, user, None));
+    }
+    tx.insert_events(&caused).await?;
+    tx.commit().await?;
+    events.dispatch(&caused).await?;
+    Ok(run)
 }
 
 /// Logs `metrics` for a run and hands on the events caused; returns how
@@ -84,6 +122,11 @@ pub async fn log(
     }
     let run = get(store, team, project, run_id).await?;
     let scope = Scope::project(team, project);
+    let at = RunAt {
+        team,
+        project,
+        id: run_id,
+    };
     let tx = store.begin().await?;
     let listened = tx.listens(&scope, EventType::RunMetricThreshold).await?;
     let mut counts = BTreeMap::new();
@@ -103,29 +146,51 @@ pub async fn log(
             .await?;
         counts.insert(metric.clone(), values.len());
         if listened {
-            caused.push(Event {
-                id: ids::ordered_id(),
-                event_type: EventType::RunMetricThreshold,
-                scope: scope.clone(),
-                author: user.name.clone(),
-                at_ms: ids::now_ms(),
-                artifact: None,
-                alias: None,
-                tag: None,
-                run: Some(RunRef {
-                    team: team.to_string(),
-                    project: project.to_string(),
-                    id: run.id.clone(),
-                    name: run.name.clone(),
-                    creator: run.creator.clone(),
-                    metric: metric.clone(),
-                    values,
-                }),
-            });
+            let logged = Some((metric.clone(), values));
+            caused.push(run_event(
+                EventType::RunMetricThreshold,
+                at,
+                &run,
+                user,
+                logged,
+            ));
         }
     }
     tx.insert_events(&caused).await?;
     tx.commit().await?;
     events.dispatch(&caused).await?;
     Ok(counts)
+}
+
+/// An event about `run` (at `at`) by `user`: a state change, or, with
+/// `logged`, a metric and its recent values.
+fn run_event(
+    event_type: EventType,
+    at: RunAt<'_>,
+    run: &Run,
+    user: &User,
+    logged: Option<(String, Vec<f64>)>,
+) -> Event {
+    let (metric, values) = logged.unwrap_or_default();
+    Event {
+        id: ids::ordered_id(),
+        event_type,
+        scope: Scope::project(at.team, at.project),
+        author: user.name.clone(),
+        at_ms: ids::now_ms(),
+        artifact: None,
+        alias: None,
+        previous_version_string: None,
+        tag: None,
+        run: Some(RunRef {
+            team: at.team.to_string(),
+            project: at.project.to_string(),
+            id: run.id.clone(),
+            name: run.name.clone(),
+            creator: run.creator.clone(),
+            state: run.state,
+            metric,
+            values,
+        }),
+    }
 }

@@ -1,7 +1,8 @@
 //! Collections and versions in a registry or project, and the actions that
 //! fire artifact automations: adding an alias or a tag, and linking.
 //!
-//! Members of the registry (or of the project's team) read and act. Each
+//! Members of the registry (or of the project's team) read and act; its
+//! admins delete a collection. Each
 //! action answers once the deliveries it caused are durable in the outbox.
 
 use axum::Router;
@@ -13,9 +14,10 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::Json;
-use super::scope::{AsMember, InScope};
+use super::scope::{AsAdmin, AsMember, InScope};
 use super::{Reply, ReplyWith};
 use crate::app::App;
+use crate::automation::automations;
 use crate::domain::artifacts::{
     self, Collection, Label, Labelled, LabelledVersion, Source, Target,
 };
@@ -27,7 +29,10 @@ use crate::model::Scope;
 pub fn routes() -> Router<App> {
     Router::new()
         .route("/", get(list_collections).post(create_collection))
-        .route("/{collection}", get(show_collection))
+        .route(
+            "/{collection}",
+            get(show_collection).delete(delete_collection),
+        )
         .route(
             "/{collection}/versions",
             get(list_versions).post(create_version),
@@ -59,6 +64,20 @@ pub async fn show_collection(at: InScope<AsMember>) -> Reply<Collection> {
     Ok(axum::Json(
         artifacts::collection(&at.app.store, scope, &name).await?,
     ))
+}
+
+/// Deletes a collection with its versions (admins only); the automations
+/// on it alone are disabled, saying why.
+pub async fn delete_collection(at: InScope<AsAdmin>) -> Result<StatusCode> {
+    let (user, scope) = (&at.user, &at.place);
+    let name = at.param("collection")?;
+    automations::delete_collection(&at.app.store, scope, &name).await?;
+    super::audit(
+        &user.name,
+        "collection deleted",
+        &format!("{} {name}", scope.describe()),
+    );
+    Ok(StatusCode::NO_CONTENT)
 }
 
 pub async fn list_versions(at: InScope<AsMember>) -> Reply<Value> {

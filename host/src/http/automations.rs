@@ -1,6 +1,7 @@
-//! Automations of a registry (`/v1/registries/{registry}/automations`) or a
-//! project (`/v1/teams/{team}/projects/{project}/automations`): one set of
-//! handlers for both, the scope read from the path.
+//! Automations of a registry (`/v1/registries/{registry}/automations`), a
+//! project (`/v1/teams/{team}/projects/{project}/automations`), or one
+//! collection of either (`…/collections/{collection}/automations`): one set
+//! of handlers for all, the scope read from the path.
 //!
 //! Reading needs membership of the registry or the project's team; saving
 //! and deleting need its admin role, as the spec says.
@@ -11,7 +12,8 @@ use axum::routing::{get, post};
 use serde_json::Value;
 
 use super::Json;
-use super::scope::{AsAdmin, AsMember, InScope, Need};
+use super::query::Query;
+use super::scope::{AsAdmin, AsMember, InListening, Need};
 use super::{Reply, ReplyWith};
 use crate::app::App;
 use crate::automation::automations::{self, Automation, Definition, Handle};
@@ -29,14 +31,17 @@ pub fn routes() -> Router<App> {
         .route("/{name}/replay", post(replay_failed))
 }
 
-pub async fn list(at: InScope<AsMember>) -> Reply<Value> {
+pub async fn list(at: InListening<AsMember>) -> Reply<Value> {
     let scope = &at.place;
     Ok(super::list_of(
         automations::list(&at.app.store, scope).await?,
     ))
 }
 
-pub async fn create(at: InScope<AsAdmin>, Json(def): Json<Definition>) -> ReplyWith<Automation> {
+pub async fn create(
+    at: InListening<AsAdmin>,
+    Json(def): Json<Definition>,
+) -> ReplyWith<Automation> {
     let (user, scope) = (&at.user, &at.place);
     automations::check(&at.app.store, &at.app.plugins, user, scope, &def).await?;
     let automation = automations::create(&at.app.store, scope, def, user).await?;
@@ -48,7 +53,7 @@ pub async fn create(at: InScope<AsAdmin>, Json(def): Json<Definition>) -> ReplyW
     Ok((StatusCode::CREATED, axum::Json(automation)))
 }
 
-pub async fn show(at: InScope<AsMember>) -> Reply<Automation> {
+pub async fn show(at: InListening<AsMember>) -> Reply<Automation> {
     let scope = &at.place;
     let name = at.param("name")?;
     Ok(axum::Json(
@@ -57,7 +62,7 @@ pub async fn show(at: InScope<AsMember>) -> Reply<Automation> {
 }
 
 /// Replaces the whole definition, re-validated; a new `name` renames it.
-pub async fn update(at: InScope<AsAdmin>, Json(def): Json<Definition>) -> Reply<Automation> {
+pub async fn update(at: InListening<AsAdmin>, Json(def): Json<Definition>) -> Reply<Automation> {
     let (user, scope) = (&at.user, &at.place);
     let name = at.param("name")?;
     automations::get(&at.app.store, scope, &name).await?;
@@ -71,7 +76,7 @@ pub async fn update(at: InScope<AsAdmin>, Json(def): Json<Definition>) -> Reply<
     Ok(axum::Json(automation))
 }
 
-pub async fn delete(at: InScope<AsAdmin>) -> Result<StatusCode> {
+pub async fn delete(at: InListening<AsAdmin>) -> Result<StatusCode> {
     let (user, scope) = (&at.user, &at.place);
     let name = at.param("name")?;
     automations::delete(&at.app.store, scope, &name).await?;
@@ -92,24 +97,38 @@ fn shown(mut execution: outbox::Execution) -> outbox::Execution {
     execution
 }
 
-fn handle<N: Need>(at: &InScope<N>) -> Result<Handle> {
+fn handle<N: Need>(at: &InListening<N>) -> Result<Handle> {
     Ok(Handle {
-        scope: at.place.clone(),
+        scope: at.place.0.clone(),
         name: at.param("name")?,
     })
 }
 
 /// The automation's executions, newest first.
-pub async fn executions(at: InScope<AsMember>) -> Reply<Value> {
+/// `?status=`: only the executions in that state.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct History {
+    #[serde(default)]
+    status: Option<String>,
+}
+
+/// The latest executions, newest first; `?status=Skipped` (any case) keeps
+/// those of one status among them.
+pub async fn executions(at: InListening<AsMember>, Query(q): Query<History>) -> Reply<Value> {
     let handle = handle(&at)?;
+    let status = q.status.as_deref().map(outbox::parse_status).transpose()?;
     automations::get(&at.app.store, &handle.scope, &handle.name).await?;
     let list = outbox::executions(&at.app.store, &handle, MAX_EXECUTIONS).await?;
     Ok(super::list_of(
-        list.into_iter().map(shown).collect::<Vec<_>>(),
+        list.into_iter()
+            .filter(|e| status.is_none_or(|s| e.status == s))
+            .map(shown)
+            .collect::<Vec<_>>(),
     ))
 }
 
-pub async fn execution(at: InScope<AsMember>) -> Reply<outbox::Execution> {
+pub async fn execution(at: InListening<AsMember>) -> Reply<outbox::Execution> {
     let handle = handle(&at)?;
     let id = at.param("execution")?;
     Ok(axum::Json(shown(
@@ -118,7 +137,7 @@ pub async fn execution(at: InScope<AsMember>) -> Reply<outbox::Execution> {
 }
 
 /// Sends one execution's payload again, with the same delivery id.
-pub async fn replay_one(at: InScope<AsAdmin>) -> ReplyWith<outbox::Execution> {
+pub async fn replay_one(at: InListening<AsAdmin>) -> ReplyWith<outbox::Execution> {
     let handle = handle(&at)?;
     let id = at.param("execution")?;
     let (execution, delivery) = outbox::replay(&at.app.store, &handle, &id).await?;
@@ -134,7 +153,7 @@ pub struct ReplayFailed {
 
 /// Sends again every failed execution created since `since_ms`.
 pub async fn replay_failed(
-    at: InScope<AsAdmin>,
+    at: InListening<AsAdmin>,
     Json(body): Json<ReplayFailed>,
 ) -> ReplyWith<Value> {
     let handle = handle(&at)?;

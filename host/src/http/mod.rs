@@ -123,6 +123,10 @@ fn scoped() -> Router<App> {
     Router::new()
         .nest("/automations", automations::routes())
         .nest("/collections", artifacts::routes())
+        .nest(
+            "/collections/{collection}/automations",
+            automations::routes(),
+        )
 }
 
 /// The audit trail: who changed which object, and how, one line each.

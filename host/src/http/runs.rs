@@ -12,14 +12,14 @@ use serde_json::{Value, json};
 use super::scope::{AsMember, InScope};
 use super::{Json, Reply, ReplyWith};
 use crate::app::App;
-use crate::domain::runs::{self, Run};
-use crate::error::Result;
+use crate::domain::runs::{self, Run, RunAt, RunState};
+use crate::error::{Error, Result};
 
 /// Nested under `/v1/teams/{team}/projects/{project}/runs`.
 pub fn routes() -> Router<App> {
     Router::new()
         .route("/", get(list).post(create))
-        .route("/{run}", get(show))
+        .route("/{run}", get(show).patch(end))
         .route("/{run}/metrics", post(log))
 }
 
@@ -52,6 +52,35 @@ pub async fn show(at: InScope<AsMember>) -> Reply<Run> {
     Ok(axum::Json(
         runs::get(&at.app.store, &team, &project, &run).await?,
     ))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EndRun {
+    state: String,
+}
+
+/// Ends a run (`{"state": "finished"}`); answers once the deliveries its
+/// `RUN_STATE` event caused are durable.
+pub async fn end(at: InScope<AsMember>, Json(body): Json<EndRun>) -> Reply<Run> {
+    let ((team, project), id) = (project(&at)?, at.param("run")?);
+    let to = RunState::parse(&body.state).ok_or_else(|| {
+        Error::invalid(
+            "state",
+            format!(
+                "state '{}' is not one of finished, failed, crashed, killed",
+                body.state
+            ),
+        )
+    })?;
+    let run = RunAt {
+        team: &team,
+        project: &project,
+        id: &id,
+    };
+    let (app, user) = (&at.app, &at.user);
+    let ended = runs::end(&app.store, &app.matcher, run, user, to).await?;
+    Ok(axum::Json(ended))
 }
 
 #[derive(Deserialize)]

@@ -58,6 +58,35 @@ impl Place for Scope {
     }
 }
 
+/// Where automations listen: a registry or project, or one collection of
+/// either (`…/collections/{collection}/automations`), W&B's collection
+/// scope. Saving an automation needs the collection; reading does not, so
+/// that those of a deleted collection show why they are disabled.
+#[derive(Debug, Clone)]
+pub struct Listening(pub Scope);
+
+impl Place for Listening {
+    async fn enter(app: &App, user: &User, params: &PathParams, role: Role) -> Result<Self> {
+        let mut scope = scope(params)?;
+        if let Some(collection) = params.get("collection") {
+            scope = Scope::collection(&scope, collection);
+        }
+        app.access.authorize(user, &scope, role).await?;
+        Ok(Listening(scope))
+    }
+}
+
+impl std::ops::Deref for Listening {
+    type Target = Scope;
+
+    fn deref(&self) -> &Scope {
+        &self.0
+    }
+}
+
+/// The caller where automations listen.
+pub type InListening<N> = In<Listening, N>;
+
 /// The team `/v1/teams/{team}/…` addresses, by name.
 #[derive(Debug, Clone)]
 pub struct Team(pub String);

@@ -4,15 +4,26 @@
 use serde::{Deserialize, Serialize};
 
 use super::event::EventType;
+use super::run::RunState;
 use super::scope::Scope;
 
 /// The event that fires an automation, with its event-specific fields.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", deny_unknown_fields)]
 pub enum EventConfig {
+    /// A new version is created in a collection.
+    #[serde(rename = "CREATE_ARTIFACT")]
+    CreateArtifact {},
     /// An alias matching `alias_regex` is added to an artifact version.
     #[serde(rename = "ADD_ARTIFACT_ALIAS")]
     AddArtifactAlias {
+        /// Required: the alias must match it.
+        alias_regex: String,
+    },
+    /// An alias matching `alias_regex` moves to an artifact version from
+    /// the version that held it.
+    #[serde(rename = "UPDATE_ARTIFACT_ALIAS")]
+    UpdateArtifactAlias {
         /// Required: the alias must match it.
         alias_regex: String,
     },
@@ -26,6 +37,15 @@ pub enum EventConfig {
     /// An artifact version is linked into a registry collection.
     #[serde(rename = "LINK_ARTIFACT")]
     LinkArtifact {},
+    /// A run ends in one of `states` (projects only).
+    #[serde(rename = "RUN_STATE")]
+    RunState {
+        /// Which ends count: some of `finished`, `failed`, `crashed`.
+        states: Vec<RunState>,
+        /// Which runs count.
+        #[serde(default)]
+        run_filters: RunFilters,
+    },
     /// A run metric crosses a threshold (projects only).
     #[serde(rename = "RUN_METRIC_THRESHOLD")]
     RunMetricThreshold {
@@ -41,10 +61,13 @@ impl EventConfig {
     /// The event type it listens for.
     pub fn event_type(&self) -> EventType {
         match self {
+            EventConfig::CreateArtifact {} => EventType::CreateArtifact,
             EventConfig::AddArtifactAlias { .. } => EventType::AddArtifactAlias,
+            EventConfig::UpdateArtifactAlias { .. } => EventType::UpdateArtifactAlias,
             EventConfig::AddArtifactTag { .. } => EventType::AddArtifactTag,
             EventConfig::LinkArtifact {} => EventType::LinkArtifact,
             EventConfig::RunMetricThreshold { .. } => EventType::RunMetricThreshold,
+            EventConfig::RunState { .. } => EventType::RunState,
         }
     }
 }
@@ -139,6 +162,12 @@ pub struct Automation {
     /// Why it is disabled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disabled_reason: Option<String>,
+    /// No firing within this many seconds of the last one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cooldown_s: Option<u64>,
+    /// At most this many firings in any 60 minutes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_per_hour: Option<u32>,
     /// Who last saved it.
     pub updated_by: String,
     /// Unix seconds.
@@ -148,6 +177,14 @@ pub struct Automation {
 }
 
 impl Automation {
+    /// Its cooldown and rate limit.
+    pub fn throttle(&self) -> Throttle {
+        Throttle {
+            cooldown_s: self.cooldown_s,
+            max_per_hour: self.max_per_hour,
+        }
+    }
+
     /// Its place: scope and name.
     pub fn handle(&self) -> Handle {
         Handle {
@@ -171,4 +208,51 @@ impl Handle {
     pub fn describe(&self) -> String {
         format!("{} automation '{}'", self.scope.describe(), self.name)
     }
+}
+
+/// How often an automation may fire: W&B's cooldown and rate limit. A
+/// firing they hold back is recorded as a `Skipped` execution and sends
+/// nothing.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Throttle {
+    /// No firing within this many seconds of the last one.
+    pub cooldown_s: Option<u64>,
+    /// At most this many firings in any 60 minutes.
+    pub max_per_hour: Option<u32>,
+}
+
+impl Throttle {
+    /// Whether it holds anything back.
+    pub fn is_set(&self) -> bool {
+        self.cooldown_s.is_some() || self.max_per_hour.is_some()
+    }
+}
+
+/// Why a firing was held back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SkipReason {
+    /// Within `cooldown_s` of the last firing.
+    Cooldown,
+    /// `max_per_hour` firings in the last hour already.
+    RateLimit,
+}
+
+impl SkipReason {
+    /// `cooldown` or `rate_limit`, as the API writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SkipReason::Cooldown => "cooldown",
+            SkipReason::RateLimit => "rate_limit",
+        }
+    }
+}
+
+/// A firing held back, and why, in words.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Skipped {
+    /// `cooldown` or `rate_limit`.
+    pub reason: SkipReason,
+    /// What the automation did and what its limit is.
+    pub message: String,
 }

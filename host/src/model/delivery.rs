@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::automation::{Handle, WebhookRef};
+use super::automation::{Handle, Skipped, WebhookRef};
 use super::event::Event;
 
 /// Where an execution stands.
@@ -15,6 +15,8 @@ pub enum Status {
     Finished,
     /// Given up: a permanent error, or retries exhausted.
     Failed,
+    /// Held back by the automation's cooldown or rate limit; nothing sent.
+    Skipped,
 }
 
 /// One try at sending.
@@ -43,10 +45,13 @@ pub struct Execution {
     pub automation: Handle,
     /// The webhook called.
     pub webhook: WebhookRef,
-    /// Pending, Finished or Failed.
+    /// Pending, Finished, Failed or Skipped.
     pub status: Status,
     /// Why it failed, or what the last attempt hit.
     pub error: Option<String>,
+    /// Why it was skipped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<Skipped>,
     /// The triggering event.
     pub event: Event,
     /// The payload sent, with secret values replaced by `[REDACTED]`.

@@ -8,14 +8,22 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::run::RunState;
 use super::scope::Scope;
 
 /// The kinds of event an automation can listen for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum EventType {
+    /// A new version was created in a collection (logged in a project, or
+    /// linked into a registry).
+    #[serde(rename = "CREATE_ARTIFACT")]
+    CreateArtifact,
     /// An alias was added to an artifact version.
     #[serde(rename = "ADD_ARTIFACT_ALIAS")]
     AddArtifactAlias,
+    /// An alias that another version held moved to this one.
+    #[serde(rename = "UPDATE_ARTIFACT_ALIAS")]
+    UpdateArtifactAlias,
     /// A tag was added to an artifact version.
     #[serde(rename = "ADD_ARTIFACT_TAG")]
     AddArtifactTag,
@@ -25,24 +33,38 @@ pub enum EventType {
     /// A run logged a metric.
     #[serde(rename = "RUN_METRIC_THRESHOLD")]
     RunMetricThreshold,
+    /// A run ended: finished, failed or crashed.
+    #[serde(rename = "RUN_STATE")]
+    RunState,
 }
 
 impl EventType {
     /// Every event type.
-    pub const ALL: [EventType; 4] = [
+    pub const ALL: [EventType; 7] = [
+        EventType::CreateArtifact,
         EventType::AddArtifactAlias,
+        EventType::UpdateArtifactAlias,
         EventType::AddArtifactTag,
         EventType::LinkArtifact,
         EventType::RunMetricThreshold,
+        EventType::RunState,
     ];
+
+    /// Whether it is about a run (and so lives in projects only).
+    pub fn is_run(self) -> bool {
+        matches!(self, EventType::RunMetricThreshold | EventType::RunState)
+    }
 
     /// The name, as `${event_type}` renders it.
     pub fn as_str(self) -> &'static str {
         match self {
+            EventType::CreateArtifact => "CREATE_ARTIFACT",
             EventType::AddArtifactAlias => "ADD_ARTIFACT_ALIAS",
+            EventType::UpdateArtifactAlias => "UPDATE_ARTIFACT_ALIAS",
             EventType::AddArtifactTag => "ADD_ARTIFACT_TAG",
             EventType::LinkArtifact => "LINK_ARTIFACT",
             EventType::RunMetricThreshold => "RUN_METRIC_THRESHOLD",
+            EventType::RunState => "RUN_STATE",
         }
     }
 
@@ -76,9 +98,13 @@ pub struct Event {
     /// events, and the version object was most of what a copy cost.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub artifact: Option<Arc<ArtifactRef>>,
-    /// The alias added.
+    /// The alias added or moved.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub alias: Option<String>,
+    /// For a moved alias: the version that held it, as
+    /// `artifact_version_string` writes versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_version_string: Option<String>,
     /// The tag added.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tag: Option<String>,
@@ -104,7 +130,7 @@ pub struct ArtifactRef {
     pub metadata: BTreeMap<String, Value>,
 }
 
-/// The run a metric event is about.
+/// The run a run event is about.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunRef {
     /// The owning team.
@@ -117,8 +143,14 @@ pub struct RunRef {
     pub name: String,
     /// Who created the run.
     pub creator: String,
-    /// The metric logged.
+    /// Its state (for `RUN_STATE`, the one it just took).
+    #[serde(default)]
+    pub state: RunState,
+    /// The metric logged; empty for a state change.
+    #[serde(default)]
     pub metric: String,
-    /// Its recent values, oldest first (the newest is the one just logged).
+    /// Its recent values, oldest first (the newest is the one just
+    /// logged); empty for a state change.
+    #[serde(default)]
     pub values: Vec<f64>,
 }

@@ -21,12 +21,13 @@ pub mod usage;
 pub use access::{ApiKey, Group, GroupKind, Member, Role, Session, User};
 pub use artifact::{Collection, LabelledVersion, Source, Version};
 pub use automation::{
-    Action, Automation, EventConfig, Handle, MetricSpec, RunFilters, State, WebhookRef,
+    Action, Automation, EventConfig, Handle, MetricSpec, RunFilters, SkipReason, Skipped, State,
+    Throttle, WebhookRef,
 };
 pub use delivery::{Attempt, Delivery, Execution, Status};
 pub use event::{ArtifactRef, Event, EventType, RunRef};
 pub use plugin::StoredPlugin;
-pub use run::Run;
+pub use run::{Run, RunState};
 pub use scope::Scope;
 pub use team::{Project, Secret, Webhook};
 pub use usage::{Totals, UsageRow};

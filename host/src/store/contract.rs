@@ -12,12 +12,13 @@ use std::collections::BTreeMap;
 
 use serde_json::json;
 
-use super::{AttemptFor, MetricAt, Store, VersionAt};
+use super::{AttemptFor, MetricAt, RunAt, Store, VersionAt};
 use crate::cfg::StoreConfig;
 use crate::model::{
     Action, ApiKey, Attempt, Automation, Collection, Delivery, Event, EventConfig, EventType,
-    Execution, Group, GroupKind, Handle, Member, Project, Role, Run, Scope, Secret, Session, State,
-    Status, StoredPlugin, Totals, UsageRow, User, Version, Webhook, WebhookRef,
+    Execution, Group, GroupKind, Handle, Member, Project, Role, Run, RunState, Scope, Secret,
+    Session, SkipReason, Skipped, State, Status, StoredPlugin, Totals, UsageRow, User, Version,
+    Webhook, WebhookRef,
 };
 
 /// A PostgreSQL database of one case's own, dropped at the end.
@@ -109,6 +110,7 @@ contract!(
     usage_adds_up,
     uploaded_plugins,
     a_transaction_lands_whole_or_not_at_all,
+    firings_are_admitted_one_at_a_time,
 );
 
 fn user(id: &str, name: &str, created_at: u64) -> User {
@@ -139,6 +141,8 @@ fn automation(name: &str, event: EventConfig, hook: &str) -> Automation {
         template_plugin: "template-default".into(),
         state: State::Active,
         disabled_reason: None,
+        cooldown_s: None,
+        max_per_hour: None,
         updated_by: "u1".into(),
         created_at: 1,
         updated_at: 1,
@@ -158,6 +162,7 @@ pub(super) fn event(id: &str, at_ms: u64) -> Event {
         at_ms,
         artifact: None,
         alias: None,
+        previous_version_string: None,
         tag: Some("t".into()),
         run: None,
     }
@@ -197,6 +202,7 @@ pub(super) fn execution(id: &str, at_ms: u64) -> Execution {
         },
         status: Status::Pending,
         error: None,
+        skipped: None,
         event: event(&format!("ev_{id}"), at_ms),
         payload: Some("{\"x\":1}".into()),
         attempts: Vec::new(),
@@ -682,6 +688,7 @@ async fn runs_metrics_and_fires(store: &Store) {
         name: format!("run {id}"),
         creator: "alice".into(),
         created_at: at,
+        state: RunState::Running,
     };
     store
         .insert_run("ml", "vision", &run("r1", 1))
@@ -697,6 +704,24 @@ async fn runs_metrics_and_fires(store: &Store) {
     );
     assert_eq!(store.run("ml", "audio", "r1").await.unwrap(), None);
     assert_eq!(store.runs("ml", "vision").await.unwrap().len(), 2);
+    let r2 = RunAt {
+        team: "ml",
+        project: "vision",
+        id: "r2",
+    };
+    let (running, failed) = (RunState::Running, RunState::Failed);
+    assert!(store.set_run_state(r2, running, failed).await.unwrap());
+    assert!(
+        !store
+            .set_run_state(r2, running, RunState::Finished)
+            .await
+            .unwrap(),
+        "a run no longer in the state named stays as it is"
+    );
+    let gone = RunAt { id: "r9", ..r2 };
+    assert!(!store.set_run_state(gone, running, failed).await.unwrap());
+    let stored = store.run("ml", "vision", "r2").await.unwrap().unwrap();
+    assert_eq!(stored.state, failed);
     for (i, value) in [1.0, 2.0, 3.0].into_iter().enumerate() {
         let kept = store.push_metric(r1("loss"), value, 2).await.unwrap();
         assert_eq!(kept.len(), (i + 1).min(2));
@@ -835,6 +860,54 @@ async fn executions_and_attempts(store: &Store) {
     assert_eq!(x1.status, Status::Failed);
     assert_eq!(x1.error.as_deref(), Some("gave up"));
     assert_eq!(x1.attempts, vec![attempt]);
+
+    let skipped = Execution {
+        status: Status::Skipped,
+        skipped: Some(Skipped {
+            reason: SkipReason::Cooldown,
+            message: "too soon".into(),
+        }),
+        ..execution("x4", 4)
+    };
+    store
+        .put_executions(std::slice::from_ref(&skipped))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.execution(&automation, "x4").await.unwrap(),
+        Some(skipped)
+    );
+}
+
+/// An automation's firing times: what `admit` leaves is kept, what it
+/// refuses changes nothing, and a transaction sees its own admissions.
+async fn firings_are_admitted_one_at_a_time(store: &Store) {
+    let automation = handle();
+    let once_only = |fires: &mut Vec<u64>| match fires.len() {
+        0 => {
+            fires.push(7);
+            Ok(())
+        }
+        n => Err(Skipped {
+            reason: SkipReason::RateLimit,
+            message: format!("{n} already"),
+        }),
+    };
+    assert_eq!(store.fires(&automation).await.unwrap(), Vec::<u64>::new());
+    let tx = store.begin().await.unwrap();
+    assert_eq!(tx.admit_fire(&automation, &once_only).await.unwrap(), None);
+    let held = tx.admit_fire(&automation, &once_only).await.unwrap();
+    assert_eq!(held.unwrap().message, "1 already");
+    assert_eq!(
+        store.fires(&automation).await.unwrap(),
+        Vec::<u64>::new(),
+        "not yet committed"
+    );
+    tx.commit().await.unwrap();
+    assert_eq!(store.fires(&automation).await.unwrap(), [7]);
+    let held = store.admit_fire(&automation, &once_only).await.unwrap();
+    assert_eq!(held.map(|s| s.reason), Some(SkipReason::RateLimit));
+    assert_eq!(store.fires(&automation).await.unwrap(), [7]);
 }
 
 /// The delivery path writes whole batches: each row of a batch lands as

@@ -92,7 +92,7 @@ pub async fn copy(from: &Store, to: &dyn Records) -> anyhow::Result<usize> {
     let personal = users.iter().map(|u| format!("~{}", u.name));
     let projects = scopes.iter().filter_map(|s| match s {
         Scope::Project { team, project } => Some(format!("{team}/{project}")),
-        Scope::Registry { .. } => None,
+        Scope::Registry { .. } | Scope::Collection { .. } => None,
     });
     for usage_scope in personal.chain(projects) {
         for row in from.usage(&usage_scope).await? {
@@ -149,8 +149,16 @@ async fn copy_team(
 
 /// A scope's automations (with their executions) and collections.
 async fn copy_scope(from: &Store, to: &dyn Records, scope: &Scope) -> anyhow::Result<usize> {
+    let mut automations = from.automations(scope).await?;
+    // Those on one of its collections (even one deleted since) too.
+    let on_collections = from
+        .all_automations()
+        .await?
+        .into_iter()
+        .filter(|a| matches!(a.scope, Scope::Collection { .. }) && a.scope.parent() == *scope);
+    automations.extend(on_collections);
     let mut n = 0;
-    for automation in from.automations(scope).await? {
+    for automation in automations {
         to.save_automation(None, &automation).await?;
         let handle = automation.handle();
         for execution in from.executions(&handle, usize::MAX).await? {
@@ -160,6 +168,12 @@ async fn copy_scope(from: &Store, to: &dyn Records, scope: &Scope) -> anyhow::Re
         for (run, at) in from.run_fires(&handle).await? {
             to.claim_run_fire((&handle, &run), at, 0).await?;
         }
+        let fires = from.fires(&handle).await?;
+        let copy = move |kept: &mut Vec<u64>| {
+            kept.clone_from(&fires);
+            Ok(())
+        };
+        to.admit_fire(&handle, &copy).await?;
         n += 1;
     }
     for collection in from.collections(scope).await? {

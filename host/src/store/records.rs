@@ -8,11 +8,22 @@ use async_trait::async_trait;
 
 use crate::model::{
     ApiKey, Attempt, Automation, Collection, Delivery, Event, EventType, Execution, Group,
-    GroupKind, Handle, LabelledVersion, Member, Project, Run, Scope, Secret, Session, Status,
-    StoredPlugin, UsageRow, User, Version, Webhook,
+    GroupKind, Handle, LabelledVersion, Member, Project, Run, RunState, Scope, Secret, Session,
+    Skipped, Status, StoredPlugin, UsageRow, User, Version, Webhook,
 };
 
 use super::Result;
+
+/// One run, by id.
+#[derive(Debug, Clone, Copy)]
+pub struct RunAt<'a> {
+    /// The owning team.
+    pub team: &'a str,
+    /// The project.
+    pub project: &'a str,
+    /// The run's id.
+    pub id: &'a str,
+}
 
 /// One version of a collection, by index.
 #[derive(Debug, Clone, Copy)]
@@ -235,7 +246,20 @@ pub trait AutomationRecords: Send + Sync {
 
     /// Removes an automation; `false` if there was none.
     async fn delete_automation(&self, scope: &Scope, name: &str) -> Result<bool>;
+
+    /// When `automation` fired, as its cooldown and rate limit keep them
+    /// (unix ms, oldest first).
+    async fn fires(&self, automation: &Handle) -> Result<Vec<u64>>;
+
+    /// Lets `admit` decide on `automation`'s firing times and keeps them as
+    /// it leaves them, atomically: concurrent callers, on any host, take
+    /// turns. Returns what `admit` held back, if it did.
+    async fn admit_fire(&self, automation: &Handle, admit: Admit<'_>) -> Result<Option<Skipped>>;
 }
+
+/// Decides whether an automation fires, given its firing times, which it
+/// may change (see `automation::throttle`).
+pub type Admit<'a> = &'a (dyn Fn(&mut Vec<u64>) -> std::result::Result<(), Skipped> + Send + Sync);
 
 /// Collections, versions and their labels (aliases and tags).
 #[async_trait]
@@ -245,6 +269,10 @@ pub trait ArtifactRecords: Send + Sync {
 
     /// A collection.
     async fn collection(&self, scope: &Scope, name: &str) -> Result<Option<Collection>>;
+
+    /// Removes a collection with its versions, aliases and tags; `false`
+    /// if there was none.
+    async fn delete_collection(&self, scope: &Scope, name: &str) -> Result<bool>;
 
     /// A scope's collections, by name.
     async fn collections(&self, scope: &Scope) -> Result<Vec<Collection>>;
@@ -309,6 +337,10 @@ pub trait RunRecords: Send + Sync {
 
     /// Every metric of a run with its values kept, by name.
     async fn metrics(&self, team: &str, project: &str, run: &str) -> Result<Metrics>;
+
+    /// Moves a run from state `from` to `to`; `false` if it was not in
+    /// `from` (or is not there).
+    async fn set_run_state(&self, run: RunAt<'_>, from: RunState, to: RunState) -> Result<bool>;
 
     /// When `automation` last fired for each run, by run id.
     async fn run_fires(&self, automation: &Handle) -> Result<Vec<(String, u64)>>;

@@ -24,7 +24,7 @@ use crate::automation::webhooks;
 use crate::domain::groups::{self, GroupKind, Role};
 use crate::error::Error;
 use crate::http::scope::{Params, param};
-use crate::model::{MetricSpec, RunFilters};
+use crate::model::{MetricSpec, RunFilters, RunState};
 use crate::plugin::Kind;
 
 /// Nested under a place's `/automations`.
@@ -50,9 +50,13 @@ pub struct AutomationForm {
     window: String,
     comparison: String,
     threshold: String,
+    /// For `RUN_STATE`: the ending states ticked.
+    states: Vec<String>,
     webhook: String,
     template_plugin: String,
     payload: String,
+    cooldown_s: String,
+    max_per_hour: String,
 }
 
 impl Default for AutomationForm {
@@ -68,14 +72,22 @@ impl Default for AutomationForm {
             window: "5".into(),
             comparison: ">".into(),
             threshold: String::new(),
+            states: vec!["finished".into(), "failed".into()],
             webhook: String::new(),
             template_plugin: automations::DEFAULT_TEMPLATE_PLUGIN.into(),
             payload: String::new(),
+            cooldown_s: String::new(),
+            max_per_hour: String::new(),
         }
     }
 }
 
 impl AutomationForm {
+    /// Whether the `RUN_STATE` box for `state` is ticked.
+    fn has_state(&self, state: &str) -> bool {
+        self.states.iter().any(|s| s == state)
+    }
+
     /// The form filled in from a saved automation, for editing.
     fn of(a: &Automation) -> AutomationForm {
         let mut form = AutomationForm {
@@ -85,14 +97,22 @@ impl AutomationForm {
             webhook: format!("{}/{}", a.webhook.team, a.webhook.name),
             template_plugin: a.template_plugin.clone(),
             payload: a.payload.clone().unwrap_or_default(),
+            cooldown_s: a.cooldown_s.map(|c| c.to_string()).unwrap_or_default(),
+            max_per_hour: a.max_per_hour.map(|m| m.to_string()).unwrap_or_default(),
             ..AutomationForm::default()
         };
         match &a.event {
-            EventConfig::AddArtifactAlias { alias_regex } => form.alias_regex = alias_regex.clone(),
+            EventConfig::AddArtifactAlias { alias_regex }
+            | EventConfig::UpdateArtifactAlias { alias_regex } => {
+                form.alias_regex = alias_regex.clone();
+            }
             EventConfig::AddArtifactTag { tag_regex } => {
                 form.tag_regex = tag_regex.clone().unwrap_or_default();
             }
-            EventConfig::LinkArtifact {} => {}
+            EventConfig::LinkArtifact {} | EventConfig::CreateArtifact {} => {}
+            EventConfig::RunState { states, .. } => {
+                form.states = states.iter().map(|s| s.as_str().to_string()).collect();
+            }
             EventConfig::RunMetricThreshold { metric, .. } => {
                 form.metric_name = metric.name.clone();
                 form.aggregation = metric.aggregation.clone();
@@ -117,9 +137,16 @@ impl AutomationForm {
             window: field("window"),
             comparison: field("comparison"),
             threshold: field("threshold"),
+            states: automations::ENDING_STATES
+                .iter()
+                .map(|s| s.as_str().to_string())
+                .filter(|s| !posted.field(&format!("state_{s}")).is_empty())
+                .collect(),
             webhook: field("webhook"),
             template_plugin: field("template_plugin"),
             payload: field("payload"),
+            cooldown_s: field("cooldown_s"),
+            max_per_hour: field("max_per_hour"),
         }
     }
 
@@ -127,6 +154,9 @@ impl AutomationForm {
     fn definition(&self) -> Result<Definition, Error> {
         let event = match self.event.as_str() {
             "ADD_ARTIFACT_ALIAS" => EventConfig::AddArtifactAlias {
+                alias_regex: self.alias_regex.trim().to_string(),
+            },
+            "UPDATE_ARTIFACT_ALIAS" => EventConfig::UpdateArtifactAlias {
                 alias_regex: self.alias_regex.trim().to_string(),
             },
             "ADD_ARTIFACT_TAG" => EventConfig::AddArtifactTag {
@@ -137,6 +167,15 @@ impl AutomationForm {
                 run_filters: RunFilters::default(),
             },
             "LINK_ARTIFACT" => EventConfig::LinkArtifact {},
+            "CREATE_ARTIFACT" => EventConfig::CreateArtifact {},
+            "RUN_STATE" => EventConfig::RunState {
+                states: self
+                    .states
+                    .iter()
+                    .filter_map(|s| RunState::parse(s))
+                    .collect(),
+                run_filters: RunFilters::default(),
+            },
             other => return Err(Error::invalid("event", format!("unknown event '{other}'"))),
         };
         let payload = Some(self.payload.trim().to_string()).filter(|p| !p.is_empty());
@@ -157,6 +196,8 @@ impl AutomationForm {
             action: Action::Webhooks,
             payload,
             template_plugin: Some(self.template_plugin.clone()),
+            cooldown_s: optional_number("cooldown_s", &self.cooldown_s)?,
+            max_per_hour: optional_number("max_per_hour", &self.max_per_hour)?,
         })
     }
 
@@ -183,6 +224,19 @@ impl AutomationForm {
     }
 }
 
+/// A whole number from a form field left empty for none.
+fn optional_number<N: std::str::FromStr>(field: &str, text: &str) -> Result<Option<N>, Error> {
+    match text.trim() {
+        "" => Ok(None),
+        text => text.parse().map(Some).map_err(|_| {
+            Error::invalid(
+                field,
+                format!("{field} is a whole number, or empty for none"),
+            )
+        }),
+    }
+}
+
 #[derive(Template)]
 #[template(path = "console/automation_form.html")]
 struct FormPage {
@@ -196,6 +250,8 @@ struct FormPage {
     events: &'static [(&'static str, &'static str)],
     /// Whether the place has runs (a project).
     runs: bool,
+    /// The states a `RUN_STATE` automation may name.
+    ending: Vec<&'static str>,
     /// `team/name` of every webhook the viewer may call.
     webhooks: Vec<String>,
     templates: Vec<String>,
@@ -253,13 +309,15 @@ pub async fn edit(State(app): State<App>, viewer: Viewer, Path(params): Params) 
 /// The `team/name` of every webhook `viewer` may call: those of the
 /// project's team, or, for a registry, of every team they belong to.
 async fn webhook_choices(app: &App, viewer: &Viewer, place: &Place) -> Result<Vec<String>, Error> {
-    let teams = match &place.scope {
-        Scope::Project { team, .. } => vec![team.clone()],
-        Scope::Registry { .. } => groups::list_for(&app.store, GroupKind::Team, &viewer.user)
-            .await?
-            .into_iter()
-            .map(|(g, _)| g.name)
-            .collect(),
+    let teams = match place.scope.parent() {
+        Scope::Project { team, .. } => vec![team],
+        Scope::Registry { .. } | Scope::Collection { .. } => {
+            groups::list_for(&app.store, GroupKind::Team, &viewer.user)
+                .await?
+                .into_iter()
+                .map(|(g, _)| g.name)
+                .collect()
+        }
     };
     let mut choices = Vec::new();
     for team in teams {
@@ -319,6 +377,7 @@ async fn form_page(
         base: base.clone(),
         events: place.events(),
         runs: place.is_project(),
+        ending: automations::ENDING_STATES.map(RunState::as_str).to_vec(),
         webhooks,
         templates,
         form,
@@ -414,6 +473,8 @@ struct ExecutionRow {
     event: String,
     delivery_id: String,
     error: Option<String>,
+    /// Why it was skipped.
+    skipped: Option<String>,
     payload: Option<String>,
     attempts: Vec<AttemptRow>,
     replayable: bool,
@@ -427,6 +488,7 @@ impl ExecutionRow {
                 Status::Pending => "pending",
                 Status::Finished => "finished",
                 Status::Failed => "failed",
+                Status::Skipped => "skipped",
             },
             event: e.event.event_type.as_str().to_string(),
             replayable: e.status != Status::Pending && e.body_sealed.is_some(),
@@ -445,6 +507,9 @@ impl ExecutionRow {
             id: e.id,
             delivery_id: e.delivery_id,
             error: e.error,
+            skipped: e
+                .skipped
+                .map(|s| format!("{}: {}", s.reason.as_str(), s.message)),
         }
     }
 }
@@ -462,16 +527,71 @@ struct AutomationPage {
     automation: Automation,
     executions: Vec<ExecutionRow>,
     note: Option<String>,
+    /// The status the history shows, lower case; empty for all.
+    status: String,
+    statuses: &'static [(&'static str, &'static str)],
+    history: usize,
+}
+
+impl AutomationPage {
+    /// Whether the history's filter is set to `value`.
+    fn filters(&self, value: &str) -> bool {
+        self.status == value
+    }
 }
 
 /// How many executions the history shows.
 const HISTORY: usize = 50;
 
+/// The history's filter: value and label.
+const STATUSES: &[(&str, &str)] = &[
+    ("", "every execution"),
+    ("pending", "pending"),
+    ("finished", "finished"),
+    ("failed", "failed"),
+    ("skipped", "skipped"),
+];
+
+/// `?status=` on an automation's page.
+#[derive(serde::Deserialize, Default)]
+pub struct HistoryFilter {
+    #[serde(default)]
+    status: String,
+}
+
 /// `GET …/automations/{name}`: the automation and its history.
-pub async fn show(State(app): State<App>, viewer: Viewer, Path(params): Params) -> Shown {
+pub async fn show(
+    State(app): State<App>,
+    viewer: Viewer,
+    Path(params): Params,
+    axum::extract::Query(filter): axum::extract::Query<HistoryFilter>,
+) -> Shown {
     let place = place(&params, &viewer)?;
     let handle = handle(&place, &params).map_err(|e| Failed::new(e, &viewer))?;
-    automation_page(&app, &viewer, &place, &handle.name, None).await
+    let status = filter.status;
+    let shown = History {
+        note: None,
+        status: &status,
+    };
+    automation_page(&app, &viewer, &place, &handle.name, shown).await
+}
+
+/// What the history part of an automation's page shows.
+struct History<'a> {
+    /// What was just done.
+    note: Option<String>,
+    /// Only executions of this status (lower case); empty for all.
+    status: &'a str,
+}
+
+impl History<'_> {
+    /// The full history, under a note.
+    fn noted(note: String) -> History<'static> {
+        History {
+            note: Some(note),
+            status: "",
+        }
+    }
 }
 
 async fn automation_page(
@@ -479,7 +599,7 @@ async fn automation_page(
     viewer: &Viewer,
     place: &Place,
     name: &str,
-    note: Option<String>,
+    shown: History<'_>,
 ) -> Shown {
     let failed = |e| Failed::new(e, viewer);
     let scope = &place.scope;
@@ -490,7 +610,15 @@ async fn automation_page(
             .await
             .is_ok();
         let automation = automations::get(store, scope, name).await?;
+        let status = match shown.status {
+            "" => None,
+            text => Some(outbox::parse_status(text)?),
+        };
         let executions = outbox::executions(store, &automation.handle(), HISTORY).await?;
+        let executions: Vec<Execution> = executions
+            .into_iter()
+            .filter(|e| status.is_none_or(|s| e.status == s))
+            .collect();
         Ok::<_, Error>((admin, automation, executions))
     };
     let (admin, automation, executions) = loaded.await.map_err(failed)?;
@@ -504,7 +632,10 @@ async fn automation_page(
         state: state_of(&automation),
         automation,
         executions: executions.into_iter().map(ExecutionRow::of).collect(),
-        note,
+        note: shown.note,
+        status: shown.status.to_ascii_lowercase(),
+        statuses: STATUSES,
+        history: HISTORY,
     })
 }
 
@@ -522,7 +653,7 @@ pub async fn replay_one(State(app): State<App>, Path(params): Params, posted: Po
     };
     let (name, id) = replay.await.map_err(|e| Failed::new(e, viewer))?;
     let note = format!("Execution {id} is queued again.");
-    automation_page(&app, viewer, &place, &name, Some(note)).await
+    automation_page(&app, viewer, &place, &name, History::noted(note)).await
 }
 
 /// `POST …/automations/{name}/replay`: every failed execution since the
@@ -542,7 +673,7 @@ pub async fn replay_failed(State(app): State<App>, Path(params): Params, posted:
     };
     let (name, count) = replay.await.map_err(|e| Failed::new(e, viewer))?;
     let note = format!("{count} failed execution(s) queued again.");
-    automation_page(&app, viewer, &place, &name, Some(note)).await
+    automation_page(&app, viewer, &place, &name, History::noted(note)).await
 }
 
 /// `GET …/automations/{name}/delete`: the confirmation step.

@@ -78,6 +78,7 @@ fn place_routes() -> Router<App> {
         .route("/", get(projects::show))
         .route("/runs", post(projects::create_run))
         .route("/runs/{run}/metrics", post(projects::log_metric))
+        .route("/runs/{run}/state", post(projects::end_run))
         .route("/collections", post(projects::create_collection))
         .nest(
             "/collections/{collection}/versions",

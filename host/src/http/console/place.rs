@@ -35,18 +35,29 @@ impl Place {
             "ADD_ARTIFACT_ALIAS",
             "An alias is added to an artifact version",
         );
+        const CREATED: (&str, &str) = ("CREATE_ARTIFACT", "A new artifact version is created");
+        const MOVED: (&str, &str) = (
+            "UPDATE_ARTIFACT_ALIAS",
+            "An alias moves from one artifact version to another",
+        );
         const TAG: (&str, &str) = ("ADD_ARTIFACT_TAG", "A tag is added to an artifact version");
         match self.scope {
             Scope::Project { .. } => &[
+                CREATED,
                 ALIAS,
+                MOVED,
                 TAG,
                 ("RUN_METRIC_THRESHOLD", "A run metric crosses a threshold"),
+                ("RUN_STATE", "A run ends: finished, failed or crashed"),
             ],
             Scope::Registry { .. } => &[
+                CREATED,
                 ALIAS,
+                MOVED,
                 TAG,
                 ("LINK_ARTIFACT", "A version is linked into the registry"),
             ],
+            Scope::Collection { .. } => &[CREATED, ALIAS, MOVED, TAG],
         }
     }
 }
@@ -62,6 +73,13 @@ impl From<Scope> for Place {
                 format!("/registries/{registry}"),
                 format!("Registry {registry}"),
             ),
+            Scope::Collection { collection, .. } => {
+                let parent = Place::from(scope.parent());
+                (
+                    format!("{}/collections/{collection}", parent.base),
+                    format!("Collection {collection} of {}", parent.title),
+                )
+            }
         };
         Place { scope, base, title }
     }

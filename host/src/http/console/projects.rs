@@ -19,7 +19,7 @@ use crate::automation::automations::{self, Automation, EventConfig, Scope};
 use crate::domain::artifacts::{self, Label, Target};
 use crate::domain::groups::{self, GroupKind, Role};
 use crate::domain::names::Named;
-use crate::domain::runs::{self, Run};
+use crate::domain::runs::{self, Run, RunState};
 use crate::error::Error;
 use crate::inference::usage;
 
@@ -76,6 +76,9 @@ pub fn describe_event(event: &EventConfig) -> String {
         EventConfig::AddArtifactAlias { alias_regex } => {
             format!("an alias matching /{alias_regex}/ is added")
         }
+        EventConfig::UpdateArtifactAlias { alias_regex } => {
+            format!("an alias matching /{alias_regex}/ moves to another version")
+        }
         EventConfig::AddArtifactTag {
             tag_regex: Some(re),
         } => {
@@ -83,6 +86,11 @@ pub fn describe_event(event: &EventConfig) -> String {
         }
         EventConfig::AddArtifactTag { tag_regex: None } => "a tag is added".into(),
         EventConfig::LinkArtifact {} => "a version is linked".into(),
+        EventConfig::CreateArtifact {} => "a new version is created".into(),
+        EventConfig::RunState { states, .. } => {
+            let names: Vec<&str> = states.iter().map(|s| s.as_str()).collect();
+            format!("a run ends {}", names.join(" or "))
+        }
         EventConfig::RunMetricThreshold { metric, .. } => format!(
             "{} of the last {} {} {} {}",
             metric.aggregation, metric.window, metric.name, metric.comparison, metric.threshold
@@ -142,7 +150,7 @@ async fn place_page(app: &App, viewer: &Viewer, place: &Place, error: Option<Err
             let chart = Chart::of(&usage, Some(format!("{team}/{project}")));
             (runs, Some(chart))
         }
-        Scope::Registry { .. } => (Vec::new(), None),
+        Scope::Registry { .. } | Scope::Collection { .. } => (Vec::new(), None),
     };
     let registries = groups::list_for(store, GroupKind::Registry, &viewer.user)
         .await
@@ -295,6 +303,29 @@ pub async fn create_run(State(app): State<App>, Path(params): Params, posted: Po
             return Err(Error::invalid("name", "runs belong to projects"));
         };
         runs::create(&app.store, team, project, user, name).await?;
+        Ok(())
+    })
+    .await
+}
+
+/// `POST …/runs/{run}/state`: ends a run (the Finish and Fail buttons),
+/// which may fire `RUN_STATE` automations.
+pub async fn end_run(State(app): State<App>, Path(params): Params, posted: Posted) -> Shown {
+    let user = &posted.viewer.user;
+    let state = posted.field("state").to_string();
+    let run = params.get("run").cloned().unwrap_or_default();
+    member_action(&app, &posted, &params, "runs-title", async |scope| {
+        let Scope::Project { team, project } = scope else {
+            return Err(Error::invalid("state", "runs belong to projects"));
+        };
+        let to = RunState::parse(&state)
+            .ok_or_else(|| Error::invalid("state", format!("unknown run state '{state}'")))?;
+        let at = runs::RunAt {
+            team,
+            project,
+            id: &run,
+        };
+        runs::end(&app.store, &app.matcher, at, user, to).await?;
         Ok(())
     })
     .await

@@ -20,6 +20,30 @@ impl ArtifactRecords for Postgres {
         Ok(self.insert("collections", &keys, col, "DO NOTHING").await? == 1)
     }
 
+    async fn delete_collection(&self, scope: &Scope, name: &str) -> Result<bool> {
+        let scope = scope_key(scope);
+        let mut c = self.conn().await?;
+        let mut t = sqlx::Connection::begin(&mut *c).await.db(self)?;
+        for table in ["versions", "aliases", "tags"] {
+            let sql = format!("DELETE FROM {table} WHERE scope = $1 AND collection = $2");
+            sqlx::query(&sql)
+                .bind(&scope)
+                .bind(name)
+                .execute(&mut *t)
+                .await
+                .db(self)?;
+        }
+        let deleted = sqlx::query("DELETE FROM collections WHERE scope = $1 AND name = $2")
+            .bind(&scope)
+            .bind(name)
+            .execute(&mut *t)
+            .await
+            .db(self)?
+            .rows_affected();
+        t.commit().await.db(self)?;
+        Ok(deleted == 1)
+    }
+
     async fn collection(&self, scope: &Scope, name: &str) -> Result<Option<Collection>> {
         let sql = "SELECT * FROM collections WHERE scope = $1 AND name = $2";
         let scope = scope_key(scope);

@@ -4,8 +4,8 @@ use async_trait::async_trait;
 
 use super::Postgres;
 use super::shared::Db;
-use super::shared::{automation, get, parse_scope, q, scope_key, to_json};
-use crate::model::{Automation, EventType, Handle, Scope};
+use super::shared::{automation, get, i, parse_scope, q, scope_key, to_json, u};
+use crate::model::{Automation, EventType, Handle, Scope, Skipped};
 use crate::store::Result;
 use crate::store::records::*;
 use sqlx::postgres::PgRow;
@@ -110,5 +110,56 @@ impl AutomationRecords for Postgres {
         let deleted = self.execute(q(sql, &[&scope, name])).await? > 0;
         self.touched("automations");
         Ok(deleted)
+    }
+
+    async fn fires(&self, automation: &Handle) -> Result<Vec<u64>> {
+        let mut c = self.conn().await?;
+        let fires: Option<Vec<i64>> = sqlx::query_scalar(
+            "SELECT fires FROM automation_fires WHERE scope = $1 AND automation = $2",
+        )
+        .bind(scope_key(&automation.scope))
+        .bind(&automation.name)
+        .fetch_optional(&mut *c)
+        .await
+        .db(self)?;
+        Ok(fires.unwrap_or_default().into_iter().map(u).collect())
+    }
+
+    async fn admit_fire(&self, automation: &Handle, admit: Admit<'_>) -> Result<Option<Skipped>> {
+        let scope = scope_key(&automation.scope);
+        let mut c = self.conn().await?;
+        let mut t = sqlx::Connection::begin(&mut *c).await.db(self)?;
+        // The row first, so that the lock below always has one to take.
+        sqlx::query(
+            "INSERT INTO automation_fires (scope, automation, fires) VALUES ($1, $2, '{}') \
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(&scope)
+        .bind(&automation.name)
+        .execute(&mut *t)
+        .await
+        .db(self)?;
+        let fires: Vec<i64> = sqlx::query_scalar(
+            "SELECT fires FROM automation_fires WHERE scope = $1 AND automation = $2 FOR UPDATE",
+        )
+        .bind(&scope)
+        .bind(&automation.name)
+        .fetch_one(&mut *t)
+        .await
+        .db(self)?;
+        let mut fires: Vec<u64> = fires.into_iter().map(u).collect();
+        if let Err(skipped) = admit(&mut fires) {
+            return Ok(Some(skipped));
+        }
+        let fires: Vec<i64> = fires.into_iter().map(i).collect();
+        sqlx::query("UPDATE automation_fires SET fires = $3 WHERE scope = $1 AND automation = $2")
+            .bind(&scope)
+            .bind(&automation.name)
+            .bind(fires)
+            .execute(&mut *t)
+            .await
+            .db(self)?;
+        t.commit().await.db(self)?;
+        Ok(None)
     }
 }

@@ -221,7 +221,7 @@ impl DeliveryRecords for Postgres {
                     "scope": scope_key(&e.automation.scope), "automation": e.automation.name,
                     "id": e.id, "delivery_id": e.delivery_id, "webhook_team": e.webhook.team,
                     "webhook_name": e.webhook.name, "status": status_text(e.status),
-                    "error": e.error, "event": e.event, "payload": e.payload,
+                    "error": e.error, "skipped": e.skipped, "event": e.event, "payload": e.payload,
                     "attempts": e.attempts, "body_sealed": e.body_sealed,
                     "created_at_ms": e.created_at_ms, "updated_at_ms": e.updated_at_ms,
                 })
@@ -231,7 +231,7 @@ impl DeliveryRecords for Postgres {
             sqlx::query(
                 "INSERT INTO executions SELECT * FROM json_populate_recordset(NULL::executions, $1::json) \
                  ON CONFLICT (scope, automation, id) DO UPDATE SET \
-                 status = excluded.status, error = excluded.error, payload = excluded.payload, \
+                 status = excluded.status, error = excluded.error, skipped = excluded.skipped, payload = excluded.payload, \
                  attempts = excluded.attempts, body_sealed = excluded.body_sealed, \
                  updated_at_ms = excluded.updated_at_ms",
             )

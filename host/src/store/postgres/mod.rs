@@ -74,6 +74,12 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "plugins notify",
         include_str!("migrations/0008_plugins_notify.sql"),
     ),
+    (9, "throttle", include_str!("migrations/0009_throttle.sql")),
+    (
+        10,
+        "run state",
+        include_str!("migrations/0010_run_state.sql"),
+    ),
 ];
 
 /// [`MIGRATIONS`] as sqlx runs them (the checksums `migrate!` would give).

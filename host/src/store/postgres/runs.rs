@@ -5,7 +5,7 @@ use async_trait::async_trait;
 use super::Postgres;
 use super::shared::Db;
 use super::shared::{i, q, run, scope_key, u};
-use crate::model::{Handle, Run};
+use crate::model::{Handle, Run, RunState};
 use crate::store::Result;
 use crate::store::records::*;
 
@@ -59,6 +59,17 @@ impl RunRecords for Postgres {
         .fetch_all(&mut *c)
         .await
         .db(self)
+    }
+
+    async fn set_run_state(&self, run: RunAt<'_>, from: RunState, to: RunState) -> Result<bool> {
+        let sql = "UPDATE runs SET state = $5 WHERE team = $1 AND project = $2 AND id = $3 AND state = $4";
+        let changed = self
+            .execute(q(
+                sql,
+                &[run.team, run.project, run.id, from.as_str(), to.as_str()],
+            ))
+            .await?;
+        Ok(changed == 1)
     }
 
     async fn run_fires(&self, automation: &Handle) -> Result<Vec<(String, u64)>> {

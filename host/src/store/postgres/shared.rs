@@ -10,7 +10,8 @@ use sqlx::postgres::PgRow;
 use super::Postgres;
 use crate::model::{
     ApiKey, Automation, Collection, Delivery, Execution, Group, GroupKind, Handle, LabelledVersion,
-    Member, Project, Role, Run, Scope, Secret, Session, Status, User, Version, Webhook, WebhookRef,
+    Member, Project, Role, Run, RunState, Scope, Secret, Session, Status, User, Version, Webhook,
+    WebhookRef,
 };
 use crate::store::{Result, StoreError};
 
@@ -25,7 +26,8 @@ impl<T> Db<T> for std::result::Result<T, sqlx::Error> {
     }
 }
 
-/// A scope as stored: `r/<registry>` or `p/<team>/<project>`.
+/// A scope as stored: `r/<registry>`, `p/<team>/<project>`, or `c/` and
+/// either, then `/<collection>`.
 pub(super) fn scope_key(scope: &Scope) -> String {
     scope.parts().join("/")
 }
@@ -37,10 +39,14 @@ pub(super) fn parse_scope(key: &str) -> Result<Scope> {
             registry: registry.to_string(),
         }),
         ["p", team, project] => Ok(Scope::project(team, project)),
-        _ => Err(
-            anyhow::anyhow!("stored scope '{key}' is not r/<registry> or p/<team>/<project>")
-                .into(),
-        ),
+        ["c", parent @ .., collection] if !parent.is_empty() => {
+            let parent = parse_scope(&parent.join("/"))?;
+            Ok(Scope::collection(&parent, collection))
+        }
+        _ => Err(anyhow::anyhow!(
+            "stored scope '{key}' is not r/<registry>, p/<team>/<project> or c/<either>/<collection>"
+        )
+        .into()),
     }
 }
 
@@ -61,6 +67,7 @@ pub(super) fn status_text(status: Status) -> &'static str {
         Status::Pending => "Pending",
         Status::Finished => "Finished",
         Status::Failed => "Failed",
+        Status::Skipped => "Skipped",
     }
 }
 
@@ -68,6 +75,7 @@ pub(super) fn status_of(text: &str) -> Status {
     match text {
         "Finished" => Status::Finished,
         "Failed" => Status::Failed,
+        "Skipped" => Status::Skipped,
         _ => Status::Pending,
     }
 }
@@ -194,7 +202,13 @@ pub(super) fn version(row: &PgRow) -> Result<Version> {
 }
 
 pub(super) fn run(row: &PgRow) -> Result<Run> {
-    read!(row; Run { id, name, creator, created_at: u })
+    Ok(Run {
+        id: get(row, "id")?,
+        name: get(row, "name")?,
+        creator: get(row, "creator")?,
+        created_at: u(get(row, "created_at")?),
+        state: RunState::parse(&get::<String>(row, "state")?).unwrap_or_default(),
+    })
 }
 
 pub(super) fn delivery(row: &PgRow) -> Result<Delivery> {
@@ -217,8 +231,8 @@ pub(super) fn delivery(row: &PgRow) -> Result<Delivery> {
 }
 
 pub(super) const EXECUTION_COLUMNS: &str = "scope, automation, id, delivery_id, webhook_team, webhook_name, \
-                                            status, error, event::text AS event, payload, attempts::text AS attempts, body_sealed, \
-                                            created_at_ms, updated_at_ms";
+                                            status, error, skipped::text AS skipped, event::text AS event, payload, attempts::text AS attempts, \
+                                            body_sealed, created_at_ms, updated_at_ms";
 
 pub(super) fn execution(row: &PgRow) -> Result<Execution> {
     Ok(Execution {
@@ -234,6 +248,9 @@ pub(super) fn execution(row: &PgRow) -> Result<Execution> {
         },
         status: status_of(&get::<String>(row, "status")?),
         error: get(row, "error")?,
+        skipped: get::<Option<String>>(row, "skipped")?
+            .map(|text| from_json(&text))
+            .transpose()?,
         event: from_json(&get::<String>(row, "event")?)?,
         payload: get(row, "payload")?,
         attempts: from_json(&get::<String>(row, "attempts")?)?,

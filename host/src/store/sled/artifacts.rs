@@ -25,6 +25,22 @@ impl ArtifactRecords for Sled {
         self.get_json(T::Collections, scoped(scope, &[name]).as_ref())
     }
 
+    async fn delete_collection(&self, scope: &Scope, name: &str) -> Result<bool> {
+        let key = scoped(scope, &[name]);
+        let w = self.writer().await;
+        if w.get(T::Collections, key.as_ref())?.is_none() {
+            return Ok(false);
+        }
+        w.delete(T::Collections, key.as_ref().to_vec());
+        for tree in [T::Versions, T::Aliases, T::VersionAliases, T::Tags] {
+            for (held, _) in w.scan(tree, key.as_ref())? {
+                w.delete(tree, held);
+            }
+        }
+        w.finish()?;
+        Ok(true)
+    }
+
     async fn collections(&self, scope: &Scope) -> Result<Vec<Collection>> {
         self.scan_json(T::Collections, scoped(scope, &[]).as_ref())
     }

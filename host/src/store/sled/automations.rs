@@ -6,7 +6,7 @@ use super::Sled;
 use super::T;
 use super::keys::prefix;
 use super::shared::{last_segment, scoped, trigger_key, webhook_key};
-use crate::model::{Automation, EventType, Handle, Scope, State};
+use crate::model::{Automation, EventType, Handle, Scope, Skipped, State};
 use crate::store::Result;
 use crate::store::records::*;
 
@@ -98,5 +98,24 @@ impl AutomationRecords for Sled {
         w.delete(T::WebhookAutomations, webhook_key(&old).into_bytes());
         w.finish()?;
         Ok(true)
+    }
+
+    async fn fires(&self, automation: &Handle) -> Result<Vec<u64>> {
+        let key = scoped(&automation.scope, &[&automation.name]);
+        Ok(self
+            .get_json(T::AutomationFires, key.as_ref())?
+            .unwrap_or_default())
+    }
+
+    async fn admit_fire(&self, automation: &Handle, admit: Admit<'_>) -> Result<Option<Skipped>> {
+        let key = scoped(&automation.scope, &[&automation.name]).into_bytes();
+        let w = self.writer().await;
+        let mut fires: Vec<u64> = w.get_json(T::AutomationFires, &key)?.unwrap_or_default();
+        if let Err(skipped) = admit(&mut fires) {
+            return Ok(Some(skipped));
+        }
+        w.put_json(T::AutomationFires, key, &fires)?;
+        w.finish()?;
+        Ok(None)
     }
 }

@@ -227,6 +227,9 @@ enum T {
     Executions,
     /// `scope \0 automation \0 run id \0` → unix ms it last fired for the run.
     RunFired,
+    /// `scope \0 automation \0` → when it fired, for its cooldown and
+    /// rate limit (unix ms, oldest first).
+    AutomationFires,
     /// `scope \0 day \0 model \0 key id` → `Totals`.
     Usage,
     /// `tree \0 key` → a record that could not be read, set aside with the
@@ -257,7 +260,7 @@ impl T {
         )
     }
 
-    const ALL: [T; 32] = [
+    const ALL: [T; 33] = [
         T::Meta,
         T::Users,
         T::UserNames,
@@ -286,6 +289,7 @@ impl T {
         T::Outbox,
         T::Executions,
         T::RunFired,
+        T::AutomationFires,
         T::Usage,
         T::Quarantine,
         T::Plugins,
@@ -323,6 +327,7 @@ impl T {
             T::Outbox => "outbox",
             T::Executions => "executions",
             T::RunFired => "run_fired",
+            T::AutomationFires => "automation_fires",
             T::Usage => "usage",
             T::Quarantine => "quarantine",
             T::Plugins => "plugins",

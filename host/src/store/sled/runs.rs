@@ -7,7 +7,7 @@ use super::T;
 use super::decode;
 use super::keys::prefix;
 use super::shared::{last_segment, scoped};
-use crate::model::{Handle, Run};
+use crate::model::{Handle, Run, RunState};
 use crate::store::Result;
 use crate::store::records::*;
 
@@ -44,6 +44,21 @@ impl RunRecords for Sled {
             .into_iter()
             .map(|(key, value)| Ok((last_segment(&key).to_string(), decode(T::Metrics, &value)?)))
             .collect()
+    }
+
+    async fn set_run_state(&self, run: RunAt<'_>, from: RunState, to: RunState) -> Result<bool> {
+        let key = prefix(&[run.team, run.project, run.id]).into_bytes();
+        let w = self.writer().await;
+        let Some(mut stored) = w.get_json::<Run>(T::Runs, &key)? else {
+            return Ok(false);
+        };
+        if stored.state != from {
+            return Ok(false);
+        }
+        stored.state = to;
+        w.put_json(T::Runs, key, &stored)?;
+        w.finish()?;
+        Ok(true)
     }
 
     async fn run_fires(&self, automation: &Handle) -> Result<Vec<(String, u64)>> {

@@ -1,0 +1,358 @@
+//! W&B Automations parity: cooldowns and rate limits that record skipped
+//! executions, and the event kinds beyond the first four.
+
+use serde_json::{Value, json};
+
+use crate::delivery::{CONFIG, verified};
+use crate::harness::{Host, expect_invalid};
+use crate::receiver::Receiver;
+use crate::world::{PROJECT, REGISTRY, World, ok};
+
+/// A receiver, a host delivering fast to it, and the world with webhook
+/// `ci` calling it.
+async fn scene() -> (Receiver, Host, World) {
+    let receiver = Receiver::start().await;
+    let host = Host::with_config(CONFIG).await;
+    let hook = format!("{}/hook", receiver.base);
+    let world = World::build(&host, Some(&hook)).await;
+    (receiver, host, world)
+}
+
+/// An automation on every tag in the project, with `limits` merged in.
+fn on_tags(name: &str, limits: Value) -> Value {
+    let mut body = json!({"name": name, "event": {"type": "ADD_ARTIFACT_TAG"},
+        "webhook": {"team": "ml", "name": "ci"}, "action": "Webhooks",
+        "payload": r#"{"automation": "NAME", "tag": "${tag}"}"#.replace("NAME", name)});
+    body.as_object_mut()
+        .unwrap()
+        .extend(limits.as_object().unwrap().clone());
+    body
+}
+
+/// The statuses of `name`'s executions, oldest first, with the skip reasons.
+async fn history(host: &Host, key: &str, name: &str, filter: &str) -> Vec<(String, Value)> {
+    let path = format!("{PROJECT}/automations/{name}/executions{filter}");
+    let (status, list) = call!(host, key, GET "{path}");
+    assert_eq!(status, 200, "{list}");
+    let mut rows: Vec<(String, Value)> = list["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            let reason = e["skipped"]["reason"].clone();
+            (e["status"].as_str().unwrap().to_string(), reason)
+        })
+        .collect();
+    rows.reverse();
+    rows
+}
+
+on_each_store!(a_cooldown_and_a_rate_limit_record_skipped_firings_and_send_nothing);
+async fn a_cooldown_and_a_rate_limit_record_skipped_firings_and_send_nothing() {
+    let (receiver, host, World { alice, bob, .. }) = scene().await;
+    let automations = format!("{PROJECT}/automations");
+    for (name, limits) in [
+        ("cooled", json!({"cooldown_s": 3600})),
+        ("limited", json!({"max_per_hour": 2})),
+    ] {
+        let (status, saved) =
+            call!(host, alice, POST "{automations}", (on_tags(name, limits.clone())));
+        assert_eq!(status, 201, "{saved}");
+        for (field, value) in limits.as_object().unwrap() {
+            assert_eq!(&saved[field], value, "{saved}");
+        }
+    }
+    for (limits, field) in [
+        (json!({"max_per_hour": 0}), "max_per_hour"),
+        (json!({"cooldown_s": 604_801}), "cooldown_s"),
+    ] {
+        let refused = call!(host, alice, POST "{automations}", (on_tags("bad", limits)));
+        expect_invalid(&refused, field);
+    }
+
+    let versions = format!("{PROJECT}/collections/detector/versions");
+    ok!(host, bob, POST "{versions}", {"metadata": {}});
+    // Two tags in one request (one transaction), then one more.
+    ok!(host, bob, POST "{versions}/v0/tags", {"tags": ["a", "b"]});
+    ok!(host, bob, POST "{versions}/v0/tags", {"tag": "c"});
+
+    let skipped = |reason: &str| ("Skipped".to_string(), json!(reason));
+    let sent = ("Finished".to_string(), Value::Null);
+    let pending = ("Pending".to_string(), Value::Null);
+    let settled = |rows: Vec<(String, Value)>| {
+        rows.into_iter()
+            .map(|row| if row == pending { sent.clone() } else { row })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        settled(history(&host, &bob, "cooled", "").await),
+        [sent.clone(), skipped("cooldown"), skipped("cooldown")]
+    );
+    assert_eq!(
+        settled(history(&host, &bob, "limited", "").await),
+        [sent.clone(), sent.clone(), skipped("rate_limit")]
+    );
+
+    let got = receiver.wait_for(3, 10).await;
+    let mut bodies: Vec<Value> = got.iter().map(verified).collect();
+    bodies.sort_by_key(|b| b.to_string());
+    assert_eq!(
+        bodies,
+        [
+            json!({"automation": "cooled", "tag": "a"}),
+            json!({"automation": "limited", "tag": "a"}),
+            json!({"automation": "limited", "tag": "b"}),
+        ]
+    );
+
+    // The history filters by status, in any case; a wrong one says which.
+    assert_eq!(
+        history(&host, &bob, "cooled", "?status=skipped").await,
+        [skipped("cooldown"), skipped("cooldown")]
+    );
+    let (_, one) = call!(host, bob, GET "{automations}/cooled/executions?status=Skipped");
+    let message = one["data"][0]["skipped"]["message"].as_str().unwrap();
+    assert!(message.contains("cooldown_s of 3600"), "{message}");
+    let wrong = call!(host, bob, GET "{automations}/cooled/executions?status=lost");
+    expect_invalid(&wrong, "status");
+    assert_eq!(receiver.received().len(), 3, "skipped firings send nothing");
+}
+
+/// An automation in the project on `event`, sending what alias events carry.
+fn on_alias(name: &str, event: Value) -> Value {
+    json!({"name": name, "event": event, "webhook": {"team": "ml", "name": "ci"},
+        "action": "Webhooks",
+        "payload": r#"{"automation": "NAME", "event_type": "${event_type}", "alias": "${alias}",
+            "version": "${artifact_version_string}", "previous": "${previous_version_string}"}"#
+            .replace("NAME", name)})
+}
+
+on_each_store!(an_alias_that_moves_fires_update_artifact_alias_and_not_add);
+async fn an_alias_that_moves_fires_update_artifact_alias_and_not_add() {
+    let (receiver, host, World { alice, bob, .. }) = scene().await;
+    let automations = format!("{PROJECT}/automations");
+    for (name, kind) in [
+        ("added", "ADD_ARTIFACT_ALIAS"),
+        ("moved", "UPDATE_ARTIFACT_ALIAS"),
+    ] {
+        let event = json!({"type": kind, "alias_regex": "^prod$"});
+        let (status, saved) = call!(host, alice, POST "{automations}", (on_alias(name, event)));
+        assert_eq!(status, 201, "{saved}");
+    }
+    let missing = json!({"type": "UPDATE_ARTIFACT_ALIAS"});
+    let refused = call!(host, alice, POST "{automations}", (on_alias("bad", missing)));
+    assert_eq!(refused.0, 400, "{}", refused.1);
+    assert!(
+        refused.1.to_string().contains("alias_regex"),
+        "{}",
+        refused.1
+    );
+
+    let versions = format!("{PROJECT}/collections/detector/versions");
+    ok!(host, bob, POST "{versions}", {"metadata": {}});
+    ok!(host, bob, POST "{versions}", {"metadata": {}});
+    ok!(host, bob, POST "{versions}/v0/aliases", {"alias": "prod"});
+    let first = receiver.wait_for(1, 10).await;
+    assert_eq!(
+        verified(&first[0]),
+        json!({"automation": "added", "event_type": "ADD_ARTIFACT_ALIAS", "alias": "prod",
+            "version": "ml/vision/detector:v0", "previous": ""})
+    );
+    let moved = ok!(host, bob, POST "{versions}/v1/aliases", {"alias": "prod"});
+    assert_eq!(moved["moved_from"], json!({"prod": "v0"}));
+    let both = receiver.wait_for(2, 10).await;
+    assert_eq!(
+        verified(&both[1]),
+        json!({"automation": "moved", "event_type": "UPDATE_ARTIFACT_ALIAS", "alias": "prod",
+            "version": "ml/vision/detector:v1", "previous": "ml/vision/detector:v0"})
+    );
+    for name in ["added", "moved"] {
+        let fired = history(&host, &bob, name, "").await;
+        assert_eq!(fired.len(), 1, "{name} fired once: {fired:?}");
+    }
+}
+
+on_each_store!(a_run_that_ends_fires_run_state_for_the_states_named_and_never_for_killed);
+async fn a_run_that_ends_fires_run_state_for_the_states_named_and_never_for_killed() {
+    let (receiver, host, World { alice, bob, .. }) = scene().await;
+    let automations = format!("{PROJECT}/automations");
+    let ended = |states: Value| {
+        json!({"name": "ended", "event": {"type": "RUN_STATE", "states": states,
+            "run_filters": {"run_name_regex": "^train-"}},
+            "webhook": {"team": "ml", "name": "ci"}, "action": "Webhooks",
+            "payload": r#"{"event_type": "${event_type}", "run_id": "${run_id}",
+                "run_name": "${run_name}", "run_state": "${run_state}", "alias": "${alias}",
+                "author": "${event_author}"}"#})
+    };
+    for states in [
+        json!([]),
+        json!(["killed"]),
+        json!(["running"]),
+        json!(["failed", "failed"]),
+    ] {
+        let refused = call!(host, alice, POST "{automations}", (ended(states)));
+        expect_invalid(&refused, "event.states");
+    }
+    let on_registry =
+        call!(host, alice, POST "/v1/registries/models/automations", (ended(json!(["finished"]))));
+    expect_invalid(&on_registry, "event.type");
+    let (status, saved) =
+        call!(host, alice, POST "{automations}", (ended(json!(["finished", "failed"]))));
+    assert_eq!(status, 201, "{saved}");
+
+    let runs = format!("{PROJECT}/runs");
+    let mut ids = Vec::new();
+    for name in ["train-1", "train-2", "eval-3", "train-4"] {
+        let run = ok!(host, bob, POST "{runs}", {"name": name});
+        assert_eq!(run["state"], "running", "{run}");
+        ids.push(run["id"].as_str().unwrap().to_string());
+    }
+    let end = async |id: &str, state: &str| call!(host, bob, PATCH "{runs}/{id}", {"state": state});
+    let (status, run) = end(&ids[0], "finished").await;
+    assert_eq!((status, &run["state"]), (200, &json!("finished")), "{run}");
+    for (id, state) in [
+        (&ids[1], "killed"),
+        (&ids[2], "failed"),
+        (&ids[3], "crashed"),
+    ] {
+        let (status, run) = end(id, state).await;
+        assert_eq!((status, &run["state"]), (200, &json!(state)), "{run}");
+    }
+    // A run ends once, and only forward.
+    let (status, again) = end(&ids[0], "failed").await;
+    assert_eq!(status, 409, "{again}");
+    assert!(
+        again["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("finished"),
+        "{again}"
+    );
+    let fresh = ok!(host, bob, POST "{runs}", {"name": "train-5"});
+    let fresh = fresh["id"].as_str().unwrap();
+    assert_eq!(end(fresh, "running").await.0, 409);
+    expect_invalid(&end(fresh, "paused").await, "state");
+    let first = &ids[0];
+    let (_, shown) = call!(host, bob, GET "{runs}/{first}");
+    assert_eq!(shown["state"], "finished");
+
+    // Only train-1 fired: train-2 was killed, eval-3 is filtered out by
+    // name, train-4 crashed, which the automation does not name.
+    let got = receiver.wait_for(1, 10).await;
+    assert_eq!(
+        verified(&got[0]),
+        json!({"event_type": "RUN_STATE", "run_id": ids[0], "run_name": "train-1",
+            "run_state": "finished", "alias": "", "author": "bob"})
+    );
+    let fired = history(&host, &bob, "ended", "").await;
+    assert_eq!(fired.len(), 1, "{fired:?}");
+}
+
+on_each_store!(a_new_version_fires_create_artifact_in_its_project_and_a_link_in_the_registry);
+async fn a_new_version_fires_create_artifact_in_its_project_and_a_link_in_the_registry() {
+    let (receiver, host, World { alice, bob, .. }) = scene().await;
+    let created = |name: &str| {
+        json!({"name": name, "event": {"type": "CREATE_ARTIFACT"},
+            "webhook": {"team": "ml", "name": "ci"}, "action": "Webhooks",
+            "payload": r#"{"automation": "NAME", "event_type": "${event_type}",
+                "version": "${artifact_version_string}", "accuracy": ${artifact_metadata.accuracy}}"#
+                .replace("NAME", name)})
+    };
+    for (scope, name) in [(PROJECT, "in-project"), (REGISTRY, "in-registry")] {
+        let (status, saved) = call!(host, alice, POST "{scope}/automations", (created(name)));
+        assert_eq!(status, 201, "{saved}");
+    }
+    ok!(host, alice, POST "{REGISTRY}/collections", {"name": "detectors"});
+    let versions = format!("{PROJECT}/collections/detector/versions");
+    ok!(host, bob, POST "{versions}", {"metadata": {"accuracy": 0.9}});
+    let first = receiver.wait_for(1, 10).await;
+    assert_eq!(
+        verified(&first[0]),
+        json!({"automation": "in-project", "event_type": "CREATE_ARTIFACT",
+            "version": "ml/vision/detector:v0", "accuracy": 0.9})
+    );
+    let link =
+        json!({"team": "ml", "project": "vision", "collection": "detector", "version": "v0"});
+    ok(
+        &host,
+        &bob,
+        "POST",
+        &format!("{REGISTRY}/collections/detectors/links"),
+        link,
+    )
+    .await;
+    let both = receiver.wait_for(2, 10).await;
+    assert_eq!(
+        verified(&both[1]),
+        json!({"automation": "in-registry", "event_type": "CREATE_ARTIFACT",
+            "version": "registry/models/detectors:v0", "accuracy": 0.9})
+    );
+}
+
+on_each_store!(a_collection_scoped_automation_ignores_its_siblings_and_is_disabled_with_it);
+async fn a_collection_scoped_automation_ignores_its_siblings_and_is_disabled_with_it() {
+    let (receiver, host, World { alice, bob, .. }) = scene().await;
+    ok!(host, alice, POST "{PROJECT}/collections", {"name": "segmenter"});
+    let on_detector = format!("{PROJECT}/collections/detector/automations");
+    let tagged = json!({"name": "detector-tags", "event": {"type": "ADD_ARTIFACT_TAG"},
+        "webhook": {"team": "ml", "name": "ci"}, "action": "Webhooks",
+        "payload": r#"{"collection": "${artifact_collection_name}", "tag": "${tag}"}"#});
+    let missing = format!("{PROJECT}/collections/nope/automations");
+    let refused = call!(host, alice, POST "{missing}", tagged);
+    assert_eq!(refused.0, 404, "{}", refused.1);
+    let as_member = call!(host, bob, POST "{on_detector}", tagged);
+    assert_eq!(as_member.0, 403, "{}", as_member.1);
+    let runs = json!({"name": "ends", "event": {"type": "RUN_STATE", "states": ["failed"]},
+        "webhook": {"team": "ml", "name": "ci"}, "action": "Webhooks"});
+    expect_invalid(
+        &call!(host, alice, POST "{on_detector}", runs),
+        "event.type",
+    );
+    let (status, saved) = call!(host, alice, POST "{on_detector}", tagged);
+    assert_eq!(status, 201, "{saved}");
+    assert_eq!(
+        saved["scope"],
+        json!({"type": "collection", "team": "ml", "project": "vision", "collection": "detector"})
+    );
+    let (_, in_project) = call!(host, bob, GET "{PROJECT}/automations");
+    assert_eq!(in_project["data"], json!([]), "the project's own list");
+
+    for collection in ["segmenter", "detector"] {
+        let versions = format!("{PROJECT}/collections/{collection}/versions");
+        ok!(host, bob, POST "{versions}", {"metadata": {}});
+        ok!(host, bob, POST "{versions}/v0/tags", {"tag": collection});
+    }
+    let got = receiver.wait_for(1, 10).await;
+    assert_eq!(
+        verified(&got[0]),
+        json!({"collection": "detector", "tag": "detector"})
+    );
+    let (_, fired) = call!(host, bob, GET "{on_detector}/detector-tags/executions");
+    assert_eq!(fired["data"].as_array().unwrap().len(), 1, "{fired}");
+
+    // Deleting the collection (admins only) disables its automations.
+    let by_member = call!(host, bob, DELETE "{PROJECT}/collections/detector");
+    assert_eq!(by_member.0, 403, "{}", by_member.1);
+    let (status, body) = call!(host, alice, DELETE "{PROJECT}/collections/detector");
+    assert_eq!(status, 204, "{body}");
+    let (status, _) = call!(host, bob, GET "{PROJECT}/collections/detector");
+    assert_eq!(status, 404);
+    let (_, shown) = call!(host, bob, GET "{on_detector}/detector-tags");
+    assert_eq!(shown["state"], "disabled", "{shown}");
+    assert_eq!(
+        shown["disabled_reason"],
+        "its collection 'detector' was deleted"
+    );
+    // A new collection of the same name starts empty and wakes nothing.
+    ok!(host, alice, POST "{PROJECT}/collections", {"name": "detector"});
+    let versions = format!("{PROJECT}/collections/detector/versions");
+    let v0 = ok!(host, bob, POST "{versions}", {"metadata": {}});
+    assert_eq!(
+        v0["version"], "v0",
+        "the old versions went with the collection"
+    );
+    ok!(host, bob, POST "{versions}/v0/tags", {"tag": "again"});
+    let (_, fired) = call!(host, bob, GET "{on_detector}/detector-tags/executions");
+    assert_eq!(fired["data"].as_array().unwrap().len(), 1, "{fired}");
+    assert_eq!(receiver.received().len(), 1);
+}
