@@ -356,3 +356,54 @@ async fn a_collection_scoped_automation_ignores_its_siblings_and_is_disabled_wit
     assert_eq!(fired["data"].as_array().unwrap().len(), 1, "{fired}");
     assert_eq!(receiver.received().len(), 1);
 }
+
+on_each_store!(a_restart_in_the_middle_of_a_window_keeps_its_values);
+async fn a_restart_in_the_middle_of_a_window_keeps_its_values() {
+    let (receiver, mut host, World { alice, bob, .. }) = scene().await;
+    // Fires once the last three values all stay under 0.5.
+    let calm = json!({"name": "calm", "event": {"type": "RUN_METRIC_THRESHOLD",
+        "metric": {"name": "loss", "window": 3, "aggregation": "max", "comparison": "<",
+            "threshold": 0.5}},
+        "webhook": {"team": "ml", "name": "ci"}, "action": "Webhooks",
+        "payload": r#"{"value": ${metric_value}}"#});
+    ok!(host, alice, POST "{PROJECT}/automations", calm);
+    let run = ok!(host, bob, POST "{PROJECT}/runs", {"name": "train"});
+    let metrics = format!("{PROJECT}/runs/{}/metrics", run["id"].as_str().unwrap());
+    for loss in [0.9, 0.1] {
+        ok(
+            &host,
+            &bob,
+            "POST",
+            &metrics,
+            json!({"metrics": {"loss": loss}}),
+        )
+        .await;
+    }
+    assert_eq!(host.terminate().await.code(), Some(0));
+    let host = Host::builder()
+        .config(CONFIG)
+        .same_store(&host)
+        .start()
+        .await;
+    // 0.9 is still in the window: had it been forgotten, this would fire.
+    let kept = ok(
+        &host,
+        &bob,
+        "POST",
+        &metrics,
+        json!({"metrics": {"loss": 0.1}}),
+    )
+    .await;
+    assert_eq!(kept["values_kept"]["loss"], 3, "{kept}");
+    assert!(history(&host, &bob, "calm", "").await.is_empty());
+    ok(
+        &host,
+        &bob,
+        "POST",
+        &metrics,
+        json!({"metrics": {"loss": 0.1}}),
+    )
+    .await;
+    let got = receiver.wait_for(1, 10).await;
+    assert_eq!(verified(&got[0]), json!({"value": 0.1}));
+}
