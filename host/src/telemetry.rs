@@ -58,6 +58,11 @@ fn describe_families() {
             "Webhook delivery attempts recorded, by outcome: delivered, retried, failed, disabled (410 Gone).",
         ),
         (
+            "switchyard_executions_skipped_total",
+            Count,
+            "Automation firings held back by a cooldown or rate limit (recorded as Skipped executions, nothing sent), by reason.",
+        ),
+        (
             "switchyard_plugin_calls_total",
             Count,
             "Plugin calls, by plugin, kind and outcome (ok, failed).",
@@ -125,6 +130,9 @@ fn describe_families() {
     }
     for outcome in ["delivered", "retried", "failed", "disabled"] {
         counter!("switchyard_deliveries_total", "outcome" => outcome).increment(0);
+    }
+    for reason in ["cooldown", "rate_limit"] {
+        counter!("switchyard_executions_skipped_total", "reason" => reason).increment(0);
     }
     for queue in ["plugin", "inference"] {
         gauge!("switchyard_queue_depth", "queue" => queue).set(0.0);
@@ -232,6 +240,11 @@ pub fn delivery(outcome: Delivery, since_event: Duration) {
         histogram!("switchyard_delivery_duration_seconds").record(since_event.as_secs_f64());
     }
     counter!("switchyard_deliveries_total", "outcome" => label).increment(1);
+}
+
+/// A firing an automation's cooldown or rate limit held back.
+pub fn skipped(reason: &'static str) {
+    counter!("switchyard_executions_skipped_total", "reason" => reason).increment(1);
 }
 
 /// One plugin call.

@@ -5,6 +5,7 @@ use serde_json::{Value, json};
 
 use crate::delivery::{CONFIG, verified};
 use crate::harness::{Host, expect_invalid};
+use crate::metrics::{sample, scrape};
 use crate::receiver::Receiver;
 use crate::world::{PROJECT, REGISTRY, World, ok};
 
@@ -116,6 +117,18 @@ async fn a_cooldown_and_a_rate_limit_record_skipped_firings_and_send_nothing() {
     let wrong = call!(host, bob, GET "{automations}/cooled/executions?status=lost");
     expect_invalid(&wrong, "status");
     assert_eq!(receiver.received().len(), 3, "skipped firings send nothing");
+    let text = scrape(&host).await;
+    let skipped_by = |reason| {
+        sample(
+            &text,
+            "switchyard_executions_skipped_total",
+            &[("reason", reason)],
+        )
+    };
+    assert_eq!(
+        (skipped_by("cooldown"), skipped_by("rate_limit")),
+        (Some(2.0), Some(1.0))
+    );
 }
 
 /// An automation in the project on `event`, sending what alias events carry.

@@ -20,7 +20,7 @@ pub fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
         .and_then(|l| l.rsplit(' ').next()?.parse().ok())
 }
 
-async fn scrape(host: &Host) -> String {
+pub async fn scrape(host: &Host) -> String {
     let response = host.http.get(host.url("/metrics")).send().await.unwrap();
     assert_eq!(response.status(), 200);
     assert!(
@@ -212,6 +212,11 @@ async fn the_first_scrape_describes_every_family_and_shows_known_series_at_zero(
         let labels = [("outcome", outcome)];
         let value = sample(&text, "switchyard_deliveries_total", &labels);
         assert_eq!(value, Some(0.0), "{outcome}:\n{text}");
+    }
+    for reason in ["cooldown", "rate_limit"] {
+        let labels = [("reason", reason)];
+        let value = sample(&text, "switchyard_executions_skipped_total", &labels);
+        assert_eq!(value, Some(0.0), "{reason}:\n{text}");
     }
     let waited = sample(&text, "switchyard_delivery_duration_seconds_count", &[]);
     assert_eq!(waited, Some(0.0), "{text}");

@@ -146,6 +146,9 @@ async fn write_matched(store: &Store, matched: Vec<Matched>) -> Result<Vec<Vec<D
     tx.put_executions(&executions).await?;
     tx.insert_deliveries(&deliveries).await?;
     tx.commit().await?;
+    for skipped in executions.iter().filter_map(|e| e.skipped.as_ref()) {
+        crate::telemetry::skipped(skipped.reason.as_str());
+    }
     Ok(out)
 }
 
