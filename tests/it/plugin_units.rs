@@ -1,5 +1,5 @@
-//! The plugins' own unit tests (the renderer, the target adapters' shared
-//! code, the model's kernels), built
+//! The plugins' own unit tests (the renderer, the filter's metric tests,
+//! the target adapters' shared code, the model's kernels), built
 //! natively: part of the README's test command, so `cargo test` runs every
 //! test there is. The plugins are workspaces of their own (they build for
 //! WebAssembly), so this runs cargo in each, as `host/components/build.rs` does.
@@ -65,6 +65,11 @@ fn native_tests(dir: &str, args: &[&str]) {
 #[test]
 fn the_template_renderers_unit_tests_pass() {
     native_tests("plugins", &["-p", "template-default"]);
+}
+
+#[test]
+fn the_filters_metric_tests_pass() {
+    native_tests("plugins", &["-p", "filter-default"]);
 }
 
 #[test]

@@ -6,6 +6,7 @@ use std::time::Instant;
 use wasmtime::Store;
 
 use super::bindings::v0_1_0::{filter, template};
+use super::bindings::v0_2_0::filter as filter2;
 use super::engine::Runtime;
 use super::loaded::{Bound, Instance, Plugin, Prepared};
 use super::state::{Pace, State, arm};
@@ -25,6 +26,7 @@ async fn instantiate(plugin: &Plugin, store: &mut Store<State>) -> wasmtime::Res
     Ok(match &plugin.pre {
         Prepared::Template(pre) => Bound::Template(pre.instantiate_async(store).await?),
         Prepared::Filter(pre) => Bound::Filter(pre.instantiate_async(store).await?),
+        Prepared::Filter2(pre) => Bound::Filter2(pre.instantiate_async(store).await?),
         Prepared::Backend(_) => wasmtime::bail!("{} is a model backend", plugin.id()),
     })
 }
@@ -113,13 +115,49 @@ pub fn prepare(
         Kind::PayloadTemplate => {
             Prepared::Template(template::PayloadTemplatePre::new(instance_pre).map_err(world)?)
         }
-        Kind::EventFilter => {
-            Prepared::Filter(filter::EventFilterPre::new(instance_pre).map_err(world)?)
-        }
+        // The newest version the component exports.
+        Kind::EventFilter => match filter2::EventFilterPre::new(instance_pre.clone()) {
+            Ok(pre) => Prepared::Filter2(pre),
+            Err(_) => Prepared::Filter(filter::EventFilterPre::new(instance_pre).map_err(|e| {
+                LoadError::WrongWorld {
+                    kind,
+                    versions: "0.1.0 or 0.2.0",
+                    detail: format!("{e:#}"),
+                }
+            })?),
+        },
         Kind::ModelBackend => {
             return Err(LoadError::Host(
                 "model backends are loaded by the inference service".into(),
             ));
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn compiled(runtime: &Runtime, name: &str) -> wasmtime::component::Component {
+        let path = format!("{}/{name}.wasm", switchyard_components::DIR);
+        runtime.compile(&std::fs::read(path).unwrap()).unwrap()
+    }
+
+    /// Filters are prepared at the newest interface they export: the
+    /// built-in one at 0.2.0 (a 0.1.0 one, as `plugin new` makes, loads
+    /// as before: tests/it/scaffolds.rs), and what exports neither is
+    /// refused naming both.
+    #[test]
+    fn a_filter_is_prepared_at_the_newest_version_it_exports() {
+        let cache = tempfile::tempdir().unwrap();
+        let runtime = Runtime::new(cache.path()).unwrap();
+        let filter = compiled(&runtime, "filter_default");
+        let prepared = prepare(&runtime, Kind::EventFilter, &filter).unwrap();
+        assert!(matches!(prepared, Prepared::Filter2(_)));
+        let template = compiled(&runtime, "template_default");
+        let Err(refused) = prepare(&runtime, Kind::EventFilter, &template) else {
+            panic!("a template is not a filter");
+        };
+        assert!(refused.to_string().contains("0.1.0 or 0.2.0"), "{refused}");
+    }
 }

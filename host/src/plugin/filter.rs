@@ -1,8 +1,12 @@
-//! Calls into `event-filter` plugins.
+//! Calls into `event-filter` plugins, of either interface version: the
+//! host speaks 0.1.0's types and turns them into 0.2.0's for a filter built
+//! against that (0.2.0 holds everything 0.1.0 does).
 
 use std::sync::Arc;
 
+use super::backend::v2_error;
 use super::bindings::v0_1_0::filter::exports::switchyard::plugin::filter as wit;
+use super::bindings::v0_2_0::filter::exports::switchyard::plugin::filter as wit2;
 use super::call::call;
 use super::loaded::{Bound, Plugin};
 use super::registry::Plugins;
@@ -48,14 +52,20 @@ impl Plugins {
         let (this, team) = (self.clone(), team.to_string());
         self.on_queue(async move {
             call(&this.runtime, &plugin, &team, async |store, bound| {
-                let Bound::Filter(instance) = bound else {
-                    return Ok(Err(not_a_filter(&plugin)));
+                let checked = match bound {
+                    Bound::Filter(instance) => instance
+                        .switchyard_plugin_filter()
+                        .call_validate(&mut *store, &config)
+                        .await?
+                        .map_err(|e| plugin.reported(e)),
+                    Bound::Filter2(instance) => instance
+                        .switchyard_plugin_filter()
+                        .call_validate(&mut *store, &config_v2(&config))
+                        .await?
+                        .map_err(|e| plugin.reported(v2_error(e))),
+                    Bound::Template(_) => Err(not_a_filter(&plugin)),
                 };
-                let result = instance
-                    .switchyard_plugin_filter()
-                    .call_validate(&mut *store, &config)
-                    .await?;
-                Ok(result.map_err(|e| plugin.reported(e)))
+                Ok(checked)
             })
             .await
         })
@@ -72,16 +82,68 @@ impl Plugins {
         event: &Event,
     ) -> Result<bool, PluginError> {
         call(&self.runtime, plugin, team, async |store, bound| {
-            let Bound::Filter(instance) = bound else {
-                return Ok(Err(not_a_filter(plugin)));
+            let matched = match bound {
+                Bound::Filter(instance) => instance
+                    .switchyard_plugin_filter()
+                    .call_matches(&mut *store, config, event)
+                    .await?
+                    .map_err(|e| plugin.reported(e)),
+                Bound::Filter2(instance) => instance
+                    .switchyard_plugin_filter()
+                    .call_matches(&mut *store, &config_v2(config), &event_v2(event))
+                    .await?
+                    .map(|verdict| matches!(verdict, wit2::Verdict::Matched(_)))
+                    .map_err(|e| plugin.reported(v2_error(e))),
+                Bound::Template(_) => Err(not_a_filter(plugin)),
             };
-            let result = instance
-                .switchyard_plugin_filter()
-                .call_matches(&mut *store, config, event)
-                .await?;
-            Ok(result.map_err(|e| plugin.reported(e)))
+            Ok(matched)
         })
         .await
+    }
+}
+
+/// A 0.1.0 filter configuration in 0.2.0's terms.
+fn config_v2(config: &FilterConfig) -> wit2::FilterConfig {
+    wit2::FilterConfig {
+        alias_regex: config.alias_regex.clone(),
+        tag_regex: config.tag_regex.clone(),
+        collection_regex: None,
+        run_creator: config.run_creator.clone(),
+        run_name_regex: config.run_name_regex.clone(),
+        metric: config.metric.as_ref().map(|m| wit2::MetricCondition {
+            name: m.name.clone(),
+            test: wit2::MetricTest::Threshold(wit2::ThresholdCondition {
+                window: m.window,
+                aggregation: match m.aggregation {
+                    Aggregation::Average => wit2::Aggregation::Average,
+                    Aggregation::Min => wit2::Aggregation::Min,
+                    Aggregation::Max => wit2::Aggregation::Max,
+                },
+                comparison: match m.comparison {
+                    Comparison::Gt => wit2::Comparison::Gt,
+                    Comparison::Gte => wit2::Comparison::Gte,
+                    Comparison::Lt => wit2::Comparison::Lt,
+                    Comparison::Lte => wit2::Comparison::Lte,
+                    Comparison::Eq => wit2::Comparison::Eq,
+                    Comparison::Ne => wit2::Comparison::Ne,
+                },
+                threshold: m.threshold,
+            }),
+        }),
+    }
+}
+
+/// A 0.1.0 event in 0.2.0's terms.
+fn event_v2(event: &Event) -> wit2::Event {
+    wit2::Event {
+        event_type: event.event_type.clone(),
+        alias: event.alias.clone(),
+        tag: event.tag.clone(),
+        collection: None,
+        run_creator: event.run_creator.clone(),
+        run_name: event.run_name.clone(),
+        metric_name: event.metric_name.clone(),
+        metric_values: event.metric_values.clone(),
     }
 }
 

@@ -11,6 +11,7 @@ use wasmtime::Store;
 
 use super::backend::Served;
 use super::bindings::v0_1_0::{filter, template};
+use super::bindings::v0_2_0::filter as filter2;
 use super::limits::Limits;
 use super::manifest::BackendGrant;
 use super::state::State;
@@ -33,8 +34,10 @@ pub enum Source {
 pub enum Prepared {
     /// A `payload-template`.
     Template(template::PayloadTemplatePre<State>),
-    /// An `event-filter`.
+    /// An `event-filter` built against 0.1.0.
     Filter(filter::EventFilterPre<State>),
+    /// An `event-filter` built against 0.2.0.
+    Filter2(filter2::EventFilterPre<State>),
     /// A `model-backend`, instantiated, with the models it serves.
     Backend(Served),
 }
@@ -180,6 +183,8 @@ pub struct Instance {
 pub enum Bound {
     /// A `payload-template`'s.
     Template(template::PayloadTemplate),
-    /// An `event-filter`'s.
+    /// An `event-filter`'s, at 0.1.0.
     Filter(filter::EventFilter),
+    /// An `event-filter`'s, at 0.2.0.
+    Filter2(filter2::EventFilter),
 }

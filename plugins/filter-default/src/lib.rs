@@ -2,13 +2,16 @@
 //!
 //! Regexes are unanchored searches (anchor with `^…$` to match whole names)
 //! and are limited in compiled size, so a hostile pattern cannot exhaust the
-//! plugin. A metric condition aggregates the last `window` values (or all of
-//! them, when fewer were logged) and compares the result with the threshold.
+//! plugin. A run-metric condition is one of three tests (see `metric.rs`):
+//! a threshold on the aggregate of the last values, a change between two
+//! windows, or the latest value's z-score.
 
-wit_bindgen::generate!({ path: "../../wit/v0.1.0", world: "event-filter" });
+wit_bindgen::generate!({ path: "../../wit/v0.2.0", world: "event-filter" });
+
+mod metric;
 
 use exports::switchyard::plugin::filter::{
-    Aggregation, Comparison, Event, FilterConfig, Guest, MetricCondition,
+    Event, FilterConfig, Fired, Guest, MetricCondition, MetricTest, Verdict,
 };
 use switchyard::plugin::types::PluginError;
 
@@ -28,20 +31,33 @@ impl Guest for FilterDefault {
         Ok(())
     }
 
-    fn matches(config: FilterConfig, event: Event) -> Result<bool, PluginError> {
-        Ok(
-            text_matches("alias_regex", &config.alias_regex, &event.alias)?
-                && text_matches("tag_regex", &config.tag_regex, &event.tag)?
-                && text_matches("run_name_regex", &config.run_name_regex, &event.run_name)?
-                && config
-                    .run_creator
-                    .as_ref()
-                    .is_none_or(|c| event.run_creator.as_ref() == Some(c))
-                && match &config.metric {
-                    None => true,
-                    Some(metric) => metric_matches(metric, &event)?,
-                },
-        )
+    fn matches(config: FilterConfig, event: Event) -> Result<Verdict, PluginError> {
+        let texts = text_matches("alias_regex", &config.alias_regex, &event.alias)?
+            && text_matches("tag_regex", &config.tag_regex, &event.tag)?
+            && text_matches(
+                "collection_regex",
+                &config.collection_regex,
+                &event.collection,
+            )?
+            && text_matches("run_name_regex", &config.run_name_regex, &event.run_name)?
+            && config
+                .run_creator
+                .as_ref()
+                .is_none_or(|c| event.run_creator.as_ref() == Some(c));
+        if !texts {
+            return Ok(Verdict::NoMatch);
+        }
+        let Some(metric) = &config.metric else {
+            return Ok(Verdict::Matched(None));
+        };
+        check_metric(metric)?;
+        if event.metric_name.as_deref() != Some(metric.name.as_str()) {
+            return Ok(Verdict::NoMatch);
+        }
+        Ok(match metric::test(&metric.test, &event.metric_values) {
+            Some(fired) => Verdict::Matched(Some(fired)),
+            None => Verdict::NoMatch,
+        })
     }
 }
 
@@ -49,6 +65,7 @@ fn regexes(config: &FilterConfig) -> impl Iterator<Item = (&'static str, &str)> 
     [
         ("alias_regex", &config.alias_regex),
         ("tag_regex", &config.tag_regex),
+        ("collection_regex", &config.collection_regex),
         ("run_name_regex", &config.run_name_regex),
     ]
     .into_iter()
@@ -88,50 +105,43 @@ fn check_metric(metric: &MetricCondition) -> Result<(), PluginError> {
     if metric.name.trim().is_empty() {
         return Err(invalid("metric.name must not be empty".into()));
     }
-    if metric.window == 0 || metric.window > MAX_WINDOW {
-        return Err(invalid(format!(
-            "metric.window must be between 1 and {MAX_WINDOW}"
-        )));
+    let windows = match &metric.test {
+        MetricTest::Threshold(t) => vec![("window", t.window)],
+        MetricTest::Change(c) => vec![("window", c.window), ("prior_window", c.prior_window)],
+        MetricTest::Zscore(z) => vec![("window", z.window)],
+    };
+    for (field, window) in windows {
+        if window == 0 || window > MAX_WINDOW {
+            return Err(invalid(format!(
+                "metric.{field} must be between 1 and {MAX_WINDOW}"
+            )));
+        }
     }
-    if !metric.threshold.is_finite() {
-        return Err(invalid("metric.threshold must be a finite number".into()));
+    let (field, value, positive) = match &metric.test {
+        MetricTest::Threshold(t) => ("threshold", t.threshold, false),
+        MetricTest::Change(c) => ("amount", c.amount, true),
+        MetricTest::Zscore(z) => ("threshold", z.threshold, true),
+    };
+    if !value.is_finite() || (positive && value <= 0.0) {
+        let what = if positive {
+            "a number above 0"
+        } else {
+            "a finite number"
+        };
+        return Err(invalid(format!("metric.{field} must be {what}")));
     }
     Ok(())
 }
 
-fn metric_matches(metric: &MetricCondition, event: &Event) -> Result<bool, PluginError> {
-    check_metric(metric)?;
-    if event.metric_name.as_deref() != Some(metric.name.as_str()) {
-        return Ok(false);
+/// What fired, as the host renders it.
+fn fired(value: f64, previous: Option<f64>, zscore: Option<f64>) -> Fired {
+    Fired {
+        value,
+        previous,
+        zscore,
     }
-    let skip = event
-        .metric_values
-        .len()
-        .saturating_sub(metric.window as usize);
-    let window = &event.metric_values[skip..];
-    let Some(value) = aggregate(metric.aggregation, window) else {
-        return Ok(false);
-    };
-    let t = metric.threshold;
-    Ok(match metric.comparison {
-        Comparison::Gt => value > t,
-        Comparison::Gte => value >= t,
-        Comparison::Lt => value < t,
-        Comparison::Lte => value <= t,
-        Comparison::Eq => value == t,
-        Comparison::Ne => value != t,
-    })
 }
 
-fn aggregate(how: Aggregation, values: &[f64]) -> Option<f64> {
-    if values.is_empty() {
-        return None;
-    }
-    Some(match how {
-        Aggregation::Average => values.iter().sum::<f64>() / values.len() as f64,
-        Aggregation::Min => values.iter().copied().fold(f64::INFINITY, f64::min),
-        Aggregation::Max => values.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-    })
-}
-
+// Natively (for the unit tests) there is nothing to export to.
+#[cfg(target_arch = "wasm32")]
 export!(FilterDefault);

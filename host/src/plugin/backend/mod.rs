@@ -637,8 +637,9 @@ fn linker(engine: &Engine, http: bool) -> anyhow::Result<Linker<BackendState>> {
     Ok(linker)
 }
 
-/// A 0.2.0 backend's error as the host's one error type.
-fn v2_error(e: v2::switchyard::plugin::types::PluginError) -> GuestError {
+/// A 0.2.0 plugin's error (a backend's or a filter's) as the host's one
+/// error type.
+pub(crate) fn v2_error(e: v2::switchyard::plugin::types::PluginError) -> GuestError {
     GuestError {
         code: e.code,
         message: e.message,
