@@ -420,3 +420,39 @@ async fn a_restart_in_the_middle_of_a_window_keeps_its_values() {
     let got = receiver.wait_for(1, 10).await;
     assert_eq!(verified(&got[0]), json!({"value": 0.1}));
 }
+
+on_each_store!(create_artifact_with_a_collection_regex_fires_for_matching_collections_only);
+async fn create_artifact_with_a_collection_regex_fires_for_matching_collections_only() {
+    let (receiver, host, World { alice, bob, .. }) = scene().await;
+    let created = |regex: &str| {
+        json!({"name": "detectors", "event": {"type": "CREATE_ARTIFACT", "collection_regex": regex},
+            "webhook": {"team": "ml", "name": "ci"}, "action": "Webhooks",
+            "payload": r#"{"version": "${artifact_version_string}"}"#})
+    };
+    let (status, bad) = call!(host, alice, POST "{PROJECT}/automations", (created("(")));
+    assert_eq!(status, 400, "{bad}");
+    assert_eq!(
+        (&bad["error"]["param"], &bad["error"]["code"]),
+        (&json!("event"), &json!("invalid-regex")),
+        "{bad}"
+    );
+    let (status, saved) = call!(host, alice, POST "{PROJECT}/automations", (created("^det")));
+    assert_eq!(status, 201, "{saved}");
+    assert_eq!(saved["event"]["collection_regex"], "^det");
+    ok!(host, alice, POST "{PROJECT}/collections", {"name": "segmenter"});
+    for collection in ["segmenter", "detector"] {
+        let versions = format!("{PROJECT}/collections/{collection}/versions");
+        ok!(host, bob, POST "{versions}", {"metadata": {}});
+    }
+    let got = receiver.wait_for(1, 10).await;
+    assert_eq!(
+        verified(&got[0]),
+        json!({"version": "ml/vision/detector:v0"})
+    );
+    let fired = history(&host, &bob, "detectors", "").await;
+    assert_eq!(
+        fired.len(),
+        1,
+        "the segmenter's version fired nothing: {fired:?}"
+    );
+}

@@ -47,7 +47,11 @@ impl EventConfig {
                 tag_regex: tag_regex.clone(),
                 ..FilterSpec::default()
             },
-            EventConfig::LinkArtifact {} | EventConfig::CreateArtifact {} => FilterSpec::default(),
+            EventConfig::LinkArtifact {} => FilterSpec::default(),
+            EventConfig::CreateArtifact { collection_regex } => FilterSpec {
+                collection_regex: collection_regex.clone(),
+                ..FilterSpec::default()
+            },
             EventConfig::RunMetricThreshold {
                 metric,
                 run_filters,
@@ -193,11 +197,8 @@ async fn check_plugins(
     webhook: &webhooks::Webhook,
     swap: Option<&Arc<Plugin>>,
 ) -> Result<()> {
-    let filter = def
-        .event
-        .filter()
-        .to_wit()
-        .map_err(|m| Error::invalid("event", m))?;
+    let filter = def.event.filter();
+    filter.check().map_err(|m| Error::invalid("event", m))?;
     let plugin = pick(plugins, FILTER_PLUGIN, Kind::EventFilter, swap)
         .map_err(|e| e.on_input(Some("event"), None))?;
     plugins

@@ -28,6 +28,7 @@ impl Event {
             event_type: self.event_type.as_str().to_string(),
             alias: self.alias.clone(),
             tag: self.tag.clone(),
+            collection: self.collection().map(str::to_string),
             run_creator: self.run.as_ref().map(|r| r.creator.clone()),
             run_name: self.run.as_ref().map(|r| r.name.clone()),
             metric_name: self.run.as_ref().map(|r| r.metric.clone()),

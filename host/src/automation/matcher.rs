@@ -363,11 +363,7 @@ impl Matcher {
         if !automation.event.accepts(event) {
             return Ok(None);
         }
-        let filter = automation
-            .event
-            .filter()
-            .to_wit()
-            .map_err(|m| Error::invalid("event", m))?;
+        let filter = automation.event.filter();
         let handle = automation.handle();
         let mut execution = Execution {
             id: ids::ordered_id(),
@@ -399,8 +395,8 @@ impl Matcher {
             .matches_in_batch(
                 FILTER_PLUGIN,
                 &automation.webhook.team,
-                filter,
-                event.filter_view().to_wit(),
+                &filter,
+                &event.filter_view(),
             )
             .await
         {

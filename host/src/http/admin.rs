@@ -197,14 +197,14 @@ pub async fn invoke(
         }
         Kind::EventFilter => {
             let input: FilterInput = parse(&bytes)?;
-            let config = input
+            input
                 .config
-                .to_wit()
+                .check()
                 .map_err(|m| Error::invalid("config", m))?;
             let matches = op
                 .app
                 .plugins
-                .matches(&name, HOST, config, input.event.to_wit())
+                .matches(&name, HOST, input.config, input.event)
                 .await
                 .map_err(|e| e.on_input(Some("config"), None))?;
             Ok(axum::Json(json!({"matches": matches})))

@@ -13,7 +13,11 @@ use super::scope::Scope;
 pub enum EventConfig {
     /// A new version is created in a collection.
     #[serde(rename = "CREATE_ARTIFACT")]
-    CreateArtifact {},
+    CreateArtifact {
+        /// When given, the collection's name must match it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        collection_regex: Option<String>,
+    },
     /// An alias matching `alias_regex` is added to an artifact version.
     #[serde(rename = "ADD_ARTIFACT_ALIAS")]
     AddArtifactAlias {
@@ -61,7 +65,7 @@ impl EventConfig {
     /// The event type it listens for.
     pub fn event_type(&self) -> EventType {
         match self {
-            EventConfig::CreateArtifact {} => EventType::CreateArtifact,
+            EventConfig::CreateArtifact { .. } => EventType::CreateArtifact,
             EventConfig::AddArtifactAlias { .. } => EventType::AddArtifactAlias,
             EventConfig::UpdateArtifactAlias { .. } => EventType::UpdateArtifactAlias,
             EventConfig::AddArtifactTag { .. } => EventType::AddArtifactTag,

@@ -110,9 +110,9 @@ async fn run(plugins: &Plugins, plugin: &super::Plugin, input: &Path) -> anyhow:
         Kind::EventFilter => {
             let input: FilterInput =
                 serde_json::from_slice(&bytes).context("input is not {\"config\", \"event\"}")?;
-            let config = input.config.to_wit().map_err(anyhow::Error::msg)?;
+            input.config.check().map_err(anyhow::Error::msg)?;
             let matches = plugins
-                .matches_with(plugin, HOST, &config, &input.event.to_wit())
+                .matches_with(plugin, HOST, &input.config, &input.event)
                 .await
                 .map_err(failed)?;
             Ok(json!({"matches": matches}))

@@ -63,6 +63,8 @@ pub struct FilterSpec {
     pub alias_regex: Option<String>,
     /// Regex an added tag must match.
     pub tag_regex: Option<String>,
+    /// Regex the event's collection must match (needs a 0.2.0 filter).
+    pub collection_regex: Option<String>,
     /// The run's creator.
     pub run_creator: Option<String>,
     /// Regex the run's name must match.
@@ -81,6 +83,8 @@ pub struct EventSpec {
     pub alias: Option<String>,
     /// The tag added.
     pub tag: Option<String>,
+    /// The collection an artifact event happened in.
+    pub collection: Option<String>,
     /// The run's creator.
     pub run_creator: Option<String>,
     /// The run's name.
@@ -111,12 +115,17 @@ pub fn check_template(template: &str) -> Result<(), String> {
 }
 
 impl FilterSpec {
-    /// The WIT form; errors name the bad field. Regexes over
-    /// [`MAX_REGEX_BYTES`] are refused here, before any plugin sees them.
-    pub fn to_wit(&self) -> Result<FilterConfig, String> {
+    /// Refuses regexes over [`MAX_REGEX_BYTES`], and a metric condition
+    /// with an unknown aggregation or comparison, before any plugin sees
+    /// them, naming the field.
+    pub fn check(&self) -> Result<(), String> {
+        if let Some(metric) = &self.metric {
+            metric.to_wit()?;
+        }
         for (field, regex) in [
             ("alias_regex", &self.alias_regex),
             ("tag_regex", &self.tag_regex),
+            ("collection_regex", &self.collection_regex),
             ("run_name_regex", &self.run_name_regex),
         ] {
             if let Some(regex) = regex
@@ -127,6 +136,19 @@ impl FilterSpec {
                     regex.len()
                 ));
             }
+        }
+        Ok(())
+    }
+
+    /// The 0.1.0 WIT form; errors name the bad field, or what 0.1.0 cannot
+    /// carry.
+    pub fn to_wit(&self) -> Result<FilterConfig, String> {
+        self.check()?;
+        if self.collection_regex.is_some() {
+            return Err(
+                "collection_regex needs an event filter built against switchyard:plugin@0.2.0"
+                    .into(),
+            );
         }
         Ok(FilterConfig {
             alias_regex: self.alias_regex.clone(),
@@ -185,5 +207,31 @@ impl EventSpec {
             metric_name: self.metric_name.clone(),
             metric_values: self.metric_values.clone(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A 0.1.0 filter cannot be asked about collections: the refusal says
+    /// which field needs which interface.
+    #[test]
+    fn a_collection_regex_needs_a_0_2_0_filter() {
+        let spec = FilterSpec {
+            collection_regex: Some("^det".into()),
+            ..FilterSpec::default()
+        };
+        assert!(spec.check().is_ok());
+        let refused = spec.to_wit().unwrap_err();
+        assert!(
+            refused.contains("collection_regex") && refused.contains("@0.2.0"),
+            "{refused}"
+        );
+        let long = FilterSpec {
+            collection_regex: Some("a".repeat(MAX_REGEX_BYTES + 1)),
+            ..FilterSpec::default()
+        };
+        assert!(long.check().unwrap_err().starts_with("collection_regex is"));
     }
 }

@@ -109,7 +109,7 @@ impl AutomationForm {
             EventConfig::AddArtifactTag { tag_regex } => {
                 form.tag_regex = tag_regex.clone().unwrap_or_default();
             }
-            EventConfig::LinkArtifact {} | EventConfig::CreateArtifact {} => {}
+            EventConfig::LinkArtifact {} | EventConfig::CreateArtifact { .. } => {}
             EventConfig::RunState { states, .. } => {
                 form.states = states.iter().map(|s| s.as_str().to_string()).collect();
             }
@@ -167,7 +167,9 @@ impl AutomationForm {
                 run_filters: RunFilters::default(),
             },
             "LINK_ARTIFACT" => EventConfig::LinkArtifact {},
-            "CREATE_ARTIFACT" => EventConfig::CreateArtifact {},
+            "CREATE_ARTIFACT" => EventConfig::CreateArtifact {
+                collection_regex: None,
+            },
             "RUN_STATE" => EventConfig::RunState {
                 states: self
                     .states

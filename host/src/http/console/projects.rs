@@ -86,7 +86,12 @@ pub fn describe_event(event: &EventConfig) -> String {
         }
         EventConfig::AddArtifactTag { tag_regex: None } => "a tag is added".into(),
         EventConfig::LinkArtifact {} => "a version is linked".into(),
-        EventConfig::CreateArtifact {} => "a new version is created".into(),
+        EventConfig::CreateArtifact {
+            collection_regex: Some(re),
+        } => format!("a new version is created in a collection matching /{re}/"),
+        EventConfig::CreateArtifact {
+            collection_regex: None,
+        } => "a new version is created".into(),
         EventConfig::RunState { states, .. } => {
             let names: Vec<&str> = states.iter().map(|s| s.as_str()).collect();
             format!("a run ends {}", names.join(" or "))
