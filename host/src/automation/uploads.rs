@@ -14,7 +14,7 @@ use crate::automation::automations;
 use crate::error::{Error, Result};
 use crate::model::StoredPlugin;
 use crate::plugin::BackendGrant;
-use crate::plugin::{Kind, Limits, Plugin, Plugins, is_builtin};
+use crate::plugin::{Kind, Limits, Plugin, PluginError, Plugins, is_builtin};
 use crate::plugin::{Source, Spec};
 use crate::store::Store;
 
@@ -222,7 +222,7 @@ impl Sync {
                 continue;
             };
             let loaded = match spec(upload) {
-                Ok(spec) => self.plugins.load(spec).await.map_err(|e| e.to_string()),
+                Ok(spec) => self.load(spec).await.map_err(|e| e.to_string()),
                 Err(e) => Err(format!("{e:#}")),
             };
             if let Err(e) = loaded {
@@ -239,6 +239,19 @@ impl Sync {
             }
         }
         Ok(())
+    }
+
+    /// Builds an upload and installs it, unless this host's own upload of
+    /// the same bytes was installed while it compiled: the store tells
+    /// this host of its own uploads too, and installing again would start
+    /// the plugin's statistics afresh under the calls it already served.
+    async fn load(&self, spec: Spec) -> std::result::Result<(), PluginError> {
+        let built = self.plugins.check(spec).await?;
+        let running = self.plugins.get(&built.name);
+        if running.is_some_and(|p| p.source == Source::Upload && p.sha256 == built.sha256) {
+            return Ok(());
+        }
+        self.plugins.install(built).map(drop)
     }
 
     fn failed_before(&self, name: &str, sha256: &str) -> bool {

@@ -13,7 +13,7 @@ use super::loaded::{Bound, Plugin};
 use super::registry::Plugins;
 use super::{Kind, PluginError};
 
-pub use wit::{Aggregation, Comparison, Event, FilterConfig, MetricCondition};
+use wit::{Aggregation, Comparison, FilterConfig};
 
 impl Plugins {
     /// Whether `event` matches `config`, by the filter plugin `name`, on the

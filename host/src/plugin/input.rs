@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::filter::{Aggregation, Comparison, Event, FilterConfig, MetricCondition};
+use super::bindings::v0_1_0::filter::exports::switchyard::plugin::filter::{
+    Aggregation, Comparison, Event, FilterConfig, MetricCondition,
+};
 use super::template::Variable;
 pub use crate::model::MetricSpec;
 use crate::nesting;
