@@ -398,25 +398,15 @@ async fn a_restart_in_the_middle_of_a_window_keeps_its_values() {
         .same_store(&host)
         .start()
         .await;
+    let log = async |loss: f64| {
+        let body = json!({"metrics": {"loss": loss}});
+        ok(&host, &bob, "POST", &metrics, body).await
+    };
     // 0.9 is still in the window: had it been forgotten, this would fire.
-    let kept = ok(
-        &host,
-        &bob,
-        "POST",
-        &metrics,
-        json!({"metrics": {"loss": 0.1}}),
-    )
-    .await;
+    let kept = log(0.1).await;
     assert_eq!(kept["values_kept"]["loss"], 3, "{kept}");
     assert!(history(&host, &bob, "calm", "").await.is_empty());
-    ok(
-        &host,
-        &bob,
-        "POST",
-        &metrics,
-        json!({"metrics": {"loss": 0.1}}),
-    )
-    .await;
+    log(0.1).await;
     let got = receiver.wait_for(1, 10).await;
     assert_eq!(verified(&got[0]), json!({"value": 0.1}));
 }

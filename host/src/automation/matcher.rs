@@ -215,16 +215,21 @@ impl Matcher {
     /// What `event` fires: its automations, filtered and rendered.
     async fn match_event(&self, event: &Event) -> Result<Matched> {
         let mut fired = Vec::new();
-        let mut listening = vec![
-            self.config
-                .triggered(&event.scope, event.event_type)
-                .await?,
-        ];
-        if let Some(collection) = event.collection() {
-            let scope = Scope::collection(&event.scope, collection);
-            listening.push(self.config.triggered(&scope, event.event_type).await?);
-        }
-        for automation in listening.iter().flat_map(|a| a.iter()) {
+        // The event's scope, and its collection's (no Vec per event: this
+        // is the hot path).
+        let in_scope = self
+            .config
+            .triggered(&event.scope, event.event_type)
+            .await?;
+        let in_collection = match event.collection() {
+            Some(name) => {
+                let scope = Scope::collection(&event.scope, name);
+                Some(self.config.triggered(&scope, event.event_type).await?)
+            }
+            None => None,
+        };
+        let on_collection = in_collection.iter().flat_map(|a| a.iter());
+        for automation in in_scope.iter().chain(on_collection) {
             if let Some(f) = self.fire(automation, event).await? {
                 fired.push(f);
             }
