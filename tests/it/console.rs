@@ -1212,18 +1212,26 @@ async fn an_operator_uploads_a_model_backend_with_its_grant_in_the_browser() {
 }
 on_each_store!(an_operator_uploads_a_model_backend_with_its_grant_in_the_browser);
 
+/// Where the project's automation form is.
+const NEW_AUTOMATION: &str = "/teams/ml/projects/vision/automations/new";
+
+/// A host delivering to a receiver, and the world calling it.
+async fn delivering() -> (Host, Receiver, World) {
+    let host = Host::with_config(LOOPBACK_HOOKS).await;
+    let receiver = Receiver::start().await;
+    let world = World::build(&host, Some(&format!("{}/hook", receiver.base))).await;
+    (host, receiver, world)
+}
+
 /// W&B's run states and cooldown through the console: a RUN_STATE
 /// automation made with the form, runs failed with their buttons, and a
 /// held-back firing found by the history's status filter.
 async fn a_run_failed_in_the_console_fires_run_state_and_the_history_filters_skipped() {
-    let host = Host::with_config(LOOPBACK_HOOKS).await;
-    let receiver = Receiver::start().await;
-    let world = World::build(&host, Some(&format!("{}/hook", receiver.base))).await;
-    let project = "/teams/ml/projects/vision";
+    let (host, receiver, world) = delivering().await;
+    let (project, new) = ("/teams/ml/projects/vision", NEW_AUTOMATION);
     let alice = Visitor::signed_in(&host, &world.alice).await;
     let token = alice.token(project).await;
-    let new = format!("{project}/automations/new");
-    let form = alice.get(&new).await.body;
+    let form = alice.get(new).await.body;
     assert!(
         form.contains(r#"value="RUN_STATE""#),
         "the form offers RUN_STATE"
@@ -1243,7 +1251,7 @@ async fn a_run_failed_in_the_console_fires_run_state_and_the_history_filters_ski
         ("name", "failures"),
         ("cooldown_s", "soon"),
     ];
-    let refused = alice.post(&new, &fields).await;
+    let refused = alice.post(new, &fields).await;
     assert!(
         refused.body.contains("cooldown_s is a whole number"),
         "{}",
@@ -1251,7 +1259,7 @@ async fn a_run_failed_in_the_console_fires_run_state_and_the_history_filters_ski
     );
     fields.pop();
     fields.push(("cooldown_s", "3600"));
-    let saved = alice.post(&new, &fields).await;
+    let saved = alice.post(new, &fields).await;
     assert_eq!(saved.status, 303, "{}", saved.body);
     let (_, automation) =
         call!(host, world.alice, GET "/v1/teams/ml/projects/vision/automations/failures");
@@ -1316,3 +1324,100 @@ async fn a_run_failed_in_the_console_fires_run_state_and_the_history_filters_ski
     );
 }
 on_each_store!(a_run_failed_in_the_console_fires_run_state_and_the_history_filters_skipped);
+
+async fn change_and_zscore_automations_are_made_in_the_console() {
+    let (host, receiver, world) = delivering().await;
+    let (project, new) = ("/teams/ml/projects/vision", NEW_AUTOMATION);
+    let alice = Visitor::signed_in(&host, &world.alice).await;
+    let token = alice.token(project).await;
+    let form = alice.get(new).await.body;
+    for shown in [
+        r#"value="RUN_METRIC_CHANGE""#,
+        r#"value="RUN_METRIC_ZSCORE""#,
+        r#"name="prior_window""#,
+        r#"name="zscore_threshold""#,
+    ] {
+        assert!(form.contains(shown), "{shown}: {form}");
+    }
+    let change = |amount: &'static str, intent: &'static str| {
+        vec![
+            ("csrf", token.as_str()),
+            ("intent", intent),
+            ("event", "RUN_METRIC_CHANGE"),
+            ("metric_name", "acc"),
+            ("aggregation", "max"),
+            ("window", "1"),
+            ("prior_window", "2"),
+            ("change_type", "absolute"),
+            ("change_direction", "increase"),
+            ("amount", amount),
+            ("webhook", "ml/ci"),
+            ("template_plugin", "template-default"),
+            ("payload", ""),
+            ("name", "acc-up"),
+        ]
+    };
+    let refused = alice.post(new, &change("lots", "save")).await;
+    assert!(
+        refused.body.contains("the amount is a number"),
+        "{}",
+        refused.body
+    );
+    // The preview sends every variable of a sample change event.
+    let preview = alice.post(new, &change("0.5", "preview")).await.body;
+    for shown in [
+        "&#34;metric_previous_value&#34;: 0.18",
+        "&#34;event_type&#34;: &#34;RUN_METRIC_CHANGE&#34;",
+    ] {
+        assert!(preview.contains(shown), "{shown}: {preview}");
+    }
+    let saved = alice.post(new, &change("0.5", "save")).await;
+    assert_eq!(saved.status, 303, "{}", saved.body);
+    let zscore = [
+        ("csrf", token.as_str()),
+        ("intent", "save"),
+        ("event", "RUN_METRIC_ZSCORE"),
+        ("metric_name", "loss"),
+        ("window", ""),
+        ("zscore_direction", "below"),
+        ("zscore_threshold", ""),
+        ("webhook", "ml/ci"),
+        ("template_plugin", "template-default"),
+        ("payload", ""),
+        ("name", "loss-dip"),
+    ];
+    let saved = alice.post(new, &zscore).await;
+    assert_eq!(saved.status, 303, "{}", saved.body);
+
+    let api = "/v1/teams/ml/projects/vision/automations";
+    let (_, dip) = call!(host, world.alice, GET "{api}/loss-dip");
+    assert_eq!(
+        dip["event"]["metric"],
+        serde_json::json!({"name": "loss", "window": 30, "direction": "below", "threshold": 3.0}),
+        "empty fields take W&B's defaults"
+    );
+    let page = alice
+        .get(&format!("{project}/automations/acc-up"))
+        .await
+        .body;
+    assert!(
+        page.contains("max of the last 1 acc rises by 0.5 against the 2 before"),
+        "{page}"
+    );
+    let run = ok!(host, world.bob, POST "/v1/teams/ml/projects/vision/runs", {"name": "sweep"});
+    let metrics = format!(
+        "/v1/teams/ml/projects/vision/runs/{}/metrics",
+        run["id"].as_str().unwrap()
+    );
+    for acc in [0.2, 0.2, 0.7] {
+        ok!(host, world.bob, POST "{metrics}", {"metrics": {"acc": acc}});
+    }
+    let sent = receiver.wait_for(1, 10).await;
+    let body = sent[0].json();
+    assert_eq!(
+        (&body["metric_value"], &body["metric_previous_value"]),
+        (&serde_json::json!(0.7), &serde_json::json!(0.2)),
+        "{body}"
+    );
+}
+on_each_store!(change_and_zscore_automations_are_made_in_the_console);

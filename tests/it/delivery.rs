@@ -577,7 +577,7 @@ async fn run_metric_automations_respect_filters_and_fire_once_per_run() {
         log(run, 0.1).await;
         log(run, 0.1).await; // below threshold, but filtered out
     }
-    log(&sweep, 0.1).await; // average 0.15: fires
+    log(&sweep, 0.3).await; // average 0.25: fires
     log(&sweep, 0.05).await; // would fire again: once per run per 24 h
     let got = receiver.wait_for(1, 10).await;
     // Each log answered once its executions were durable: one in all.
@@ -586,7 +586,7 @@ async fn run_metric_automations_respect_filters_and_fire_once_per_run() {
     assert_eq!(receiver.received().len(), 1, "{got:?}");
     assert_eq!(
         verified(&got[0]),
-        json!({"run": "sweep-1", "by": "alice", "metric": "loss", "value": 0.1, "type": "RUN_METRIC_THRESHOLD"})
+        json!({"run": "sweep-1", "by": "alice", "metric": "loss", "value": 0.25, "type": "RUN_METRIC_THRESHOLD"})
     );
 }
 

@@ -446,3 +446,156 @@ async fn create_artifact_with_a_collection_regex_fires_for_matching_collections_
         "the segmenter's version fired nothing: {fired:?}"
     );
 }
+
+/// A run-metric automation `name` on `event`, sending `payload`.
+fn on_metric(name: &str, event: Value, payload: &str) -> Value {
+    json!({"name": name, "event": event, "webhook": {"team": "ml", "name": "ci"},
+        "action": "Webhooks", "payload": payload})
+}
+
+/// Starts run `name` and logs each of `values` of metric `metric` in turn.
+async fn run_logging(host: &Host, key: &str, name: &str, metric: &str, values: &[f64]) {
+    let run = ok!(host, key, POST "{PROJECT}/runs", {"name": name});
+    let path = format!("{PROJECT}/runs/{}/metrics", run["id"].as_str().unwrap());
+    for value in values {
+        ok!(host, key, POST "{path}", {"metrics": {metric: value}});
+    }
+}
+
+on_each_store!(a_relative_change_of_exactly_the_amount_fires_and_just_under_does_not);
+async fn a_relative_change_of_exactly_the_amount_fires_and_just_under_does_not() {
+    let (receiver, host, World { alice, bob, .. }) = scene().await;
+    let automations = format!("{PROJECT}/automations");
+    let rise = |metric: Value| {
+        on_metric(
+            "rise",
+            json!({"type": "RUN_METRIC_CHANGE", "metric": metric}),
+            r#"{"event_type": "${event_type}", "run": "${run_name}", "metric": "${metric_name}",
+                "value": ${metric_value}, "previous": ${metric_previous_value}}"#,
+        )
+    };
+    for (metric, field, says) in [
+        (
+            json!({"name": "acc", "change_type": "relative", "amount": 0}),
+            "event",
+            "metric.amount",
+        ),
+        (
+            json!({"name": "acc", "change_type": "sideways", "amount": 0.1}),
+            "event",
+            "metric.change_type 'sideways'",
+        ),
+        (
+            json!({"name": "acc", "change_type": "relative", "amount": 0.1,
+                "window": 500, "prior_window": 501}),
+            "event.metric.window",
+            "window + prior_window is 1001",
+        ),
+    ] {
+        let (status, refused) = call!(host, alice, POST "{automations}", (rise(metric)));
+        assert_eq!(
+            (status, &refused["error"]["param"]),
+            (400, &json!(field)),
+            "{refused}"
+        );
+        let message = refused["error"]["message"].as_str().unwrap();
+        assert!(message.contains(says), "{message}");
+    }
+    let on_registry = call!(host, alice, POST "{REGISTRY}/automations",
+        (rise(json!({"name": "acc", "change_type": "absolute", "amount": 1}))));
+    expect_invalid(&on_registry, "event.type");
+
+    let metric = json!({"name": "acc", "window": 1, "prior_window": 2,
+        "change_type": "relative", "direction": "increase", "amount": 0.1});
+    let (status, saved) = call!(host, alice, POST "{automations}", (rise(metric)));
+    assert_eq!(status, 201, "{saved}");
+    assert_eq!(
+        saved["event"]["metric"]["aggregation"], "average",
+        "{saved}"
+    );
+    // 9.99% up, then exactly 10% up; then up again in the same run.
+    run_logging(&host, &bob, "under", "acc", &[100.0, 100.0, 109.99]).await;
+    run_logging(&host, &bob, "exact", "acc", &[100.0, 100.0, 110.0, 130.0]).await;
+    let got = receiver.wait_for(1, 10).await;
+    assert_eq!(
+        verified(&got[0]),
+        json!({"event_type": "RUN_METRIC_CHANGE", "run": "exact", "metric": "acc",
+            "value": 110.0, "previous": 100.0})
+    );
+    let fired = history(&host, &bob, "rise", "").await;
+    assert_eq!(fired.len(), 1, "once per run in 24 hours: {fired:?}");
+    assert_eq!(receiver.received().len(), 1);
+}
+
+on_each_store!(a_zscore_never_fires_before_its_window_is_full);
+async fn a_zscore_never_fires_before_its_window_is_full() {
+    let (receiver, host, World { alice, bob, .. }) = scene().await;
+    let spike = on_metric(
+        "spike",
+        json!({"type": "RUN_METRIC_ZSCORE",
+            "metric": {"name": "loss", "window": 4, "direction": "above", "threshold": 1.4}}),
+        r#"{"event_type": "${event_type}", "run": "${run_name}", "value": ${metric_value},
+            "zscore": ${metric_zscore}, "previous": "${metric_previous_value}"}"#,
+    );
+    ok!(host, alice, POST "{PROJECT}/automations", spike);
+    let refused = call!(host, alice, POST "{PROJECT}/automations",
+        (on_metric("bad", json!({"type": "RUN_METRIC_ZSCORE",
+            "metric": {"name": "loss", "direction": "sideways"}}), "{}")));
+    expect_invalid(&refused, "event");
+    let message = refused.1["error"]["message"].as_str().unwrap();
+    assert!(message.contains("metric.direction 'sideways'"), "{message}");
+    // Three values: a z-score of √2 over what there is, but the window
+    // wants four. A flat window has no spread. Then √3 over four.
+    run_logging(&host, &bob, "early", "loss", &[1.0, 1.0, 10.0]).await;
+    run_logging(&host, &bob, "flat", "loss", &[2.0, 2.0, 2.0, 2.0]).await;
+    run_logging(&host, &bob, "full", "loss", &[1.0, 1.0, 1.0, 10.0]).await;
+    let got = receiver.wait_for(1, 10).await;
+    let mut body = verified(&got[0]);
+    let zscore = body["zscore"].take().as_f64().unwrap();
+    assert!((zscore - 3f64.sqrt()).abs() < 1e-9, "{zscore}");
+    assert_eq!(
+        body,
+        json!({"event_type": "RUN_METRIC_ZSCORE", "run": "full", "value": 10.0,
+            "zscore": null, "previous": ""})
+    );
+    assert_eq!(history(&host, &bob, "spike", "").await.len(), 1);
+    assert_eq!(receiver.received().len(), 1);
+}
+
+on_each_store!(one_log_fires_each_kind_of_metric_automation_listening);
+async fn one_log_fires_each_kind_of_metric_automation_listening() {
+    let (receiver, host, World { alice, bob, .. }) = scene().await;
+    let payload = r#"{"event_type": "${event_type}", "value": ${metric_value}}"#;
+    for (name, event) in [
+        (
+            "threshold",
+            json!({"type": "RUN_METRIC_THRESHOLD",
+                "metric": {"name": "loss", "window": 2, "comparison": ">", "threshold": 2}}),
+        ),
+        (
+            "change",
+            json!({"type": "RUN_METRIC_CHANGE", "metric": {"name": "loss", "window": 2,
+                "prior_window": 2, "change_type": "absolute", "amount": 2}}),
+        ),
+        (
+            "zscore",
+            json!({"type": "RUN_METRIC_ZSCORE", "metric": {"name": "loss", "window": 4,
+                "threshold": 1}}),
+        ),
+    ] {
+        ok!(host, alice, POST "{PROJECT}/automations", (on_metric(name, event, payload)));
+    }
+    run_logging(&host, &bob, "train", "loss", &[1.0, 1.0, 1.0, 6.0]).await;
+    let got = receiver.wait_for(3, 10).await;
+    let mut bodies: Vec<Value> = got.iter().map(verified).collect();
+    bodies.sort_by_key(|b| b["event_type"].as_str().unwrap().to_string());
+    // The threshold's and the change's value is the window's average.
+    assert_eq!(
+        bodies,
+        [
+            json!({"event_type": "RUN_METRIC_CHANGE", "value": 3.5}),
+            json!({"event_type": "RUN_METRIC_THRESHOLD", "value": 3.5}),
+            json!({"event_type": "RUN_METRIC_ZSCORE", "value": 6.0}),
+        ]
+    );
+}

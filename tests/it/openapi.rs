@@ -319,6 +319,21 @@ async fn every_documented_operation_answers_as_its_schema_says() {
         "metric": {"name": "loss", "comparison": "<", "threshold": 0.1}},
         "webhook": {"team": "ml", "name": "ci"}, "action": "Webhooks"});
     want!(s, 201, a, POST "/v1/teams/ml/projects/vision/automations", metric);
+    for (name, event) in [
+        (
+            "improving",
+            json!({"type": "RUN_METRIC_CHANGE",
+                "metric": {"name": "acc", "change_type": "relative", "amount": 0.05}}),
+        ),
+        (
+            "spiking",
+            json!({"type": "RUN_METRIC_ZSCORE", "metric": {"name": "loss"}}),
+        ),
+    ] {
+        let body = json!({"name": name, "event": event,
+            "webhook": {"team": "ml", "name": "ci"}, "action": "Webhooks"});
+        want!(s, 201, a, POST "/v1/teams/ml/projects/vision/automations", body);
+    }
 
     // Runs.
     let run = want!(s, 201, a, POST "/v1/teams/ml/projects/vision/runs", {"name": "sweep-1"});

@@ -267,6 +267,24 @@ async fn filter_default_decides_each_condition() {
         !filter(&host, metric("max", ">", 0.0, 1), other).await,
         "another metric never matches"
     );
+
+    // The answer says what fired: a change's two aggregates.
+    let change = json!({"metric": {"name": "loss", "window": 2, "prior_window": 2,
+        "change_type": "absolute", "direction": "decrease", "amount": 0.5}});
+    let (status, body) = host
+        .invoke("filter-default", &json!({"config": change, "event": run}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        (
+            &body["matches"],
+            &body["fired"]["previous"],
+            &body["fired"]["zscore"]
+        ),
+        (&json!(true), &json!(4.75), &Value::Null),
+        "{body}"
+    );
+    assert!((body["fired"]["value"].as_f64().unwrap() - 0.35).abs() < 1e-12);
 }
 
 on_each_store!(invalid_regexes_and_conditions_are_reported_not_panicked_on);

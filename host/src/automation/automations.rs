@@ -25,7 +25,7 @@ pub use crate::model::{
     WebhookRef,
 };
 use crate::plugin::Variable;
-use crate::plugin::{FilterSpec, check_template};
+use crate::plugin::{FilterSpec, MetricTest, check_template};
 use crate::plugin::{Kind, Plugin, PluginError, Plugins};
 use crate::store::{Store, Transaction};
 
@@ -52,20 +52,30 @@ impl EventConfig {
                 collection_regex: collection_regex.clone(),
                 ..FilterSpec::default()
             },
-            EventConfig::RunMetricThreshold {
-                metric,
-                run_filters,
-            } => FilterSpec {
-                run_creator: run_filters.creator.clone(),
-                run_name_regex: run_filters.run_name_regex.clone(),
-                metric: Some(metric.clone()),
-                ..FilterSpec::default()
-            },
-            EventConfig::RunState { run_filters, .. } => FilterSpec {
-                run_creator: run_filters.creator.clone(),
-                run_name_regex: run_filters.run_name_regex.clone(),
-                ..FilterSpec::default()
-            },
+            EventConfig::RunMetricThreshold { .. }
+            | EventConfig::RunMetricChange { .. }
+            | EventConfig::RunMetricZscore { .. }
+            | EventConfig::RunState { .. } => {
+                let run_filters = self.run_filters().cloned().unwrap_or_default();
+                FilterSpec {
+                    run_creator: run_filters.creator,
+                    run_name_regex: run_filters.run_name_regex,
+                    metric: self.metric(),
+                    ..FilterSpec::default()
+                }
+            }
+        }
+    }
+
+    /// The run-metric condition, for run-metric events.
+    pub fn metric(&self) -> Option<MetricTest> {
+        match self {
+            EventConfig::RunMetricThreshold { metric, .. } => {
+                Some(MetricTest::Threshold(metric.clone()))
+            }
+            EventConfig::RunMetricChange { metric, .. } => Some(MetricTest::Change(metric.clone())),
+            EventConfig::RunMetricZscore { metric, .. } => Some(MetricTest::Zscore(metric.clone())),
+            _ => None,
         }
     }
 
@@ -173,18 +183,29 @@ pub async fn check(
         artifacts::collection(store, &scope.parent(), collection).await?;
     }
     let webhook = usable_webhook(store, user, &def.webhook).await?;
-    if let EventConfig::RunMetricThreshold { metric, .. } = &def.event
-        && metric.window as usize > crate::domain::runs::MAX_WINDOW
-    {
+    check_windows(&def.event)?;
+    check_plugins(store, plugins, def, &webhook, None).await
+}
+
+/// Refuses a metric condition that needs more values than a run keeps.
+fn check_windows(event: &EventConfig) -> Result<()> {
+    let (field, needed) = match event {
+        EventConfig::RunMetricThreshold { metric, .. } => ("window", metric.window),
+        EventConfig::RunMetricChange { metric, .. } => (
+            "window + prior_window",
+            metric.window.saturating_add(metric.prior_window),
+        ),
+        EventConfig::RunMetricZscore { metric, .. } => ("window", metric.window),
+        _ => return Ok(()),
+    };
+    let kept = crate::domain::runs::MAX_WINDOW;
+    if needed as usize > kept {
         return Err(Error::invalid(
             "event.metric.window",
-            format!(
-                "window is at most {} values",
-                crate::domain::runs::MAX_WINDOW
-            ),
+            format!("{field} is {needed}; a run keeps its last {kept} values of a metric"),
         ));
     }
-    check_plugins(store, plugins, def, &webhook, None).await
+    Ok(())
 }
 
 /// What the plugins say of a definition: its filter, and its payload

@@ -6,7 +6,7 @@
 //! so a crash between the action and the matching loses nothing.
 
 pub use crate::model::{ArtifactRef, Event, EventType, RunRef, Scope};
-use crate::plugin::EventSpec;
+use crate::plugin::{EventSpec, MetricFired};
 
 impl Event {
     /// The collection an artifact event happened in, where automations on
@@ -36,10 +36,12 @@ impl Event {
         }
     }
 
-    /// The payload variables (without secrets) as JSON text, by name.
-    /// Written from the event's own fields: building `Value`s first cloned
-    /// the version object and the metadata for every event.
-    pub fn variables(&self) -> Vec<(&'static str, String)> {
+    /// The payload variables (without secrets) as JSON text, by name, with
+    /// what fired a metric condition when the filter said (else
+    /// `${metric_value}` is the latest value). Written from the event's own
+    /// fields: building `Value`s first cloned the version object and the
+    /// metadata for every event.
+    pub fn variables(&self, fired: Option<&MetricFired>) -> Vec<(&'static str, String)> {
         fn json<T: serde::Serialize + ?Sized>(value: &T) -> String {
             // Strings, numbers and maps with string keys always serialize.
             serde_json::to_string(value).unwrap_or_else(|_| "null".into())
@@ -90,8 +92,22 @@ impl Event {
             ("metric_name", text(r.map(|r| r.metric.as_str()))),
             (
                 "metric_value",
-                r.and_then(|r| r.values.last())
-                    .map_or_else(|| json(""), json),
+                fired
+                    .map(|f| f.value)
+                    .or_else(|| r.and_then(|r| r.values.last().copied()))
+                    .map_or_else(|| json(""), |v| json(&v)),
+            ),
+            (
+                "metric_previous_value",
+                fired
+                    .and_then(|f| f.previous)
+                    .map_or_else(|| json(""), |v| json(&v)),
+            ),
+            (
+                "metric_zscore",
+                fired
+                    .and_then(|f| f.zscore)
+                    .map_or_else(|| json(""), |v| json(&v)),
             ),
         ];
         variables.sort_unstable_by_key(|(name, _)| *name);

@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::ids;
 use crate::model::{Event, Scope};
 use crate::plugin::Variable;
-use crate::plugin::{PluginError, Plugins};
+use crate::plugin::{PluginError, Plugins, Verdict};
 use crate::store::Store;
 
 /// A run automation fires at most once per run in this long.
@@ -395,7 +395,7 @@ impl Matcher {
                 throttle: Throttle::default(),
             }))
         };
-        match self
+        let fired = match self
             .plugins
             .matches_in_batch(
                 FILTER_PLUGIN,
@@ -405,12 +405,12 @@ impl Matcher {
             )
             .await
         {
-            Ok(true) => {}
-            Ok(false) => return Ok(None),
+            Ok(Verdict::Matched(fired)) => fired,
+            Ok(Verdict::NoMatch) => return Ok(None),
             // A full queue is transient: the event stays in the inbox for the sweep.
             Err(PluginError::Queue(message)) => return Err(Error::Unavailable(message)),
             Err(e) => return failed(execution, format!("the filter failed: {e}")),
-        }
+        };
         let (team, name) = (&automation.webhook.team, &automation.webhook.name);
         let opened = match self.config.webhook(team, name).await {
             Ok(opened) => opened,
@@ -430,7 +430,8 @@ impl Matcher {
             Some(Err(uncarried)) => return failed(execution, uncarried.to_string()),
             None => None,
         };
-        let body = match self.render(automation, template, event, secrets).await {
+        let variables = event.variables(fired.as_ref());
+        let body = match self.render(automation, template, variables, secrets).await {
             Ok(body) => body,
             Err(PluginError::Queue(message)) => return Err(Error::Unavailable(message)),
             Err(e) => return failed(execution, format!("rendering the payload failed: {e}")),
@@ -465,10 +466,9 @@ impl Matcher {
         &self,
         automation: &Automation,
         template: Option<String>,
-        event: &Event,
+        variables: Vec<(&'static str, String)>,
         secrets: &BTreeMap<String, String>,
     ) -> std::result::Result<String, PluginError> {
-        let variables = event.variables();
         let Some(template) = template else {
             return Ok(object_text(&variables));
         };

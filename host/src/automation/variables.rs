@@ -23,6 +23,8 @@ pub const EVENT: &[&str] = &[
     "run_state",
     "metric_name",
     "metric_value",
+    "metric_previous_value",
+    "metric_zscore",
 ];
 
 /// The variable holding the webhook's access token.
@@ -56,7 +58,7 @@ pub fn sample(
     };
     let run = event_type.is_run();
     let artifact = !run;
-    let metric = event_type == EventType::RunMetricThreshold;
+    let metric = EventType::METRIC.contains(&event_type);
     let when = |on: bool, value: serde_json::Value| if on { value } else { json!("") };
     [
         ("event_type", json!(event_type)),
@@ -109,6 +111,14 @@ pub fn sample(
         ),
         ("metric_name", when(metric, json!("loss"))),
         ("metric_value", when(metric, json!(0.12))),
+        (
+            "metric_previous_value",
+            when(event_type == EventType::RunMetricChange, json!(0.18)),
+        ),
+        (
+            "metric_zscore",
+            when(event_type == EventType::RunMetricZscore, json!(-3.2)),
+        ),
     ]
     .into_iter()
     .map(|(name, value)| (name.to_string(), value))

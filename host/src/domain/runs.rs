@@ -1,9 +1,10 @@
 //! Runs in a project and the metrics they log: the event source of
 //! run-metric automations.
 //!
-//! Logging a metric keeps its most recent [`MAX_WINDOW`] values and, when an
-//! automation in the project listens for metrics, emits a
-//! `RUN_METRIC_THRESHOLD` event carrying them, in the same transaction.
+//! Logging a metric keeps its most recent [`MAX_WINDOW`] values and, for
+//! each kind of metric event an automation in the project listens for
+//! (`RUN_METRIC_THRESHOLD`, `RUN_METRIC_CHANGE`, `RUN_METRIC_ZSCORE`), emits
+//! one carrying them, in the same transaction.
 
 use std::collections::BTreeMap;
 
@@ -128,7 +129,12 @@ pub async fn log(
         id: run_id,
     };
     let tx = store.begin().await?;
-    let listened = tx.listens(&scope, EventType::RunMetricThreshold).await?;
+    let mut listened = Vec::new();
+    for kind in EventType::METRIC {
+        if tx.listens(&scope, kind).await? {
+            listened.push(kind);
+        }
+    }
     let mut counts = BTreeMap::new();
     let mut caused = Vec::new();
     for (metric, value) in metrics {
@@ -145,15 +151,9 @@ pub async fn log(
             )
             .await?;
         counts.insert(metric.clone(), values.len());
-        if listened {
-            let logged = Some((metric.clone(), values));
-            caused.push(run_event(
-                EventType::RunMetricThreshold,
-                at,
-                &run,
-                user,
-                logged,
-            ));
+        for &kind in &listened {
+            let logged = Some((metric.clone(), values.clone()));
+            caused.push(run_event(kind, at, &run, user, logged));
         }
     }
     tx.insert_events(&caused).await?;

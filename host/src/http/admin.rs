@@ -207,7 +207,9 @@ pub async fn invoke(
                 .matches(&name, HOST, input.config, input.event)
                 .await
                 .map_err(|e| e.on_input(Some("config"), None))?;
-            Ok(axum::Json(json!({"matches": matches})))
+            Ok(axum::Json(
+                json!({"matches": matches.matched(), "fired": matches.fired()}),
+            ))
         }
         Kind::ModelBackend => Err(Error::invalid(
             "name",

@@ -59,6 +59,26 @@ pub enum EventConfig {
         #[serde(default)]
         run_filters: RunFilters,
     },
+    /// A run metric's recent aggregate moves against the window before it
+    /// (projects only).
+    #[serde(rename = "RUN_METRIC_CHANGE")]
+    RunMetricChange {
+        /// The condition.
+        metric: MetricChangeSpec,
+        /// Which runs count.
+        #[serde(default)]
+        run_filters: RunFilters,
+    },
+    /// A run metric's latest value lies far from its recent mean (projects
+    /// only).
+    #[serde(rename = "RUN_METRIC_ZSCORE")]
+    RunMetricZscore {
+        /// The condition.
+        metric: MetricZscoreSpec,
+        /// Which runs count.
+        #[serde(default)]
+        run_filters: RunFilters,
+    },
 }
 
 impl EventConfig {
@@ -72,6 +92,19 @@ impl EventConfig {
             EventConfig::LinkArtifact {} => EventType::LinkArtifact,
             EventConfig::RunMetricThreshold { .. } => EventType::RunMetricThreshold,
             EventConfig::RunState { .. } => EventType::RunState,
+            EventConfig::RunMetricChange { .. } => EventType::RunMetricChange,
+            EventConfig::RunMetricZscore { .. } => EventType::RunMetricZscore,
+        }
+    }
+
+    /// The run filters of a run event; `None` for artifact events.
+    pub fn run_filters(&self) -> Option<&RunFilters> {
+        match self {
+            EventConfig::RunState { run_filters, .. }
+            | EventConfig::RunMetricThreshold { run_filters, .. }
+            | EventConfig::RunMetricChange { run_filters, .. }
+            | EventConfig::RunMetricZscore { run_filters, .. } => Some(run_filters),
+            _ => None,
         }
     }
 }
@@ -96,6 +129,70 @@ pub struct MetricSpec {
 
 fn default_window() -> u32 {
     5
+}
+
+/// W&B's `RUN_METRIC_CHANGE`: `aggregation(last window values)` against
+/// `aggregation(the prior_window values before them)`, as an absolute
+/// difference or a fraction of the prior aggregate.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricChangeSpec {
+    /// Metric name.
+    pub name: String,
+    /// `average`, `min` or `max`.
+    #[serde(default = "default_aggregation")]
+    pub aggregation: String,
+    /// How many recent values make the current window; 10 unless given.
+    #[serde(default = "default_change_window")]
+    pub window: u32,
+    /// How many values before them make the prior window; 50 unless given.
+    #[serde(default = "default_prior_window")]
+    pub prior_window: u32,
+    /// `absolute` or `relative` (a fraction: 0.1 is 10%).
+    pub change_type: String,
+    /// `increase`, `decrease` or `any`; `any` unless given.
+    #[serde(default = "default_direction")]
+    pub direction: String,
+    /// How far it must move; above 0.
+    pub amount: f64,
+}
+
+/// W&B's `RUN_METRIC_ZSCORE`: the latest value's z-score against the mean
+/// and standard deviation of the last `window` values.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricZscoreSpec {
+    /// Metric name.
+    pub name: String,
+    /// How many recent values; 30 unless given.
+    #[serde(default = "default_zscore_window")]
+    pub window: u32,
+    /// `above`, `below` or `any`; `any` unless given.
+    #[serde(default = "default_direction")]
+    pub direction: String,
+    /// How many standard deviations; above 0, 3 unless given.
+    #[serde(default = "default_zscore_threshold")]
+    pub threshold: f64,
+}
+
+fn default_change_window() -> u32 {
+    10
+}
+
+fn default_prior_window() -> u32 {
+    50
+}
+
+fn default_zscore_window() -> u32 {
+    30
+}
+
+fn default_zscore_threshold() -> f64 {
+    3.0
+}
+
+fn default_direction() -> String {
+    "any".into()
 }
 
 fn default_aggregation() -> String {

@@ -36,11 +36,17 @@ pub enum EventType {
     /// A run ended: finished, failed or crashed.
     #[serde(rename = "RUN_STATE")]
     RunState,
+    /// A run logged a metric, for change conditions.
+    #[serde(rename = "RUN_METRIC_CHANGE")]
+    RunMetricChange,
+    /// A run logged a metric, for z-score conditions.
+    #[serde(rename = "RUN_METRIC_ZSCORE")]
+    RunMetricZscore,
 }
 
 impl EventType {
     /// Every event type.
-    pub const ALL: [EventType; 7] = [
+    pub const ALL: [EventType; 9] = [
         EventType::CreateArtifact,
         EventType::AddArtifactAlias,
         EventType::UpdateArtifactAlias,
@@ -48,11 +54,20 @@ impl EventType {
         EventType::LinkArtifact,
         EventType::RunMetricThreshold,
         EventType::RunState,
+        EventType::RunMetricChange,
+        EventType::RunMetricZscore,
+    ];
+
+    /// The event types a logged metric causes, one per kind of condition.
+    pub const METRIC: [EventType; 3] = [
+        EventType::RunMetricThreshold,
+        EventType::RunMetricChange,
+        EventType::RunMetricZscore,
     ];
 
     /// Whether it is about a run (and so lives in projects only).
     pub fn is_run(self) -> bool {
-        matches!(self, EventType::RunMetricThreshold | EventType::RunState)
+        self == EventType::RunState || EventType::METRIC.contains(&self)
     }
 
     /// The name, as `${event_type}` renders it.
@@ -65,6 +80,8 @@ impl EventType {
             EventType::LinkArtifact => "LINK_ARTIFACT",
             EventType::RunMetricThreshold => "RUN_METRIC_THRESHOLD",
             EventType::RunState => "RUN_STATE",
+            EventType::RunMetricChange => "RUN_METRIC_CHANGE",
+            EventType::RunMetricZscore => "RUN_METRIC_ZSCORE",
         }
     }
 

@@ -21,8 +21,8 @@ pub mod usage;
 pub use access::{ApiKey, Group, GroupKind, Member, Role, Session, User};
 pub use artifact::{Collection, LabelledVersion, Source, Version};
 pub use automation::{
-    Action, Automation, EventConfig, Handle, MetricSpec, RunFilters, SkipReason, Skipped, State,
-    Throttle, WebhookRef,
+    Action, Automation, EventConfig, Handle, MetricChangeSpec, MetricSpec, MetricZscoreSpec,
+    RunFilters, SkipReason, Skipped, State, Throttle, WebhookRef,
 };
 pub use delivery::{Attempt, Delivery, Execution, Status};
 pub use event::{ArtifactRef, Event, EventType, RunRef};

@@ -115,7 +115,7 @@ async fn run(plugins: &Plugins, plugin: &super::Plugin, input: &Path) -> anyhow:
                 .matches_with(plugin, HOST, &input.config, &input.event)
                 .await
                 .map_err(failed)?;
-            Ok(json!({"matches": matches}))
+            Ok(json!({"matches": matches.matched(), "fired": matches.fired()}))
         }
         Kind::ModelBackend => bail!(
             "a model backend takes no input here: check lists its models; load it and call /v1/chat/completions to chat"

@@ -13,7 +13,42 @@ use super::loaded::{Bound, Plugin};
 use super::registry::Plugins;
 use super::{Kind, PluginError};
 
-use wit::{Aggregation, Comparison, FilterConfig};
+/// What a filter said of an event.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Verdict {
+    /// The event does not fire the automation.
+    NoMatch,
+    /// It fires; for a metric condition, what fired (a 0.1.0 filter does
+    /// not say).
+    Matched(Option<MetricFired>),
+}
+
+impl Verdict {
+    /// Whether the event fires the automation.
+    pub fn matched(&self) -> bool {
+        matches!(self, Verdict::Matched(_))
+    }
+
+    /// What fired, when the filter said.
+    pub fn fired(&self) -> Option<MetricFired> {
+        match self {
+            Verdict::Matched(fired) => *fired,
+            Verdict::NoMatch => None,
+        }
+    }
+}
+
+/// What fired a metric condition: the values `${metric_value}`,
+/// `${metric_previous_value}` and `${metric_zscore}` render.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct MetricFired {
+    /// The aggregate (or, for a z-score, the latest value) that fired.
+    pub value: f64,
+    /// The prior window's aggregate, for a change.
+    pub previous: Option<f64>,
+    /// The z-score, for a z-score condition.
+    pub zscore: Option<f64>,
+}
 
 impl Plugins {
     /// Whether `event` matches `config`, by the filter plugin `name`, on the
@@ -24,7 +59,7 @@ impl Plugins {
         team: &str,
         config: FilterSpec,
         event: EventSpec,
-    ) -> Result<bool, PluginError> {
+    ) -> Result<Verdict, PluginError> {
         self.on_queue(self.matches_in_batch(name, team, &config, &event))
             .await
     }
@@ -37,7 +72,7 @@ impl Plugins {
         team: &str,
         config: &FilterSpec,
         event: &EventSpec,
-    ) -> Result<bool, PluginError> {
+    ) -> Result<Verdict, PluginError> {
         let plugin = self.get_kind(name, Kind::EventFilter)?;
         self.matches_with(&plugin, team, config, event).await
     }
@@ -87,7 +122,7 @@ impl Plugins {
         team: &str,
         config: &FilterSpec,
         event: &EventSpec,
-    ) -> Result<bool, PluginError> {
+    ) -> Result<Verdict, PluginError> {
         call(&self.runtime, plugin, team, async |store, bound| {
             let matched = match bound {
                 Bound::Filter(instance) => match v1(plugin, config) {
@@ -95,15 +130,19 @@ impl Plugins {
                         .switchyard_plugin_filter()
                         .call_matches(&mut *store, &config, &event.to_wit())
                         .await?
+                        .map(|matched| match matched {
+                            true => Verdict::Matched(None),
+                            false => Verdict::NoMatch,
+                        })
                         .map_err(|e| plugin.reported(e)),
                     Err(e) => Err(e),
                 },
                 Bound::Filter2(instance) => match v2(plugin, config) {
                     Ok(config) => instance
                         .switchyard_plugin_filter()
-                        .call_matches(&mut *store, &config, &event_v2(event))
+                        .call_matches(&mut *store, &config, &event.to_wit2())
                         .await?
-                        .map(|verdict| matches!(verdict, wit2::Verdict::Matched(_)))
+                        .map(verdict)
                         .map_err(|e| plugin.reported(v2_error(e))),
                     Err(e) => Err(e),
                 },
@@ -126,63 +165,24 @@ fn refused(plugin: &Plugin, message: String) -> PluginError {
 }
 
 /// `spec` in 0.1.0's terms.
-fn v1(plugin: &Plugin, spec: &FilterSpec) -> Result<FilterConfig, PluginError> {
+fn v1(plugin: &Plugin, spec: &FilterSpec) -> Result<wit::FilterConfig, PluginError> {
     spec.to_wit().map_err(|m| refused(plugin, m))
 }
 
-/// `spec` in 0.2.0's terms: 0.1.0's, and what only 0.2.0 carries.
+/// `spec` in 0.2.0's terms.
 fn v2(plugin: &Plugin, spec: &FilterSpec) -> Result<wit2::FilterConfig, PluginError> {
-    let older = FilterSpec {
-        collection_regex: None,
-        ..spec.clone()
-    };
-    let mut config = config_v2(&v1(plugin, &older)?);
-    config.collection_regex.clone_from(&spec.collection_regex);
-    Ok(config)
+    spec.to_wit2().map_err(|m| refused(plugin, m))
 }
 
-/// A 0.1.0 filter configuration in 0.2.0's terms.
-fn config_v2(config: &FilterConfig) -> wit2::FilterConfig {
-    wit2::FilterConfig {
-        alias_regex: config.alias_regex.clone(),
-        tag_regex: config.tag_regex.clone(),
-        collection_regex: None,
-        run_creator: config.run_creator.clone(),
-        run_name_regex: config.run_name_regex.clone(),
-        metric: config.metric.as_ref().map(|m| wit2::MetricCondition {
-            name: m.name.clone(),
-            test: wit2::MetricTest::Threshold(wit2::ThresholdCondition {
-                window: m.window,
-                aggregation: match m.aggregation {
-                    Aggregation::Average => wit2::Aggregation::Average,
-                    Aggregation::Min => wit2::Aggregation::Min,
-                    Aggregation::Max => wit2::Aggregation::Max,
-                },
-                comparison: match m.comparison {
-                    Comparison::Gt => wit2::Comparison::Gt,
-                    Comparison::Gte => wit2::Comparison::Gte,
-                    Comparison::Lt => wit2::Comparison::Lt,
-                    Comparison::Lte => wit2::Comparison::Lte,
-                    Comparison::Eq => wit2::Comparison::Eq,
-                    Comparison::Ne => wit2::Comparison::Ne,
-                },
-                threshold: m.threshold,
-            }),
-        }),
-    }
-}
-
-/// An event in 0.2.0's terms.
-fn event_v2(event: &EventSpec) -> wit2::Event {
-    wit2::Event {
-        event_type: event.event_type.clone(),
-        alias: event.alias.clone(),
-        tag: event.tag.clone(),
-        collection: event.collection.clone(),
-        run_creator: event.run_creator.clone(),
-        run_name: event.run_name.clone(),
-        metric_name: event.metric_name.clone(),
-        metric_values: event.metric_values.clone(),
+/// A 0.2.0 verdict in the host's terms.
+fn verdict(verdict: wit2::Verdict) -> Verdict {
+    match verdict {
+        wit2::Verdict::NoMatch => Verdict::NoMatch,
+        wit2::Verdict::Matched(fired) => Verdict::Matched(fired.map(|f| MetricFired {
+            value: f.value,
+            previous: f.previous,
+            zscore: f.zscore,
+        })),
     }
 }
 

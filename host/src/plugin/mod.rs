@@ -46,7 +46,8 @@ pub use builtin::{
     Components, FILTER_DEFAULT, TEMPLATE_DEFAULT, builtins, components, is_builtin, provide,
 };
 pub use engine::Runtime;
-pub use input::{EventSpec, FilterInput, FilterSpec, TemplateInput, check_template};
+pub use filter::{MetricFired, Verdict};
+pub use input::{EventSpec, FilterInput, FilterSpec, MetricTest, TemplateInput, check_template};
 pub use limits::Limits;
 pub use loaded::{Plugin, Source, Spec};
 pub use manifest::{BackendGrant, LimitOverrides, validate_name, validate_version};

@@ -24,7 +24,7 @@ use crate::automation::webhooks;
 use crate::domain::groups::{self, GroupKind, Role};
 use crate::error::Error;
 use crate::http::scope::{Params, param};
-use crate::model::{MetricSpec, RunFilters, RunState};
+use crate::model::{MetricChangeSpec, MetricSpec, MetricZscoreSpec, RunFilters, RunState};
 use crate::plugin::Kind;
 
 /// Nested under a place's `/automations`.
@@ -50,6 +50,14 @@ pub struct AutomationForm {
     window: String,
     comparison: String,
     threshold: String,
+    /// For `RUN_METRIC_CHANGE`.
+    prior_window: String,
+    change_type: String,
+    change_direction: String,
+    amount: String,
+    /// For `RUN_METRIC_ZSCORE`.
+    zscore_direction: String,
+    zscore_threshold: String,
     /// For `RUN_STATE`: the ending states ticked.
     states: Vec<String>,
     webhook: String,
@@ -69,9 +77,15 @@ impl Default for AutomationForm {
             tag_regex: String::new(),
             metric_name: String::new(),
             aggregation: "average".into(),
-            window: "5".into(),
+            window: String::new(),
             comparison: ">".into(),
             threshold: String::new(),
+            prior_window: String::new(),
+            change_type: "relative".into(),
+            change_direction: "any".into(),
+            amount: String::new(),
+            zscore_direction: "any".into(),
+            zscore_threshold: String::new(),
             states: vec!["finished".into(), "failed".into()],
             webhook: String::new(),
             template_plugin: automations::DEFAULT_TEMPLATE_PLUGIN.into(),
@@ -120,6 +134,21 @@ impl AutomationForm {
                 form.comparison = metric.comparison.clone();
                 form.threshold = metric.threshold.to_string();
             }
+            EventConfig::RunMetricChange { metric, .. } => {
+                form.metric_name = metric.name.clone();
+                form.aggregation = metric.aggregation.clone();
+                form.window = metric.window.to_string();
+                form.prior_window = metric.prior_window.to_string();
+                form.change_type = metric.change_type.clone();
+                form.change_direction = metric.direction.clone();
+                form.amount = metric.amount.to_string();
+            }
+            EventConfig::RunMetricZscore { metric, .. } => {
+                form.metric_name = metric.name.clone();
+                form.window = metric.window.to_string();
+                form.zscore_direction = metric.direction.clone();
+                form.zscore_threshold = metric.threshold.to_string();
+            }
         }
         form
     }
@@ -137,6 +166,12 @@ impl AutomationForm {
             window: field("window"),
             comparison: field("comparison"),
             threshold: field("threshold"),
+            prior_window: field("prior_window"),
+            change_type: field("change_type"),
+            change_direction: field("change_direction"),
+            amount: field("amount"),
+            zscore_direction: field("zscore_direction"),
+            zscore_threshold: field("zscore_threshold"),
             states: automations::ENDING_STATES
                 .iter()
                 .map(|s| s.as_str().to_string())
@@ -163,7 +198,15 @@ impl AutomationForm {
                 tag_regex: Some(self.tag_regex.trim().to_string()).filter(|t| !t.is_empty()),
             },
             "RUN_METRIC_THRESHOLD" => EventConfig::RunMetricThreshold {
-                metric: self.metric()?,
+                metric: self.threshold_metric()?,
+                run_filters: RunFilters::default(),
+            },
+            "RUN_METRIC_CHANGE" => EventConfig::RunMetricChange {
+                metric: self.change_metric()?,
+                run_filters: RunFilters::default(),
+            },
+            "RUN_METRIC_ZSCORE" => EventConfig::RunMetricZscore {
+                metric: self.zscore_metric()?,
                 run_filters: RunFilters::default(),
             },
             "LINK_ARTIFACT" => EventConfig::LinkArtifact {},
@@ -203,26 +246,61 @@ impl AutomationForm {
         })
     }
 
-    fn metric(&self) -> Result<MetricSpec, Error> {
-        let window = self.window.trim().parse().map_err(|_| {
-            Error::invalid(
-                "event.metric.window",
-                "the window is a whole number of values",
-            )
-        })?;
-        let threshold = self.threshold.trim().parse().map_err(|_| {
-            Error::invalid(
-                "event.metric.threshold",
-                "the threshold is a number, e.g. 0.5",
-            )
-        })?;
+    fn threshold_metric(&self) -> Result<MetricSpec, Error> {
         Ok(MetricSpec {
             name: self.metric_name.trim().to_string(),
-            window,
+            window: or_default("window", &self.window, 5)?,
             aggregation: self.aggregation.clone(),
             comparison: self.comparison.clone(),
-            threshold,
+            threshold: number("threshold", &self.threshold, None)?,
         })
+    }
+
+    fn change_metric(&self) -> Result<MetricChangeSpec, Error> {
+        Ok(MetricChangeSpec {
+            name: self.metric_name.trim().to_string(),
+            aggregation: self.aggregation.clone(),
+            window: or_default("window", &self.window, 10)?,
+            prior_window: or_default("prior_window", &self.prior_window, 50)?,
+            change_type: self.change_type.clone(),
+            direction: self.change_direction.clone(),
+            amount: number("amount", &self.amount, None)?,
+        })
+    }
+
+    fn zscore_metric(&self) -> Result<MetricZscoreSpec, Error> {
+        Ok(MetricZscoreSpec {
+            name: self.metric_name.trim().to_string(),
+            window: or_default("window", &self.window, 30)?,
+            direction: self.zscore_direction.clone(),
+            threshold: number("threshold", &self.zscore_threshold, Some(3.0))?,
+        })
+    }
+}
+
+/// A window from a form field, `default` when left empty.
+fn or_default(field: &str, text: &str, default: u32) -> Result<u32, Error> {
+    match text.trim() {
+        "" => Ok(default),
+        text => text.parse().map_err(|_| {
+            Error::invalid(
+                format!("event.metric.{field}"),
+                format!("{field} is a whole number of values, or empty for {default}"),
+            )
+        }),
+    }
+}
+
+/// A number from a form field; `default`, if any, when left empty.
+fn number(field: &str, text: &str, default: Option<f64>) -> Result<f64, Error> {
+    match (text.trim(), default) {
+        ("", Some(default)) => Ok(default),
+        (text, _) => text.parse().map_err(|_| {
+            Error::invalid(
+                format!("event.metric.{field}"),
+                format!("the {field} is a number, e.g. 0.5"),
+            )
+        }),
     }
 }
 

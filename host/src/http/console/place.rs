@@ -48,6 +48,14 @@ impl Place {
                 MOVED,
                 TAG,
                 ("RUN_METRIC_THRESHOLD", "A run metric crosses a threshold"),
+                (
+                    "RUN_METRIC_CHANGE",
+                    "A run metric changes against its prior window",
+                ),
+                (
+                    "RUN_METRIC_ZSCORE",
+                    "A run metric's z-score passes a threshold",
+                ),
                 ("RUN_STATE", "A run ends: finished, failed or crashed"),
             ],
             Scope::Registry { .. } => &[

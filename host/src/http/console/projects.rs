@@ -100,6 +100,33 @@ pub fn describe_event(event: &EventConfig) -> String {
             "{} of the last {} {} {} {}",
             metric.aggregation, metric.window, metric.name, metric.comparison, metric.threshold
         ),
+        EventConfig::RunMetricChange { metric, .. } => {
+            let by = match metric.change_type.as_str() {
+                "relative" => format!("{}%", metric.amount * 100.0),
+                _ => metric.amount.to_string(),
+            };
+            let moves = match metric.direction.as_str() {
+                "increase" => "rises",
+                "decrease" => "falls",
+                _ => "moves",
+            };
+            format!(
+                "{} of the last {} {} {moves} by {by} against the {} before",
+                metric.aggregation, metric.window, metric.name, metric.prior_window
+            )
+        }
+        EventConfig::RunMetricZscore { metric, .. } => {
+            let t = metric.threshold;
+            let bound = match metric.direction.as_str() {
+                "above" => format!("≥ {t}"),
+                "below" => format!("≤ -{t}"),
+                _ => format!("beyond ±{t}"),
+            };
+            format!(
+                "the z-score of {} over the last {} values is {bound}",
+                metric.name, metric.window
+            )
+        }
     }
 }
 
