@@ -1421,3 +1421,93 @@ async fn change_and_zscore_automations_are_made_in_the_console() {
     );
 }
 on_each_store!(change_and_zscore_automations_are_made_in_the_console);
+
+async fn a_signing_key_is_generated_and_rotated_in_the_console() {
+    let (host, _receiver, world) = delivering().await;
+    let alice = Visitor::signed_in(&host, &world.alice).await;
+    let token = alice.token("/teams/ml").await;
+    for name in ["KEY1", "KEY2"] {
+        let made = alice
+            .post(
+                "/teams/ml/secrets",
+                &[
+                    ("csrf", &token),
+                    ("name", name),
+                    ("value", ""),
+                    ("generate", "ed25519"),
+                ],
+            )
+            .await;
+        assert_eq!(made.status, 303, "{}", made.body);
+    }
+    let both = alice
+        .post(
+            "/teams/ml/secrets",
+            &[
+                ("csrf", &token),
+                ("name", "K"),
+                ("value", "x"),
+                ("generate", "ed25519"),
+            ],
+        )
+        .await;
+    assert!(both.body.contains("leave the value empty"), "{}", both.body);
+    let page = "/teams/ml/webhooks/ci";
+    let url = ok!(host, world.alice, GET "/v1/teams/ml/webhooks/ci")["url"].clone();
+    let edited = alice
+        .post(
+            &format!("{page}/edit"),
+            &[
+                ("csrf", &token),
+                ("url", url.as_str().unwrap()),
+                ("access_token_secret", "TOKEN"),
+                ("signing_secret", "SIGN"),
+                ("signing_key_secret", "KEY1"),
+            ],
+        )
+        .await;
+    assert_eq!(edited.status, 303, "{}", edited.body);
+    let keys = ok!(host, world.bob, GET "/v1/teams/ml/webhooks/ci/public-key");
+    let shown = alice.get(page).await.body;
+    let first = keys["public_key"].as_str().unwrap();
+    assert!(
+        shown.contains(first),
+        "the page shows the public key: {shown}"
+    );
+
+    let rotate = format!("{page}/rotate");
+    let refused = alice
+        .post(
+            &rotate,
+            &[
+                ("csrf", &token),
+                ("signing_key_secret", "KEY2"),
+                ("overlap_hours", "a day"),
+            ],
+        )
+        .await;
+    assert!(
+        refused.body.contains("whole number of hours"),
+        "{}",
+        refused.body
+    );
+    let rotated = alice
+        .post(
+            &rotate,
+            &[
+                ("csrf", &token),
+                ("signing_secret", ""),
+                ("signing_key_secret", "KEY2"),
+                ("overlap_hours", "2"),
+            ],
+        )
+        .await;
+    assert_eq!(rotated.status, 303, "{}", rotated.body);
+    let keys = ok!(host, world.bob, GET "/v1/teams/ml/webhooks/ci/public-key");
+    assert_eq!(keys["previous_public_key"], first, "{keys}");
+    let shown = alice.get(page).await.body;
+    let rotation =
+        regex::Regex::new(r#"<dd id="rotation">\s*KEY1 sign too until [^<]+</dd>"#).unwrap();
+    assert!(rotation.is_match(&shown), "{shown}");
+}
+on_each_store!(a_signing_key_is_generated_and_rotated_in_the_console);

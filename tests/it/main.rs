@@ -26,6 +26,7 @@ mod multihost;
 mod openapi;
 mod plugin_units;
 mod plugins;
+mod receivers;
 mod scaffolds;
 mod teams;
 mod upstream;

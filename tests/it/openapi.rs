@@ -236,6 +236,18 @@ async fn every_documented_operation_answers_as_its_schema_says() {
     want!(s, 200, a, GET "/v1/teams/ml/webhooks/ci");
     want!(s, 200, a, PUT "/v1/teams/ml/webhooks/ci", settings);
     want!(s, 204, a, DELETE "/v1/teams/ml/webhooks/tmp");
+    // Signing keys, generated, and a rotation to a second one.
+    for key in ["KEY1", "KEY2"] {
+        want!(s, 201, a, PUT "/v1/teams/ml/secrets/{key}", {"generate": "ed25519"});
+    }
+    want!(s, 201, a, PUT "/v1/teams/ml/secrets/SIGN2", {"value": "v-2"});
+    let mut keyed = settings.clone();
+    keyed["signing_key_secret"] = json!("KEY1");
+    want!(s, 200, a, PUT "/v1/teams/ml/webhooks/ci", keyed);
+    let rotation = json!({"signing_secret": "SIGN2", "signing_key_secret": "KEY2"});
+    want!(s, 200, a, POST "/v1/teams/ml/webhooks/ci/rotate", rotation);
+    want!(s, 200, a, GET "/v1/teams/ml/webhooks/ci/public-key");
+    want!(s, 200, a, PUT "/v1/teams/ml/webhooks/ci", settings);
     want!(s, 201, a, POST "/v1/teams/ml/projects", {"name": "vision"});
     want!(s, 201, a, POST "/v1/teams/ml/projects", {"name": "tmp"});
     want!(s, 200, a, GET "/v1/teams/ml/projects");

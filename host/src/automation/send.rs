@@ -26,11 +26,13 @@ pub struct Outgoing<'a> {
     pub body: &'a [u8],
     /// Sent as `Authorization: Bearer …`.
     pub bearer: Option<&'a str>,
-    /// Keys the `X-Service-Signature` HMAC.
-    pub signing_key: Option<&'a [u8]>,
+    /// What signs it: `X-Service-Signature` (and `-Previous`), and the
+    /// Standard Webhooks signatures.
+    pub keys: signature::Keys<'a>,
     /// Sent as `X-Service-Delivery` (and `webhook-id`).
     pub delivery_id: &'a str,
-    /// Also send the Standard Webhooks headers.
+    /// Also send the Standard Webhooks headers (sent anyway with an Ed25519
+    /// key, whose signature lives in them).
     pub standard: bool,
 }
 
@@ -215,12 +217,15 @@ fn headers(out: &Outgoing<'_>) -> HeaderMap {
         value.set_sensitive(true);
         headers.insert(AUTHORIZATION, value);
     }
-    if let Some(key) = out.signing_key
-        && let Ok(value) = HeaderValue::from_str(&signature::sign(key, out.body))
+    for (name, key) in [signature::HEADER, signature::PREVIOUS_HEADER]
+        .into_iter()
+        .zip(&out.keys.hmac)
     {
-        headers.insert(signature::HEADER, value);
+        if let Ok(value) = HeaderValue::from_str(&signature::sign(key, out.body)) {
+            headers.insert(name, value);
+        }
     }
-    if out.standard {
+    if out.standard || !out.keys.ed25519.is_empty() {
         let timestamp = crate::ids::now();
         let mut put = |name: &'static str, value: String| {
             if let Ok(value) = HeaderValue::from_str(&value) {
@@ -229,11 +234,19 @@ fn headers(out: &Outgoing<'_>) -> HeaderMap {
         };
         put("webhook-id", out.delivery_id.to_string());
         put("webhook-timestamp", timestamp.to_string());
-        if let Some(key) = out.signing_key {
-            put(
-                "webhook-signature",
-                signature::standard(key, out.delivery_id, timestamp, out.body),
-            );
+        let (id, body) = (out.delivery_id, out.body);
+        let symmetric = out.keys.hmac.iter().filter(|_| out.standard);
+        let signatures: Vec<String> = symmetric
+            .map(|key| signature::standard(key, id, timestamp, body))
+            .chain(
+                (out.keys.ed25519.iter())
+                    .map(|key| signature::standard_ed25519(key, id, timestamp, body)),
+            )
+            .collect();
+        if !signatures.is_empty() {
+            // Space-separated, as Standard Webhooks allows: a receiver
+            // accepts the request if any one verifies.
+            put("webhook-signature", signatures.join(" "));
         }
     }
     headers

@@ -55,7 +55,7 @@ pub async fn run(
         url: &webhook.url,
         body: body.as_bytes(),
         bearer: secrets.token.as_deref(),
-        signing_key: secrets.signing.as_ref().map(String::as_bytes),
+        keys: secrets.keys(ids::now()),
         delivery_id: &delivery_id,
         standard: webhook.standard_webhooks,
     };

@@ -5,6 +5,9 @@ use std::collections::BTreeMap;
 use ipnet::IpNet;
 use serde::Deserialize;
 
+use ed25519_dalek::SigningKey;
+
+use super::signature::{self, Keys};
 use super::ssrf;
 use super::variables::ACCESS_TOKEN;
 use crate::domain::seal::Sealer;
@@ -29,7 +32,22 @@ pub struct Settings {
     /// Also send Standard Webhooks headers.
     #[serde(default)]
     pub standard_webhooks: bool,
+    /// Ed25519 key secret name (`v1a` signatures).
+    #[serde(default)]
+    pub signing_key_secret: Option<String>,
+    /// During a rotation: the previous signing secret's name.
+    #[serde(default)]
+    pub previous_signing_secret: Option<String>,
+    /// During a rotation: the previous Ed25519 key secret's name.
+    #[serde(default)]
+    pub previous_signing_key_secret: Option<String>,
+    /// Unix seconds: when the previous secrets stop signing.
+    #[serde(default)]
+    pub previous_until: Option<u64>,
 }
+
+/// The longest a rotation may overlap: 30 days.
+pub const MAX_OVERLAP_S: u64 = 30 * 24 * 60 * 60;
 
 impl Webhook {
     /// Opens the secrets it carries, for one send. A secret deleted since
@@ -48,6 +66,26 @@ impl Webhook {
         };
         let token = open(&self.access_token_secret).await?;
         let signing = open(&self.signing_secret).await?;
+        let key = async |name: &Option<String>| -> Result<Option<SigningKey>> {
+            let Some(value) = open(name).await? else {
+                return Ok(None);
+            };
+            signature::ed25519_key(&value).map(Some).map_err(|why| {
+                Error::Conflict(format!(
+                    "webhook '{}' signs with secret '{}', which {why}",
+                    self.name,
+                    name.as_deref().unwrap_or_default()
+                ))
+            })
+        };
+        let overlapping = self.previous_until.is_some_and(|until| until > ids::now());
+        let (previous_signing, previous_key) = match overlapping {
+            true => (
+                open(&self.previous_signing_secret).await?,
+                key(&self.previous_signing_key_secret).await?,
+            ),
+            false => (None, None),
+        };
         let mut by_name = BTreeMap::new();
         if let (Some(name), Some(value)) = (&self.access_token_secret, &token) {
             by_name.insert(ACCESS_TOKEN.to_string(), value.clone());
@@ -59,6 +97,10 @@ impl Webhook {
         Ok(Revealed {
             token,
             signing,
+            signing_key: key(&self.signing_key_secret).await?,
+            previous_signing,
+            previous_key,
+            previous_until: self.previous_until.filter(|_| overlapping),
             by_name,
         })
     }
@@ -70,16 +112,61 @@ pub struct Revealed {
     pub token: Option<String>,
     /// The signing secret's value.
     pub signing: Option<String>,
+    /// The Ed25519 key.
+    pub signing_key: Option<SigningKey>,
+    /// While a rotation overlaps: the previous signing secret's value.
+    pub previous_signing: Option<String>,
+    /// While a rotation overlaps: the previous Ed25519 key.
+    pub previous_key: Option<SigningKey>,
+    /// Unix seconds: the end of the overlap, when there is one.
+    pub previous_until: Option<u64>,
     /// Every value by the names a payload uses: `ACCESS_TOKEN` and the
     /// token's own name for the token, the signing secret's name.
     pub by_name: BTreeMap<String, String>,
 }
 
-async fn check(store: &Store, team: &str, settings: &Settings, allow: &[IpNet]) -> Result<()> {
+impl Revealed {
+    /// The keys a request sent at `now` (unix seconds) is signed with: the
+    /// previous ones too until the overlap ends.
+    pub fn keys(&self, now: u64) -> Keys<'_> {
+        let overlapping = self.previous_until.is_some_and(|until| until > now);
+        let hmac = [
+            Some(&self.signing),
+            overlapping.then_some(&self.previous_signing),
+        ];
+        let ed25519 = [
+            Some(&self.signing_key),
+            overlapping.then_some(&self.previous_key),
+        ];
+        Keys {
+            hmac: hmac
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|s| s.as_bytes())
+                .collect(),
+            ed25519: ed25519.into_iter().flatten().flatten().collect(),
+        }
+    }
+}
+
+async fn check(
+    store: &Store,
+    sealer: &Sealer,
+    team: &str,
+    settings: &Settings,
+    allow: &[IpNet],
+) -> Result<()> {
     ssrf::check_url(settings.url.trim(), allow).map_err(|m| Error::invalid("url", m))?;
     for (field, secret) in [
         ("access_token_secret", &settings.access_token_secret),
         ("signing_secret", &settings.signing_secret),
+        ("signing_key_secret", &settings.signing_key_secret),
+        ("previous_signing_secret", &settings.previous_signing_secret),
+        (
+            "previous_signing_key_secret",
+            &settings.previous_signing_key_secret,
+        ),
     ] {
         if let Some(secret) = secret
             && !secrets::exists(store, team, secret).await?
@@ -100,7 +187,43 @@ async fn check(store: &Store, team: &str, settings: &Settings, allow: &[IpNet]) 
             "the signing secret must be a different secret from the access token",
         ));
     }
-    Ok(())
+    for (field, secret) in [
+        ("signing_key_secret", &settings.signing_key_secret),
+        (
+            "previous_signing_key_secret",
+            &settings.previous_signing_key_secret,
+        ),
+    ] {
+        if let Some(name) = secret {
+            let value = secrets::reveal(store, sealer, team, name).await?;
+            signature::ed25519_key(&value)
+                .map_err(|why| Error::invalid(field, format!("secret '{name}' {why}")))?;
+        }
+    }
+    check_overlap(settings)
+}
+
+/// A rotation's previous secrets need an end, within [`MAX_OVERLAP_S`];
+/// an end needs a previous secret.
+fn check_overlap(settings: &Settings) -> Result<()> {
+    let previous = settings.previous_signing_secret.is_some()
+        || settings.previous_signing_key_secret.is_some();
+    let now = ids::now();
+    match settings.previous_until {
+        None if previous => Err(Error::invalid(
+            "previous_until",
+            "previous secrets sign until previous_until (unix seconds); give it, or rotate with POST …/webhooks/{name}/rotate",
+        )),
+        Some(_) if !previous => Err(Error::invalid(
+            "previous_until",
+            "previous_until ends an overlap; name previous_signing_secret or previous_signing_key_secret too",
+        )),
+        Some(until) if until > now + MAX_OVERLAP_S => Err(Error::invalid(
+            "previous_until",
+            format!("an overlap lasts at most {MAX_OVERLAP_S} seconds (30 days) from now"),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// Whether a save makes a new webhook or changes an existing one.
@@ -115,6 +238,7 @@ pub enum Save {
 /// Creates a webhook or replaces its settings, after checking them.
 pub async fn save(
     store: &Store,
+    sealer: &Sealer,
     (team, name): (&str, &str),
     settings: Settings,
     allow: &[IpNet],
@@ -127,7 +251,7 @@ pub async fn save(
         }
         Save::Update => Some(get(store, team, name).await?),
     };
-    check(store, team, &settings, allow).await?;
+    check(store, sealer, team, &settings, allow).await?;
     let now = ids::now();
     let webhook = Webhook {
         name: name.to_string(),
@@ -135,6 +259,10 @@ pub async fn save(
         access_token_secret: settings.access_token_secret,
         signing_secret: settings.signing_secret,
         standard_webhooks: settings.standard_webhooks,
+        signing_key_secret: settings.signing_key_secret,
+        previous_signing_secret: settings.previous_signing_secret,
+        previous_signing_key_secret: settings.previous_signing_key_secret,
+        previous_until: settings.previous_until,
         disabled_reason: None,
         created_at: old.map_or(now, |old| old.created_at),
         updated_at: now,
@@ -201,10 +329,120 @@ pub async fn using_secret(store: &Store, team: &str, secret: &str) -> Result<Vec
     Ok(list(store, team)
         .await?
         .into_iter()
-        .filter(|w| {
-            w.access_token_secret.as_deref() == Some(secret)
-                || w.signing_secret.as_deref() == Some(secret)
-        })
+        .filter(|w| w.secrets_used().any(|used| used == secret))
         .map(|w| w.name)
         .collect())
+}
+
+/// What a rotation changes: the new secrets, and how long the ones they
+/// replace keep signing.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rotation {
+    /// The new signing secret's name.
+    #[serde(default)]
+    pub signing_secret: Option<String>,
+    /// The new Ed25519 key secret's name.
+    #[serde(default)]
+    pub signing_key_secret: Option<String>,
+    /// How long the replaced secrets keep signing; a day unless given.
+    #[serde(default = "default_overlap")]
+    pub overlap_s: u64,
+}
+
+fn default_overlap() -> u64 {
+    24 * 60 * 60
+}
+
+/// Rotates a webhook's signing secrets: each new one signs from now on,
+/// and the one it replaces signs as well for `overlap_s`, so receivers
+/// can switch keys without failing a delivery. A rotation ends any overlap
+/// in progress.
+pub async fn rotate(
+    store: &Store,
+    sealer: &Sealer,
+    (team, name): (&str, &str),
+    rotation: Rotation,
+    allow: &[IpNet],
+) -> Result<Webhook> {
+    if rotation.signing_secret.is_none() && rotation.signing_key_secret.is_none() {
+        return Err(Error::invalid(
+            "signing_secret",
+            "name the new signing_secret, signing_key_secret, or both",
+        ));
+    }
+    if rotation.overlap_s == 0 || rotation.overlap_s > MAX_OVERLAP_S {
+        return Err(Error::invalid(
+            "overlap_s",
+            format!("overlap_s is 1 to {MAX_OVERLAP_S} seconds (30 days)"),
+        ));
+    }
+    let old = get(store, team, name).await?;
+    let replaced = |new: &Option<String>, old: &Option<String>| match new {
+        Some(_) if old != new => old.clone(),
+        _ => None,
+    };
+    let previous_signing_secret = replaced(&rotation.signing_secret, &old.signing_secret);
+    let previous_signing_key_secret =
+        replaced(&rotation.signing_key_secret, &old.signing_key_secret);
+    let overlapping = previous_signing_secret.is_some() || previous_signing_key_secret.is_some();
+    let settings = Settings {
+        url: old.url.clone(),
+        access_token_secret: old.access_token_secret.clone(),
+        signing_secret: rotation.signing_secret.or(old.signing_secret),
+        standard_webhooks: old.standard_webhooks,
+        signing_key_secret: rotation.signing_key_secret.or(old.signing_key_secret),
+        previous_signing_secret,
+        previous_signing_key_secret,
+        previous_until: overlapping.then(|| ids::now() + rotation.overlap_s),
+    };
+    save(store, sealer, (team, name), settings, allow, Save::Update).await
+}
+
+/// A webhook's Ed25519 public keys, for receivers that verify `v1a`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PublicKeys {
+    /// The current key: `whpk_` and its base64.
+    pub public_key: String,
+    /// While a rotation overlaps: the previous key, which signs as well.
+    pub previous_public_key: Option<String>,
+    /// Unix seconds: when the previous key stops signing.
+    pub previous_until: Option<u64>,
+}
+
+/// The public keys of a webhook that signs with Ed25519.
+pub async fn public_keys(
+    store: &Store,
+    sealer: &Sealer,
+    team: &str,
+    name: &str,
+) -> Result<PublicKeys> {
+    let webhook = get(store, team, name).await?;
+    let revealed = webhook.reveal(store, sealer, team).await?;
+    let Some(key) = &revealed.signing_key else {
+        return Err(Error::Conflict(format!(
+            "webhook '{name}' has no Ed25519 key; set its signing_key_secret to a secret made with PUT /v1/teams/{team}/secrets/NAME {{\"generate\": \"ed25519\"}}"
+        )));
+    };
+    Ok(PublicKeys {
+        public_key: signature::public_key(key),
+        previous_public_key: revealed.previous_key.as_ref().map(signature::public_key),
+        previous_until: revealed.previous_key.as_ref().and(revealed.previous_until),
+    })
+}
+
+/// Stores a new Ed25519 key in secret `name`, for a webhook's
+/// `signing_key_secret`: its info, whether it was new, and the public key.
+pub async fn generate_signing_key(
+    store: &Store,
+    sealer: &Sealer,
+    team: &str,
+    name: &str,
+) -> Result<(secrets::SecretInfo, bool, String)> {
+    let secret = signature::new_ed25519_secret();
+    let public = signature::ed25519_key(&secret).map(|key| signature::public_key(&key));
+    let public =
+        public.map_err(|e| Error::Internal(anyhow::anyhow!("a new key did not read: {e}")))?;
+    let (info, created) = secrets::put(store, sealer, team, name, &secret).await?;
+    Ok((info, created, public))
 }

@@ -400,7 +400,7 @@ impl Inner {
                 url: &webhook.url,
                 body: &body,
                 bearer: secrets.token.as_deref(),
-                signing_key: secrets.signing.as_ref().map(String::as_bytes),
+                keys: secrets.keys(ids::now()),
                 delivery_id: &delivery.id,
                 standard: webhook.standard_webhooks,
             })

@@ -13,7 +13,7 @@ use super::{Reply, ReplyWith};
 use crate::app::App;
 use crate::automation::webhooks;
 use crate::domain::secrets;
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// Nested under `/v1/teams/{team}/secrets`.
 pub fn routes() -> Router<App> {
@@ -31,23 +31,50 @@ pub async fn list_secrets(at: InTeam<AsMember>) -> Reply<Value> {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PutSecret {
-    value: String,
+    #[serde(default)]
+    value: Option<String>,
+    /// `ed25519`: the host makes a signing key, and answers its public key.
+    #[serde(default)]
+    generate: Option<String>,
 }
 
-pub async fn put_secret(
-    at: InTeam<AsAdmin>,
-    Json(body): Json<PutSecret>,
-) -> ReplyWith<secrets::SecretInfo> {
+pub async fn put_secret(at: InTeam<AsAdmin>, Json(body): Json<PutSecret>) -> ReplyWith<Value> {
     let (user, team, name) = (&at.user, &at.place, at.param("name")?);
-    let (info, created) =
-        secrets::put(&at.app.store, &at.app.sealer, team, &name, &body.value).await?;
+    let (store, sealer) = (&at.app.store, &at.app.sealer);
+    let (info, created, public_key) = match (body.value, body.generate.as_deref()) {
+        (Some(value), None) => {
+            let (info, created) = secrets::put(store, sealer, team, &name, &value).await?;
+            (info, created, None)
+        }
+        (None, Some("ed25519")) => {
+            let (info, created, public) =
+                webhooks::generate_signing_key(store, sealer, team, &name).await?;
+            (info, created, Some(public))
+        }
+        (None, Some(other)) => {
+            return Err(Error::invalid(
+                "generate",
+                format!("the host generates 'ed25519' keys, not '{other}'; send a value instead"),
+            ));
+        }
+        _ => {
+            return Err(Error::invalid(
+                "value",
+                "send either a value or {\"generate\": \"ed25519\"}",
+            ));
+        }
+    };
     super::audit(&user.name, "secret stored", &format!("{team}/{name}"));
     let status = if created {
         StatusCode::CREATED
     } else {
         StatusCode::OK
     };
-    Ok((status, axum::Json(info)))
+    let mut shown = serde_json::to_value(info).map_err(anyhow::Error::from)?;
+    if let Some(public_key) = public_key {
+        shown["public_key"] = public_key.into();
+    }
+    Ok((status, axum::Json(shown)))
 }
 
 /// Deleting a secret that webhooks use is refused, naming them, unless `?force=true`.

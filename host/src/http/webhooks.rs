@@ -25,6 +25,8 @@ pub fn routes() -> Router<App> {
             get(show_webhook).put(update_webhook).delete(delete_webhook),
         )
         .route("/{name}/test", post(test_webhook))
+        .route("/{name}/rotate", post(rotate_webhook))
+        .route("/{name}/public-key", get(public_key))
 }
 
 pub async fn list_webhooks(at: InTeam<AsMember>) -> Reply<Value> {
@@ -44,6 +46,14 @@ pub struct CreateWebhook {
     signing_secret: Option<String>,
     #[serde(default)]
     standard_webhooks: bool,
+    #[serde(default)]
+    signing_key_secret: Option<String>,
+    #[serde(default)]
+    previous_signing_secret: Option<String>,
+    #[serde(default)]
+    previous_signing_key_secret: Option<String>,
+    #[serde(default)]
+    previous_until: Option<u64>,
 }
 
 pub async fn create_webhook(
@@ -56,10 +66,15 @@ pub async fn create_webhook(
         access_token_secret: body.access_token_secret,
         signing_secret: body.signing_secret,
         standard_webhooks: body.standard_webhooks,
+        signing_key_secret: body.signing_key_secret,
+        previous_signing_secret: body.previous_signing_secret,
+        previous_signing_key_secret: body.previous_signing_key_secret,
+        previous_until: body.previous_until,
     };
     let allow = &at.app.cfg.webhooks.allow_private;
     let named = (team.as_str(), body.name.as_str());
-    let webhook = webhooks::save(&at.app.store, named, settings, allow, Save::Create).await?;
+    let (store, sealer) = (&at.app.store, &at.app.sealer);
+    let webhook = webhooks::save(store, sealer, named, settings, allow, Save::Create).await?;
     super::audit(
         &user.name,
         "webhook created",
@@ -80,8 +95,35 @@ pub async fn update_webhook(
     let (team, name) = (&at.place, at.param("name")?);
     let allow = &at.app.cfg.webhooks.allow_private;
     let named = (team.as_str(), name.as_str());
-    let webhook = webhooks::save(&at.app.store, named, settings, allow, Save::Update).await?;
+    let (store, sealer) = (&at.app.store, &at.app.sealer);
+    let webhook = webhooks::save(store, sealer, named, settings, allow, Save::Update).await?;
     Ok(axum::Json(webhook))
+}
+
+/// Rotates the signing secrets; the replaced ones sign as well for the
+/// overlap.
+pub async fn rotate_webhook(
+    at: InTeam<AsAdmin>,
+    Json(rotation): Json<webhooks::Rotation>,
+) -> Reply<webhooks::Webhook> {
+    let (user, team, name) = (&at.user, &at.place, at.param("name")?);
+    let allow = &at.app.cfg.webhooks.allow_private;
+    let named = (team.as_str(), name.as_str());
+    let (store, sealer) = (&at.app.store, &at.app.sealer);
+    let webhook = webhooks::rotate(store, sealer, named, rotation, allow).await?;
+    super::audit(
+        &user.name,
+        "webhook signing rotated",
+        &format!("{team}/{name}"),
+    );
+    Ok(axum::Json(webhook))
+}
+
+/// The Ed25519 public keys receivers verify `v1a` signatures with.
+pub async fn public_key(at: InTeam<AsMember>) -> Reply<webhooks::PublicKeys> {
+    let (team, name) = (&at.place, at.param("name")?);
+    let keys = webhooks::public_keys(&at.app.store, &at.app.sealer, team, &name).await?;
+    Ok(axum::Json(keys))
 }
 
 /// Deleting a webhook that automations call is refused, naming them, unless

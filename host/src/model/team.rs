@@ -44,6 +44,20 @@ pub struct Webhook {
     /// Also send Standard Webhooks headers (`webhook-id`, `-timestamp`, `-signature`).
     #[serde(default)]
     pub standard_webhooks: bool,
+    /// The secret holding an Ed25519 key (`whsk_…`) that signs Standard
+    /// Webhooks' asymmetric `v1a` signature.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signing_key_secret: Option<String>,
+    /// While a rotation overlaps: the signing secret that signs as well.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_signing_secret: Option<String>,
+    /// While a rotation overlaps: the Ed25519 key secret that signs as well.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_signing_key_secret: Option<String>,
+    /// Unix seconds: the end of the overlap, after which only the current
+    /// secrets sign.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_until: Option<u64>,
     /// Set when the endpoint answered 410 Gone; saving the webhook again
     /// clears it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -55,7 +69,22 @@ pub struct Webhook {
 }
 
 impl Webhook {
-    /// The names of the secrets it carries.
+    /// The names of every secret it uses, signing keys included.
+    pub fn secrets_used(&self) -> impl Iterator<Item = &str> {
+        [
+            &self.access_token_secret,
+            &self.signing_secret,
+            &self.signing_key_secret,
+            &self.previous_signing_secret,
+            &self.previous_signing_key_secret,
+        ]
+        .into_iter()
+        .flatten()
+        .map(String::as_str)
+    }
+
+    /// The names of the secrets it carries into payloads (never a signing
+    /// key, nor a rotation's previous secret).
     pub fn secret_names(&self) -> Vec<&str> {
         [&self.access_token_secret, &self.signing_secret]
             .into_iter()

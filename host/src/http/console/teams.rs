@@ -330,8 +330,22 @@ pub fn state_of(webhook: &webhooks::Webhook) -> String {
 pub async fn put_secret(form: AdminForm) -> Shown {
     let (app, team) = (&form.app, &form.team);
     let (name, value) = (form.field("name"), form.posted.field("value"));
-    match secrets::put(&app.store, &app.sealer, team, name, value).await {
-        Ok(_) => Ok(form.done("secret stored", name, "#secrets")),
+    let stored = match form.posted.field("generate") {
+        "ed25519" if value.is_empty() => {
+            webhooks::generate_signing_key(&app.store, &app.sealer, team, name)
+                .await
+                .map(drop)
+        }
+        "" => secrets::put(&app.store, &app.sealer, team, name, value)
+            .await
+            .map(drop),
+        _ => Err(Error::invalid(
+            "value",
+            "leave the value empty to generate a key, or untick the box",
+        )),
+    };
+    match stored {
+        Ok(()) => Ok(form.done("secret stored", name, "#secrets")),
         Err(e @ Error::InvalidRequest { .. }) => {
             refused(&form, Forms::one(Field::Secret, name, &e)).await
         }

@@ -23,6 +23,7 @@ pub fn routes() -> Router<App> {
         .route("/{name}", get(show))
         .route("/{name}/test", post(test))
         .route("/{name}/edit", post(update))
+        .route("/{name}/rotate", post(rotate))
         .route("/{name}/delete", get(confirm_delete).post(delete))
 }
 
@@ -35,9 +36,23 @@ pub async fn create(form: AdminForm) -> Shown {
         access_token_secret: form.posted.optional("access_token_secret"),
         signing_secret: form.posted.optional("signing_secret"),
         standard_webhooks: false,
+        signing_key_secret: form.posted.optional("signing_key_secret"),
+        previous_signing_secret: None,
+        previous_signing_key_secret: None,
+        previous_until: None,
     };
     let allow = &app.cfg.webhooks.allow_private;
-    match webhooks::save(&app.store, (team, name), settings, allow, Save::Create).await {
+    let named = (team.as_str(), name);
+    match webhooks::save(
+        &app.store,
+        &app.sealer,
+        named,
+        settings,
+        allow,
+        Save::Create,
+    )
+    .await
+    {
         Ok(webhook) => {
             let page = format!("/webhooks/{}", webhook.name);
             Ok(form.done("webhook created", &webhook.name, &page))
@@ -64,6 +79,10 @@ struct WebhookPage {
     /// The team's secret names, for the edit form.
     secrets: Vec<String>,
     edit_error: Option<String>,
+    /// The Ed25519 public key, or why it cannot be read.
+    public_key: Option<String>,
+    /// When a rotation's previous secrets stop signing.
+    previous_until: Option<String>,
 }
 
 /// `GET /teams/{team}/webhooks/{name}`.
@@ -97,6 +116,16 @@ async fn webhook_page(app: &App, viewer: &Viewer, team: &str, name: &str, tested
     let secrets = crate::domain::secrets::list(&app.store, team)
         .await
         .map_err(failed)?;
+    let public_key = match &webhook.signing_key_secret {
+        Some(_) => Some(
+            match webhooks::public_keys(&app.store, &app.sealer, team, name).await {
+                Ok(keys) => keys.public_key,
+                Err(e) => e.to_string(),
+            },
+        ),
+        None => None,
+    };
+    let previous_until = webhook.previous_until.map(|s| super::when(s * 1000));
     super::ok(&WebhookPage {
         nav: Some(viewer.nav()),
         csrf: viewer.csrf().to_string(),
@@ -109,6 +138,8 @@ async fn webhook_page(app: &App, viewer: &Viewer, team: &str, name: &str, tested
         outcome: tested.outcome,
         secrets: secrets.into_iter().map(|s| s.name).collect(),
         edit_error: tested.edit_error.map(|e| e.to_string()),
+        public_key,
+        previous_until,
     })
 }
 
@@ -201,22 +232,71 @@ pub async fn delete(form: AdminForm) -> Shown {
 pub async fn update(form: AdminForm) -> Shown {
     let (app, team, name) = (&form.app, &form.team, form.param("name")?);
     let current = webhooks::get(&app.store, team, &name).await;
+    let current = current.map_err(|e| form.failed(e))?;
+    // A rotation in progress carries on: the form edits the current secrets.
     let settings = webhooks::Settings {
         url: form.field("url").to_string(),
         access_token_secret: form.posted.optional("access_token_secret"),
         signing_secret: form.posted.optional("signing_secret"),
-        standard_webhooks: current.map_err(|e| form.failed(e))?.standard_webhooks,
+        standard_webhooks: current.standard_webhooks,
+        signing_key_secret: form.posted.optional("signing_key_secret"),
+        previous_signing_secret: current.previous_signing_secret,
+        previous_signing_key_secret: current.previous_signing_key_secret,
+        previous_until: current.previous_until,
     };
     let allow = &app.cfg.webhooks.allow_private;
-    match webhooks::save(&app.store, (team, &name), settings, allow, Save::Update).await {
+    let named = (team.as_str(), name.as_str());
+    match webhooks::save(
+        &app.store,
+        &app.sealer,
+        named,
+        settings,
+        allow,
+        Save::Update,
+    )
+    .await
+    {
         Ok(_) => Ok(form.done("webhook updated", &name, &format!("/webhooks/{name}"))),
-        Err(e @ Error::InvalidRequest { .. }) => {
-            let tested = Tested {
-                edit_error: Some(e),
-                ..Tested::default()
-            };
-            webhook_page(app, form.viewer(), team, &name, tested).await
-        }
+        Err(e @ Error::InvalidRequest { .. }) => edit_refused(app, &form, team, &name, e).await,
         Err(e) => Err(form.failed(e)),
     }
+}
+
+/// `POST /teams/{team}/webhooks/{name}/rotate`: new signing secrets, the
+/// replaced ones signing too for the overlap (in hours).
+pub async fn rotate(form: AdminForm) -> Shown {
+    let (app, team, name) = (&form.app, &form.team, form.param("name")?);
+    let hours = form.field("overlap_hours").trim();
+    let overlap_s = match hours.parse::<u64>() {
+        Ok(hours) => hours.saturating_mul(3600),
+        Err(_) => {
+            let e = Error::invalid("overlap_s", "the overlap is a whole number of hours");
+            return edit_refused(app, &form, team, &name, e).await;
+        }
+    };
+    let rotation = webhooks::Rotation {
+        signing_secret: form.posted.optional("signing_secret"),
+        signing_key_secret: form.posted.optional("signing_key_secret"),
+        overlap_s,
+    };
+    let allow = &app.cfg.webhooks.allow_private;
+    let named = (team.as_str(), name.as_str());
+    match webhooks::rotate(&app.store, &app.sealer, named, rotation, allow).await {
+        Ok(_) => Ok(form.done(
+            "webhook signing rotated",
+            &name,
+            &format!("/webhooks/{name}"),
+        )),
+        Err(e @ Error::InvalidRequest { .. }) => edit_refused(app, &form, team, &name, e).await,
+        Err(e) => Err(form.failed(e)),
+    }
+}
+
+/// The webhook's page again, saying why an edit or rotation was refused.
+async fn edit_refused(app: &App, form: &AdminForm, team: &str, name: &str, e: Error) -> Shown {
+    let tested = Tested {
+        edit_error: Some(e),
+        ..Tested::default()
+    };
+    webhook_page(app, form.viewer(), team, name, tested).await
 }

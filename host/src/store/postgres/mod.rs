@@ -80,6 +80,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "run state",
         include_str!("migrations/0010_run_state.sql"),
     ),
+    (
+        11,
+        "signing rotation",
+        include_str!("migrations/0011_signing_rotation.sql"),
+    ),
 ];
 
 /// [`MIGRATIONS`] as sqlx runs them (the checksums `migrate!` would give).

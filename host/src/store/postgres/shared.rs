@@ -155,6 +155,8 @@ pub(super) fn secret(row: &PgRow) -> Result<Secret> {
 pub(super) fn webhook(row: &PgRow) -> Result<Webhook> {
     read!(row; Webhook {
         name, url, access_token_secret, signing_secret, standard_webhooks, disabled_reason,
+        signing_key_secret, previous_signing_secret, previous_signing_key_secret,
+        previous_until: |n: Option<i64>| n.map(u),
         created_at: u, updated_at: u,
     })
 }

@@ -40,6 +40,10 @@ impl WebhookRecords for Postgres {
              url = excluded.url, access_token_secret = excluded.access_token_secret, \
              signing_secret = excluded.signing_secret, \
              standard_webhooks = excluded.standard_webhooks, \
+             signing_key_secret = excluded.signing_key_secret, \
+             previous_signing_secret = excluded.previous_signing_secret, \
+             previous_signing_key_secret = excluded.previous_signing_key_secret, \
+             previous_until = excluded.previous_until, \
              disabled_reason = excluded.disabled_reason, updated_at = excluded.updated_at";
         self.insert("webhooks", &[("team", team)], w, replace)
             .await

@@ -1,0 +1,195 @@
+//! Protecting receivers: signing keys that rotate without a failed
+//! verification, and Standard Webhooks' asymmetric (Ed25519) signatures,
+//! verified as receivers verify them.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+use serde_json::{Value, json};
+
+use crate::delivery::CONFIG;
+use crate::harness::{Host, expect_invalid, python_venv};
+use crate::receiver::{Received, Receiver, expected_signature};
+use crate::world::{PROJECT, World};
+
+/// Two Standard Webhooks secrets (the library reads `whsec_` as base64).
+const OLD: &str = "whsec_b2xkLXNlY3JldC1vbGQtc2VjcmV0LW9sZC1zZWNyZXQ=";
+const NEW: &str = "whsec_bmV3LXNlY3JldC1uZXctc2VjcmV0LW5ldy1zZWNyZXQ=";
+
+/// Which of `secrets` and `public_keys` the request verifies with, as the
+/// `standardwebhooks` library and `cryptography` say.
+fn verifies(request: &Received, secrets: &[&str], public_keys: &[&str]) -> Value {
+    let python = python_venv(
+        "receivers-venv",
+        &["standardwebhooks==1.1.0", "cryptography==50.*"],
+    );
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/verify_signatures.py");
+    let input = json!({"body": String::from_utf8(request.body.clone()).unwrap(),
+        "headers": request.headers, "secrets": secrets, "public_keys": public_keys});
+    let mut child = Command::new(python)
+        .arg(script)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python runs");
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(input.to_string().as_bytes()).unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "verify_signatures.py failed: {stderr}"
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"))
+}
+
+/// A tag event that the project's automation sends to webhook `ci`, and the
+/// request the receiver got for it.
+async fn deliver(host: &Host, key: &str, receiver: &Receiver, tag: &str) -> Received {
+    let before = receiver.received().len();
+    let path = format!("{PROJECT}/collections/detector/versions/v0/tags");
+    ok!(host, key, POST "{path}", {"tag": tag});
+    receiver
+        .wait_for(before + 1, 10)
+        .await
+        .into_iter()
+        .nth(before)
+        .unwrap()
+}
+
+on_each_store!(a_rotation_signs_with_both_keys_until_its_overlap_ends);
+async fn a_rotation_signs_with_both_keys_until_its_overlap_ends() {
+    let receiver = Receiver::start().await;
+    let host = Host::with_config(CONFIG).await;
+    let hook = format!("{}/hook", receiver.base);
+    let World { alice, bob, .. } = World::build(&host, Some(&hook)).await;
+    let team = "/v1/teams/ml";
+    for (name, value) in [("OLD", OLD), ("NEW", NEW)] {
+        ok!(host, alice, PUT "{team}/secrets/{name}", {"value": value});
+    }
+    let mut public = Vec::new();
+    for name in ["KEY1", "KEY2"] {
+        let (status, made) =
+            call!(host, alice, PUT "{team}/secrets/{name}", {"generate": "ed25519"});
+        assert_eq!(status, 201, "{made}");
+        assert!(made.get("value").is_none(), "never the key itself: {made}");
+        public.push(made["public_key"].as_str().unwrap().to_string());
+    }
+    let webhook = format!("{team}/webhooks/ci");
+    let settings = json!({"url": hook, "access_token_secret": "TOKEN",
+        "signing_secret": "OLD", "signing_key_secret": "KEY1", "standard_webhooks": true});
+    ok!(host, alice, PUT "{webhook}", settings);
+    let keys = ok!(host, bob, GET "{webhook}/public-key");
+    assert_eq!(
+        keys,
+        json!({"public_key": public[0], "previous_public_key": null,
+        "previous_until": null})
+    );
+    let automation = json!({"name": "tags", "event": {"type": "ADD_ARTIFACT_TAG"},
+        "webhook": {"team": "ml", "name": "ci"}, "action": "Webhooks"});
+    ok!(host, alice, POST "{PROJECT}/automations", automation);
+    ok!(host, bob, POST "{PROJECT}/collections/detector/versions", {"metadata": {}});
+
+    let rotated = ok!(host, alice, POST "{webhook}/rotate",
+        {"signing_secret": "NEW", "signing_key_secret": "KEY2", "overlap_s": 3600});
+    assert_eq!(
+        (
+            &rotated["previous_signing_secret"],
+            &rotated["previous_signing_key_secret"]
+        ),
+        (&json!("OLD"), &json!("KEY1"))
+    );
+    let until = rotated["previous_until"].as_u64().unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    assert!(until.abs_diff(now + 3600) < 60, "{rotated}");
+    let keys = ok!(host, bob, GET "{webhook}/public-key");
+    assert_eq!(
+        keys,
+        json!({"public_key": public[1], "previous_public_key": public[0],
+        "previous_until": until})
+    );
+
+    // During the overlap every key verifies: a receiver on either passes.
+    let both = deliver(&host, &bob, &receiver, "overlap").await;
+    let keys = [public[0].as_str(), public[1].as_str()];
+    assert_eq!(
+        verifies(&both, &[OLD, NEW], &keys),
+        json!({"secrets": [true, true], "public_keys": [true, true]})
+    );
+    assert_eq!(
+        both.header("x-service-signature").unwrap(),
+        expected_signature(NEW, &both.body)
+    );
+    assert_eq!(
+        both.header("x-service-signature-previous").unwrap(),
+        expected_signature(OLD, &both.body)
+    );
+
+    // The overlap ended: only the new secrets sign.
+    let settings = json!({"url": hook, "access_token_secret": "TOKEN",
+        "signing_secret": "NEW", "signing_key_secret": "KEY2", "standard_webhooks": true});
+    ok!(host, alice, PUT "{webhook}", settings);
+    let after = deliver(&host, &bob, &receiver, "after").await;
+    assert_eq!(
+        verifies(&after, &[OLD, NEW], &keys),
+        json!({"secrets": [false, true], "public_keys": [false, true]})
+    );
+    assert!(after.header("x-service-signature-previous").is_none());
+}
+
+on_each_store!(signing_keys_and_rotations_are_checked);
+async fn signing_keys_and_rotations_are_checked() {
+    let receiver = Receiver::start().await;
+    let host = Host::with_config(CONFIG).await;
+    let hook = format!("{}/hook", receiver.base);
+    let World { alice, bob, .. } = World::build(&host, Some(&hook)).await;
+    let (team, webhook) = ("/v1/teams/ml", "/v1/teams/ml/webhooks/ci");
+    let (status, none) = call!(host, bob, GET "{webhook}/public-key");
+    assert_eq!(status, 409, "{none}");
+    let message = none["error"]["message"].as_str().unwrap();
+    assert!(message.contains("generate"), "says how: {message}");
+
+    let refused = call!(host, alice, PUT "{team}/secrets/RSA", {"generate": "rsa"});
+    expect_invalid(&refused, "generate");
+    let refused =
+        call!(host, alice, PUT "{team}/secrets/BOTH", {"value": "x", "generate": "ed25519"});
+    expect_invalid(&refused, "value");
+    let not_a_key = call!(host, alice, PUT "{webhook}",
+        {"url": hook, "signing_key_secret": "SPARE"});
+    expect_invalid(&not_a_key, "signing_key_secret");
+    let endless = call!(host, alice, PUT "{webhook}",
+        {"url": hook, "signing_secret": "SIGN", "previous_signing_secret": "SPARE"});
+    expect_invalid(&endless, "previous_until");
+    for (body, param) in [
+        (json!({}), "signing_secret"),
+        (
+            json!({"signing_secret": "SPARE", "overlap_s": 0}),
+            "overlap_s",
+        ),
+        (
+            json!({"signing_secret": "SPARE", "overlap_s": 31 * 86400}),
+            "overlap_s",
+        ),
+        (json!({"signing_secret": "MISSING"}), "signing_secret"),
+    ] {
+        let refused = call!(host, alice, POST "{webhook}/rotate", body);
+        expect_invalid(&refused, param);
+    }
+    let (status, _) = call!(host, bob, POST "{webhook}/rotate", {"signing_secret": "SPARE"});
+    assert_eq!(status, 403, "members cannot rotate");
+
+    ok!(host, alice, PUT "{team}/secrets/KEY", {"generate": "ed25519"});
+    ok!(host, alice, PUT "{webhook}", {"url": hook, "signing_key_secret": "KEY"});
+    let (status, used) = call!(host, alice, DELETE "{team}/secrets/KEY");
+    assert_eq!(status, 409, "a webhook signs with it: {used}");
+    let (_, shown) = call!(host, bob, GET "{webhook}");
+    assert!(
+        !shown.to_string().contains("whsk_"),
+        "never the key: {shown}"
+    );
+}
