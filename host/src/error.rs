@@ -69,6 +69,9 @@ pub enum Error {
     /// An object with this name already exists.
     #[error("{0}")]
     Conflict(String),
+    /// An `Idempotency-Key` came back with a different request.
+    #[error("{0}")]
+    IdempotencyKeyReused(String),
     /// The request's target is longer than the HTTP layer reads.
     #[error("{0}")]
     UriTooLong(String),
@@ -212,6 +215,7 @@ impl Error {
             Error::NotFound(_) | Error::ModelNotFound(_) => StatusCode::NOT_FOUND,
             Error::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             Error::Conflict(_) => StatusCode::CONFLICT,
+            Error::IdempotencyKeyReused(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Error::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Error::UriTooLong(_) => StatusCode::URI_TOO_LONG,
             Error::HeadersTooLarge(_) => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
@@ -253,6 +257,7 @@ impl Error {
             Error::ModelNotFound(_) => "model_not_found",
             Error::MethodNotAllowed { .. } => "method_not_allowed",
             Error::Conflict(_) => "conflict",
+            Error::IdempotencyKeyReused(_) => "idempotency_key_reused",
             Error::PayloadTooLarge { .. } => "payload_too_large",
             Error::UriTooLong(_) => "uri_too_long",
             Error::HeadersTooLarge(_) => "headers_too_large",
@@ -275,6 +280,7 @@ impl Error {
             | Error::InvalidJson { param, .. }
             | Error::PluginRefused { param, .. } => param.as_deref(),
             Error::ModelNotFound(_) => Some("model"),
+            Error::IdempotencyKeyReused(_) => Some("Idempotency-Key"),
             _ => None,
         }
     }

@@ -709,3 +709,45 @@ async fn a_run_fires_once_however_many_hosts_log_its_metrics() {
         })
         .await;
 }
+
+/// One Idempotency-Key sent to three hosts at once: one of them carries the
+/// request out, the others replay it or say it is still running.
+#[tokio::test]
+async fn one_idempotency_key_acts_once_across_hosts() {
+    Engine::Postgres
+        .run(async {
+            let receiver = Receiver::start().await;
+            let hosts = hosts(3).await;
+            let (_, bob) = world(&hosts, &receiver).await;
+            let path = format!("{PROJECT}/collections/detector/versions/v0/tags");
+            let sends = (0..9).map(|i| {
+                let (host, path, bob) = (&hosts[i % 3], path.clone(), bob.clone());
+                async move {
+                    let response = host
+                        .http
+                        .post(host.url(&path))
+                        .bearer_auth(&bob)
+                        .header("idempotency-key", "once")
+                        .json(&json!({"tag": "t"}))
+                        .send()
+                        .await
+                        .unwrap();
+                    response.status().as_u16()
+                }
+            });
+            let statuses = futures_util::future::join_all(sends).await;
+            assert!(
+                statuses.iter().all(|s| [200, 409].contains(s)),
+                "{statuses:?}"
+            );
+            assert!(statuses.contains(&200), "{statuses:?}");
+            finished(&hosts[0], &bob, 1, 10).await;
+            let (_, list) = call!(hosts[1], bob, GET "{PROJECT}/automations/tagged/executions");
+            assert_eq!(
+                list["data"].as_array().unwrap().len(),
+                1,
+                "one event: {list}"
+            );
+        })
+        .await;
+}

@@ -193,3 +193,121 @@ async fn signing_keys_and_rotations_are_checked() {
         "never the key: {shown}"
     );
 }
+
+/// A `method` request as the holder of `key`, with `Idempotency-Key: idem`:
+/// the status, whether it was a replay, and the body.
+async fn keyed(
+    host: &Host,
+    key: &str,
+    idem: &str,
+    (method, path): (&str, &str),
+    body: Value,
+) -> (u16, bool, Value) {
+    let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+    let response = host
+        .http
+        .request(method, host.url(path))
+        .bearer_auth(key)
+        .header("idempotency-key", idem)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let replayed = response.headers().get("idempotent-replayed").is_some();
+    let (status, body) = crate::harness::into_parts(response).await;
+    (status, replayed, body)
+}
+
+on_each_store!(a_replayed_idempotent_request_causes_one_delivery);
+async fn a_replayed_idempotent_request_causes_one_delivery() {
+    let receiver = Receiver::start().await;
+    let mut host = Host::with_config(CONFIG).await;
+    let hook = format!("{}/hook", receiver.base);
+    let World { alice, bob, .. } = World::build(&host, Some(&hook)).await;
+    let automation = json!({"name": "tags", "event": {"type": "ADD_ARTIFACT_TAG"},
+        "webhook": {"team": "ml", "name": "ci"}, "action": "Webhooks",
+        "payload": r#"{"tag": "${tag}", "by": "${event_author}"}"#});
+    ok!(host, alice, POST "{PROJECT}/automations", automation);
+    ok!(host, bob, POST "{PROJECT}/collections/detector/versions", {"metadata": {}});
+    let tags = format!("{PROJECT}/collections/detector/versions/v0/tags");
+    let post = ("POST", tags.as_str());
+
+    let first = keyed(&host, &bob, "k-1", post, json!({"tag": "x"})).await;
+    assert_eq!((first.0, first.1), (200, false), "{}", first.2);
+    let again = keyed(&host, &bob, "k-1", post, json!({"tag": "x"})).await;
+    assert_eq!(
+        again,
+        (200, true, first.2.clone()),
+        "the first answer, replayed"
+    );
+    // Across a restart: the key is in the store.
+    assert_eq!(host.terminate().await.code(), Some(0));
+    let host = Host::builder()
+        .config(CONFIG)
+        .same_store(&host)
+        .start()
+        .await;
+    let after = keyed(&host, &bob, "k-1", post, json!({"tag": "x"})).await;
+    assert_eq!(after, (200, true, first.2.clone()));
+
+    let (status, _, reused) = keyed(&host, &bob, "k-1", post, json!({"tag": "y"})).await;
+    assert_eq!(status, 422, "{reused}");
+    assert_eq!(reused["error"]["param"], "Idempotency-Key", "{reused}");
+    assert_eq!(
+        reused["error"]["code"], "idempotency_key_reused",
+        "{reused}"
+    );
+    let (status, _, bad) = keyed(&host, &bob, &"k".repeat(256), post, json!({"tag": "y"})).await;
+    assert_eq!(
+        (status, &bad["error"]["param"]),
+        (400, &json!("Idempotency-Key")),
+        "{bad}"
+    );
+    // Keys are the caller's own: alice's k-1 is another request.
+    let theirs = keyed(&host, &alice, "k-1", post, json!({"tag": "z"})).await;
+    assert_eq!((theirs.0, theirs.1), (200, false), "{}", theirs.2);
+
+    // A run ended twice under one key answers as it did the first time.
+    let run = ok!(host, bob, POST "{PROJECT}/runs", {"name": "train"});
+    let path = format!("{PROJECT}/runs/{}", run["id"].as_str().unwrap());
+    let ended = keyed(
+        &host,
+        &bob,
+        "end-1",
+        ("PATCH", &path),
+        json!({"state": "finished"}),
+    )
+    .await;
+    let replay = keyed(
+        &host,
+        &bob,
+        "end-1",
+        ("PATCH", &path),
+        json!({"state": "finished"}),
+    )
+    .await;
+    assert_eq!((ended.0, replay), (200, (200, true, ended.2.clone())));
+
+    // One delivery per event, told apart by delivery id as receivers do:
+    // one in flight at the restart may come again, with the same id.
+    receiver.wait_for(2, 10).await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let deliveries: std::collections::BTreeMap<String, String> = receiver
+        .received()
+        .iter()
+        .map(|r| {
+            let id = r.header("x-service-delivery").unwrap().to_string();
+            (id, r.json().to_string())
+        })
+        .collect();
+    let mut bodies: Vec<String> = deliveries.into_values().collect();
+    bodies.sort();
+    assert_eq!(
+        bodies,
+        [
+            json!({"tag": "z", "by": "alice"}).to_string(),
+            json!({"tag": "x", "by": "bob"}).to_string(),
+        ],
+        "a replay causes no delivery"
+    );
+}

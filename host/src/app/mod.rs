@@ -129,6 +129,10 @@ impl App {
             app.store.clone(),
             crate::domain::auth::SESSION_SWEEP,
         );
+        crate::domain::idempotency::spawn_sweeper(
+            app.store.clone(),
+            crate::domain::idempotency::SWEEP,
+        );
         Ok(app)
     }
 }

@@ -12,6 +12,7 @@ pub mod access;
 pub mod artifacts;
 pub mod auth;
 pub mod groups;
+pub mod idempotency;
 pub mod names;
 pub mod projects;
 pub mod runs;

@@ -68,7 +68,12 @@ impl FromRequest<App> for WasmBody {
 /// Reads the whole body, refusing more than `limit` bytes or a client slower
 /// than `limits.body_read_timeout_ms`.
 async fn read_body(request: Request, app: &App, limit: usize) -> Result<Bytes> {
-    let read = Limited::new(request.into_body(), limit).collect();
+    read_all(request.into_body(), app, limit).await
+}
+
+/// [`read_body`] for a body already taken from its request.
+pub async fn read_all(body: axum::body::Body, app: &App, limit: usize) -> Result<Bytes> {
+    let read = Limited::new(body, limit).collect();
     let body = tokio::time::timeout(app.cfg.limits.body_read_timeout(), read)
         .await
         .map_err(|_| {

@@ -11,6 +11,7 @@ mod caller;
 mod console;
 mod groups;
 mod health;
+mod idempotency;
 mod inference;
 mod json;
 mod me;
@@ -72,16 +73,25 @@ pub fn router(app: App) -> Router {
         .nest("/v1/teams/{team}/secrets", secrets::routes())
         .nest("/v1/teams/{team}/webhooks", webhooks::routes())
         .nest("/v1/teams/{team}/projects", projects::routes())
-        .nest("/v1/teams/{team}/projects/{project}/runs", runs::routes())
+        .nest(
+            "/v1/teams/{team}/projects/{project}/runs",
+            runs::routes().layer(middleware::from_fn_with_state(
+                app.clone(),
+                idempotency::guard,
+            )),
+        )
         .route(
             "/v1/teams/{team}/projects/{project}/usage",
             get(inference::project_usage),
         )
-        .nest("/v1/teams/{team}/projects/{project}", scoped())
-        .nest("/v1/registries/{registry}", scoped())
+        .nest("/v1/teams/{team}/projects/{project}", scoped(&app))
+        .nest("/v1/registries/{registry}", scoped(&app))
         .route(
             "/v1/registries/{registry}/collections/{collection}/links",
-            post(artifacts::link),
+            post(artifacts::link).layer(middleware::from_fn_with_state(
+                app.clone(),
+                idempotency::guard,
+            )),
         )
         .route("/v1/admin/plugins", get(admin::list))
         .route(
@@ -119,10 +129,16 @@ pub fn metrics_router(app: App) -> Router {
 /// The routes of a registry or a project, written once and nested under
 /// `/v1/registries/{registry}` and `/v1/teams/{team}/projects/{project}`;
 /// each handler reads the scope from the path (see [`scope`]).
-fn scoped() -> Router<App> {
+fn scoped(app: &App) -> Router<App> {
     Router::new()
         .nest("/automations", automations::routes())
-        .nest("/collections", artifacts::routes())
+        .nest(
+            "/collections",
+            artifacts::routes().layer(middleware::from_fn_with_state(
+                app.clone(),
+                idempotency::guard,
+            )),
+        )
         .nest(
             "/collections/{collection}/automations",
             automations::routes(),

@@ -12,6 +12,7 @@ pub mod artifact;
 pub mod automation;
 pub mod delivery;
 pub mod event;
+pub mod idempotency;
 pub mod plugin;
 pub mod run;
 pub mod scope;
@@ -26,6 +27,7 @@ pub use automation::{
 };
 pub use delivery::{Attempt, Delivery, Execution, Status};
 pub use event::{ArtifactRef, Event, EventType, RunRef};
+pub use idempotency::Idempotent;
 pub use plugin::StoredPlugin;
 pub use run::{Run, RunState};
 pub use scope::Scope;

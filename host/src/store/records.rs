@@ -8,8 +8,8 @@ use async_trait::async_trait;
 
 use crate::model::{
     ApiKey, Attempt, Automation, Collection, Delivery, Event, EventType, Execution, Group,
-    GroupKind, Handle, LabelledVersion, Member, Project, Run, RunState, Scope, Secret, Session,
-    Skipped, Status, StoredPlugin, UsageRow, User, Version, Webhook,
+    GroupKind, Handle, Idempotent, LabelledVersion, Member, Project, Run, RunState, Scope, Secret,
+    Session, Skipped, Status, StoredPlugin, UsageRow, User, Version, Webhook,
 };
 
 use super::Result;
@@ -456,6 +456,35 @@ pub trait PluginRecords: Send + Sync {
     async fn delete_plugin(&self, name: &str) -> Result<bool>;
 }
 
+/// What a claim on an idempotency key found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// The key was free (or had lapsed): it is this request's now.
+    Claimed,
+    /// Another request holds it, answered or not.
+    Held(Idempotent),
+}
+
+/// Idempotency keys (`Idempotency-Key`), by caller and key.
+#[async_trait]
+pub trait IdempotencyRecords: Send + Sync {
+    /// Claims `key` for `request` (status `None`) unless a request claimed
+    /// it since `lapsed_before_ms`.
+    async fn claim_idempotency(
+        &self,
+        key: &str,
+        request: &Idempotent,
+        lapsed_before_ms: u64,
+    ) -> Result<Claim>;
+
+    /// Keeps the answer to the request that claimed `key`; with `None`,
+    /// lets the key go (the request may be sent again).
+    async fn settle_idempotency(&self, key: &str, answered: Option<&Idempotent>) -> Result<()>;
+
+    /// Forgets keys claimed before `before_ms`; how many.
+    async fn purge_idempotency(&self, before_ms: u64) -> Result<usize>;
+}
+
 /// Declares `Records` as the sum of the aggregates, for every type that
 /// implements them all (the list is written once).
 macro_rules! sum_of {
@@ -478,5 +507,6 @@ sum_of!(
     RunRecords,
     DeliveryRecords,
     UsageRecords,
-    PluginRecords
+    PluginRecords,
+    IdempotencyRecords
 );

@@ -17,6 +17,7 @@ mod artifacts;
 mod automations;
 mod delivery;
 mod groups;
+mod idempotency;
 mod meta;
 mod plugins;
 mod runs;
@@ -84,6 +85,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         11,
         "signing rotation",
         include_str!("migrations/0011_signing_rotation.sql"),
+    ),
+    (
+        12,
+        "idempotency",
+        include_str!("migrations/0012_idempotency.sql"),
     ),
 ];
 

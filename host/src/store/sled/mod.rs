@@ -21,6 +21,7 @@ mod artifacts;
 mod automations;
 mod delivery;
 mod groups;
+mod idempotency;
 mod journal;
 pub mod keys;
 mod meta;
@@ -239,6 +240,8 @@ enum T {
     Plugins,
     /// `sha256(session cookie) hex` → `Session`.
     Sessions,
+    /// `sha256(authorization) hex : key` → `Idempotent`.
+    Idempotency,
 }
 
 impl T {
@@ -260,7 +263,7 @@ impl T {
         )
     }
 
-    const ALL: [T; 33] = [
+    const ALL: [T; 34] = [
         T::Meta,
         T::Users,
         T::UserNames,
@@ -294,6 +297,7 @@ impl T {
         T::Quarantine,
         T::Plugins,
         T::Sessions,
+        T::Idempotency,
     ];
 
     /// The tree's name on disk.
@@ -332,6 +336,7 @@ impl T {
             T::Quarantine => "quarantine",
             T::Plugins => "plugins",
             T::Sessions => "sessions",
+            T::Idempotency => "idempotency",
         }
     }
 }
