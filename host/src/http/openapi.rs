@@ -118,7 +118,7 @@ mod tests {
         let body = body(module, function);
         let call = regex::Regex::new(r#"\.(route|nest)\(\s*"([^"]*)",\s*"#).unwrap();
         let method = regex::Regex::new(r"\b(get|post|put|delete|patch)\(").unwrap();
-        let target = regex::Regex::new(r"^(?:(\w+)::)?(\w+)(?:::<\w+>)?\(\)").unwrap();
+        let target = regex::Regex::new(r"^(?:(\w+)::)?(\w+)(?:::<\w+>)?\([^)]*\)").unwrap();
         let calls: Vec<_> = call.captures_iter(body).collect();
         for (n, c) in calls.iter().enumerate() {
             let end = calls
