@@ -290,6 +290,8 @@ pub struct DeliveryConfig {
     /// inbox while events wait there; an idle host scans neither (see
     /// `automation::SAFETY_POLL`).
     pub poll_interval_ms: u64,
+    /// The circuit breaker of every webhook that does not set its own.
+    pub circuit_breaker: crate::model::BreakerSettings,
 }
 
 impl Default for DeliveryConfig {
@@ -312,6 +314,7 @@ impl Default for DeliveryConfig {
             concurrency: 256,
             per_webhook: 64,
             poll_interval_ms: 1000,
+            circuit_breaker: Default::default(),
         }
     }
 }

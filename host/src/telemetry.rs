@@ -63,6 +63,16 @@ fn describe_families() {
             "Automation firings held back by a cooldown or rate limit (recorded as Skipped executions, nothing sent), by reason.",
         ),
         (
+            "switchyard_deliveries_held_total",
+            Count,
+            "Due deliveries held back without an attempt, by reason: circuit (the webhook's circuit is open).",
+        ),
+        (
+            "switchyard_circuit_transitions_total",
+            Count,
+            "Webhook circuit-breaker transitions on this host, by the state entered: open, half_open, closed.",
+        ),
+        (
             "switchyard_plugin_calls_total",
             Count,
             "Plugin calls, by plugin, kind and outcome (ok, failed).",
@@ -125,6 +135,11 @@ fn describe_families() {
             Count,
             "Jobs waiting for a worker, by queue.",
         ),
+        (
+            "switchyard_webhook_circuits",
+            Count,
+            "Webhooks whose circuit this host holds open or half open, by state.",
+        ),
     ] {
         metrics::describe_gauge!(name, unit, help);
     }
@@ -137,6 +152,11 @@ fn describe_families() {
     for queue in ["plugin", "inference"] {
         gauge!("switchyard_queue_depth", "queue" => queue).set(0.0);
     }
+    counter!("switchyard_deliveries_held_total", "reason" => "circuit").increment(0);
+    for state in ["open", "half_open", "closed"] {
+        counter!("switchyard_circuit_transitions_total", "to" => state).increment(0);
+    }
+    circuits(0, 0);
     gauge!("switchyard_outbox_pending").set(0.0);
     gauge!("switchyard_outbox_oldest_due_seconds").set(0.0);
     // Registered without a sample, it shows with zero counts.
@@ -240,6 +260,22 @@ pub fn delivery(outcome: Delivery, since_event: Duration) {
         histogram!("switchyard_delivery_duration_seconds").record(since_event.as_secs_f64());
     }
     counter!("switchyard_deliveries_total", "outcome" => label).increment(1);
+}
+
+/// Deliveries held back because their webhook's circuit is open.
+pub fn held(n: u64) {
+    counter!("switchyard_deliveries_held_total", "reason" => "circuit").increment(n);
+}
+
+/// A circuit entered `state`.
+pub fn circuit_transition(state: &'static str) {
+    counter!("switchyard_circuit_transitions_total", "to" => state).increment(1);
+}
+
+/// How many circuits this host holds open and half open.
+pub fn circuits(open: usize, half_open: usize) {
+    gauge!("switchyard_webhook_circuits", "state" => "open").set(open as f64);
+    gauge!("switchyard_webhook_circuits", "state" => "half_open").set(half_open as f64);
 }
 
 /// A firing an automation's cooldown or rate limit held back.

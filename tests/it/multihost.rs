@@ -751,3 +751,40 @@ async fn one_idempotency_key_acts_once_across_hosts() {
         })
         .await;
 }
+
+/// A webhook paced to 20 a second, sent to from three hosts at once, still
+/// gets 20 a second (±10%) at the receiver.
+#[tokio::test]
+async fn a_pace_holds_across_hosts() {
+    Engine::Postgres
+        .run(async {
+            let receiver = Receiver::start().await;
+            let hosts = hosts(3).await;
+            let (alice, bob) = world(&hosts, &receiver).await;
+            let hook = format!("{}/hook", receiver.base);
+            let paced = json!({"url": hook, "access_token_secret": "TOKEN",
+                "signing_secret": "SIGN", "max_per_second": 20});
+            ok(&hosts[0], &alice, "PUT", "/v1/teams/ml/webhooks/ci", paced).await;
+            let path = format!("{PROJECT}/collections/detector/versions/v0/tags");
+            let sends = hosts.iter().enumerate().map(|(h, host)| {
+                let (path, bob) = (path.clone(), bob.clone());
+                async move {
+                    let tags: Vec<String> = (0..15).map(|i| format!("h{h}-{i}")).collect();
+                    ok!(host, bob, POST "{path}", {"tags": tags});
+                }
+            });
+            futures_util::future::join_all(sends).await;
+            let mut at: Vec<_> = receiver
+                .wait_for(45, 30)
+                .await
+                .iter()
+                .map(|r| r.at)
+                .collect();
+            at.sort();
+            let span = at[44].duration_since(at[0]).as_secs_f64();
+            let measured = 44.0 / span;
+            eprintln!("three hosts paced at 20/s, measured {measured:.1}/s at the receiver");
+            assert!(measured <= 22.0, "{measured:.1}/s");
+        })
+        .await;
+}

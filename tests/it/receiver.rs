@@ -21,6 +21,8 @@ pub struct Received {
     pub body: Vec<u8>,
     /// The status the receiver answered it with.
     pub answered: u16,
+    /// When it was answered.
+    pub at: std::time::Instant,
 }
 
 impl Received {
@@ -89,6 +91,7 @@ impl Receiver {
                     headers,
                     body: body.to_vec(),
                     answered,
+                    at: std::time::Instant::now(),
                 });
                 let code = StatusCode::from_u16(answered).unwrap();
                 let mut reply = HeaderMap::new();

@@ -311,3 +311,187 @@ async fn a_replayed_idempotent_request_causes_one_delivery() {
         "a replay causes no delivery"
     );
 }
+
+/// Deliveries retried every 100 ms, 40 times: without a breaker, a receiver
+/// that is down gets every one of them.
+const OUTAGE: &str = "[webhooks]\nallow_private = [\"127.0.0.0/8\"]\n\
+    [delivery]\nretry_schedule_ms = [0, 100, 100, 100, 100, 100, 100, 100, 100, 100, \
+    100, 100, 100, 100, 100, 100, 100, 100, 100, 100, 100, 100, 100, 100, 100, 100, 100, \
+    100, 100, 100, 100, 100, 100, 100, 100, 100, 100, 100, 100, 100, 100]\n\
+    jitter = 0.0\npoll_interval_ms = 50";
+
+/// Webhook `ci` with `extra` settings, and an automation sending each tag
+/// in the project to it.
+async fn tags_to_ci(host: &Host, alice: &str, bob: &str, hook: &str, extra: Value) {
+    let mut settings =
+        json!({"url": hook, "access_token_secret": "TOKEN", "signing_secret": "SIGN"});
+    settings
+        .as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
+    ok!(host, alice, PUT "/v1/teams/ml/webhooks/ci", settings);
+    let automation = json!({"name": "tags", "event": {"type": "ADD_ARTIFACT_TAG"},
+        "webhook": {"team": "ml", "name": "ci"}, "action": "Webhooks",
+        "payload": r#"{"tag": "${tag}"}"#});
+    ok!(host, alice, POST "{PROJECT}/automations", automation);
+    ok!(host, bob, POST "{PROJECT}/collections/detector/versions", {"metadata": {}});
+}
+
+/// The webhook's circuit state, as the API shows it.
+async fn circuit(host: &Host, key: &str) -> Value {
+    ok!(host, key, GET "/v1/teams/ml/webhooks/ci")["circuit"].clone()
+}
+
+on_each_store!(a_receiver_that_is_down_gets_one_probe_per_cooloff_then_everything_once);
+async fn a_receiver_that_is_down_gets_one_probe_per_cooloff_then_everything_once() {
+    let (host, bob, got, timeline) = outage(true).await;
+    let failed: Vec<_> = got
+        .iter()
+        .filter(|r| r.answered == 503)
+        .map(|r| r.at)
+        .collect();
+    // The first attempts may all fail at once; after them, probes alone,
+    // each at least a cool-off after the last.
+    let probes = &failed[4.min(failed.len())..];
+    for pair in probes.windows(2) {
+        let gap = pair[1].duration_since(pair[0]).as_millis();
+        assert!(gap >= 450, "two probes {gap} ms apart:\n{timeline}");
+    }
+    assert!(failed.len() <= 4 + 4, "{timeline}");
+    // Held deliveries spent no attempts: the history counts exactly the
+    // requests the receiver got.
+    let (_, list) = call!(host, bob, GET "{PROJECT}/automations/tags/executions");
+    let attempts: usize = list["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["attempts"].as_array().unwrap().len())
+        .sum();
+    assert_eq!(attempts, got.len(), "{list}");
+    assert_eq!(circuit(&host, &bob).await, json!({"state": "closed"}));
+    let text = crate::metrics::scrape(&host).await;
+    let opened = crate::metrics::sample(
+        &text,
+        "switchyard_circuit_transitions_total",
+        &[("to", "open")],
+    );
+    assert!(opened.unwrap_or(0.0) >= 1.0, "{text}");
+}
+
+on_each_store!(without_its_breaker_a_receiver_that_is_down_gets_every_retry);
+async fn without_its_breaker_a_receiver_that_is_down_gets_every_retry() {
+    let (_host, _bob, got, timeline) = outage(false).await;
+    let failed = got.iter().filter(|r| r.answered == 503).count();
+    assert!(failed > 40, "every retry went: {timeline}");
+}
+
+/// Four deliveries to a receiver that answers 503 for 2.6 s, then 200,
+/// with webhook `ci`'s breaker `enabled` or not: the host, bob's key, what
+/// the receiver got (each delivery once with 200), and its timeline.
+async fn outage(enabled: bool) -> (Host, String, Vec<Received>, String) {
+    let receiver = Receiver::start().await;
+    let host = Host::with_config(OUTAGE).await;
+    let hook = format!("{}/hook", receiver.base);
+    let World { alice, bob, .. } = World::build(&host, Some(&hook)).await;
+    let breaker =
+        json!({"enabled": enabled, "failures": 3, "cooloff_ms": 500, "max_cooloff_ms": 1000});
+    tags_to_ci(
+        &host,
+        &alice,
+        &bob,
+        &hook,
+        json!({"circuit_breaker": breaker}),
+    )
+    .await;
+    assert_eq!(circuit(&host, &bob).await, json!({"state": "closed"}));
+
+    receiver.answer(503);
+    let started = std::time::Instant::now();
+    let tags = json!({"tags": ["a", "b", "c", "d"]});
+    ok!(host, bob, POST "{PROJECT}/collections/detector/versions/v0/tags", tags);
+    if enabled {
+        let mut state = Value::Null;
+        for _ in 0..100 {
+            state = circuit(&host, &bob).await;
+            if state["state"] == "open" {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        assert_eq!(state["state"], "open", "{state}");
+        assert!(
+            state["reason"].as_str().unwrap().contains("consecutive"),
+            "{state}"
+        );
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(2600).saturating_sub(started.elapsed()))
+        .await;
+    receiver.answer(200);
+    let mut delivered = 0;
+    for _ in 0..300 {
+        delivered = receiver
+            .received()
+            .iter()
+            .filter(|r| r.answered == 200)
+            .count();
+        if delivered >= 4 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let got = receiver.received();
+    let timeline: Vec<String> = got
+        .iter()
+        .map(|r| {
+            let at = r.at.duration_since(started).as_millis();
+            format!("{at:>5} ms {} {}", r.answered, r.json()["tag"])
+        })
+        .collect();
+    let timeline = timeline.join("\n");
+    eprintln!("receiver timeline, breaker enabled: {enabled}:\n{timeline}");
+    assert_eq!(delivered, 4, "everything went once the receiver was back");
+    let mut once: Vec<String> = got
+        .iter()
+        .filter(|r| r.answered == 200)
+        .map(|r| r.json()["tag"].to_string())
+        .collect();
+    once.sort();
+    assert_eq!(once, ["\"a\"", "\"b\"", "\"c\"", "\"d\""], "{timeline}");
+    (host, bob, got, timeline)
+}
+
+/// The times requests reached `receiver`, sorted; waits for `n`.
+async fn arrivals(receiver: &Receiver, n: usize) -> Vec<std::time::Instant> {
+    let mut at: Vec<_> = receiver
+        .wait_for(n, 30)
+        .await
+        .iter()
+        .map(|r| r.at)
+        .collect();
+    at.sort();
+    at
+}
+
+/// Deliveries a second between the first and the last of `at`.
+fn rate(at: &[std::time::Instant]) -> f64 {
+    let span = at[at.len() - 1].duration_since(at[0]).as_secs_f64();
+    (at.len() - 1) as f64 / span
+}
+
+on_each_store!(a_paced_webhook_gets_no_more_than_its_rate);
+async fn a_paced_webhook_gets_no_more_than_its_rate() {
+    let receiver = Receiver::start().await;
+    let host = Host::with_config(CONFIG).await;
+    let hook = format!("{}/hook", receiver.base);
+    let World { alice, bob, .. } = World::build(&host, Some(&hook)).await;
+    let refused =
+        call!(host, alice, PUT "/v1/teams/ml/webhooks/ci", {"url": hook, "max_per_second": 0});
+    expect_invalid(&refused, "max_per_second");
+    tags_to_ci(&host, &alice, &bob, &hook, json!({"max_per_second": 20})).await;
+    let tags: Vec<String> = (0..30).map(|i| format!("t{i}")).collect();
+    ok!(host, bob, POST "{PROJECT}/collections/detector/versions/v0/tags", {"tags": tags});
+    let at = arrivals(&receiver, 30).await;
+    let measured = rate(&at);
+    eprintln!("paced at 20/s, measured {measured:.1}/s at the receiver");
+    assert!(measured <= 22.0, "{measured:.1}/s");
+}

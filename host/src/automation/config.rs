@@ -145,6 +145,8 @@ mod tests {
             previous_signing_secret: None,
             previous_signing_key_secret: None,
             previous_until: None,
+            max_per_second: None,
+            circuit_breaker: None,
             disabled_reason: None,
             created_at: 1,
             updated_at: 1,

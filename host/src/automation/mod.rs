@@ -10,6 +10,8 @@
 //! - [`throttle`]: an automation's cooldown and rate limit.
 //! - [`outbox`]: durable deliveries and the execution history.
 //! - [`worker`]: the dispatcher that sends, retries and records.
+//! - [`breaker`]: each webhook's circuit breaker, which rests a failing
+//!   endpoint.
 //! - [`uploads`]: plugins uploaded by operators, refused when they would
 //!   break the automations that call them.
 
@@ -20,6 +22,7 @@
 pub const SAFETY_POLL: std::time::Duration = std::time::Duration::from_secs(30);
 
 pub mod automations;
+pub mod breaker;
 pub mod config;
 pub mod events;
 pub mod matcher;

@@ -117,6 +117,11 @@ impl Sender {
         })
     }
 
+    /// How long one request may take.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
     /// Sends `out` as a signed `POST`.
     pub async fn send(&self, out: &Outgoing<'_>) -> Result<Answer, Failure> {
         // Literal addresses never reach the resolver, so check the URL too;

@@ -7,6 +7,8 @@ use serde::Deserialize;
 
 use ed25519_dalek::SigningKey;
 
+use crate::model::BreakerSettings;
+
 use super::signature::{self, Keys};
 use super::ssrf;
 use super::variables::ACCESS_TOKEN;
@@ -44,6 +46,12 @@ pub struct Settings {
     /// Unix seconds: when the previous secrets stop signing.
     #[serde(default)]
     pub previous_until: Option<u64>,
+    /// Pace deliveries to at most this many a second.
+    #[serde(default)]
+    pub max_per_second: Option<f64>,
+    /// The circuit breaker's settings, when not the defaults.
+    #[serde(default)]
+    pub circuit_breaker: Option<BreakerSettings>,
 }
 
 /// The longest a rotation may overlap: 30 days.
@@ -200,7 +208,49 @@ async fn check(
                 .map_err(|why| Error::invalid(field, format!("secret '{name}' {why}")))?;
         }
     }
-    check_overlap(settings)
+    check_overlap(settings)?;
+    check_protection(settings)
+}
+
+/// The most a webhook may be paced to, and the longest cool-off.
+const MAX_PER_SECOND: f64 = 10_000.0;
+const MAX_COOLOFF_MS: u64 = 24 * 60 * 60 * 1000;
+
+/// Refuses a pace or breaker settings that cannot work.
+fn check_protection(settings: &Settings) -> Result<()> {
+    if let Some(rate) = settings.max_per_second
+        && !(rate > 0.0 && rate <= MAX_PER_SECOND)
+    {
+        return Err(Error::invalid(
+            "max_per_second",
+            format!("max_per_second is above 0 and at most {MAX_PER_SECOND}"),
+        ));
+    }
+    let Some(b) = &settings.circuit_breaker else {
+        return Ok(());
+    };
+    let wrong = |field: &str, what: &str| {
+        Error::invalid(
+            format!("circuit_breaker.{field}"),
+            format!("{field} {what}"),
+        )
+    };
+    if b.failures == 0 {
+        return Err(wrong("failures", "is at least 1"));
+    }
+    if !(b.failure_ratio > 0.0 && b.failure_ratio <= 1.0) {
+        return Err(wrong("failure_ratio", "is above 0 and at most 1"));
+    }
+    if b.window == 0 || b.window > 1000 {
+        return Err(wrong("window", "is 1 to 1000 attempts"));
+    }
+    if b.cooloff_ms < 100 || b.cooloff_ms > b.max_cooloff_ms || b.max_cooloff_ms > MAX_COOLOFF_MS {
+        return Err(wrong(
+            "cooloff_ms",
+            "is at least 100, and at most max_cooloff_ms, itself at most a day",
+        ));
+    }
+    Ok(())
 }
 
 /// A rotation's previous secrets need an end, within [`MAX_OVERLAP_S`];
@@ -263,6 +313,8 @@ pub async fn save(
         previous_signing_secret: settings.previous_signing_secret,
         previous_signing_key_secret: settings.previous_signing_key_secret,
         previous_until: settings.previous_until,
+        max_per_second: settings.max_per_second,
+        circuit_breaker: settings.circuit_breaker,
         disabled_reason: None,
         created_at: old.map_or(now, |old| old.created_at),
         updated_at: now,
@@ -395,6 +447,8 @@ pub async fn rotate(
         previous_signing_secret,
         previous_signing_key_secret,
         previous_until: overlapping.then(|| ids::now() + rotation.overlap_s),
+        max_per_second: old.max_per_second,
+        circuit_breaker: old.circuit_breaker,
     };
     save(store, sealer, (team, name), settings, allow, Save::Update).await
 }

@@ -16,14 +16,15 @@ use std::time::Duration;
 use tokio::sync::{Notify, Semaphore, mpsc};
 
 use super::SAFETY_POLL;
-use super::config::ConfigCache;
+use super::breaker::{Breakers, Gate};
+use super::config::{ConfigCache, Opened};
 use super::send::{Answer, Failure, Outgoing, Sender};
 use super::webhooks;
 use crate::cfg::DeliveryConfig;
 use crate::domain::seal::Sealer;
 use crate::error::Result;
 use crate::ids;
-use crate::model::{Attempt, Delivery, Status, WebhookRef};
+use crate::model::{Attempt, Circuit, Delivery, Status, WebhookRef};
 use crate::store::{AttemptFor, Store};
 use crate::telemetry;
 
@@ -69,7 +70,18 @@ struct Inner {
     records: mpsc::UnboundedSender<Outcome>,
     slots: Arc<Semaphore>,
     endpoints: Mutex<HashMap<String, Arc<Semaphore>>>,
+    /// Each webhook's circuit breaker, as this host sees it.
+    breakers: Breakers,
+    /// Deliveries held while their webhook's circuit is open, by webhook
+    /// (at most [`MAX_REMEMBERED`] each): sent as soon as it closes, not
+    /// at the time they were held to.
+    held: Mutex<HashMap<String, HashMap<String, Delivery>>>,
+    /// Held deliveries whose circuit closed, for the scan loop to send.
+    released: Mutex<Vec<Delivery>>,
 }
+
+/// Most held deliveries remembered per webhook; the rest go when due.
+const MAX_REMEMBERED: usize = 10_000;
 
 impl Dispatcher {
     /// Starts the dispatcher's scan loop.
@@ -88,6 +100,9 @@ impl Dispatcher {
             starved: Default::default(),
             resting: Default::default(),
             endpoints: Mutex::new(HashMap::new()),
+            breakers: Breakers::default(),
+            held: Mutex::default(),
+            released: Mutex::default(),
         });
         tokio::spawn(scan_loop(inner.clone()));
         tokio::spawn(record_loop(Arc::downgrade(&inner), queued));
@@ -119,6 +134,26 @@ impl Dispatcher {
     pub fn in_flight(&self) -> usize {
         self.inner.in_flight_count()
     }
+
+    /// A webhook's circuit: this host's view once it has sent to it, else
+    /// what the store holds (what another host, or this one before a
+    /// restart, last wrote).
+    pub async fn circuit(&self, team: &str, name: &str) -> Result<Circuit> {
+        let key = breaker_key(team, name);
+        if self.inner.breakers.knows(&key) {
+            return Ok(self.inner.breakers.circuit(&key));
+        }
+        Ok(self
+            .inner
+            .store
+            .circuit(team, name)
+            .await?
+            .unwrap_or(Circuit::Closed))
+    }
+}
+
+fn breaker_key(team: &str, name: &str) -> String {
+    format!("{team}/{name}")
 }
 
 /// Scans the outbox for what falls due. While sends are in flight, at
@@ -174,9 +209,10 @@ struct Outcome {
     rescheduled: Option<Delivery>,
     status: Status,
     error: Option<String>,
-    attempt: Attempt,
+    /// `None` for a delivery held back unsent (its circuit is open).
+    attempt: Option<Attempt>,
     /// What the metrics count once it is written.
-    counted: (telemetry::Delivery, Duration),
+    counted: Option<(telemetry::Delivery, Duration)>,
 }
 
 /// Most attempts written in one transaction.
@@ -203,12 +239,19 @@ async fn record_loop(inner: std::sync::Weak<Inner>, mut queued: mpsc::UnboundedR
         };
         let mut rescheduled = false;
         if written {
+            let mut held = 0;
             for outcome in &batch {
                 // Counted once recorded, never before: the outbox has lost
                 // the delivery by the time a counter shows it (a scrape
                 // reads its outbox gauges a moment before the counters).
-                telemetry::delivery(outcome.counted.0, outcome.counted.1);
+                match outcome.counted {
+                    Some((what, since_event)) => telemetry::delivery(what, since_event),
+                    None => held += 1,
+                }
                 rescheduled |= outcome.rescheduled.is_some();
+            }
+            if held > 0 {
+                telemetry::held(held);
             }
         }
         inner.landed(batch.drain(..).map(|o| o.delivery.id));
@@ -227,12 +270,14 @@ async fn write_outcomes(store: &Store, batch: &[Outcome]) -> Result<()> {
         .collect();
     let attempts: Vec<_> = batch
         .iter()
-        .map(|o| AttemptFor {
-            automation: &o.delivery.execution,
-            execution_id: &o.delivery.execution_id,
-            status: o.status,
-            error: o.error.as_deref(),
-            attempt: &o.attempt,
+        .filter_map(|o| {
+            Some(AttemptFor {
+                automation: &o.delivery.execution,
+                execution_id: &o.delivery.execution_id,
+                status: o.status,
+                error: o.error.as_deref(),
+                attempt: o.attempt.as_ref()?,
+            })
         })
         .collect();
     let tx = store.begin().await?;
@@ -251,6 +296,15 @@ impl Inner {
         if room == 0 {
             self.starved.store(true, Ordering::SeqCst);
             return Ok(None);
+        }
+        // Held deliveries whose circuit closed: still waiting as they were
+        // held (sent meanwhile, they are gone), they go now.
+        let released =
+            std::mem::take(&mut *self.released.lock().unwrap_or_else(|p| p.into_inner()));
+        for delivery in released {
+            if self.store.delivery_waits(&delivery).await? {
+                self.clone().submit(delivery);
+            }
         }
         let in_flight = |id: &str| self.is_in_flight(id);
         let (due, next) = self
@@ -338,8 +392,7 @@ impl Inner {
 
     async fn deliver(&self, delivery: Delivery) -> Result<Sent> {
         let endpoint = self.endpoint_slots(&delivery.webhook);
-        let (Ok(_slot), Ok(_endpoint)) = (self.slots.acquire().await, endpoint.acquire().await)
-        else {
+        let Ok(_endpoint) = endpoint.acquire().await else {
             return Ok(Sent::Not);
         };
         // On a store without leases, a scan may have read this delivery just
@@ -350,8 +403,24 @@ impl Inner {
         if self.store.lease().is_none() && !self.store.delivery_waits(&delivery).await? {
             return Ok(Sent::Not);
         }
+        let (team, name) = (&delivery.webhook.team, &delivery.webhook.name);
+        let opened = self.config.webhook(team, name).await.ok();
+        let webhook = opened.as_ref().map(|o| &o.webhook);
+        let settings =
+            (webhook.and_then(|w| w.circuit_breaker)).unwrap_or(self.cfg.circuit_breaker);
+        let key = breaker_key(team, name);
+        let gate = self.gate(&key, &delivery.webhook, &settings).await;
+        if let Gate::Hold(until_ms) = gate {
+            return self.hold(&key, delivery, until_ms);
+        }
+        if let Some(rate) = webhook.and_then(|w| w.max_per_second) {
+            self.pace(&delivery.webhook, rate).await?;
+        }
+        let Ok(_slot) = self.slots.acquire().await else {
+            return Ok(Sent::Not);
+        };
         let started = ids::now_ms();
-        let (verdict, attempt) = match self.attempt(&delivery).await {
+        let (verdict, attempt) = match self.attempt(&delivery, opened.as_deref()).await {
             Ok(answer) => (judge(&answer), attempt_from(started, Some(&answer), None)),
             Err(failure) => {
                 let verdict = match failure {
@@ -364,6 +433,12 @@ impl Inner {
                 )
             }
         };
+        // The receiver failing (no answer, 408, 429, 5xx) counts against
+        // its circuit; a refusal of ours or a 4xx does not.
+        let failed = matches!(verdict, Verdict::Retry(_));
+        let probe = gate == Gate::Probe;
+        let changed = (self.breakers).record(&key, &settings, failed, probe, ids::now_ms());
+        self.circuit_changed(&delivery.webhook, changed);
         if matches!(verdict, Verdict::Gone) {
             let reason = format!("the endpoint answered 410 Gone at unix ms {started}");
             if let Err(e) = webhooks::disable(
@@ -380,12 +455,134 @@ impl Inner {
         self.record(delivery, verdict, attempt)
     }
 
+    /// What the webhook's circuit says of a delivery due now. The first
+    /// time this host sends to a webhook, its breaker starts from what
+    /// the store holds.
+    async fn gate(
+        &self,
+        key: &str,
+        webhook: &WebhookRef,
+        settings: &crate::model::BreakerSettings,
+    ) -> Gate {
+        if !self.breakers.knows(key) {
+            let stored = self.store.circuit(&webhook.team, &webhook.name).await;
+            self.breakers.seed(key, stored.ok().flatten());
+        }
+        // A probe may take as long as a send; then another may go.
+        let probe_wait = u64::try_from(self.sender.timeout().as_millis()).unwrap_or(u64::MAX);
+        let (gate, changed) = self
+            .breakers
+            .gate(key, settings, ids::now_ms(), probe_wait + 1000);
+        self.circuit_changed(webhook, changed);
+        gate
+    }
+
+    /// Writes a circuit that changed to the store (for the API, the console
+    /// and a restart), off the send path, and counts it.
+    fn circuit_changed(&self, webhook: &WebhookRef, changed: Option<Circuit>) {
+        let Some(circuit) = changed else { return };
+        let state = match &circuit {
+            Circuit::Open { reason, .. } => {
+                tracing::warn!(team = %webhook.team, webhook = %webhook.name, reason = %reason, "webhook circuit opened");
+                "open"
+            }
+            Circuit::HalfOpen { .. } => "half_open",
+            Circuit::Closed => {
+                tracing::info!(team = %webhook.team, webhook = %webhook.name, "webhook circuit closed");
+                self.release(&breaker_key(&webhook.team, &webhook.name));
+                "closed"
+            }
+        };
+        telemetry::circuit_transition(state);
+        let (open, half_open) = self.breakers.counts();
+        telemetry::circuits(open, half_open);
+        let (store, webhook) = (self.store.clone(), webhook.clone());
+        tokio::spawn(async move {
+            if let Err(e) = store
+                .put_circuit(&webhook.team, &webhook.name, &circuit)
+                .await
+            {
+                tracing::warn!(error = %e, webhook = %webhook.name, "writing a webhook's circuit failed");
+            }
+        });
+    }
+
+    /// Waits for the webhook's next send slot at `rate` a second; the slots
+    /// are the store's, so the pace holds across hosts.
+    async fn pace(&self, webhook: &WebhookRef, rate: f64) -> Result<()> {
+        let interval_us = (1e6 / rate).round().max(1.0) as u64;
+        let now_us = ids::now_ms() * 1000;
+        let slot = (self.store)
+            .pace_slot(&webhook.team, &webhook.name, interval_us, now_us)
+            .await?;
+        if slot > now_us {
+            tokio::time::sleep(Duration::from_micros(slot - now_us)).await;
+        }
+        Ok(())
+    }
+
+    /// Holds a delivery back until `until_ms` without an attempt: its
+    /// circuit is open. It keeps its attempt count, and is remembered so
+    /// that it goes as soon as the circuit closes.
+    fn hold(&self, key: &str, delivery: Delivery, until_ms: u64) -> Result<Sent> {
+        let held = Delivery {
+            due_ms: until_ms,
+            ..delivery.clone()
+        };
+        {
+            let mut map = self.held.lock().unwrap_or_else(|p| p.into_inner());
+            let remembered = map.entry(key.to_string()).or_default();
+            if remembered.len() < MAX_REMEMBERED || remembered.contains_key(&held.id) {
+                remembered.insert(held.id.clone(), held.clone());
+            }
+        }
+        let outcome = Outcome {
+            delivery,
+            rescheduled: Some(held),
+            status: Status::Pending,
+            error: None,
+            attempt: None,
+            counted: None,
+        };
+        if self.records.send(outcome).is_err() {
+            return Err(crate::error::Error::Unavailable(
+                "the host is stopping: the delivery stays in the outbox".into(),
+            ));
+        }
+        Ok(Sent::Recording)
+    }
+
+    /// Hands the deliveries held for a webhook whose circuit closed to the
+    /// scan loop, and wakes it.
+    fn release(&self, key: &str) {
+        let held = self
+            .held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(key);
+        let Some(held) = held else { return };
+        let mut released = self.released.lock().unwrap_or_else(|p| p.into_inner());
+        released.extend(held.into_values());
+        self.wake.notify_one();
+    }
+
     /// One send, with the webhook's current secrets.
-    async fn attempt(&self, delivery: &Delivery) -> std::result::Result<Answer, Failure> {
+    async fn attempt(
+        &self,
+        delivery: &Delivery,
+        opened: Option<&Opened>,
+    ) -> std::result::Result<Answer, Failure> {
         let refused = |m: String| Failure::Refused(m);
         let (team, name) = (&delivery.webhook.team, &delivery.webhook.name);
-        let opened = self.config.webhook(team, name).await;
-        let opened = opened.map_err(|e| refused(e.to_string()))?;
+        let opened = match opened {
+            Some(opened) => opened,
+            // Not read above: read again, for the error.
+            None => {
+                let e = self.config.webhook(team, name).await.err();
+                let e = e.map_or_else(|| "the webhook could not be read".into(), |e| e.to_string());
+                return Err(refused(e));
+            }
+        };
         let webhook = &opened.webhook;
         let (Some(secrets), None) = (&opened.secrets, &webhook.disabled_reason) else {
             let reason = webhook.disabled_reason.as_deref().unwrap_or_default();
@@ -449,8 +646,8 @@ impl Inner {
             rescheduled,
             status,
             error,
-            attempt,
-            counted: (outcome, Duration::from_millis(since_event)),
+            attempt: Some(attempt),
+            counted: Some((outcome, Duration::from_millis(since_event))),
         };
         if self.records.send(outcome).is_err() {
             return Err(crate::error::Error::Unavailable(

@@ -54,6 +54,10 @@ pub struct CreateWebhook {
     previous_signing_key_secret: Option<String>,
     #[serde(default)]
     previous_until: Option<u64>,
+    #[serde(default)]
+    max_per_second: Option<f64>,
+    #[serde(default)]
+    circuit_breaker: Option<crate::model::BreakerSettings>,
 }
 
 pub async fn create_webhook(
@@ -70,6 +74,8 @@ pub async fn create_webhook(
         previous_signing_secret: body.previous_signing_secret,
         previous_signing_key_secret: body.previous_signing_key_secret,
         previous_until: body.previous_until,
+        max_per_second: body.max_per_second,
+        circuit_breaker: body.circuit_breaker,
     };
     let allow = &at.app.cfg.webhooks.allow_private;
     let named = (team.as_str(), body.name.as_str());
@@ -83,9 +89,19 @@ pub async fn create_webhook(
     Ok((StatusCode::CREATED, axum::Json(webhook)))
 }
 
-pub async fn show_webhook(at: InTeam<AsMember>) -> Reply<webhooks::Webhook> {
+/// A webhook with its circuit, as this host sees it.
+#[derive(serde::Serialize)]
+pub struct Shown {
+    #[serde(flatten)]
+    webhook: webhooks::Webhook,
+    circuit: crate::model::Circuit,
+}
+
+pub async fn show_webhook(at: InTeam<AsMember>) -> Reply<Shown> {
     let (team, name) = (&at.place, at.param("name")?);
-    Ok(axum::Json(webhooks::get(&at.app.store, team, &name).await?))
+    let webhook = webhooks::get(&at.app.store, team, &name).await?;
+    let circuit = at.app.dispatcher.circuit(team, &name).await?;
+    Ok(axum::Json(Shown { webhook, circuit }))
 }
 
 pub async fn update_webhook(

@@ -58,6 +58,13 @@ pub struct Webhook {
     /// secrets sign.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub previous_until: Option<u64>,
+    /// Deliveries to it are paced to at most this many a second; the
+    /// outbox holds the rest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_per_second: Option<f64>,
+    /// Its circuit breaker's settings; the defaults when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub circuit_breaker: Option<BreakerSettings>,
     /// Set when the endpoint answered 410 Gone; saving the webhook again
     /// clears it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -66,6 +73,86 @@ pub struct Webhook {
     pub created_at: u64,
     /// Unix seconds.
     pub updated_at: u64,
+}
+
+/// When a webhook's circuit opens and how long it stays open.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BreakerSettings {
+    /// Off: every due delivery is sent, however the endpoint fares.
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// Consecutive failed attempts that open the circuit.
+    #[serde(default = "default_failures")]
+    pub failures: u32,
+    /// The share of failed attempts among the last `window` that opens it.
+    #[serde(default = "default_failure_ratio")]
+    pub failure_ratio: f64,
+    /// How many recent attempts the ratio looks at.
+    #[serde(default = "default_window")]
+    pub window: u32,
+    /// The first cool-off; each failed probe doubles it.
+    #[serde(default = "default_cooloff_ms")]
+    pub cooloff_ms: u64,
+    /// The longest cool-off.
+    #[serde(default = "default_max_cooloff_ms")]
+    pub max_cooloff_ms: u64,
+}
+
+impl Default for BreakerSettings {
+    fn default() -> Self {
+        BreakerSettings {
+            enabled: true,
+            failures: default_failures(),
+            failure_ratio: default_failure_ratio(),
+            window: default_window(),
+            cooloff_ms: default_cooloff_ms(),
+            max_cooloff_ms: default_max_cooloff_ms(),
+        }
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+fn default_failures() -> u32 {
+    10
+}
+fn default_failure_ratio() -> f64 {
+    0.5
+}
+fn default_window() -> u32 {
+    20
+}
+fn default_cooloff_ms() -> u64 {
+    30_000
+}
+fn default_max_cooloff_ms() -> u64 {
+    30 * 60_000
+}
+
+/// Where a webhook's circuit stands.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum Circuit {
+    /// Deliveries go.
+    Closed,
+    /// Deliveries wait until `until_ms`; then one probe goes.
+    Open {
+        /// Unix ms.
+        until_ms: u64,
+        /// The cool-off that set `until_ms`.
+        cooloff_ms: u64,
+        /// What opened it.
+        reason: String,
+    },
+    /// One probe is out; its outcome closes or reopens the circuit.
+    HalfOpen {
+        /// Unix ms the probe went.
+        since_ms: u64,
+        /// The cool-off a failed probe doubles.
+        cooloff_ms: u64,
+    },
 }
 
 impl Webhook {

@@ -108,6 +108,8 @@ contract!(
     batches_write_set_wise,
     config_writes_move_the_epoch,
     usage_adds_up,
+    idempotency_keys,
+    circuits_and_pace,
     uploaded_plugins,
     a_transaction_lands_whole_or_not_at_all,
     firings_are_admitted_one_at_a_time,
@@ -443,6 +445,11 @@ async fn secrets_and_webhooks(store: &Store) {
         previous_signing_secret: Some("OLD".into()),
         previous_signing_key_secret: None,
         previous_until: Some(1_900_000_000),
+        max_per_second: Some(2.5),
+        circuit_breaker: Some(crate::model::BreakerSettings {
+            failures: 3,
+            ..Default::default()
+        }),
         disabled_reason: None,
         created_at: 1,
         updated_at: 1,
@@ -1008,6 +1015,8 @@ async fn config_writes_move_the_epoch(store: &Store) {
         previous_signing_secret: None,
         previous_signing_key_secret: None,
         previous_until: None,
+        max_per_second: None,
+        circuit_breaker: None,
         disabled_reason: None,
         created_at: 1,
         updated_at: 1,
@@ -1113,6 +1122,59 @@ async fn uploaded_plugins(store: &Store) {
     assert!(store.delete_plugin("greeter").await.unwrap());
     assert!(!store.delete_plugin("greeter").await.unwrap());
     assert_eq!(store.plugin("greeter").await.unwrap(), None);
+}
+
+async fn idempotency_keys(store: &Store) {
+    use crate::model::Idempotent;
+    use crate::store::Claim;
+    let request = |at_ms| Idempotent {
+        fingerprint: "f".into(),
+        at_ms,
+        status: None,
+        body: None,
+    };
+    let claim = async |at_ms, lapsed| store.claim_idempotency("k", &request(at_ms), lapsed).await;
+    assert_eq!(claim(10, 0).await.unwrap(), Claim::Claimed);
+    assert_eq!(claim(11, 0).await.unwrap(), Claim::Held(request(10)));
+    let answered = Idempotent {
+        status: Some(201),
+        body: Some("{}".into()),
+        ..request(10)
+    };
+    store
+        .settle_idempotency("k", Some(&answered))
+        .await
+        .unwrap();
+    assert_eq!(claim(12, 0).await.unwrap(), Claim::Held(answered));
+    // Lapsed: the next claim takes it over.
+    assert_eq!(claim(20, 15).await.unwrap(), Claim::Claimed);
+    store.settle_idempotency("k", None).await.unwrap();
+    assert_eq!(claim(21, 0).await.unwrap(), Claim::Claimed);
+    assert_eq!(store.purge_idempotency(22).await.unwrap(), 1);
+    assert_eq!(claim(23, 0).await.unwrap(), Claim::Claimed);
+}
+
+async fn circuits_and_pace(store: &Store) {
+    use crate::model::Circuit;
+    assert_eq!(store.circuit("ml", "ci").await.unwrap(), None);
+    let open = Circuit::Open {
+        until_ms: 5,
+        cooloff_ms: 5,
+        reason: "down".into(),
+    };
+    store.put_circuit("ml", "ci", &open).await.unwrap();
+    store
+        .put_circuit("ml", "other", &Circuit::Closed)
+        .await
+        .unwrap();
+    assert_eq!(store.circuit("ml", "ci").await.unwrap(), Some(open));
+    // Slots 100 µs apart, never before now, and per webhook.
+    let slot = |name, now| store.pace_slot("ml", name, 100, now);
+    assert_eq!(slot("ci", 1_000).await.unwrap(), 1_000);
+    assert_eq!(slot("ci", 1_000).await.unwrap(), 1_100);
+    assert_eq!(slot("ci", 1_050).await.unwrap(), 1_200);
+    assert_eq!(slot("other", 1_050).await.unwrap(), 1_050);
+    assert_eq!(slot("ci", 5_000).await.unwrap(), 5_000);
 }
 
 async fn a_transaction_lands_whole_or_not_at_all(store: &Store) {

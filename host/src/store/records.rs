@@ -7,7 +7,7 @@
 use async_trait::async_trait;
 
 use crate::model::{
-    ApiKey, Attempt, Automation, Collection, Delivery, Event, EventType, Execution, Group,
+    ApiKey, Attempt, Automation, Circuit, Collection, Delivery, Event, EventType, Execution, Group,
     GroupKind, Handle, Idempotent, LabelledVersion, Member, Project, Run, RunState, Scope, Secret,
     Session, Skipped, Status, StoredPlugin, UsageRow, User, Version, Webhook,
 };
@@ -485,6 +485,27 @@ pub trait IdempotencyRecords: Send + Sync {
     async fn purge_idempotency(&self, before_ms: u64) -> Result<usize>;
 }
 
+/// What protects receivers: each webhook's circuit, and its pace.
+#[async_trait]
+pub trait ReceiverRecords: Send + Sync {
+    /// The circuit last written for a webhook.
+    async fn circuit(&self, team: &str, webhook: &str) -> Result<Option<Circuit>>;
+
+    /// Writes a webhook's circuit.
+    async fn put_circuit(&self, team: &str, webhook: &str, circuit: &Circuit) -> Result<()>;
+
+    /// Takes the next send slot of a webhook paced to one send per
+    /// `interval_us`: the unix µs its send may start (not before `now_us`).
+    /// Shared by every host on the store.
+    async fn pace_slot(
+        &self,
+        team: &str,
+        webhook: &str,
+        interval_us: u64,
+        now_us: u64,
+    ) -> Result<u64>;
+}
+
 /// Declares `Records` as the sum of the aggregates, for every type that
 /// implements them all (the list is written once).
 macro_rules! sum_of {
@@ -508,5 +529,6 @@ sum_of!(
     DeliveryRecords,
     UsageRecords,
     PluginRecords,
-    IdempotencyRecords
+    IdempotencyRecords,
+    ReceiverRecords
 );

@@ -15,6 +15,7 @@ use crate::automation::webhook_test::{self, Outcome};
 use crate::automation::webhooks::{self, Save};
 use crate::domain::groups::{self, Role};
 use crate::error::Error;
+use crate::model::Circuit;
 
 /// Nested under `/teams/{team}/webhooks`.
 pub fn routes() -> Router<App> {
@@ -40,6 +41,8 @@ pub async fn create(form: AdminForm) -> Shown {
         previous_signing_secret: None,
         previous_signing_key_secret: None,
         previous_until: None,
+        max_per_second: None,
+        circuit_breaker: None,
     };
     let allow = &app.cfg.webhooks.allow_private;
     let named = (team.as_str(), name);
@@ -83,6 +86,8 @@ struct WebhookPage {
     public_key: Option<String>,
     /// When a rotation's previous secrets stop signing.
     previous_until: Option<String>,
+    /// The circuit, in words.
+    circuit: String,
 }
 
 /// `GET /teams/{team}/webhooks/{name}`.
@@ -126,6 +131,16 @@ async fn webhook_page(app: &App, viewer: &Viewer, team: &str, name: &str, tested
         None => None,
     };
     let previous_until = webhook.previous_until.map(|s| super::when(s * 1000));
+    let circuit = match app.dispatcher.circuit(team, name).await.map_err(failed)? {
+        Circuit::Closed => "closed: deliveries go".to_string(),
+        Circuit::Open {
+            until_ms, reason, ..
+        } => format!(
+            "open ({reason}): deliveries wait until {}, then one probe goes",
+            super::when(until_ms)
+        ),
+        Circuit::HalfOpen { .. } => "half open: a probe is out".to_string(),
+    };
     super::ok(&WebhookPage {
         nav: Some(viewer.nav()),
         csrf: viewer.csrf().to_string(),
@@ -140,6 +155,7 @@ async fn webhook_page(app: &App, viewer: &Viewer, team: &str, name: &str, tested
         edit_error: tested.edit_error.map(|e| e.to_string()),
         public_key,
         previous_until,
+        circuit,
     })
 }
 
@@ -243,6 +259,11 @@ pub async fn update(form: AdminForm) -> Shown {
         previous_signing_secret: current.previous_signing_secret,
         previous_signing_key_secret: current.previous_signing_key_secret,
         previous_until: current.previous_until,
+        max_per_second: match rate(&form) {
+            Ok(rate) => rate,
+            Err(e) => return edit_refused(app, &form, team, &name, e).await,
+        },
+        circuit_breaker: current.circuit_breaker,
     };
     let allow = &app.cfg.webhooks.allow_private;
     let named = (team.as_str(), name.as_str());
@@ -289,6 +310,19 @@ pub async fn rotate(form: AdminForm) -> Shown {
         )),
         Err(e @ Error::InvalidRequest { .. }) => edit_refused(app, &form, team, &name, e).await,
         Err(e) => Err(form.failed(e)),
+    }
+}
+
+/// The edit form's pace: empty for none.
+fn rate(form: &AdminForm) -> Result<Option<f64>, Error> {
+    match form.field("max_per_second").trim() {
+        "" => Ok(None),
+        text => text.parse().map(Some).map_err(|_| {
+            Error::invalid(
+                "max_per_second",
+                "the most deliveries a second is a number, e.g. 20, or empty for no pace",
+            )
+        }),
     }
 }
 

@@ -20,6 +20,7 @@ mod groups;
 mod idempotency;
 mod meta;
 mod plugins;
+mod receivers;
 mod runs;
 mod sessions;
 mod shared;
@@ -90,6 +91,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         12,
         "idempotency",
         include_str!("migrations/0012_idempotency.sql"),
+    ),
+    (
+        13,
+        "receivers",
+        include_str!("migrations/0013_receivers.sql"),
     ),
 ];
 

@@ -153,10 +153,14 @@ pub(super) fn secret(row: &PgRow) -> Result<Secret> {
 }
 
 pub(super) fn webhook(row: &PgRow) -> Result<Webhook> {
+    let breaker: Option<String> = get(row, "circuit_breaker")?;
+    let breaker = breaker.as_deref().map(from_json).transpose()?;
     read!(row; Webhook {
         name, url, access_token_secret, signing_secret, standard_webhooks, disabled_reason,
         signing_key_secret, previous_signing_secret, previous_signing_key_secret,
         previous_until: |n: Option<i64>| n.map(u),
+        max_per_second,
+        circuit_breaker: |_: Option<String>| breaker,
         created_at: u, updated_at: u,
     })
 }

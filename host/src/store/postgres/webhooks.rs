@@ -44,6 +44,8 @@ impl WebhookRecords for Postgres {
              previous_signing_secret = excluded.previous_signing_secret, \
              previous_signing_key_secret = excluded.previous_signing_key_secret, \
              previous_until = excluded.previous_until, \
+             max_per_second = excluded.max_per_second, \
+             circuit_breaker = excluded.circuit_breaker, \
              disabled_reason = excluded.disabled_reason, updated_at = excluded.updated_at";
         self.insert("webhooks", &[("team", team)], w, replace)
             .await

@@ -26,6 +26,7 @@ mod journal;
 pub mod keys;
 mod meta;
 mod plugins;
+mod receivers;
 mod runs;
 mod sessions;
 mod shared;
@@ -242,6 +243,8 @@ enum T {
     Sessions,
     /// `sha256(authorization) hex : key` → `Idempotent`.
     Idempotency,
+    /// `team \0 webhook \0` → `Circuit`.
+    Circuits,
 }
 
 impl T {
@@ -263,7 +266,7 @@ impl T {
         )
     }
 
-    const ALL: [T; 34] = [
+    const ALL: [T; 35] = [
         T::Meta,
         T::Users,
         T::UserNames,
@@ -298,6 +301,7 @@ impl T {
         T::Plugins,
         T::Sessions,
         T::Idempotency,
+        T::Circuits,
     ];
 
     /// The tree's name on disk.
@@ -337,6 +341,7 @@ impl T {
             T::Plugins => "plugins",
             T::Sessions => "sessions",
             T::Idempotency => "idempotency",
+            T::Circuits => "circuits",
         }
     }
 }
@@ -356,6 +361,9 @@ struct Shared {
     /// See [`Engine::config_epoch`]: bumped by every commit that writes a
     /// tree [`T::is_config`] names.
     config_epoch: AtomicU64,
+    /// Each paced webhook's next free send slot (unix µs): one host's, so
+    /// memory is enough.
+    pace: std::sync::Mutex<std::collections::HashMap<String, u64>>,
 }
 
 impl Shared {
@@ -420,6 +428,7 @@ impl Sled {
             writer: Arc::default(),
             commits: GroupCommit::default(),
             config_epoch: AtomicU64::new(0),
+            pace: Default::default(),
         };
         wal::redo(&shared, logged)?;
         migrate(&shared)?;

@@ -1,0 +1,299 @@
+//! Circuit breakers: a webhook that keeps failing gets a rest instead of
+//! every due retry at full speed. After `failures` consecutive failed
+//! attempts, or a failure ratio over the last `window`, its circuit opens:
+//! deliveries wait (without spending attempts) for a cool-off, then one
+//! probe goes. A success closes the circuit and the held deliveries go; a
+//! failure reopens it for twice as long, up to the cap.
+//!
+//! Each host decides for itself, in memory, so the delivery path reads
+//! nothing more per send; every transition is also written to the store,
+//! where the API and console show it and a restarted host finds it.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+
+use crate::model::{BreakerSettings, Circuit};
+
+/// What to do with a due delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gate {
+    /// Send it.
+    Send,
+    /// Send it as the probe of a half-open circuit.
+    Probe,
+    /// Hold it until this unix ms.
+    Hold(u64),
+}
+
+/// One webhook's breaker on this host.
+#[derive(Debug, Default)]
+struct Breaker {
+    circuit: Option<Circuit>,
+    consecutive: u32,
+    /// The last attempts' outcomes, `true` for a failure.
+    recent: VecDeque<bool>,
+}
+
+/// The breakers of every webhook this host sends to.
+#[derive(Default)]
+pub struct Breakers {
+    by_webhook: Mutex<HashMap<String, Breaker>>,
+}
+
+/// A circuit that changed, to write to the store.
+pub type Changed = Option<Circuit>;
+
+impl Breakers {
+    /// Starts `webhook`'s breaker from what the store says, unless this
+    /// host already has one.
+    pub fn seed(&self, webhook: &str, stored: Option<Circuit>) {
+        let mut map = self.lock();
+        map.entry(webhook.to_string()).or_insert_with(|| Breaker {
+            circuit: stored.filter(|c| *c != Circuit::Closed),
+            ..Breaker::default()
+        });
+    }
+
+    /// Whether `webhook` has a breaker on this host yet.
+    pub fn knows(&self, webhook: &str) -> bool {
+        self.lock().contains_key(webhook)
+    }
+
+    /// What to do with a delivery due at `now`; `probe_wait_ms` is how long
+    /// a probe may take, after which another may go.
+    pub fn gate(
+        &self,
+        webhook: &str,
+        settings: &BreakerSettings,
+        now: u64,
+        probe_wait_ms: u64,
+    ) -> (Gate, Changed) {
+        if !settings.enabled {
+            return (Gate::Send, None);
+        }
+        let mut map = self.lock();
+        let Some(breaker) = map.get_mut(webhook) else {
+            return (Gate::Send, None);
+        };
+        match breaker.circuit.clone() {
+            None | Some(Circuit::Closed) => (Gate::Send, None),
+            Some(Circuit::Open {
+                until_ms,
+                cooloff_ms,
+                ..
+            }) => {
+                if now < until_ms {
+                    return (Gate::Hold(until_ms), None);
+                }
+                let probing = Circuit::HalfOpen {
+                    since_ms: now,
+                    cooloff_ms,
+                };
+                breaker.circuit = Some(probing.clone());
+                (Gate::Probe, Some(probing))
+            }
+            Some(Circuit::HalfOpen {
+                since_ms,
+                cooloff_ms,
+            }) => {
+                if now < since_ms + probe_wait_ms {
+                    return (Gate::Hold(since_ms + probe_wait_ms), None);
+                }
+                // The probe never came back: another goes.
+                let probing = Circuit::HalfOpen {
+                    since_ms: now,
+                    cooloff_ms,
+                };
+                breaker.circuit = Some(probing.clone());
+                (Gate::Probe, Some(probing))
+            }
+        }
+    }
+
+    /// Counts an attempt's outcome (`failed`; `probe` if it was one) and
+    /// returns the circuit if it changed.
+    pub fn record(
+        &self,
+        webhook: &str,
+        settings: &BreakerSettings,
+        failed: bool,
+        probe: bool,
+        now: u64,
+    ) -> Changed {
+        if !settings.enabled {
+            return None;
+        }
+        let mut map = self.lock();
+        let breaker = map.entry(webhook.to_string()).or_default();
+        if probe || matches!(breaker.circuit, Some(Circuit::HalfOpen { .. })) {
+            return Some(breaker.after_probe(settings, failed, now));
+        }
+        if matches!(breaker.circuit, Some(Circuit::Open { .. })) {
+            // An attempt that started before the circuit opened.
+            return None;
+        }
+        breaker.count(settings, failed);
+        let why = breaker.tripped(settings)?;
+        let opened = Circuit::Open {
+            until_ms: now + settings.cooloff_ms,
+            cooloff_ms: settings.cooloff_ms,
+            reason: why,
+        };
+        breaker.reset(Some(opened.clone()));
+        Some(opened)
+    }
+
+    /// The circuit of `webhook` as this host sees it.
+    pub fn circuit(&self, webhook: &str) -> Circuit {
+        let map = self.lock();
+        let circuit = map.get(webhook).and_then(|b| b.circuit.clone());
+        circuit.unwrap_or(Circuit::Closed)
+    }
+
+    /// How many circuits are open and half open on this host.
+    pub fn counts(&self) -> (usize, usize) {
+        let map = self.lock();
+        let count = |f: fn(&Circuit) -> bool| {
+            map.values()
+                .filter(|b| b.circuit.as_ref().is_some_and(f))
+                .count()
+        };
+        (
+            count(|c| matches!(c, Circuit::Open { .. })),
+            count(|c| matches!(c, Circuit::HalfOpen { .. })),
+        )
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Breaker>> {
+        self.by_webhook.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Breaker {
+    fn count(&mut self, settings: &BreakerSettings, failed: bool) {
+        self.consecutive = if failed { self.consecutive + 1 } else { 0 };
+        self.recent.push_back(failed);
+        while self.recent.len() > settings.window.max(1) as usize {
+            self.recent.pop_front();
+        }
+    }
+
+    /// Why the circuit should open, if it should.
+    fn tripped(&self, settings: &BreakerSettings) -> Option<String> {
+        if self.consecutive >= settings.failures.max(1) {
+            return Some(format!("{} consecutive failed attempts", self.consecutive));
+        }
+        let failed = self.recent.iter().filter(|f| **f).count();
+        let full = self.recent.len() >= settings.window.max(1) as usize;
+        let ratio = failed as f64 / self.recent.len().max(1) as f64;
+        (full && ratio >= settings.failure_ratio)
+            .then(|| format!("{failed} of the last {} attempts failed", self.recent.len()))
+    }
+
+    fn after_probe(&mut self, settings: &BreakerSettings, failed: bool, now: u64) -> Circuit {
+        if !failed {
+            self.reset(None);
+            return Circuit::Closed;
+        }
+        let last = match &self.circuit {
+            Some(Circuit::HalfOpen { cooloff_ms, .. } | Circuit::Open { cooloff_ms, .. }) => {
+                *cooloff_ms
+            }
+            _ => settings.cooloff_ms,
+        };
+        let cooloff_ms = last.saturating_mul(2).min(settings.max_cooloff_ms.max(1));
+        let reopened = Circuit::Open {
+            until_ms: now + cooloff_ms,
+            cooloff_ms,
+            reason: "the probe failed".into(),
+        };
+        self.reset(Some(reopened.clone()));
+        reopened
+    }
+
+    fn reset(&mut self, circuit: Option<Circuit>) {
+        self.circuit = circuit;
+        self.consecutive = 0;
+        self.recent.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings() -> BreakerSettings {
+        BreakerSettings {
+            failures: 3,
+            window: 10,
+            failure_ratio: 0.5,
+            cooloff_ms: 100,
+            max_cooloff_ms: 300,
+            enabled: true,
+        }
+    }
+
+    #[test]
+    fn consecutive_failures_open_a_probe_closes_and_a_failed_probe_doubles_the_cooloff() {
+        let (b, s) = (Breakers::default(), settings());
+        for _ in 0..2 {
+            assert_eq!(b.record("w", &s, true, false, 0), None);
+        }
+        assert!(matches!(
+            b.record("w", &s, true, false, 0),
+            Some(Circuit::Open { until_ms: 100, .. })
+        ));
+        assert_eq!(b.gate("w", &s, 50, 1000), (Gate::Hold(100), None));
+        let (gate, changed) = b.gate("w", &s, 100, 1000);
+        assert_eq!(gate, Gate::Probe);
+        assert!(matches!(changed, Some(Circuit::HalfOpen { .. })));
+        assert_eq!(
+            b.gate("w", &s, 101, 1000).0,
+            Gate::Hold(1100),
+            "one probe at a time"
+        );
+        // Fails: 200 ms now, then capped at 300.
+        let reopened = b.record("w", &s, true, true, 150);
+        assert!(matches!(
+            reopened,
+            Some(Circuit::Open {
+                until_ms: 350,
+                cooloff_ms: 200,
+                ..
+            })
+        ));
+        b.gate("w", &s, 350, 1000);
+        let capped = b.record("w", &s, true, true, 400);
+        assert!(matches!(
+            capped,
+            Some(Circuit::Open {
+                cooloff_ms: 300,
+                ..
+            })
+        ));
+        b.gate("w", &s, 700, 1000);
+        assert_eq!(b.record("w", &s, false, true, 710), Some(Circuit::Closed));
+        assert_eq!(b.gate("w", &s, 711, 1000), (Gate::Send, None));
+    }
+
+    #[test]
+    fn a_failure_ratio_over_the_window_opens_and_successes_in_between_do_not_reset_it() {
+        let (b, s) = (Breakers::default(), settings());
+        let mut opened = None;
+        for i in 0..10 {
+            opened = opened.or(b.record("w", &s, i % 2 == 0, false, 0));
+        }
+        assert!(
+            matches!(opened, Some(Circuit::Open { ref reason, .. }) if reason.contains("5 of the last 10"))
+        );
+        let off = BreakerSettings {
+            enabled: false,
+            ..s
+        };
+        let b = Breakers::default();
+        for _ in 0..20 {
+            assert_eq!(b.record("w", &off, true, false, 0), None);
+        }
+        assert_eq!(b.gate("w", &off, 0, 0), (Gate::Send, None));
+    }
+}

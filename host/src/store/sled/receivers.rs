@@ -1,0 +1,37 @@
+//! Circuits, in their tree; pacing, in memory (one host uses a sled store).
+
+use async_trait::async_trait;
+
+use super::Sled;
+use super::T;
+use super::keys::prefix;
+use crate::model::Circuit;
+use crate::store::Result;
+use crate::store::records::*;
+
+#[async_trait]
+impl ReceiverRecords for Sled {
+    async fn circuit(&self, team: &str, webhook: &str) -> Result<Option<Circuit>> {
+        self.get_json(T::Circuits, prefix(&[team, webhook]).as_ref())
+    }
+
+    async fn put_circuit(&self, team: &str, webhook: &str, circuit: &Circuit) -> Result<()> {
+        let w = self.writer().await;
+        w.put_json(T::Circuits, prefix(&[team, webhook]).into_bytes(), circuit)?;
+        w.finish()
+    }
+
+    async fn pace_slot(
+        &self,
+        team: &str,
+        webhook: &str,
+        interval_us: u64,
+        now_us: u64,
+    ) -> Result<u64> {
+        let mut pace = self.shared.pace.lock().unwrap_or_else(|p| p.into_inner());
+        let next = pace.entry(format!("{team}\0{webhook}")).or_default();
+        let slot = (*next).max(now_us);
+        *next = slot + interval_us;
+        Ok(slot)
+    }
+}
