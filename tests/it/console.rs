@@ -1511,3 +1511,49 @@ async fn a_signing_key_is_generated_and_rotated_in_the_console() {
     assert!(rotation.is_match(&shown), "{shown}");
 }
 on_each_store!(a_signing_key_is_generated_and_rotated_in_the_console);
+
+async fn a_team_automation_on_its_webhooks_is_made_in_the_console() {
+    let (host, _receiver, world) = delivering().await;
+    let alice = Visitor::signed_in(&host, &world.alice).await;
+    let team = alice.get("/teams/ml").await.body;
+    assert!(
+        team.contains(r#"href="/teams/ml/automations/new""#),
+        "{team}"
+    );
+    let new = "/teams/ml/automations/new";
+    let form = alice.get(new).await.body;
+    assert!(form.contains("what happens to its webhooks"), "{form}");
+    assert!(form.contains(r#"value="DELIVERY_EXHAUSTED""#), "{form}");
+    assert!(!form.contains(r#"value="ADD_ARTIFACT_TAG""#), "{form}");
+    let token = alice.token("/teams/ml").await;
+    let fields = |intent: &'static str| {
+        vec![
+            ("csrf", token.as_str()),
+            ("intent", intent),
+            ("event", "WEBHOOK_CIRCUIT_OPENED"),
+            ("webhook", "ml/ci"),
+            ("template_plugin", "slack"),
+            ("payload", "Webhook trouble"),
+            ("name", "trouble"),
+        ]
+    };
+    let preview = alice.post(new, &fields("preview")).await.body;
+    assert!(
+        preview.contains("webhook ci: the endpoint answered 503 (8 attempts)"),
+        "the preview renders a sample operational event: {preview}"
+    );
+    let saved = alice.post(new, &fields("save")).await;
+    assert_eq!(saved.status, 303, "{}", saved.body);
+    assert_eq!(
+        saved.location.as_deref(),
+        Some("/teams/ml/automations/trouble")
+    );
+    let listed = alice.get("/teams/ml").await.body;
+    assert!(
+        listed.contains("a webhook&#39;s circuit opens") || listed.contains("circuit opens"),
+        "{listed}"
+    );
+    let (_, saved) = call!(host, world.alice, GET "/v1/teams/ml/automations/trouble");
+    assert_eq!(saved["event"]["type"], "WEBHOOK_CIRCUIT_OPENED");
+}
+on_each_store!(a_team_automation_on_its_webhooks_is_made_in_the_console);

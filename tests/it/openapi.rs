@@ -325,6 +325,43 @@ async fn every_documented_operation_answers_as_its_schema_says() {
         }
     }
 
+    // A team's automations, on what happens to its webhooks: one that
+    // answers 410 is switched off, which fires `watch`.
+    let gone = Receiver::start().await;
+    gone.answer(410);
+    let gone_hook = json!({"name": "gone", "url": format!("{}/hook", gone.base)});
+    want!(s, 201, a, POST "/v1/teams/ml/webhooks", gone_hook);
+    let team = "/v1/teams/ml/automations";
+    let watch = |name: &str, event: &str| {
+        json!({"name": name, "event": {"type": event},
+            "webhook": {"team": "ml", "name": "ci"}, "action": "Webhooks"})
+    };
+    want!(s, 201, a, POST "{team}", (watch("watch", "WEBHOOK_DISABLED")));
+    want!(s, 201, a, POST "{team}", (watch("tmp", "WEBHOOK_RECOVERED")));
+    want!(s, 200, a, GET "{team}");
+    want!(s, 200, a, GET "{team}/watch");
+    want!(s, 200, a, PUT "{team}/watch", (watch("watch", "WEBHOOK_DISABLED")));
+    want!(s, 204, a, DELETE "{team}/tmp");
+    let to_gone = json!({"name": "to-gone", "event": {"type": "ADD_ARTIFACT_TAG"},
+        "webhook": {"team": "ml", "name": "gone"}, "action": "Webhooks"});
+    want!(s, 201, a, POST "/v1/teams/ml/projects/vision/automations", to_gone);
+    let tags = "/v1/teams/ml/projects/vision/collections/detector/versions/v0/tags";
+    want!(s, 200, a, POST "{tags}", {"tag": "t2"});
+    let executions_path = format!("{team}/watch/executions");
+    let mut list = Value::Null;
+    for _ in 0..200 {
+        list = want!(s, 200, a, GET "{executions_path}");
+        if list["data"][0]["status"] == "Finished" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(list["data"][0]["status"], "Finished", "{list}");
+    let id = list["data"][0]["id"].as_str().unwrap().to_string();
+    want!(s, 200, a, GET "{executions_path}/{id}");
+    want!(s, 202, a, POST "{executions_path}/{id}/replay");
+    want!(s, 202, a, POST "{team}/watch/replay", {"since_ms": 0});
+
     // An automation without a payload, with every optional field of its
     // event left out.
     let metric = json!({"name": "converged", "event": {"type": "RUN_METRIC_THRESHOLD",

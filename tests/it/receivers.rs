@@ -495,3 +495,167 @@ async fn a_paced_webhook_gets_no_more_than_its_rate() {
     eprintln!("paced at 20/s, measured {measured:.1}/s at the receiver");
     assert!(measured <= 22.0, "{measured:.1}/s");
 }
+
+/// Three attempts 50 ms apart: deliveries run out quickly.
+const SHORT: &str = "[webhooks]\nallow_private = [\"127.0.0.0/8\"]\n\
+    [delivery]\nretry_schedule_ms = [0, 50, 50]\njitter = 0.0\npoll_interval_ms = 50";
+
+/// Webhook `alerts` calling `receiver`, and team automation `name` on each
+/// of `events` sending to it with `template_plugin` and `payload`.
+async fn team_alerts(
+    host: &Host,
+    alice: &str,
+    receiver: &Receiver,
+    events: &[&str],
+    payload: &str,
+    plugin: &str,
+) {
+    let hook = json!({"name": "alerts", "url": format!("{}/hook", receiver.base)});
+    ok!(host, alice, POST "/v1/teams/ml/webhooks", hook);
+    for event in events {
+        let automation = json!({"name": event.to_lowercase().replace('_', "-"),
+            "event": {"type": event}, "webhook": {"team": "ml", "name": "alerts"},
+            "action": "Webhooks", "template_plugin": plugin, "payload": payload});
+        let (status, saved) = call!(host, alice, POST "/v1/teams/ml/automations", automation);
+        assert_eq!(status, 201, "{saved}");
+    }
+}
+
+on_each_store!(an_exhausted_delivery_fires_the_teams_slack_automation_once);
+async fn an_exhausted_delivery_fires_the_teams_slack_automation_once() {
+    let (down, slack) = (Receiver::start().await, Receiver::start().await);
+    down.answer(503);
+    let host = Host::with_config(SHORT).await;
+    let hook = format!("{}/hook", down.base);
+    let World { alice, bob, .. } = World::build(&host, Some(&hook)).await;
+    team_alerts(
+        &host,
+        &alice,
+        &slack,
+        &["DELIVERY_EXHAUSTED"],
+        "Delivery failed",
+        "slack",
+    )
+    .await;
+    // Operational events live on teams, and only there; members read them.
+    let on_project = json!({"name": "x", "event": {"type": "DELIVERY_EXHAUSTED"},
+        "webhook": {"team": "ml", "name": "alerts"}, "action": "Webhooks"});
+    let refused = call!(host, alice, POST "{PROJECT}/automations", on_project);
+    expect_invalid(&refused, "event.type");
+    let on_team = json!({"name": "x", "event": {"type": "ADD_ARTIFACT_TAG"},
+        "webhook": {"team": "ml", "name": "alerts"}, "action": "Webhooks"});
+    let refused = call!(host, alice, POST "/v1/teams/ml/automations", on_team);
+    expect_invalid(&refused, "event.type");
+    let (status, _) = call!(host, bob, POST "/v1/teams/ml/automations",
+        {"name": "y", "event": {"type": "WEBHOOK_RECOVERED"},
+         "webhook": {"team": "ml", "name": "alerts"}, "action": "Webhooks"});
+    assert_eq!(status, 403, "team admins make team automations");
+    let listed = ok!(host, bob, GET "/v1/teams/ml/automations");
+    assert_eq!(
+        listed["data"][0]["scope"],
+        json!({"type": "team", "team": "ml"})
+    );
+
+    tags_to_ci(&host, &alice, &bob, &hook, json!({})).await;
+    ok!(host, bob, POST "{PROJECT}/collections/detector/versions/v0/tags", {"tag": "x"});
+    let got = slack.wait_for(1, 10).await;
+    let message = got[0].json();
+    assert_eq!(
+        message["text"], "Delivery failed: webhook ci: the endpoint answered 503 (3 attempts)",
+        "{message}"
+    );
+    assert_eq!(down.received().len(), 3, "three attempts, then the alert");
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(
+        slack.received().len(),
+        1,
+        "one alert for one exhausted delivery"
+    );
+    let history = ok!(host, bob, GET "/v1/teams/ml/automations/delivery-exhausted/executions");
+    assert_eq!(
+        history["data"][0]["event"]["webhook"]["name"], "ci",
+        "{history}"
+    );
+}
+
+on_each_store!(each_operational_event_fires_and_an_alert_that_fails_alerts_nobody);
+async fn each_operational_event_fires_and_an_alert_that_fails_alerts_nobody() {
+    let (ci, alerts) = (Receiver::start().await, Receiver::start().await);
+    ci.answer(503);
+    let host = Host::with_config(SHORT).await;
+    let hook = format!("{}/hook", ci.base);
+    let World { alice, bob, .. } = World::build(&host, Some(&hook)).await;
+    let events = [
+        "WEBHOOK_CIRCUIT_OPENED",
+        "DELIVERY_EXHAUSTED",
+        "WEBHOOK_RECOVERED",
+        "WEBHOOK_DISABLED",
+    ];
+    let payload = r#"{"event": "${event_type}", "webhook": "${webhook_name}", "url": "${webhook_url}", "attempts": "${attempts}"}"#;
+    team_alerts(&host, &alice, &alerts, &events, payload, "template-default").await;
+    let breaker = json!({"failures": 2, "cooloff_ms": 300, "max_cooloff_ms": 300});
+    tags_to_ci(
+        &host,
+        &alice,
+        &bob,
+        &hook,
+        json!({"circuit_breaker": breaker}),
+    )
+    .await;
+    let tag = async |tag: &str| {
+        ok!(host, bob, POST "{PROJECT}/collections/detector/versions/v0/tags", {"tag": tag});
+    };
+    // Two failures open the circuit; the third attempt is its probe, fails,
+    // and the delivery is exhausted.
+    tag("down").await;
+    let alerted = alerts.wait_for(2, 10).await;
+    // Back up: the next delivery waits for the probe, which closes it.
+    ci.answer(200);
+    tag("up").await;
+    alerts.wait_for(3, 10).await;
+    // Gone: the webhook is switched off.
+    ci.answer(410);
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    tag("gone").await;
+    let alerted = [alerted, alerts.wait_for(4, 10).await].concat();
+    let mut kinds: Vec<String> = alerts
+        .received()
+        .iter()
+        .map(|r| r.json()["event"].as_str().unwrap().to_string())
+        .collect();
+    kinds.sort();
+    assert_eq!(
+        kinds,
+        [
+            "DELIVERY_EXHAUSTED",
+            "WEBHOOK_CIRCUIT_OPENED",
+            "WEBHOOK_DISABLED",
+            "WEBHOOK_RECOVERED"
+        ],
+        "{alerted:?}"
+    );
+    let first = alerts.received()[0].json();
+    assert_eq!(
+        (&first["webhook"], &first["url"]),
+        (&json!("ci"), &json!(hook)),
+        "{first}"
+    );
+
+    // The alerts webhook itself goes down: its failed alerts alert nobody.
+    alerts.answer(503);
+    let before = alerts.received().len();
+    ok!(host, alice, PUT "/v1/teams/ml/webhooks/ci", {"url": hook, "access_token_secret": "TOKEN", "signing_secret": "SIGN"});
+    ci.answer(503);
+    tag("again").await;
+    // ci's delivery is exhausted (one alert, three attempts at the alerts
+    // webhook, all failing); those failures cause nothing more.
+    alerts.wait_for(before + 3, 10).await;
+    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+    assert_eq!(
+        alerts.received().len(),
+        before + 3,
+        "no alert about the alerts webhook"
+    );
+    let history = ok!(host, bob, GET "/v1/teams/ml/automations/delivery-exhausted/executions");
+    assert_eq!(history["data"].as_array().unwrap().len(), 2, "{history}");
+}

@@ -99,6 +99,7 @@ impl App {
             plugins.clone(),
             dispatcher.clone(),
         );
+        dispatcher.set_events(Arc::new(matcher.clone()));
         let app = App(Arc::new(Parts {
             access: Arc::new(Access::new(store.clone())),
             matcher,

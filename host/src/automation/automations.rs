@@ -47,7 +47,11 @@ impl EventConfig {
                 tag_regex: tag_regex.clone(),
                 ..FilterSpec::default()
             },
-            EventConfig::LinkArtifact {} => FilterSpec::default(),
+            EventConfig::LinkArtifact {}
+            | EventConfig::WebhookDisabled {}
+            | EventConfig::DeliveryExhausted {}
+            | EventConfig::WebhookCircuitOpened {}
+            | EventConfig::WebhookRecovered {} => FilterSpec::default(),
             EventConfig::CreateArtifact { collection_regex } => FilterSpec {
                 collection_regex: collection_regex.clone(),
                 ..FilterSpec::default()
@@ -175,6 +179,18 @@ pub async fn check(
                 "{event_type} automations listen to runs, which live in projects; create it on a project instead"
             ),
         ));
+    }
+    let in_team = matches!(scope, Scope::Team { .. });
+    if event_type.is_operational() != in_team {
+        let why = match in_team {
+            true => format!(
+                "a team's automations listen for what happens to its webhooks (WEBHOOK_DISABLED, DELIVERY_EXHAUSTED, WEBHOOK_CIRCUIT_OPENED, WEBHOOK_RECOVERED), not {event_type}; create it on a project or registry"
+            ),
+            false => format!(
+                "{event_type} is about the team's own webhooks; create it on the team: POST /v1/teams/{{team}}/automations"
+            ),
+        };
+        return Err(Error::invalid("event.type", why));
     }
     if let EventConfig::RunState { states, .. } = &def.event {
         check_states(states)?;

@@ -14,6 +14,9 @@ use std::sync::Mutex;
 
 use crate::model::{BreakerSettings, Circuit};
 
+/// The reason of a circuit a failed probe opened again.
+pub const PROBE_FAILED: &str = "the probe failed";
+
 /// What to do with a due delivery.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Gate {
@@ -133,11 +136,12 @@ impl Breakers {
             return None;
         }
         breaker.count(settings, failed);
-        let why = breaker.tripped(settings)?;
+        let (why, failures) = breaker.tripped(settings)?;
         let opened = Circuit::Open {
             until_ms: now + settings.cooloff_ms,
             cooloff_ms: settings.cooloff_ms,
             reason: why,
+            failures,
         };
         breaker.reset(Some(opened.clone()));
         Some(opened)
@@ -178,16 +182,20 @@ impl Breaker {
         }
     }
 
-    /// Why the circuit should open, if it should.
-    fn tripped(&self, settings: &BreakerSettings) -> Option<String> {
+    /// Why the circuit should open, and after how many failed attempts,
+    /// if it should.
+    fn tripped(&self, settings: &BreakerSettings) -> Option<(String, u32)> {
         if self.consecutive >= settings.failures.max(1) {
-            return Some(format!("{} consecutive failed attempts", self.consecutive));
+            let why = format!("{} consecutive failed attempts", self.consecutive);
+            return Some((why, self.consecutive));
         }
         let failed = self.recent.iter().filter(|f| **f).count();
         let full = self.recent.len() >= settings.window.max(1) as usize;
         let ratio = failed as f64 / self.recent.len().max(1) as f64;
-        (full && ratio >= settings.failure_ratio)
-            .then(|| format!("{failed} of the last {} attempts failed", self.recent.len()))
+        (full && ratio >= settings.failure_ratio).then(|| {
+            let why = format!("{failed} of the last {} attempts failed", self.recent.len());
+            (why, failed as u32)
+        })
     }
 
     fn after_probe(&mut self, settings: &BreakerSettings, failed: bool, now: u64) -> Circuit {
@@ -205,7 +213,8 @@ impl Breaker {
         let reopened = Circuit::Open {
             until_ms: now + cooloff_ms,
             cooloff_ms,
-            reason: "the probe failed".into(),
+            reason: PROBE_FAILED.into(),
+            failures: 1,
         };
         self.reset(Some(reopened.clone()));
         reopened

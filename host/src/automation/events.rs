@@ -49,6 +49,7 @@ impl Event {
         let text = |v: Option<&str>| json(v.unwrap_or(""));
         let a = self.artifact.as_ref();
         let r = self.run.as_ref();
+        let w = self.webhook.as_ref();
         let parent = self.scope.parent();
         let (entity, project) = match (a, r, &parent) {
             (Some(a), _, _) => (a.entity.as_str(), a.project.as_str()),
@@ -56,6 +57,7 @@ impl Event {
             (None, None, Scope::Project { team, project }) => (team.as_str(), project.as_str()),
             (None, None, Scope::Registry { registry }) => (registry.as_str(), ""),
             (None, None, Scope::Collection { .. }) => ("", ""),
+            (None, None, Scope::Team { team }) => (team.as_str(), ""),
         };
         let empty = || "{}".to_string();
         let mut variables = vec![
@@ -108,6 +110,13 @@ impl Event {
                 fired
                     .and_then(|f| f.zscore)
                     .map_or_else(|| json(""), |v| json(&v)),
+            ),
+            ("webhook_name", text(w.map(|w| w.name.as_str()))),
+            ("webhook_url", text(w.map(|w| w.url.as_str()))),
+            ("failure_reason", text(w.map(|w| w.failure_reason.as_str()))),
+            (
+                "attempts",
+                w.map_or_else(|| json(""), |w| json(&w.attempts)),
             ),
         ];
         variables.sort_unstable_by_key(|(name, _)| *name);

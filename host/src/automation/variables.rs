@@ -25,6 +25,10 @@ pub const EVENT: &[&str] = &[
     "metric_value",
     "metric_previous_value",
     "metric_zscore",
+    "webhook_name",
+    "webhook_url",
+    "failure_reason",
+    "attempts",
 ];
 
 /// The variable holding the webhook's access token.
@@ -55,9 +59,11 @@ pub fn sample(
         Scope::Project { team, project } => (team, project),
         Scope::Registry { registry } => (registry, String::new()),
         Scope::Collection { .. } => (String::new(), String::new()),
+        Scope::Team { team } => (team, String::new()),
     };
     let run = event_type.is_run();
-    let artifact = !run;
+    let webhook = event_type.is_operational();
+    let artifact = !run && !webhook;
     let metric = EventType::METRIC.contains(&event_type);
     let when = |on: bool, value: serde_json::Value| if on { value } else { json!("") };
     [
@@ -119,6 +125,19 @@ pub fn sample(
             "metric_zscore",
             when(event_type == EventType::RunMetricZscore, json!(-3.2)),
         ),
+        ("webhook_name", when(webhook, json!("ci"))),
+        (
+            "webhook_url",
+            when(webhook, json!("https://ci.example.com/hook")),
+        ),
+        (
+            "failure_reason",
+            when(
+                webhook && event_type != EventType::WebhookRecovered,
+                json!("the endpoint answered 503"),
+            ),
+        ),
+        ("attempts", when(webhook, json!(8))),
     ]
     .into_iter()
     .map(|(name, value)| (name.to_string(), value))

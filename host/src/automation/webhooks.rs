@@ -329,8 +329,15 @@ pub async fn save(
     Ok(webhook)
 }
 
-/// Disables a webhook (its endpoint answered 410 Gone).
-pub async fn disable(store: &Store, team: &str, name: &str, reason: &str) -> Result<()> {
+/// Disables a webhook (its endpoint answered 410 Gone), and writes the
+/// events that caused (`WEBHOOK_DISABLED`) in the same transaction.
+pub async fn disable(
+    store: &Store,
+    team: &str,
+    name: &str,
+    reason: &str,
+    caused: &[crate::model::Event],
+) -> Result<()> {
     let tx = store.begin().await?;
     let mut webhook = tx
         .webhook(team, name)
@@ -338,6 +345,7 @@ pub async fn disable(store: &Store, team: &str, name: &str, reason: &str) -> Res
         .ok_or_else(|| not_found(team, name))?;
     webhook.disabled_reason = Some(reason.to_string());
     tx.put_webhook(team, &webhook).await?;
+    tx.insert_events(caused).await?;
     tx.commit().await?;
     Ok(())
 }

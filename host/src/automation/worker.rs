@@ -16,15 +16,18 @@ use std::time::Duration;
 use tokio::sync::{Notify, Semaphore, mpsc};
 
 use super::SAFETY_POLL;
-use super::breaker::{Breakers, Gate};
+use super::breaker::{Breakers, Gate, PROBE_FAILED};
 use super::config::{ConfigCache, Opened};
 use super::send::{Answer, Failure, Outgoing, Sender};
 use super::webhooks;
 use crate::cfg::DeliveryConfig;
+use crate::domain::Dispatch;
 use crate::domain::seal::Sealer;
 use crate::error::Result;
 use crate::ids;
-use crate::model::{Attempt, Circuit, Delivery, Status, WebhookRef};
+use crate::model::{
+    Attempt, Circuit, Delivery, Event, EventType, Scope, Status, WebhookEventRef, WebhookRef,
+};
 use crate::store::{AttemptFor, Store};
 use crate::telemetry;
 
@@ -78,6 +81,9 @@ struct Inner {
     held: Mutex<HashMap<String, HashMap<String, Delivery>>>,
     /// Held deliveries whose circuit closed, for the scan loop to send.
     released: Mutex<Vec<Delivery>>,
+    /// Where the operational events this dispatcher causes go, once they
+    /// are written (the matcher, set after it is made).
+    events: std::sync::OnceLock<Arc<dyn Dispatch>>,
 }
 
 /// Most held deliveries remembered per webhook; the rest go when due.
@@ -103,6 +109,7 @@ impl Dispatcher {
             breakers: Breakers::default(),
             held: Mutex::default(),
             released: Mutex::default(),
+            events: std::sync::OnceLock::new(),
         });
         tokio::spawn(scan_loop(inner.clone()));
         tokio::spawn(record_loop(Arc::downgrade(&inner), queued));
@@ -122,6 +129,11 @@ impl Dispatcher {
             self.inner.clone().submit(delivery);
         }
         Ok(())
+    }
+
+    /// Where the events about webhooks go once written: the matcher.
+    pub fn set_events(&self, events: Arc<dyn Dispatch>) {
+        let _ = self.inner.events.set(events);
     }
 
     /// The configuration the delivery path reads, cached; the matcher
@@ -154,6 +166,36 @@ impl Dispatcher {
 
 fn breaker_key(team: &str, name: &str) -> String {
     format!("{team}/{name}")
+}
+
+/// A webhook an event may be about: its reference, its URL, and whether
+/// what happens to it causes events (not for a delivery an operational
+/// event caused).
+type About<'a> = (&'a WebhookRef, &'a str, bool);
+
+/// An operational event about a team's webhook.
+fn operational(event_type: EventType, about: About<'_>, reason: &str, attempts: u32) -> Event {
+    let (webhook, url, _) = about;
+    Event {
+        id: ids::ordered_id(),
+        event_type,
+        scope: Scope::Team {
+            team: webhook.team.clone(),
+        },
+        author: "switchyard".into(),
+        at_ms: ids::now_ms(),
+        artifact: None,
+        alias: None,
+        previous_version_string: None,
+        tag: None,
+        run: None,
+        webhook: Some(WebhookEventRef {
+            name: webhook.name.clone(),
+            url: url.to_string(),
+            failure_reason: reason.to_string(),
+            attempts,
+        }),
+    }
 }
 
 /// Scans the outbox for what falls due. While sends are in flight, at
@@ -213,6 +255,8 @@ struct Outcome {
     attempt: Option<Attempt>,
     /// What the metrics count once it is written.
     counted: Option<(telemetry::Delivery, Duration)>,
+    /// The event it caused (`DELIVERY_EXHAUSTED`), written with it.
+    caused: Option<Event>,
 }
 
 /// Most attempts written in one transaction.
@@ -239,6 +283,8 @@ async fn record_loop(inner: std::sync::Weak<Inner>, mut queued: mpsc::UnboundedR
         };
         let mut rescheduled = false;
         if written {
+            let caused: Vec<Event> = batch.iter().filter_map(|o| o.caused.clone()).collect();
+            inner.dispatch_events(caused);
             let mut held = 0;
             for outcome in &batch {
                 // Counted once recorded, never before: the outbox has lost
@@ -280,9 +326,11 @@ async fn write_outcomes(store: &Store, batch: &[Outcome]) -> Result<()> {
             })
         })
         .collect();
+    let caused: Vec<Event> = batch.iter().filter_map(|o| o.caused.clone()).collect();
     let tx = store.begin().await?;
     tx.finish_deliveries(&finished).await?;
     tx.record_attempts(&attempts).await?;
+    tx.insert_events(&caused).await?;
     tx.commit().await?;
     Ok(())
 }
@@ -438,21 +486,33 @@ impl Inner {
         let failed = matches!(verdict, Verdict::Retry(_));
         let probe = gate == Gate::Probe;
         let changed = (self.breakers).record(&key, &settings, failed, probe, ids::now_ms());
-        self.circuit_changed(&delivery.webhook, changed);
+        let url = webhook.map_or_else(String::new, |w| w.url.clone());
+        // A delivery an operational event caused causes none itself, so
+        // that a failing alert webhook cannot feed on its own failures.
+        let quiet = matches!(delivery.execution.scope, Scope::Team { .. });
+        let target = delivery.webhook.clone();
+        let about = (&target, url.as_str(), !quiet);
+        self.circuit_changed(about, changed);
         if matches!(verdict, Verdict::Gone) {
             let reason = format!("the endpoint answered 410 Gone at unix ms {started}");
-            if let Err(e) = webhooks::disable(
-                &self.store,
-                &delivery.webhook.team,
-                &delivery.webhook.name,
-                &reason,
-            )
-            .await
-            {
-                tracing::warn!(error = %e, "disabling a gone webhook failed");
+            let caused: Vec<Event> = (!quiet)
+                .then(|| {
+                    operational(
+                        EventType::WebhookDisabled,
+                        about,
+                        &reason,
+                        delivery.attempts + 1,
+                    )
+                })
+                .into_iter()
+                .collect();
+            let (team, name) = (&delivery.webhook.team, &delivery.webhook.name);
+            match webhooks::disable(&self.store, team, name, &reason, &caused).await {
+                Ok(()) => self.dispatch_events(caused),
+                Err(e) => tracing::warn!(error = %e, "disabling a gone webhook failed"),
             }
         }
-        self.record(delivery, verdict, attempt)
+        self.record(delivery, verdict, attempt, about)
     }
 
     /// What the webhook's circuit says of a delivery due now. The first
@@ -473,14 +533,32 @@ impl Inner {
         let (gate, changed) = self
             .breakers
             .gate(key, settings, ids::now_ms(), probe_wait + 1000);
-        self.circuit_changed(webhook, changed);
+        // Opening a probe causes no event: no URL needed.
+        self.circuit_changed((webhook, "", true), changed);
         gate
     }
 
+    /// Hands events this dispatcher wrote to the matcher, off the send path.
+    fn dispatch_events(&self, events: Vec<Event>) {
+        if events.is_empty() {
+            return;
+        }
+        let Some(matcher) = self.events.get().cloned() else {
+            return; // the matcher's sweep finds them in the inbox
+        };
+        tokio::spawn(async move {
+            if let Err(e) = matcher.dispatch(&events).await {
+                tracing::warn!(error = %e, "matching operational events failed; they stay in the inbox");
+            }
+        });
+    }
+
     /// Writes a circuit that changed to the store (for the API, the console
-    /// and a restart), off the send path, and counts it.
-    fn circuit_changed(&self, webhook: &WebhookRef, changed: Option<Circuit>) {
+    /// and a restart) with the event it causes, off the send path, and
+    /// counts it.
+    fn circuit_changed(&self, about: About<'_>, changed: Option<Circuit>) {
         let Some(circuit) = changed else { return };
+        let (webhook, _, loud) = about;
         let state = match &circuit {
             Circuit::Open { reason, .. } => {
                 tracing::warn!(team = %webhook.team, webhook = %webhook.name, reason = %reason, "webhook circuit opened");
@@ -496,13 +574,36 @@ impl Inner {
         telemetry::circuit_transition(state);
         let (open, half_open) = self.breakers.counts();
         telemetry::circuits(open, half_open);
+        let caused: Vec<Event> = match &circuit {
+            Circuit::Open {
+                reason, failures, ..
+            } if loud && reason != PROBE_FAILED => {
+                let opened = EventType::WebhookCircuitOpened;
+                vec![operational(opened, about, reason, *failures)]
+            }
+            Circuit::Closed if loud => {
+                vec![operational(EventType::WebhookRecovered, about, "", 0)]
+            }
+            _ => Vec::new(),
+        };
         let (store, webhook) = (self.store.clone(), webhook.clone());
+        let matcher = self.events.get().cloned();
         tokio::spawn(async move {
-            if let Err(e) = store
-                .put_circuit(&webhook.team, &webhook.name, &circuit)
-                .await
-            {
+            let written = async {
+                let tx = store.begin().await?;
+                tx.put_circuit(&webhook.team, &webhook.name, &circuit)
+                    .await?;
+                tx.insert_events(&caused).await?;
+                tx.commit().await
+            };
+            if let Err(e) = written.await {
                 tracing::warn!(error = %e, webhook = %webhook.name, "writing a webhook's circuit failed");
+                return;
+            }
+            if let (Some(matcher), false) = (matcher, caused.is_empty())
+                && let Err(e) = matcher.dispatch(&caused).await
+            {
+                tracing::warn!(error = %e, "matching operational events failed; they stay in the inbox");
             }
         });
     }
@@ -543,6 +644,7 @@ impl Inner {
             error: None,
             attempt: None,
             counted: None,
+            caused: None,
         };
         if self.records.send(outcome).is_err() {
             return Err(crate::error::Error::Unavailable(
@@ -609,7 +711,13 @@ impl Inner {
     /// An execution that cannot be read is set aside by the store, and its
     /// delivery still leaves the outbox (or is rescheduled), so it is never
     /// sent again and again.
-    fn record(&self, delivery: Delivery, verdict: Verdict, mut attempt: Attempt) -> Result<Sent> {
+    fn record(
+        &self,
+        delivery: Delivery,
+        verdict: Verdict,
+        mut attempt: Attempt,
+        about: About<'_>,
+    ) -> Result<Sent> {
         let attempts = delivery.attempts + 1;
         let next_due = match verdict {
             Verdict::Retry(after) => self.next_due(attempts, after),
@@ -641,6 +749,14 @@ impl Inner {
             (_, Status::Failed | Status::Skipped) => telemetry::Delivery::Failed,
         };
         let since_event = ids::now_ms().saturating_sub(delivery.event_at_ms);
+        // The receiver was tried and failed for good (not refused by us,
+        // and not gone: that is WEBHOOK_DISABLED).
+        let tried = matches!(verdict, Verdict::Retry(_)) || attempt.status.is_some();
+        let exhausted = status == Status::Failed && tried && !matches!(verdict, Verdict::Gone);
+        let caused = (exhausted && about.2).then(|| {
+            let reason = error.clone().unwrap_or_default();
+            operational(EventType::DeliveryExhausted, about, &reason, attempts)
+        });
         let outcome = Outcome {
             delivery,
             rescheduled,
@@ -648,6 +764,7 @@ impl Inner {
             error,
             attempt: Some(attempt),
             counted: Some((outcome, Duration::from_millis(since_event))),
+            caused,
         };
         if self.records.send(outcome).is_err() {
             return Err(crate::error::Error::Unavailable(

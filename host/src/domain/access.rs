@@ -63,6 +63,9 @@ impl Access {
             Scope::Collection { .. } => {
                 Box::pin(self.authorize(user, &scope.parent(), need)).await?;
             }
+            Scope::Team { team } => {
+                self.require(GroupKind::Team, user, team, need).await?;
+            }
         }
         Ok(())
     }

@@ -435,7 +435,9 @@ fn event_for(scope: &Scope, user: &User, version: &Version, event_type: EventTyp
         (Scope::Project { team, project }, _) => {
             (team.clone(), project.clone(), format!("{team}/{project}"))
         }
-        (Scope::Collection { .. }, _) => (String::new(), String::new(), String::new()),
+        (Scope::Collection { .. } | Scope::Team { .. }, _) => {
+            (String::new(), String::new(), String::new())
+        }
         (Scope::Registry { registry }, Some(source)) => (
             source.team.clone(),
             source.project.clone(),
@@ -476,5 +478,6 @@ fn event_for(scope: &Scope, user: &User, version: &Version, event_type: EventTyp
         previous_version_string: None,
         tag: None,
         run: None,
+        webhook: None,
     }
 }

@@ -100,6 +100,9 @@ pub async fn authorize(store: &Store, user: &User, scope: &Scope, need: Role) ->
         Scope::Collection { .. } => {
             Box::pin(authorize(store, user, &scope.parent(), need)).await?;
         }
+        Scope::Team { team } => {
+            require(store, GroupKind::Team, user, team, need).await?;
+        }
     }
     Ok(())
 }

@@ -192,5 +192,6 @@ fn run_event(
             metric,
             values,
         }),
+        webhook: None,
     }
 }

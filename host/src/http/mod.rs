@@ -72,6 +72,7 @@ pub fn router(app: App) -> Router {
         .nest("/v1/registries/{registry}", groups::routes::<Registries>())
         .nest("/v1/teams/{team}/secrets", secrets::routes())
         .nest("/v1/teams/{team}/webhooks", webhooks::routes())
+        .nest("/v1/teams/{team}/automations", automations::routes())
         .nest("/v1/teams/{team}/projects", projects::routes())
         .nest(
             "/v1/teams/{team}/projects/{project}/runs",

@@ -211,13 +211,16 @@ pub fn param(params: &HashMap<String, String>, name: &str) -> Result<String> {
 
 /// The scope the route addresses.
 pub fn scope(params: &HashMap<String, String>) -> Result<Scope> {
-    Ok(match params.get("registry") {
-        Some(registry) => Scope::Registry {
+    Ok(match (params.get("registry"), params.get("project")) {
+        (Some(registry), _) => Scope::Registry {
             registry: registry.clone(),
         },
-        None => Scope::Project {
+        (None, Some(project)) => Scope::Project {
             team: param(params, "team")?,
-            project: param(params, "project")?,
+            project: project.clone(),
+        },
+        (None, None) => Scope::Team {
+            team: param(params, "team")?,
         },
     })
 }

@@ -69,6 +69,18 @@ pub enum EventConfig {
         #[serde(default)]
         run_filters: RunFilters,
     },
+    /// A team's webhook was switched off (teams only).
+    #[serde(rename = "WEBHOOK_DISABLED")]
+    WebhookDisabled {},
+    /// A delivery to a team's webhook failed for good (teams only).
+    #[serde(rename = "DELIVERY_EXHAUSTED")]
+    DeliveryExhausted {},
+    /// A team's webhook's circuit opened (teams only).
+    #[serde(rename = "WEBHOOK_CIRCUIT_OPENED")]
+    WebhookCircuitOpened {},
+    /// A team's webhook recovered: its circuit closed (teams only).
+    #[serde(rename = "WEBHOOK_RECOVERED")]
+    WebhookRecovered {},
     /// A run metric's latest value lies far from its recent mean (projects
     /// only).
     #[serde(rename = "RUN_METRIC_ZSCORE")]
@@ -94,6 +106,10 @@ impl EventConfig {
             EventConfig::RunState { .. } => EventType::RunState,
             EventConfig::RunMetricChange { .. } => EventType::RunMetricChange,
             EventConfig::RunMetricZscore { .. } => EventType::RunMetricZscore,
+            EventConfig::WebhookDisabled {} => EventType::WebhookDisabled,
+            EventConfig::DeliveryExhausted {} => EventType::DeliveryExhausted,
+            EventConfig::WebhookCircuitOpened {} => EventType::WebhookCircuitOpened,
+            EventConfig::WebhookRecovered {} => EventType::WebhookRecovered,
         }
     }
 

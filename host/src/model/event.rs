@@ -42,11 +42,23 @@ pub enum EventType {
     /// A run logged a metric, for z-score conditions.
     #[serde(rename = "RUN_METRIC_ZSCORE")]
     RunMetricZscore,
+    /// A team's webhook was switched off (it answered 410 Gone).
+    #[serde(rename = "WEBHOOK_DISABLED")]
+    WebhookDisabled,
+    /// A delivery's last attempt failed: nothing more will be tried.
+    #[serde(rename = "DELIVERY_EXHAUSTED")]
+    DeliveryExhausted,
+    /// A team's webhook's circuit opened.
+    #[serde(rename = "WEBHOOK_CIRCUIT_OPENED")]
+    WebhookCircuitOpened,
+    /// A team's webhook's circuit closed after a successful probe.
+    #[serde(rename = "WEBHOOK_RECOVERED")]
+    WebhookRecovered,
 }
 
 impl EventType {
     /// Every event type.
-    pub const ALL: [EventType; 9] = [
+    pub const ALL: [EventType; 13] = [
         EventType::CreateArtifact,
         EventType::AddArtifactAlias,
         EventType::UpdateArtifactAlias,
@@ -56,6 +68,10 @@ impl EventType {
         EventType::RunState,
         EventType::RunMetricChange,
         EventType::RunMetricZscore,
+        EventType::WebhookDisabled,
+        EventType::DeliveryExhausted,
+        EventType::WebhookCircuitOpened,
+        EventType::WebhookRecovered,
     ];
 
     /// The event types a logged metric causes, one per kind of condition.
@@ -64,6 +80,18 @@ impl EventType {
         EventType::RunMetricChange,
         EventType::RunMetricZscore,
     ];
+
+    /// Whether it is about a team's own webhook (and so lives in teams
+    /// only).
+    pub fn is_operational(self) -> bool {
+        matches!(
+            self,
+            EventType::WebhookDisabled
+                | EventType::DeliveryExhausted
+                | EventType::WebhookCircuitOpened
+                | EventType::WebhookRecovered
+        )
+    }
 
     /// Whether it is about a run (and so lives in projects only).
     pub fn is_run(self) -> bool {
@@ -82,6 +110,10 @@ impl EventType {
             EventType::RunState => "RUN_STATE",
             EventType::RunMetricChange => "RUN_METRIC_CHANGE",
             EventType::RunMetricZscore => "RUN_METRIC_ZSCORE",
+            EventType::WebhookDisabled => "WEBHOOK_DISABLED",
+            EventType::DeliveryExhausted => "DELIVERY_EXHAUSTED",
+            EventType::WebhookCircuitOpened => "WEBHOOK_CIRCUIT_OPENED",
+            EventType::WebhookRecovered => "WEBHOOK_RECOVERED",
         }
     }
 
@@ -128,6 +160,23 @@ pub struct Event {
     /// The run involved, when there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run: Option<RunRef>,
+    /// The webhook an operational event is about.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub webhook: Option<WebhookEventRef>,
+}
+
+/// The webhook an operational event is about, and what happened to it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WebhookEventRef {
+    /// Its name.
+    pub name: String,
+    /// Its URL.
+    pub url: String,
+    /// What failed, in words (empty when it recovered).
+    pub failure_reason: String,
+    /// The attempts the delivery made (`DELIVERY_EXHAUSTED`), or the
+    /// failed attempts that opened the circuit.
+    pub attempts: u32,
 }
 
 /// The artifact version an event is about.

@@ -26,7 +26,7 @@ pub use automation::{
     RunFilters, SkipReason, Skipped, State, Throttle, WebhookRef,
 };
 pub use delivery::{Attempt, Delivery, Execution, Status};
-pub use event::{ArtifactRef, Event, EventType, RunRef};
+pub use event::{ArtifactRef, Event, EventType, RunRef, WebhookEventRef};
 pub use idempotency::Idempotent;
 pub use plugin::StoredPlugin;
 pub use run::{Run, RunState};

@@ -1,5 +1,5 @@
-//! Where things happen: a registry, a team's project, or one collection of
-//! either.
+//! Where things happen: a registry, a team's project, one collection of
+//! either, or a team itself (what happens to its webhooks).
 
 use serde::{Deserialize, Serialize};
 
@@ -36,6 +36,12 @@ pub enum Scope {
         /// The collection's name.
         collection: String,
     },
+    /// A team: where automations listen for what happens to its own
+    /// webhooks (the operational events).
+    Team {
+        /// The team's name.
+        team: String,
+    },
 }
 
 impl Scope {
@@ -53,7 +59,9 @@ impl Scope {
         let (registry, team, project) = match parent.parent() {
             Scope::Registry { registry } => (Some(registry), None, None),
             Scope::Project { team, project } => (None, Some(team), Some(project)),
-            Scope::Collection { .. } => unreachable!("a parent is a registry or project"),
+            Scope::Collection { .. } | Scope::Team { .. } => {
+                unreachable!("collections are a registry's or a project's")
+            }
         };
         Scope::Collection {
             registry,
@@ -94,14 +102,16 @@ impl Scope {
             Scope::Collection { collection, .. } => {
                 format!("collection '{collection}' of {}", self.parent().describe())
             }
+            Scope::Team { team } => format!("team '{team}'"),
         }
     }
 
     /// The scope as its parts: `["r", registry]`, `["p", team, project]`,
-    /// or `["c"]` and its parent's parts and the collection. Names cannot
+    /// `["t", team]`, or `["c"]` and its parent's parts and the collection. Names cannot
     /// hold `/` or NUL, so the parts never run into each other.
     pub fn parts(&self) -> Vec<&str> {
         match self {
+            Scope::Team { team } => vec!["t", team],
             Scope::Registry { registry } => vec!["r", registry],
             Scope::Project { team, project } => vec!["p", team, project],
             Scope::Collection {

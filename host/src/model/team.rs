@@ -145,6 +145,9 @@ pub enum Circuit {
         cooloff_ms: u64,
         /// What opened it.
         reason: String,
+        /// The failed attempts that opened it (1 for a failed probe).
+        #[serde(default)]
+        failures: u32,
     },
     /// One probe is out; its outcome closes or reopens the circuit.
     HalfOpen {

@@ -167,6 +167,7 @@ pub(super) fn event(id: &str, at_ms: u64) -> Event {
         previous_version_string: None,
         tag: Some("t".into()),
         run: None,
+        webhook: None,
     }
 }
 
@@ -1161,6 +1162,7 @@ async fn circuits_and_pace(store: &Store) {
         until_ms: 5,
         cooloff_ms: 5,
         reason: "down".into(),
+        failures: 3,
     };
     store.put_circuit("ml", "ci", &open).await.unwrap();
     store

@@ -92,7 +92,7 @@ pub async fn copy(from: &Store, to: &dyn Records) -> anyhow::Result<usize> {
     let personal = users.iter().map(|u| format!("~{}", u.name));
     let projects = scopes.iter().filter_map(|s| match s {
         Scope::Project { team, project } => Some(format!("{team}/{project}")),
-        Scope::Registry { .. } | Scope::Collection { .. } => None,
+        Scope::Registry { .. } | Scope::Collection { .. } | Scope::Team { .. } => None,
     });
     for usage_scope in personal.chain(projects) {
         for row in from.usage(&usage_scope).await? {

@@ -123,7 +123,12 @@ impl AutomationForm {
             EventConfig::AddArtifactTag { tag_regex } => {
                 form.tag_regex = tag_regex.clone().unwrap_or_default();
             }
-            EventConfig::LinkArtifact {} | EventConfig::CreateArtifact { .. } => {}
+            EventConfig::LinkArtifact {}
+            | EventConfig::CreateArtifact { .. }
+            | EventConfig::WebhookDisabled {}
+            | EventConfig::DeliveryExhausted {}
+            | EventConfig::WebhookCircuitOpened {}
+            | EventConfig::WebhookRecovered {} => {}
             EventConfig::RunState { states, .. } => {
                 form.states = states.iter().map(|s| s.as_str().to_string()).collect();
             }
@@ -210,6 +215,10 @@ impl AutomationForm {
                 run_filters: RunFilters::default(),
             },
             "LINK_ARTIFACT" => EventConfig::LinkArtifact {},
+            "WEBHOOK_DISABLED" => EventConfig::WebhookDisabled {},
+            "DELIVERY_EXHAUSTED" => EventConfig::DeliveryExhausted {},
+            "WEBHOOK_CIRCUIT_OPENED" => EventConfig::WebhookCircuitOpened {},
+            "WEBHOOK_RECOVERED" => EventConfig::WebhookRecovered {},
             "CREATE_ARTIFACT" => EventConfig::CreateArtifact {
                 collection_regex: None,
             },
@@ -330,6 +339,8 @@ struct FormPage {
     events: &'static [(&'static str, &'static str)],
     /// Whether the place has runs (a project).
     runs: bool,
+    /// Whether the place is a team (its automations watch its webhooks).
+    team: bool,
     /// The states a `RUN_STATE` automation may name.
     ending: Vec<&'static str>,
     /// `team/name` of every webhook the viewer may call.
@@ -390,7 +401,7 @@ pub async fn edit(State(app): State<App>, viewer: Viewer, Path(params): Params) 
 /// project's team, or, for a registry, of every team they belong to.
 async fn webhook_choices(app: &App, viewer: &Viewer, place: &Place) -> Result<Vec<String>, Error> {
     let teams = match place.scope.parent() {
-        Scope::Project { team, .. } => vec![team],
+        Scope::Project { team, .. } | Scope::Team { team } => vec![team],
         Scope::Registry { .. } | Scope::Collection { .. } => {
             groups::list_for(&app.store, GroupKind::Team, &viewer.user)
                 .await?
@@ -457,6 +468,7 @@ async fn form_page(
         base: base.clone(),
         events: place.events(),
         runs: place.is_project(),
+        team: matches!(place.scope, Scope::Team { .. }),
         ending: automations::ENDING_STATES.map(RunState::as_str).to_vec(),
         webhooks,
         templates,

@@ -63,6 +63,7 @@ pub fn routes(app: &App) -> Router<App> {
         .route("/teams", get(teams::list).post(teams::create_team))
         .nest("/teams/{team}", teams::routes())
         .nest("/teams/{team}/webhooks", webhooks::routes())
+        .nest("/teams/{team}/automations", automations::routes())
         .route(
             "/registries",
             get(teams::registries).post(teams::create_registry),

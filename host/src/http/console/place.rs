@@ -66,6 +66,21 @@ impl Place {
                 ("LINK_ARTIFACT", "A version is linked into the registry"),
             ],
             Scope::Collection { .. } => &[CREATED, ALIAS, MOVED, TAG],
+            Scope::Team { .. } => &[
+                (
+                    "WEBHOOK_DISABLED",
+                    "One of the team's webhooks is switched off",
+                ),
+                (
+                    "DELIVERY_EXHAUSTED",
+                    "A delivery to one of the team's webhooks fails for good",
+                ),
+                (
+                    "WEBHOOK_CIRCUIT_OPENED",
+                    "One of the team's webhooks keeps failing: its circuit opens",
+                ),
+                ("WEBHOOK_RECOVERED", "One of the team's webhooks recovers"),
+            ],
         }
     }
 }
@@ -88,6 +103,7 @@ impl From<Scope> for Place {
                     format!("Collection {collection} of {}", parent.title),
                 )
             }
+            Scope::Team { team } => (format!("/teams/{team}"), format!("Team {team}")),
         };
         Place { scope, base, title }
     }

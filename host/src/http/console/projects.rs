@@ -86,6 +86,10 @@ pub fn describe_event(event: &EventConfig) -> String {
         }
         EventConfig::AddArtifactTag { tag_regex: None } => "a tag is added".into(),
         EventConfig::LinkArtifact {} => "a version is linked".into(),
+        EventConfig::WebhookDisabled {} => "one of the team's webhooks is switched off".into(),
+        EventConfig::DeliveryExhausted {} => "a delivery fails for good".into(),
+        EventConfig::WebhookCircuitOpened {} => "a webhook's circuit opens".into(),
+        EventConfig::WebhookRecovered {} => "a webhook recovers".into(),
         EventConfig::CreateArtifact {
             collection_regex: Some(re),
         } => format!("a new version is created in a collection matching /{re}/"),
@@ -182,7 +186,9 @@ async fn place_page(app: &App, viewer: &Viewer, place: &Place, error: Option<Err
             let chart = Chart::of(&usage, Some(format!("{team}/{project}")));
             (runs, Some(chart))
         }
-        Scope::Registry { .. } | Scope::Collection { .. } => (Vec::new(), None),
+        Scope::Registry { .. } | Scope::Collection { .. } | Scope::Team { .. } => {
+            (Vec::new(), None)
+        }
     };
     let registries = groups::list_for(store, GroupKind::Registry, &viewer.user)
         .await

@@ -162,6 +162,9 @@ struct TeamPage {
     projects: Vec<String>,
     secrets: Vec<SecretRow>,
     webhooks: Vec<WebhookRow>,
+    /// The team's automations on its webhooks: name, event in words,
+    /// webhook called.
+    automations: Vec<(String, String, String)>,
     secret_form: OneField,
     webhook_form: WebhookForm,
     member_form: OneField,
@@ -249,6 +252,12 @@ async fn team_page(app: &App, viewer: &Viewer, team: &str, forms: Forms) -> Show
     let projects = projects::list(store, team).await.map_err(failed)?;
     let secrets = secrets::list(store, team).await.map_err(failed)?;
     let webhooks = webhooks::list(store, team).await.map_err(failed)?;
+    let scope = crate::model::Scope::Team {
+        team: team.to_string(),
+    };
+    let automations = crate::automation::automations::list(store, &scope)
+        .await
+        .map_err(failed)?;
     super::ok(&TeamPage {
         nav: Some(viewer.nav()),
         csrf: viewer.csrf().to_string(),
@@ -270,6 +279,13 @@ async fn team_page(app: &App, viewer: &Viewer, team: &str, forms: Forms) -> Show
                 state: state_of(&w),
                 name: w.name,
                 url: w.url,
+            })
+            .collect(),
+        automations: automations
+            .iter()
+            .map(|a| {
+                let what = super::projects::describe_event(&a.event);
+                (a.name.clone(), what, a.webhook.name.clone())
             })
             .collect(),
         secret_form: forms.secret,

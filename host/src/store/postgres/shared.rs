@@ -39,12 +39,15 @@ pub(super) fn parse_scope(key: &str) -> Result<Scope> {
             registry: registry.to_string(),
         }),
         ["p", team, project] => Ok(Scope::project(team, project)),
+        ["t", team] => Ok(Scope::Team {
+            team: team.to_string(),
+        }),
         ["c", parent @ .., collection] if !parent.is_empty() => {
             let parent = parse_scope(&parent.join("/"))?;
             Ok(Scope::collection(&parent, collection))
         }
         _ => Err(anyhow::anyhow!(
-            "stored scope '{key}' is not r/<registry>, p/<team>/<project> or c/<either>/<collection>"
+            "stored scope '{key}' is not r/<registry>, p/<team>/<project>, t/<team> or c/<either>/<collection>"
         )
         .into()),
     }

@@ -15,6 +15,9 @@ pub const USED: &[&str] = &[
     "entity_name",
     "alias",
     "tag",
+    "webhook_name",
+    "failure_reason",
+    "attempts",
 ];
 
 /// Declares a target adapter: the `payload-template` world, with `validate`
@@ -111,8 +114,19 @@ impl Vars {
     }
 
     /// What the event was about, in a few words: the alias or tag added,
-    /// and the version.
+    /// and the version; for an event about a webhook, the webhook and
+    /// what failed.
     pub fn detail(&self) -> String {
+        let webhook = self.text("webhook_name");
+        if !webhook.is_empty() {
+            return match self.text("failure_reason") {
+                reason if reason.is_empty() => format!("webhook {webhook} recovered"),
+                reason => format!(
+                    "webhook {webhook}: {reason} ({} attempts)",
+                    self.text("attempts")
+                ),
+            };
+        }
         let label = match (self.text("alias"), self.text("tag")) {
             (alias, _) if !alias.is_empty() => format!("alias {alias} on "),
             (_, tag) if !tag.is_empty() => format!("tag {tag} on "),
@@ -139,5 +153,14 @@ mod tests {
         assert_eq!(vars.headline(""), "ADD_ARTIFACT_TAG by ");
         assert_eq!(vars.headline(" Promoted "), "Promoted");
         assert_eq!(vars.detail(), "tag gold on ");
+        let failed = Vars::new([
+            ("webhook_name", "\"ci\""),
+            ("failure_reason", "\"the endpoint answered 503\""),
+            ("attempts", "3"),
+        ]);
+        assert_eq!(
+            failed.detail(),
+            "webhook ci: the endpoint answered 503 (3 attempts)"
+        );
     }
 }
