@@ -263,6 +263,23 @@ async fn a_replayed_idempotent_request_causes_one_delivery() {
         (400, &json!("Idempotency-Key")),
         "{bad}"
     );
+    // The whole path counts: the same body to another collection of routes
+    // is another request; a method the route lacks is a 405, key or not.
+    let runs = format!("{PROJECT}/runs");
+    let made = keyed(&host, &bob, "same", ("POST", &runs), json!({"name": "d"})).await;
+    assert_eq!(made.0, 201, "{}", made.2);
+    let collections = format!("{PROJECT}/collections");
+    let other = keyed(
+        &host,
+        &bob,
+        "same",
+        ("POST", &collections),
+        json!({"name": "d"}),
+    )
+    .await;
+    assert_eq!(other.0, 422, "{}", other.2);
+    let wrong = keyed(&host, &bob, "k-1", ("PATCH", &tags), json!({"tag": "x"})).await;
+    assert_eq!(wrong.0, 405, "{}", wrong.2);
     // Keys are the caller's own: alice's k-1 is another request.
     let theirs = keyed(&host, &alice, "k-1", post, json!({"tag": "z"})).await;
     assert_eq!((theirs.0, theirs.1), (200, false), "{}", theirs.2);

@@ -78,10 +78,11 @@ pub async fn begin(store: &Store, caller: &str, key: &str, fingerprint: String) 
     }
 }
 
-/// Keeps the answer for replays; a server error lets the key go instead,
-/// so the request can be sent again.
+/// Keeps a success for replays. An error lets the key go instead: the
+/// request did nothing (as Stripe keeps no answer a request that never ran
+/// gave), so sending it again runs it again.
 pub async fn finish(store: &Store, ticket: Ticket, status: u16, body: String) -> Result<()> {
-    if status >= 500 {
+    if !(200..300).contains(&status) {
         return Ok(store.settle_idempotency(&ticket.key, None).await?);
     }
     let answered = Idempotent {

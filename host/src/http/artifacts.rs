@@ -14,6 +14,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::Json;
+use super::idempotency::keyed;
 use super::scope::{AsAdmin, AsMember, InScope};
 use super::{Reply, ReplyWith};
 use crate::app::App;
@@ -25,21 +26,31 @@ use crate::domain::groups::{self, Role};
 use crate::error::{Error, Result};
 use crate::model::Scope;
 
-/// Nested under a registry's or a project's `/collections`.
-pub fn routes() -> Router<App> {
+/// Nested under a registry's or a project's `/collections`; the POSTs take
+/// an `Idempotency-Key`.
+pub fn routes(app: &App) -> Router<App> {
     Router::new()
-        .route("/", get(list_collections).post(create_collection))
+        .route(
+            "/",
+            keyed(app, get(list_collections).post(create_collection)),
+        )
         .route(
             "/{collection}",
             get(show_collection).delete(delete_collection),
         )
         .route(
             "/{collection}/versions",
-            get(list_versions).post(create_version),
+            keyed(app, get(list_versions).post(create_version)),
         )
         .route("/{collection}/versions/{version}", get(show_version))
-        .route("/{collection}/versions/{version}/aliases", post(add_alias))
-        .route("/{collection}/versions/{version}/tags", post(add_tag))
+        .route(
+            "/{collection}/versions/{version}/aliases",
+            keyed(app, post(add_alias)),
+        )
+        .route(
+            "/{collection}/versions/{version}/tags",
+            keyed(app, post(add_tag)),
+        )
 }
 
 pub async fn create_collection(

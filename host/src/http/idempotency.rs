@@ -3,10 +3,11 @@
 //! the rules are `domain::idempotency`'s.
 
 use axum::body::{Body, to_bytes};
-use axum::extract::{Request, State};
+use axum::extract::{OriginalUri, Request, State};
 use axum::http::{HeaderValue, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use axum::routing::MethodRouter;
 use sha2::{Digest, Sha256};
 
 use crate::app::App;
@@ -18,15 +19,26 @@ pub const HEADER: &str = "idempotency-key";
 /// Set on an answer replayed from the first request.
 pub const REPLAYED: &str = "idempotent-replayed";
 
+/// `methods` with the guard on each of them, and not on the 405 their
+/// router answers other methods with.
+pub fn keyed(app: &App, methods: MethodRouter<App>) -> MethodRouter<App> {
+    methods.route_layer(axum::middleware::from_fn_with_state(app.clone(), guard))
+}
+
 /// Carries out a request once per key; see [`crate::domain::idempotency`].
 pub async fn guard(State(app): State<App>, request: Request, next: Next) -> Response {
-    match keyed(&app, request, next).await {
+    match once(&app, request, next).await {
         Ok(response) => response,
         Err(e) => e.into_response(),
     }
 }
 
-async fn keyed(app: &App, request: Request, next: Next) -> Result<Response> {
+async fn once(app: &App, request: Request, next: Next) -> Result<Response> {
+    // Only the requests that act: a GET needs no key, and any other method
+    // is refused by the router as it would be without one.
+    if !matches!(request.method().as_str(), "POST" | "PATCH") {
+        return Ok(next.run(request).await);
+    }
     let headers = request.headers();
     let (Some(key), Some(credentials)) = (
         headers.get(HEADER),
@@ -39,14 +51,15 @@ async fn keyed(app: &App, request: Request, next: Next) -> Result<Response> {
     };
     let key = key.to_str().unwrap_or_default().to_string();
     let caller = hex::encode(Sha256::digest(credentials.as_bytes()));
+    // The whole path: a nested router sees only its own part of it.
+    let path = match request.extensions().get::<OriginalUri>() {
+        Some(OriginalUri(uri)) => uri.path().to_string(),
+        None => request.uri().path().to_string(),
+    };
     let (parts, body) = request.into_parts();
     let body = super::json::read_all(body, app, app.cfg.limits.max_body_bytes).await?;
     let mut print = Sha256::new();
-    for part in [
-        parts.method.as_str().as_bytes(),
-        parts.uri.path().as_bytes(),
-        &body,
-    ] {
+    for part in [parts.method.as_str().as_bytes(), path.as_bytes(), &body] {
         print.update(part);
         print.update([0]);
     }

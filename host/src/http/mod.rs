@@ -76,10 +76,7 @@ pub fn router(app: App) -> Router {
         .nest("/v1/teams/{team}/projects", projects::routes())
         .nest(
             "/v1/teams/{team}/projects/{project}/runs",
-            runs::routes().layer(middleware::from_fn_with_state(
-                app.clone(),
-                idempotency::guard,
-            )),
+            runs::routes(&app),
         )
         .route(
             "/v1/teams/{team}/projects/{project}/usage",
@@ -89,10 +86,7 @@ pub fn router(app: App) -> Router {
         .nest("/v1/registries/{registry}", scoped(&app))
         .route(
             "/v1/registries/{registry}/collections/{collection}/links",
-            post(artifacts::link).layer(middleware::from_fn_with_state(
-                app.clone(),
-                idempotency::guard,
-            )),
+            idempotency::keyed(&app, post(artifacts::link)),
         )
         .route("/v1/admin/plugins", get(admin::list))
         .route(
@@ -133,13 +127,7 @@ pub fn metrics_router(app: App) -> Router {
 fn scoped(app: &App) -> Router<App> {
     Router::new()
         .nest("/automations", automations::routes())
-        .nest(
-            "/collections",
-            artifacts::routes().layer(middleware::from_fn_with_state(
-                app.clone(),
-                idempotency::guard,
-            )),
-        )
+        .nest("/collections", artifacts::routes(app))
         .nest(
             "/collections/{collection}/automations",
             automations::routes(),

@@ -9,18 +9,20 @@ use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::idempotency::keyed;
 use super::scope::{AsMember, InScope};
 use super::{Json, Reply, ReplyWith};
 use crate::app::App;
 use crate::domain::runs::{self, Run, RunAt, RunState};
 use crate::error::{Error, Result};
 
-/// Nested under `/v1/teams/{team}/projects/{project}/runs`.
-pub fn routes() -> Router<App> {
+/// Nested under `/v1/teams/{team}/projects/{project}/runs`; the POSTs and
+/// the PATCH take an `Idempotency-Key`.
+pub fn routes(app: &App) -> Router<App> {
     Router::new()
-        .route("/", get(list).post(create))
-        .route("/{run}", get(show).patch(end))
-        .route("/{run}/metrics", post(log))
+        .route("/", keyed(app, get(list).post(create)))
+        .route("/{run}", keyed(app, get(show).patch(end)))
+        .route("/{run}/metrics", keyed(app, post(log)))
 }
 
 /// The project's team and name, from a project-scoped route.
