@@ -170,6 +170,25 @@ async fn the_document_is_public_and_browsable() {
     expect_error(&answer, 404, "not_found", None);
 }
 
+/// The history of `automation` (its path): waits for its first execution
+/// to finish, then reads it and replays it, and every failed one.
+async fn history(s: &mut Spec, a: Option<&str>, automation: &str) {
+    let executions_path = format!("{automation}/executions");
+    let mut list = Value::Null;
+    for _ in 0..200 {
+        list = want!(s, 200, a, GET "{executions_path}");
+        if list["data"][0]["status"] == "Finished" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(list["data"][0]["status"], "Finished", "{list}");
+    let id = list["data"][0]["id"].as_str().unwrap().to_string();
+    want!(s, 200, a, GET "{executions_path}/{id}");
+    want!(s, 202, a, POST "{executions_path}/{id}/replay");
+    want!(s, 202, a, POST "{automation}/replay", {"since_ms": 0});
+}
+
 on_each_store!(every_documented_operation_answers_as_its_schema_says);
 async fn every_documented_operation_answers_as_its_schema_says() {
     let receiver = Receiver::start().await;
@@ -308,20 +327,7 @@ async fn every_documented_operation_answers_as_its_schema_says() {
         want!(s, 200, a, POST "{version_path}/v0/aliases", {"alias": "prod"});
         want!(s, 200, a, POST "{version_path}/v0/tags", {"tag": "t1"});
         for l in &listening {
-            let executions_path = format!("{l}/automations/tagged/executions");
-            let mut list = Value::Null;
-            for _ in 0..200 {
-                list = want!(s, 200, a, GET "{executions_path}");
-                if list["data"][0]["status"] == "Finished" {
-                    break;
-                }
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-            }
-            assert_eq!(list["data"][0]["status"], "Finished", "{list}");
-            let id = list["data"][0]["id"].as_str().unwrap().to_string();
-            want!(s, 200, a, GET "{executions_path}/{id}");
-            want!(s, 202, a, POST "{executions_path}/{id}/replay");
-            want!(s, 202, a, POST "{l}/automations/tagged/replay", {"since_ms": 0});
+            history(&mut s, a, &format!("{l}/automations/tagged")).await;
         }
     }
 
@@ -347,20 +353,7 @@ async fn every_documented_operation_answers_as_its_schema_says() {
     want!(s, 201, a, POST "/v1/teams/ml/projects/vision/automations", to_gone);
     let tags = "/v1/teams/ml/projects/vision/collections/detector/versions/v0/tags";
     want!(s, 200, a, POST "{tags}", {"tag": "t2"});
-    let executions_path = format!("{team}/watch/executions");
-    let mut list = Value::Null;
-    for _ in 0..200 {
-        list = want!(s, 200, a, GET "{executions_path}");
-        if list["data"][0]["status"] == "Finished" {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    assert_eq!(list["data"][0]["status"], "Finished", "{list}");
-    let id = list["data"][0]["id"].as_str().unwrap().to_string();
-    want!(s, 200, a, GET "{executions_path}/{id}");
-    want!(s, 202, a, POST "{executions_path}/{id}/replay");
-    want!(s, 202, a, POST "{team}/watch/replay", {"since_ms": 0});
+    history(&mut s, a, &format!("{team}/watch")).await;
 
     // An automation without a payload, with every optional field of its
     // event left out.

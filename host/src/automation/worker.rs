@@ -164,6 +164,16 @@ impl Dispatcher {
     }
 }
 
+/// Hands written events to the matcher; without one (or if matching
+/// fails) the matcher's sweep finds them in the inbox.
+async fn hand_on(matcher: Option<Arc<dyn Dispatch>>, events: &[Event]) {
+    if let (Some(matcher), false) = (matcher, events.is_empty())
+        && let Err(e) = matcher.dispatch(events).await
+    {
+        tracing::warn!(error = %e, "matching operational events failed; they stay in the inbox");
+    }
+}
+
 fn breaker_key(team: &str, name: &str) -> String {
     format!("{team}/{name}")
 }
@@ -452,8 +462,8 @@ impl Inner {
             return Ok(Sent::Not);
         }
         let (team, name) = (&delivery.webhook.team, &delivery.webhook.name);
-        let opened = self.config.webhook(team, name).await.ok();
-        let webhook = opened.as_ref().map(|o| &o.webhook);
+        let opened = self.config.webhook(team, name).await;
+        let webhook = opened.as_ref().ok().map(|o| &o.webhook);
         let settings =
             (webhook.and_then(|w| w.circuit_breaker)).unwrap_or(self.cfg.circuit_breaker);
         let key = breaker_key(team, name);
@@ -543,14 +553,8 @@ impl Inner {
         if events.is_empty() {
             return;
         }
-        let Some(matcher) = self.events.get().cloned() else {
-            return; // the matcher's sweep finds them in the inbox
-        };
-        tokio::spawn(async move {
-            if let Err(e) = matcher.dispatch(&events).await {
-                tracing::warn!(error = %e, "matching operational events failed; they stay in the inbox");
-            }
-        });
+        let matcher = self.events.get().cloned();
+        tokio::spawn(async move { hand_on(matcher, &events).await });
     }
 
     /// Writes a circuit that changed to the store (for the API, the console
@@ -600,11 +604,7 @@ impl Inner {
                 tracing::warn!(error = %e, webhook = %webhook.name, "writing a webhook's circuit failed");
                 return;
             }
-            if let (Some(matcher), false) = (matcher, caused.is_empty())
-                && let Err(e) = matcher.dispatch(&caused).await
-            {
-                tracing::warn!(error = %e, "matching operational events failed; they stay in the inbox");
-            }
+            hand_on(matcher, &caused).await;
         });
     }
 
@@ -672,19 +672,11 @@ impl Inner {
     async fn attempt(
         &self,
         delivery: &Delivery,
-        opened: Option<&Opened>,
+        opened: std::result::Result<&Opened, &crate::error::Error>,
     ) -> std::result::Result<Answer, Failure> {
         let refused = |m: String| Failure::Refused(m);
-        let (team, name) = (&delivery.webhook.team, &delivery.webhook.name);
-        let opened = match opened {
-            Some(opened) => opened,
-            // Not read above: read again, for the error.
-            None => {
-                let e = self.config.webhook(team, name).await.err();
-                let e = e.map_or_else(|| "the webhook could not be read".into(), |e| e.to_string());
-                return Err(refused(e));
-            }
-        };
+        let name = &delivery.webhook.name;
+        let opened = opened.map_err(|e| refused(e.to_string()))?;
         let webhook = &opened.webhook;
         let (Some(secrets), None) = (&opened.secrets, &webhook.disabled_reason) else {
             let reason = webhook.disabled_reason.as_deref().unwrap_or_default();
