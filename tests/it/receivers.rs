@@ -376,8 +376,17 @@ async fn a_receiver_that_is_down_gets_one_probe_per_cooloff_then_everything_once
     }
     assert!(failed.len() <= 4 + 4, "{timeline}");
     // Held deliveries spent no attempts: the history counts exactly the
-    // requests the receiver got.
-    let (_, list) = call!(host, bob, GET "{PROJECT}/automations/tags/executions");
+    // requests the receiver got, once the last of them are recorded (the
+    // receiver answers before the host writes the attempt down).
+    let mut list = Value::Null;
+    for _ in 0..100 {
+        list = call!(host, bob, GET "{PROJECT}/automations/tags/executions").1;
+        let data = list["data"].as_array().unwrap();
+        if data.iter().all(|e| e["status"] == "Finished") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     let attempts: usize = list["data"]
         .as_array()
         .unwrap()
