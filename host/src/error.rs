@@ -49,6 +49,15 @@ pub enum Error {
     /// The caller is known but lacks the role for this action.
     #[error("{0}")]
     PermissionDenied(String),
+    /// The API key may not be used for this model or project: a 403 naming
+    /// the field (`model`, or the project header).
+    #[error("{message}")]
+    OutOfScope {
+        /// Which key, which list, and how to get one that may.
+        message: String,
+        /// `model` or the project header's name.
+        param: String,
+    },
     /// The object or route does not exist (or is not visible to the caller).
     #[error("{0}")]
     NotFound(String),
@@ -93,6 +102,16 @@ pub enum Error {
     /// A queue or limit is full; retry later.
     #[error("{0}")]
     RateLimited(String),
+    /// A rate limit or budget is spent: a 429 with `Retry-After`.
+    #[error("{message}")]
+    OverLimit {
+        /// Which limit, its value, and when it allows again.
+        message: String,
+        /// Seconds until a retry can succeed.
+        retry_after: u64,
+        /// A daily budget (`insufficient_quota`) rather than a rate.
+        budget: bool,
+    },
     /// The service cannot take the request right now.
     #[error("{0}")]
     Unavailable(String),
@@ -211,7 +230,7 @@ impl Error {
             | Error::InvalidJson { .. }
             | Error::PluginRefused { .. } => StatusCode::BAD_REQUEST,
             Error::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
-            Error::PermissionDenied(_) => StatusCode::FORBIDDEN,
+            Error::PermissionDenied(_) | Error::OutOfScope { .. } => StatusCode::FORBIDDEN,
             Error::NotFound(_) | Error::ModelNotFound(_) => StatusCode::NOT_FOUND,
             Error::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             Error::Conflict(_) => StatusCode::CONFLICT,
@@ -221,7 +240,7 @@ impl Error {
             Error::HeadersTooLarge(_) => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             Error::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Error::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
-            Error::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
+            Error::RateLimited(_) | Error::OverLimit { .. } => StatusCode::TOO_MANY_REQUESTS,
             Error::Unavailable(_) | Error::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             Error::BadGateway(_) => StatusCode::BAD_GATEWAY,
             Error::GatewayTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
@@ -233,8 +252,10 @@ impl Error {
     fn kind(&self) -> &'static str {
         match self {
             Error::Unauthenticated(_) => "authentication_error",
-            Error::PermissionDenied(_) => "permission_error",
+            Error::PermissionDenied(_) | Error::OutOfScope { .. } => "permission_error",
             Error::RateLimited(_) => "rate_limit_error",
+            Error::OverLimit { budget: false, .. } => "rate_limit_exceeded",
+            Error::OverLimit { budget: true, .. } => "insufficient_quota",
             Error::Unavailable(_)
             | Error::StoreUnavailable
             | Error::BadGateway(_)
@@ -252,7 +273,7 @@ impl Error {
             Error::PluginRefused { .. } => "plugin_refused",
             Error::InvalidJson { .. } => "invalid_json",
             Error::Unauthenticated(_) => "invalid_api_key",
-            Error::PermissionDenied(_) => "permission_denied",
+            Error::PermissionDenied(_) | Error::OutOfScope { .. } => "permission_denied",
             Error::NotFound(_) => "not_found",
             Error::ModelNotFound(_) => "model_not_found",
             Error::MethodNotAllowed { .. } => "method_not_allowed",
@@ -263,7 +284,8 @@ impl Error {
             Error::HeadersTooLarge(_) => "headers_too_large",
             Error::UnsupportedMediaType(_) => "unsupported_media_type",
             Error::RequestTimeout(_) => "request_timeout",
-            Error::RateLimited(_) => "rate_limit_exceeded",
+            Error::RateLimited(_) | Error::OverLimit { budget: false, .. } => "rate_limit_exceeded",
+            Error::OverLimit { budget: true, .. } => "insufficient_quota",
             Error::Unavailable(_) => "unavailable",
             Error::StoreUnavailable => "store_unavailable",
             Error::BadGateway(_) => "upstream_error",
@@ -279,6 +301,7 @@ impl Error {
             Error::InvalidRequest { param, .. }
             | Error::InvalidJson { param, .. }
             | Error::PluginRefused { param, .. } => param.as_deref(),
+            Error::OutOfScope { param, .. } => Some(param),
             Error::ModelNotFound(_) => Some("model"),
             Error::IdempotencyKeyReused(_) => Some("Idempotency-Key"),
             _ => None,
@@ -317,6 +340,11 @@ impl IntoResponse for Error {
         }
         let status = self.status();
         let mut response = (status, axum::Json(self.body())).into_response();
+        if let Error::OverLimit { retry_after, .. } = &self {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(*retry_after));
+        }
         if status == StatusCode::UNAUTHORIZED {
             response
                 .headers_mut()

@@ -1557,3 +1557,112 @@ async fn a_team_automation_on_its_webhooks_is_made_in_the_console() {
     assert_eq!(saved["event"]["type"], "WEBHOOK_CIRCUIT_OPENED");
 }
 on_each_store!(a_team_automation_on_its_webhooks_is_made_in_the_console);
+
+async fn keys_and_project_limits_are_set_in_the_console() {
+    let host = Host::start().await;
+    let world = World::build(&host, None).await;
+    let alice = Visitor::signed_in(&host, &world.alice).await;
+    let token = alice.token("/keys").await;
+    let refused = alice
+        .post(
+            "/keys",
+            &[("csrf", &token), ("name", "ci"), ("rpm", "lots")],
+        )
+        .await;
+    assert_eq!(refused.status, 200);
+    assert!(
+        refused.body.contains("rpm is a whole number"),
+        "{}",
+        refused.body
+    );
+    let created = alice
+        .post(
+            "/keys",
+            &[
+                ("csrf", &token),
+                ("name", "ci"),
+                ("models", "m1, m2"),
+                ("projects", "ml/vision"),
+                ("expires_in_days", "30"),
+                ("rpm", "60"),
+                ("tokens_per_day", "5000"),
+            ],
+        )
+        .await;
+    let re = regex::Regex::new(r#"<pre id="new-key">(sy_[0-9a-f]+)</pre>"#).unwrap();
+    let key = re.captures(&created.body).expect("the new key")[1].to_string();
+    for shown in [
+        "models m1, m2",
+        "projects ml/vision",
+        "expires",
+        "60 requests/min",
+        "5000 tokens/day",
+    ] {
+        assert!(created.body.contains(shown), "{shown}: {}", created.body);
+    }
+    let (_, keys) = call!(host, world.alice, GET "/v1/me/api-keys");
+    let ci = keys["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["name"] == "ci")
+        .unwrap();
+    assert_eq!(
+        (&ci["models"], &ci["rpm"], &ci["tokens_per_day"]),
+        (
+            &serde_json::json!(["m1", "m2"]),
+            &serde_json::json!(60),
+            &serde_json::json!(5000)
+        )
+    );
+    let days = (ci["expires_at"].as_u64().unwrap() - ci["created_at"].as_u64().unwrap()) / 86_400;
+    assert_eq!(days, 30);
+    let (status, body) = call!(host, key, POST "/v1/chat/completions",
+        {"model": "m3", "messages": [{"role": "user", "content": "hi"}]});
+    assert_eq!(
+        (status, &body["error"]["param"]),
+        (403, &serde_json::json!("model")),
+        "{body}"
+    );
+
+    // The project page shows the limits; its team's admins set them.
+    let page = alice.get("/teams/ml/projects/vision").await;
+    assert!(page.body.contains("No limits"), "{}", page.body);
+    let token = csrf(&page.body);
+    let saved = alice
+        .post(
+            "/teams/ml/projects/vision/limits",
+            &[
+                ("csrf", &token),
+                ("rpm", "7"),
+                ("tpm", ""),
+                ("tokens_per_day", "900"),
+            ],
+        )
+        .await;
+    assert_eq!(saved.status, 303, "{}", saved.body);
+    let (_, project) = call!(host, world.alice, GET "/v1/teams/ml/projects/vision");
+    assert_eq!(
+        project["limits"],
+        serde_json::json!({"rpm": 7, "tpm": null, "tokens_per_day": 900})
+    );
+    let page = alice.get("/teams/ml/projects/vision").await;
+    assert!(
+        page.body.contains("7 requests per minute") && page.body.contains("900 tokens per day"),
+        "{}",
+        page.body
+    );
+    let bob = Visitor::signed_in(&host, &world.bob).await;
+    let page = bob.get("/teams/ml/projects/vision").await;
+    assert!(page.body.contains("7 requests per minute"));
+    assert!(!page.body.contains("Save limits"), "members see no form");
+    let token = csrf(&page.body);
+    let denied = bob
+        .post(
+            "/teams/ml/projects/vision/limits",
+            &[("csrf", &token), ("rpm", "1")],
+        )
+        .await;
+    assert_eq!(denied.status, 403, "{}", denied.body);
+}
+on_each_store!(keys_and_project_limits_are_set_in_the_console);

@@ -15,6 +15,7 @@ mod console;
 mod delivery;
 mod durability;
 mod events;
+mod gateway;
 mod health;
 mod hostile_input;
 mod http_errors;

@@ -421,6 +421,11 @@ async fn every_documented_operation_answers_as_its_schema_says() {
     want!(s, 404, a, POST "/v1/chat/completions", {"model": "nope", "messages": [{"role": "user", "content": "Hi"}]});
     want!(s, 200, a, GET "/v1/me/usage");
     want!(s, 200, a, GET "/v1/teams/ml/projects/vision/usage");
+    want!(s, 200, a, PUT "/v1/teams/ml/projects/vision/limits", {"rpm": 1000, "tpm": null});
+    let scoped = want!(s, 201, a, POST "/v1/me/api-keys", {"name": "scoped", "models": ["other"],
+        "projects": ["ml/vision"], "expires_at": 4_000_000_000u64, "rpm": 5, "tpm": 5000, "tokens_per_day": 100000});
+    let scoped = scoped["key"].as_str().unwrap().to_string();
+    want!(s, 403, Some(&scoped), POST "/v1/chat/completions", chat);
 
     assert!(
         s.mismatches.is_empty(),

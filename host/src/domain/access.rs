@@ -18,7 +18,7 @@ pub struct Access {
     store: Store,
     keys: Kept<String, (User, ApiKey)>,
     roles: Kept<(GroupKind, String, String), Role>,
-    projects: Kept<(String, String), ()>,
+    projects: Kept<(String, String), projects::Project>,
 }
 
 impl Access {
@@ -36,6 +36,7 @@ impl Access {
     pub async fn authenticate_key(&self, key: &str) -> Result<(User, ApiKey)> {
         let (hash, epoch) = (auth::hash_key(key), self.store.config_epoch());
         if let Some(hit) = self.keys.get(&hash, epoch) {
+            auth::check_expiry(&hit.1)?;
             return Ok(hit);
         }
         let found = auth::authenticate_key(&self.store, key).await?;
@@ -52,11 +53,7 @@ impl Access {
             }
             Scope::Project { team, project } => {
                 self.require(GroupKind::Team, user, team, need).await?;
-                let (key, epoch) = ((team.clone(), project.clone()), self.store.config_epoch());
-                if self.projects.get(&key, epoch).is_none() {
-                    projects::get(&self.store, team, project).await?;
-                    self.projects.keep(key, epoch, ());
-                }
+                self.project(team, project).await?;
             }
             // The collection itself need not exist: the automations of one
             // deleted stay readable, disabled, saying why.
@@ -68,6 +65,20 @@ impl Access {
             }
         }
         Ok(())
+    }
+
+    /// [`projects::get`], kept: callers check the caller's role first.
+    pub async fn project(&self, team: &str, name: &str) -> Result<projects::Project> {
+        let (key, epoch) = (
+            (team.to_string(), name.to_string()),
+            self.store.config_epoch(),
+        );
+        if let Some(hit) = self.projects.get(&key, epoch) {
+            return Ok(hit);
+        }
+        let project = projects::get(&self.store, team, name).await?;
+        self.projects.keep(key, epoch, project.clone());
+        Ok(project)
     }
 
     /// [`groups::require_team`], kept.

@@ -6,12 +6,12 @@
 
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
 use crate::ids;
-pub use crate::model::{ApiKey, Session, User};
+pub use crate::model::{ApiKey, RateLimits, Session, User};
 use crate::store::{Records, Store};
 
 /// Every key starts with this, so leaked keys are easy to scan for.
@@ -51,7 +51,7 @@ pub async fn bootstrap(store: &Store, given_key: Option<&str>) -> anyhow::Result
     };
     let tx = store.begin().await?;
     let user = insert_user(&*tx, "operator", true).await?;
-    insert_key(&*tx, &user, "bootstrap", &key).await?;
+    insert_key(&*tx, &user, "bootstrap", &key, &KeySpec::default()).await?;
     tx.commit().await?;
     Ok(generated.then_some(key))
 }
@@ -61,7 +61,7 @@ pub async fn create_user(store: &Store, name: &str, operator: bool) -> Result<(U
     crate::domain::names::validate("name", name)?;
     let tx = store.begin().await?;
     let user = insert_user(&*tx, name, operator).await?;
-    let key = new_key(&*tx, &user, "default").await?;
+    let key = new_key(&*tx, &user, &KeySpec::named("default")).await?;
     tx.commit().await?;
     Ok((user, key))
 }
@@ -105,16 +105,129 @@ fn invalid_key() -> Error {
 pub async fn authenticate_key(store: &Store, key: &str) -> Result<(User, ApiKey)> {
     let record = store.key(&hash_key(key)).await?.ok_or_else(invalid_key)?;
     let user = store.user(&record.user_id).await?.ok_or_else(invalid_key)?;
+    check_expiry(&record)?;
     Ok((user, record))
 }
 
-/// Creates a key for `user`.
-pub async fn create_key(store: &Store, user: &User, name: &str) -> Result<NewKey> {
-    new_key(&**store, user, name).await
+/// A 401 for a key past its `expires_at`.
+pub fn check_expiry(key: &ApiKey) -> Result<()> {
+    match key.expires_at {
+        Some(at) if at <= ids::now() => Err(Error::Unauthenticated(format!(
+            "the API key '{}' ({}) expired at {} (unix seconds); create a new one at POST /v1/me/api-keys",
+            key.name, key.prefix, at
+        ))),
+        _ => Ok(()),
+    }
 }
 
-async fn new_key(records: &dyn Records, user: &User, name: &str) -> Result<NewKey> {
-    let name = name.trim();
+/// A new key as its creator asks for it: a name, and what it may do
+/// (every other field optional).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeySpec {
+    /// A label.
+    pub name: String,
+    /// Model ids it may use.
+    #[serde(default)]
+    pub models: Option<Vec<String>>,
+    /// Projects (`team/project`) it may bill.
+    #[serde(default)]
+    pub projects: Option<Vec<String>>,
+    /// Unix seconds after which it stops working.
+    #[serde(default)]
+    pub expires_at: Option<u64>,
+    /// Requests per minute.
+    #[serde(default)]
+    pub rpm: Option<u64>,
+    /// Tokens per minute.
+    #[serde(default)]
+    pub tpm: Option<u64>,
+    /// Tokens per UTC day.
+    #[serde(default)]
+    pub tokens_per_day: Option<u64>,
+}
+
+/// Longest allow-list accepted.
+const MAX_LISTED: usize = 100;
+
+impl KeySpec {
+    /// A key that may do everything its user may.
+    pub fn named(name: &str) -> KeySpec {
+        KeySpec {
+            name: name.to_string(),
+            ..KeySpec::default()
+        }
+    }
+
+    fn check(&self) -> Result<()> {
+        for (field, list) in [("models", &self.models), ("projects", &self.projects)] {
+            let Some(list) = list else { continue };
+            if list.is_empty() || list.len() > MAX_LISTED {
+                return Err(Error::invalid(
+                    field,
+                    format!(
+                        "{field} must list 1 to {MAX_LISTED} entries; leave it out to allow every one"
+                    ),
+                ));
+            }
+            if let Some(bad) = list.iter().find(|m| m.trim().is_empty() || m.len() > 200) {
+                return Err(Error::invalid(
+                    field,
+                    format!("{field} entry '{bad}' must be 1 to 200 characters"),
+                ));
+            }
+        }
+        for project in self.projects.iter().flatten() {
+            let parts: Vec<&str> = project.split('/').collect();
+            if parts.len() != 2 || parts.iter().any(|p| p.is_empty()) {
+                return Err(Error::invalid(
+                    "projects",
+                    format!("projects entry '{project}' must be '<team>/<project>'"),
+                ));
+            }
+        }
+        if let Some(at) = self.expires_at.filter(|at| *at <= ids::now()) {
+            return Err(Error::invalid(
+                "expires_at",
+                format!("expires_at {at} is not in the future; give unix seconds after now"),
+            ));
+        }
+        limits_check(&self.limits())
+    }
+
+    fn limits(&self) -> RateLimits {
+        RateLimits {
+            rpm: self.rpm,
+            tpm: self.tpm,
+            tokens_per_day: self.tokens_per_day,
+        }
+    }
+}
+
+/// A 400 for a limit of 0: it would refuse everything.
+pub fn limits_check(limits: &RateLimits) -> Result<()> {
+    let named = [
+        ("rpm", limits.rpm),
+        ("tpm", limits.tpm),
+        ("tokens_per_day", limits.tokens_per_day),
+    ];
+    match named.into_iter().find(|(_, v)| *v == Some(0)) {
+        Some((field, _)) => Err(Error::invalid(
+            field,
+            format!("{field} must be at least 1; leave it out (or null) for no limit"),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Creates a key for `user` as `spec` asks.
+pub async fn create_key(store: &Store, user: &User, spec: &KeySpec) -> Result<NewKey> {
+    spec.check()?;
+    new_key(&**store, user, spec).await
+}
+
+async fn new_key(records: &dyn Records, user: &User, spec: &KeySpec) -> Result<NewKey> {
+    let name = spec.name.trim();
     if name.is_empty() || name.len() > MAX_NAME_LEN {
         return Err(Error::invalid(
             "name",
@@ -122,17 +235,27 @@ async fn new_key(records: &dyn Records, user: &User, name: &str) -> Result<NewKe
         ));
     }
     let key = format!("{KEY_PREFIX}{}", ids::random_hex(24));
-    let record = insert_key(records, user, name, &key).await?;
+    let record = insert_key(records, user, name, &key, spec).await?;
     Ok(NewKey { record, key })
 }
 
-async fn insert_key(records: &dyn Records, user: &User, name: &str, key: &str) -> Result<ApiKey> {
+async fn insert_key(
+    records: &dyn Records,
+    user: &User,
+    name: &str,
+    key: &str,
+    scope: &KeySpec,
+) -> Result<ApiKey> {
     let record = ApiKey {
         id: ids::ordered_id(),
         user_id: user.id.clone(),
         name: name.to_string(),
         prefix: key.chars().take(KEY_PREFIX.len() + 6).collect(),
         created_at: ids::now(),
+        models: scope.models.clone(),
+        projects: scope.projects.clone(),
+        expires_at: scope.expires_at,
+        limits: scope.limits(),
     };
     records.insert_key(&hash_key(key), &record).await?;
     Ok(record)
@@ -244,7 +367,9 @@ mod tests {
         let (user, _) = authenticate_key(&store, "a-long-bootstrap-key")
             .await
             .unwrap();
-        let new = create_key(&store, &user, "ci").await.unwrap();
+        let new = create_key(&store, &user, &KeySpec::named("ci"))
+            .await
+            .unwrap();
         assert_eq!(list_keys(&store, &user).await.unwrap().len(), 2);
         revoke_key(&store, &user, &new.record.id).await.unwrap();
         assert!(authenticate_key(&store, &new.key).await.is_err());

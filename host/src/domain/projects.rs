@@ -17,6 +17,7 @@ pub async fn create(store: &Store, team: &str, creator: &User, new: Named<'_>) -
         description: new.description.to_string(),
         created_by: creator.name.clone(),
         created_at: ids::now(),
+        limits: Default::default(),
     };
     if !store.insert_project(&project).await? {
         return Err(Error::Conflict(format!(
@@ -38,6 +39,20 @@ pub async fn get(store: &Store, team: &str, name: &str) -> Result<Project> {
 /// The team's projects, by name.
 pub async fn list(store: &Store, team: &str) -> Result<Vec<Project>> {
     Ok(store.projects(team).await?)
+}
+
+/// Sets a project's inference limits.
+pub async fn set_limits(
+    store: &Store,
+    team: &str,
+    name: &str,
+    limits: &crate::model::RateLimits,
+) -> Result<()> {
+    crate::domain::auth::limits_check(limits)?;
+    if !store.set_project_limits(team, name, limits).await? {
+        get(store, team, name).await?;
+    }
+    Ok(())
 }
 
 /// Deletes a project record.

@@ -5,20 +5,20 @@ use axum::http::header;
 use axum::http::request::Parts;
 
 use crate::app::App;
-use crate::domain::auth::User;
+use crate::domain::auth::{ApiKey, User};
 use crate::error::{Error, Result};
 
 /// The authenticated user behind a request. Taking a `Caller` makes a handler
 /// require a valid API key.
 pub struct Caller(pub User);
 
-/// A [`Caller`] together with the id of the API key it presented, for
-/// handlers that account per key.
+/// A [`Caller`] together with the API key it presented, for handlers that
+/// account per key and honour its scope and limits.
 pub struct KeyedCaller {
     /// The user.
     pub user: User,
-    /// The presented key's id.
-    pub key_id: String,
+    /// The presented key's record.
+    pub key: ApiKey,
 }
 
 impl FromRequestParts<App> for Caller {
@@ -51,10 +51,7 @@ impl FromRequestParts<App> for KeyedCaller {
         if let Some(slot) = parts.extensions.get::<super::observe::CallerSlot>() {
             slot.set(&user.id);
         }
-        Ok(KeyedCaller {
-            user,
-            key_id: record.id,
-        })
+        Ok(KeyedCaller { user, key: record })
     }
 }
 

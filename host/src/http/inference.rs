@@ -13,13 +13,14 @@ use tokio::sync::mpsc;
 
 use super::{Caller, Json, KeyedCaller};
 use crate::app::App;
-use crate::domain::auth::User;
+use crate::domain::auth::{ApiKey, User};
 use crate::domain::groups::{self, Role};
 use crate::domain::projects;
 use crate::error::{Error, Result};
 use crate::ids;
 use crate::inference::Running;
 use crate::inference::backend::{ChatResult, ModelInfo, Piece};
+use crate::inference::limits::Owners;
 use crate::inference::usage::{self, Account};
 use crate::inference::wire::{self, CompletionRequest, Header};
 
@@ -37,22 +38,35 @@ fn model_object(model: &ModelInfo) -> Value {
     })
 }
 
-/// `GET /v1/models`.
-pub async fn list_models(State(app): State<App>, _caller: Caller) -> axum::Json<Value> {
-    let data: Vec<Value> = app.inference.models().iter().map(model_object).collect();
+/// Whether `key` may use `model`.
+fn may_use(key: &ApiKey, model: &str) -> bool {
+    key.models
+        .as_ref()
+        .is_none_or(|models| models.iter().any(|m| m == model))
+}
+
+/// `GET /v1/models`: the models the caller's key may use.
+pub async fn list_models(State(app): State<App>, caller: KeyedCaller) -> axum::Json<Value> {
+    let data: Vec<Value> = app
+        .inference
+        .models()
+        .iter()
+        .filter(|m| may_use(&caller.key, &m.id))
+        .map(model_object)
+        .collect();
     axum::Json(json!({"object": "list", "data": data}))
 }
 
 /// `GET /v1/models/{model}`.
 pub async fn show_model(
     State(app): State<App>,
-    _caller: Caller,
+    caller: KeyedCaller,
     Path(id): Path<String>,
 ) -> Reply<Value> {
     app.inference
         .models()
         .iter()
-        .find(|m| m.id == id)
+        .find(|m| m.id == id && may_use(&caller.key, &m.id))
         .map(|m| axum::Json(model_object(m)))
         .ok_or_else(|| {
             Error::ModelNotFound(format!(
@@ -64,13 +78,13 @@ pub async fn show_model(
 /// `POST /v1/chat/completions`.
 pub async fn chat_completions(
     State(app): State<App>,
-    KeyedCaller { user, key_id }: KeyedCaller,
+    KeyedCaller { user, key }: KeyedCaller,
     headers: HeaderMap,
     Json(body): Json<CompletionRequest>,
 ) -> Result<Response> {
     let started = std::time::Instant::now();
     let model = body.model.clone();
-    let answer = chat(&app, user, key_id, &headers, body, started).await;
+    let answer = chat(&app, user, key, &headers, body, started).await;
     let status = match &answer {
         Ok(response) => response.status().as_u16(),
         Err(e) => e.status().as_u16(),
@@ -82,12 +96,12 @@ pub async fn chat_completions(
 async fn chat(
     app: &App,
     user: User,
-    key_id: String,
+    key: ApiKey,
     headers: &HeaderMap,
     body: CompletionRequest,
     started: std::time::Instant,
 ) -> Result<Response> {
-    let account = account(app, &user, key_id, headers).await?;
+    let account = account(app, &user, &key, headers, &body.model).await?;
     let mut seed = [0u8; 8];
     ids::fill_random(&mut seed);
     let request = body.to_backend(u64::from_le_bytes(seed))?;
@@ -96,13 +110,16 @@ async fn chat(
         created: ids::now(),
         model: request.model.clone(),
     };
-    let running = app.inference.chat(account, request)?;
-    if body.stream {
+    let mut running = app.inference.chat(account, request).await?;
+    let limits = std::mem::take(&mut running.headers);
+    let mut response = if body.stream {
         let include_usage = body.stream_options.is_some_and(|o| o.include_usage);
-        stream(header, running, include_usage, started).await
+        stream(header, running, include_usage, started).await?
     } else {
-        whole(header, running, started).await
-    }
+        whole(header, running, started).await?
+    };
+    response.headers_mut().extend(limits);
+    Ok(response)
 }
 
 async fn whole(
@@ -276,16 +293,55 @@ impl Chunks {
     }
 }
 
+/// How messages name a key: `API key 'ci' (sy_ab12cd…)`.
+fn key_label(key: &ApiKey) -> String {
+    format!("API key '{}' ({}…)", key.name, key.prefix)
+}
+
 /// Who the request is billed to: the project in the header (the caller must
-/// be a member of its team), or the caller's own default project.
-async fn account(app: &App, user: &User, key_id: String, headers: &HeaderMap) -> Result<Account> {
+/// be a member of its team), or the caller's own default project; and
+/// whose limits it counts against. A key used outside its lists is a 403.
+async fn account(
+    app: &App,
+    user: &User,
+    key: &ApiKey,
+    headers: &HeaderMap,
+    model: &str,
+) -> Result<Account> {
+    if !may_use(key, model) {
+        return Err(Error::OutOfScope {
+            message: format!(
+                "the {} may not use the model '{model}'; it may use {}",
+                key_label(key),
+                key.models.as_deref().unwrap_or_default().join(", ")
+            ),
+            param: "model".into(),
+        });
+    }
+    let key_limits =
+        Some((key.id.clone(), key_label(key), key.limits)).filter(|(_, _, l)| !l.is_none());
     let Some((name, value)) = PROJECT_HEADERS
         .iter()
         .find_map(|h| headers.get(*h).map(|v| (*h, v)))
     else {
+        if let Some(projects) = &key.projects {
+            return Err(Error::OutOfScope {
+                message: format!(
+                    "the {} may only bill the projects {}; name one in the header '{}: <team>/<project>'",
+                    key_label(key),
+                    projects.join(", "),
+                    PROJECT_HEADERS[0]
+                ),
+                param: PROJECT_HEADERS[0].into(),
+            });
+        }
         return Ok(Account {
             scope: usage::personal_scope(&user.name),
-            key_id,
+            key_id: key.id.clone(),
+            limits: Owners {
+                key: key_limits,
+                project: None,
+            },
         });
     };
     let value = value
@@ -297,7 +353,21 @@ async fn account(app: &App, user: &User, key_id: String, headers: &HeaderMap) ->
             format!("the {name} header must be '<team>/<project>', got '{value}'"),
         )
     })?;
-    if groups::require_team(&app.store, user, team, Role::Member)
+    if let Some(projects) = &key.projects
+        && !projects.iter().any(|p| p == value)
+    {
+        return Err(Error::OutOfScope {
+            message: format!(
+                "the {} may not bill the project '{value}'; it may bill {}",
+                key_label(key),
+                projects.join(", ")
+            ),
+            param: name.into(),
+        });
+    }
+    if app
+        .access
+        .require_team(user, team, Role::Member)
         .await
         .is_err()
     {
@@ -305,10 +375,14 @@ async fn account(app: &App, user: &User, key_id: String, headers: &HeaderMap) ->
             "you are not a member of team '{team}', so you cannot use its project '{project}'"
         )));
     }
-    projects::get(&app.store, team, project).await?;
+    let found = app.access.project(team, project).await?;
     Ok(Account {
         scope: usage::project_scope(team, project),
-        key_id,
+        key_id: key.id.clone(),
+        limits: Owners {
+            key: key_limits,
+            project: Some((value.to_string(), found.limits)).filter(|(_, l)| !l.is_none()),
+        },
     })
 }
 

@@ -3,7 +3,6 @@
 use super::{Reply, ReplyWith};
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use serde::Deserialize;
 use serde_json::Value;
 
 use super::{Caller, Json};
@@ -20,18 +19,12 @@ pub async fn list_keys(State(app): State<App>, Caller(user): Caller) -> Reply<Va
     Ok(super::list_of(keys))
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CreateKey {
-    name: String,
-}
-
 pub async fn create_key(
     State(app): State<App>,
     Caller(user): Caller,
-    Json(body): Json<CreateKey>,
+    Json(spec): Json<auth::KeySpec>,
 ) -> ReplyWith<auth::NewKey> {
-    let key = auth::create_key(&app.store, &user, &body.name).await?;
+    let key = auth::create_key(&app.store, &user, &spec).await?;
     tracing::info!(user = %user.name, key_id = %key.record.id, "API key created");
     Ok((StatusCode::CREATED, axum::Json(key)))
 }

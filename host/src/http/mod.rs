@@ -32,7 +32,7 @@ use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post};
+use axum::routing::{delete, get, post, put};
 
 pub use caller::{Caller, KeyedCaller};
 use groups::{Registries, Teams};
@@ -81,6 +81,10 @@ pub fn router(app: App) -> Router {
         .route(
             "/v1/teams/{team}/projects/{project}/usage",
             get(inference::project_usage),
+        )
+        .route(
+            "/v1/teams/{team}/projects/{project}/limits",
+            put(projects::set_limits),
         )
         .nest("/v1/teams/{team}/projects/{project}", scoped(&app))
         .nest("/v1/registries/{registry}", scoped(&app))

@@ -5,15 +5,17 @@ use axum::http::StatusCode;
 use axum::routing::get;
 use serde_json::Value;
 
-use super::Json;
 use super::query::{Force, Query};
 use super::scope::{AsAdmin, AsMember, InTeam};
+use super::{Caller, Json};
 use super::{Reply, ReplyWith};
 use crate::app::App;
 use crate::automation::automations;
+use crate::domain::groups::{self, Role};
 use crate::domain::projects::{self, Project};
 use crate::error::{Error, Result};
-use crate::model::Scope;
+use crate::model::{RateLimits, Scope};
+use axum::extract::{Path, State};
 
 /// Nested under `/v1/teams/{team}/projects`.
 pub fn routes() -> Router<App> {
@@ -43,6 +45,41 @@ pub async fn list(at: InTeam<AsMember>) -> Reply<Value> {
 pub async fn show(at: InTeam<AsMember>) -> Reply<Project> {
     let (team, name) = (&at.place, at.param("name")?);
     Ok(axum::Json(projects::get(&at.app.store, team, &name).await?))
+}
+
+/// The body of `PUT …/limits`: each limit, or null (or left out) for none.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SetLimits {
+    #[serde(default)]
+    rpm: Option<u64>,
+    #[serde(default)]
+    tpm: Option<u64>,
+    #[serde(default)]
+    tokens_per_day: Option<u64>,
+}
+
+/// `PUT /v1/teams/{team}/projects/{project}/limits`: a team admin sets the
+/// project's inference limits; answers them.
+pub async fn set_limits(
+    State(app): State<App>,
+    Caller(user): Caller,
+    Path((team, project)): Path<(String, String)>,
+    Json(body): Json<SetLimits>,
+) -> Reply<RateLimits> {
+    groups::require_team(&app.store, &user, &team, Role::Admin).await?;
+    let limits = RateLimits {
+        rpm: body.rpm,
+        tpm: body.tpm,
+        tokens_per_day: body.tokens_per_day,
+    };
+    projects::set_limits(&app.store, &team, &project, &limits).await?;
+    super::audit(
+        &user.name,
+        "project limits set",
+        &format!("{team}/{project}: {limits:?}"),
+    );
+    Ok(axum::Json(limits))
 }
 
 /// A team admin deletes a project; one with automations needs `?force=true`,

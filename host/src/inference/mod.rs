@@ -6,6 +6,7 @@
 //!   [`crate::plugin::backend`].
 //! - [`wire`]: the chat-completions request and response formats.
 //! - [`usage`]: token accounting per team, project, key, model and day.
+//! - [`limits`]: rate limits and budgets of keys and projects.
 //! - [`pull`]: fetching the default model.
 //!
 //! Every chat request runs as a job on the inference queue (bounded; full
@@ -13,6 +14,7 @@
 //! are running or queued at once.
 
 pub mod backend;
+pub mod limits;
 pub mod pull;
 pub mod usage;
 pub mod wire;
@@ -54,6 +56,7 @@ pub struct Inference {
     running: Arc<Mutex<HashMap<String, usize>>>,
     /// Where operators' backend plugins are loaded.
     plugins: Arc<Plugins>,
+    limiter: Arc<limits::Limiter>,
 }
 
 /// A backend as inference holds it.
@@ -66,6 +69,8 @@ pub struct Running {
     pub output: mpsc::UnboundedReceiver<Piece>,
     /// How it ended.
     pub done: oneshot::Receiver<Result<ChatResult>>,
+    /// The rate-limit headers its answer carries.
+    pub headers: axum::http::HeaderMap,
 }
 
 impl Inference {
@@ -93,6 +98,7 @@ impl Inference {
                 Err(e) => tracing::error!(upstream = %upstream.name, "upstream not served: {e}"),
             }
         }
+        let store_for_limits = store.clone();
         let mut inference = Inference {
             backends: Vec::new(),
             routes: HashMap::new(),
@@ -104,6 +110,7 @@ impl Inference {
             upstream_per_project: cfg.inference.upstream_per_project_concurrency.max(1),
             running: Arc::default(),
             plugins,
+            limiter: limits::Limiter::start(store_for_limits),
         };
         let auto_pull = cfg.inference.auto_pull;
         for (id, setup, wasm) in specs {
@@ -187,13 +194,15 @@ impl Inference {
         self.queue.waiting()
     }
 
-    /// Starts `request` for `account`; refuses at once when the project is
-    /// at its concurrency limit or the queue is full.
-    pub fn chat(&self, account: Account, request: ChatRequest) -> Result<Running> {
+    /// Starts `request` for `account`; refuses at once when a rate limit
+    /// or budget is spent, the project is at its concurrency limit or the
+    /// queue is full.
+    pub async fn chat(&self, account: Account, request: ChatRequest) -> Result<Running> {
         let (backend, plugin) = self.route(&request.model)?;
         if !backend.passes_through() {
             wire::refuse_passthrough(&request)?;
         }
+
         // Local and upstream work are limited apart: a project busy with
         // the embedded model still reaches its upstream models.
         let (limit, counted) = if backend.is_proxy() {
@@ -205,6 +214,12 @@ impl Inference {
             (self.per_project, account.scope.clone())
         };
         let slot = Slot::take(&self.running, &counted, limit)?;
+        let admitted = self
+            .limiter
+            .admit(&account.limits, limits::estimate(&request))
+            .await?;
+        let headers = admitted.headers.clone();
+        let (limiter, refund) = (self.limiter.clone(), admitted.clone());
         let (output_tx, output) = mpsc::unbounded_channel();
         let (done_tx, done) = oneshot::channel();
         let store = self.store.clone();
@@ -224,6 +239,10 @@ impl Inference {
                 failed,
                 started.elapsed(),
             );
+            let used = result.as_ref().map_or(0, |r| {
+                u64::from(r.prompt_tokens) + u64::from(r.completion_tokens)
+            });
+            limiter.settle(&admitted, used);
             if let Ok(r) = &result {
                 crate::telemetry::inference_tokens(&model, r.prompt_tokens, r.completion_tokens);
             }
@@ -242,10 +261,15 @@ impl Inference {
             drop(slot);
             let _ = done_tx.send(result.map_err(call_error));
         };
-        self.queue
-            .submit(job)
-            .map_err(|e| Error::RateLimited(e.to_string()))?;
-        Ok(Running { output, done })
+        if let Err(e) = self.queue.submit(job) {
+            self.limiter.cancel(&refund);
+            return Err(Error::RateLimited(e.to_string()));
+        }
+        Ok(Running {
+            output,
+            done,
+            headers,
+        })
     }
 
     /// The backend serving `model` (and its plugin, if it is one).

@@ -14,6 +14,8 @@ pub struct Account {
     pub scope: String,
     /// The API key's id.
     pub key_id: String,
+    /// Whose rate limits and budgets the request counts against.
+    pub limits: super::limits::Owners,
 }
 
 impl Account {

@@ -29,6 +29,41 @@ pub struct ApiKey {
     pub prefix: String,
     /// Unix seconds.
     pub created_at: u64,
+    /// The model ids it may use; `None` for every model.
+    #[serde(default)]
+    pub models: Option<Vec<String>>,
+    /// The projects (`team/project`) it may bill; `None` for every project
+    /// its user belongs to.
+    #[serde(default)]
+    pub projects: Option<Vec<String>>,
+    /// Unix seconds after which it lets no one in; `None` for never.
+    #[serde(default)]
+    pub expires_at: Option<u64>,
+    /// Its own rate limits and daily budget.
+    #[serde(flatten)]
+    pub limits: RateLimits,
+}
+
+/// Inference limits of a key or a project, counted as OpenAI counts them.
+/// `None` is no limit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RateLimits {
+    /// Requests per minute.
+    #[serde(default)]
+    pub rpm: Option<u64>,
+    /// Tokens (prompt + completion) per minute.
+    #[serde(default)]
+    pub tpm: Option<u64>,
+    /// Tokens per UTC day.
+    #[serde(default)]
+    pub tokens_per_day: Option<u64>,
+}
+
+impl RateLimits {
+    /// Whether no limit is set.
+    pub fn is_none(&self) -> bool {
+        *self == RateLimits::default()
+    }
 }
 
 /// A signed-in console session, stored under the SHA-256 of its cookie.

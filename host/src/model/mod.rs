@@ -19,7 +19,7 @@ pub mod scope;
 pub mod team;
 pub mod usage;
 
-pub use access::{ApiKey, Group, GroupKind, Member, Role, Session, User};
+pub use access::{ApiKey, Group, GroupKind, Member, RateLimits, Role, Session, User};
 pub use artifact::{Collection, LabelledVersion, Source, Version};
 pub use automation::{
     Action, Automation, EventConfig, Handle, MetricChangeSpec, MetricSpec, MetricZscoreSpec,

@@ -15,6 +15,9 @@ pub struct Project {
     pub created_by: String,
     /// Unix seconds.
     pub created_at: u64,
+    /// Its inference limits, set by team admins.
+    #[serde(default)]
+    pub limits: super::RateLimits,
 }
 
 /// A team secret as stored: the value only in sealed form.

@@ -16,9 +16,9 @@ use super::{AttemptFor, MetricAt, RunAt, Store, VersionAt};
 use crate::cfg::StoreConfig;
 use crate::model::{
     Action, ApiKey, Attempt, Automation, Collection, Delivery, Event, EventConfig, EventType,
-    Execution, Group, GroupKind, Handle, Member, Project, Role, Run, RunState, Scope, Secret,
-    Session, SkipReason, Skipped, State, Status, StoredPlugin, Totals, UsageRow, User, Version,
-    Webhook, WebhookRef,
+    Execution, Group, GroupKind, Handle, Member, Project, RateLimits, Role, Run, RunState, Scope,
+    Secret, Session, SkipReason, Skipped, State, Status, StoredPlugin, Totals, UsageRow, User,
+    Version, Webhook, WebhookRef,
 };
 
 /// A PostgreSQL database of one case's own, dropped at the end.
@@ -108,6 +108,7 @@ contract!(
     batches_write_set_wise,
     config_writes_move_the_epoch,
     usage_adds_up,
+    rate_limit_claims,
     idempotency_keys,
     circuits_and_pace,
     uploaded_plugins,
@@ -243,10 +244,29 @@ async fn users_and_keys(store: &Store) {
         name: format!("key {id}"),
         prefix: "sy_ab".into(),
         created_at: at,
+        models: None,
+        projects: None,
+        expires_at: None,
+        limits: RateLimits::default(),
     };
     store.insert_key("hash1", &key("k1", 1)).await.unwrap();
     store.insert_key("hash2", &key("k2", 2)).await.unwrap();
     assert_eq!(store.key("hash1").await.unwrap(), Some(key("k1", 1)));
+    // A scoped key reads back as written.
+    let scoped = ApiKey {
+        models: Some(vec!["gpt".into(), "smol".into()]),
+        projects: Some(vec!["ml/vision".into()]),
+        expires_at: Some(99),
+        limits: RateLimits {
+            rpm: Some(60),
+            tpm: None,
+            tokens_per_day: Some(1_000),
+        },
+        ..key("k3", 3)
+    };
+    store.insert_key("hash3", &scoped).await.unwrap();
+    assert_eq!(store.key("hash3").await.unwrap(), Some(scoped));
+    assert!(store.delete_key("u1", "k3").await.unwrap());
     assert_eq!(store.key("nope").await.unwrap(), None);
     let mut ids: Vec<String> = store
         .keys_of("u1")
@@ -383,6 +403,7 @@ async fn groups_members_and_projects(store: &Store) {
         description: String::new(),
         created_by: "u1".into(),
         created_at: 1,
+        limits: RateLimits::default(),
     };
     assert!(store.insert_project(&project("vision")).await.unwrap());
     assert!(!store.insert_project(&project("vision")).await.unwrap());
@@ -400,8 +421,69 @@ async fn groups_members_and_projects(store: &Store) {
         .map(|p| p.name)
         .collect();
     assert_eq!(names, ["audio", "vision"]);
+    let limits = RateLimits {
+        rpm: Some(5),
+        tpm: Some(10),
+        tokens_per_day: None,
+    };
+    assert!(
+        store
+            .set_project_limits("ml", "audio", &limits)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .set_project_limits("ml", "nope", &limits)
+            .await
+            .unwrap()
+    );
+    let audio = store.project("ml", "audio").await.unwrap().unwrap();
+    assert_eq!(audio.limits, limits);
     assert!(store.delete_project("ml", "audio").await.unwrap());
     assert!(!store.delete_project("ml", "audio").await.unwrap());
+}
+
+async fn rate_limit_claims(store: &Store) {
+    // A limit of 10 in the window (1000, 2000]: claims take what is left,
+    // at least what is needed, or nothing.
+    let claim =
+        |need, want, now: u64| store.claim_limit("k:1:rpm", (now - 1_000, now), need, want, 10);
+    let first = claim(1, 4, 1_500).await.unwrap();
+    assert_eq!((first.granted, first.used, first.oldest_ms), (4, 0, None));
+    let second = claim(1, 4, 1_600).await.unwrap();
+    assert_eq!(
+        (second.granted, second.used, second.oldest_ms),
+        (4, 4, Some(1_500))
+    );
+    assert_eq!(claim(1, 4, 1_700).await.unwrap().granted, 2);
+    assert_eq!(claim(1, 1, 1_800).await.unwrap().granted, 0);
+    // Giving back, dated as the claim, frees room in the same window.
+    store
+        .adjust_limits(&[("k:1:rpm".into(), 1_600, -3)])
+        .await
+        .unwrap();
+    let after = claim(2, 2, 1_900).await.unwrap();
+    assert_eq!((after.granted, after.used), (2, 7));
+    assert_eq!(
+        claim(3, 3, 1_950).await.unwrap().granted,
+        0,
+        "need 3, 1 left"
+    );
+    // Claims leave the window as it slides, give-backs with them.
+    let later = claim(1, 10, 2_750).await.unwrap();
+    assert_eq!(
+        (later.granted, later.used),
+        (8, 2),
+        "only the claim at 1900 is left"
+    );
+    // Other buckets are apart.
+    let other = store
+        .claim_limit("p:ml/a:rpm", (650, 1_650), 1, 10, 10)
+        .await
+        .unwrap();
+    assert_eq!(other.granted, 10);
+    assert_eq!(store.purge_limits(2_000).await.unwrap(), 6);
 }
 
 async fn secrets_and_webhooks(store: &Store) {

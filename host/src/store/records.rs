@@ -8,8 +8,8 @@ use async_trait::async_trait;
 
 use crate::model::{
     ApiKey, Attempt, Automation, Circuit, Collection, Delivery, Event, EventType, Execution, Group,
-    GroupKind, Handle, Idempotent, LabelledVersion, Member, Project, Run, RunState, Scope, Secret,
-    Session, Skipped, Status, StoredPlugin, UsageRow, User, Version, Webhook,
+    GroupKind, Handle, Idempotent, LabelledVersion, Member, Project, RateLimits, Run, RunState,
+    Scope, Secret, Session, Skipped, Status, StoredPlugin, UsageRow, User, Version, Webhook,
 };
 
 use super::Result;
@@ -178,6 +178,10 @@ pub trait GroupRecords: Send + Sync {
 
     /// A team's projects, by name.
     async fn projects(&self, team: &str) -> Result<Vec<Project>>;
+
+    /// Sets a project's inference limits; `false` if there is no project.
+    async fn set_project_limits(&self, team: &str, name: &str, limits: &RateLimits)
+    -> Result<bool>;
 
     /// Removes a project record; `false` if there was none.
     async fn delete_project(&self, team: &str, name: &str) -> Result<bool>;
@@ -506,6 +510,42 @@ pub trait ReceiverRecords: Send + Sync {
     ) -> Result<u64>;
 }
 
+/// What a claim on a rate limit got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Granted {
+    /// How much of the limit is now this host's (0: refused).
+    pub granted: u64,
+    /// What was counted in the window before this claim.
+    pub used: i64,
+    /// When the oldest claim in the window was made (unix ms).
+    pub oldest_ms: Option<u64>,
+}
+
+/// Inference rate limits and budgets: claims on each limit's window, shared
+/// by every host on the store.
+#[async_trait]
+pub trait LimitRecords: Send + Sync {
+    /// Claims up to `want`, and at least `need` or nothing, of `bucket`'s
+    /// `limit`, counting the claims made in `window` (unix ms, after its
+    /// start, up to its end); the claim is made at the window's end.
+    /// Atomic across hosts.
+    async fn claim_limit(
+        &self,
+        bucket: &str,
+        window: (u64, u64),
+        need: u64,
+        want: u64,
+        limit: u64,
+    ) -> Result<Granted>;
+
+    /// Corrects claims: `(bucket, made at ms, amount)`, the amount negative
+    /// for what was given back.
+    async fn adjust_limits(&self, corrections: &[(String, u64, i64)]) -> Result<()>;
+
+    /// Forgets claims made before `before_ms`; how many.
+    async fn purge_limits(&self, before_ms: u64) -> Result<usize>;
+}
+
 /// Declares `Records` as the sum of the aggregates, for every type that
 /// implements them all (the list is written once).
 macro_rules! sum_of {
@@ -528,6 +568,7 @@ sum_of!(
     RunRecords,
     DeliveryRecords,
     UsageRecords,
+    LimitRecords,
     PluginRecords,
     IdempotencyRecords,
     ReceiverRecords

@@ -14,6 +14,7 @@ use axum::routing::{get, post};
 
 use super::place::Place;
 use super::projects::{describe_event, state_of};
+use super::session::optional_number;
 use super::{ConfirmPage, Failed, Nav, Posted, Shown, Viewer};
 use crate::app::App;
 use crate::automation::automations::{
@@ -308,19 +309,6 @@ fn number(field: &str, text: &str, default: Option<f64>) -> Result<f64, Error> {
             Error::invalid(
                 format!("event.metric.{field}"),
                 format!("the {field} is a number, e.g. 0.5"),
-            )
-        }),
-    }
-}
-
-/// A whole number from a form field left empty for none.
-fn optional_number<N: std::str::FromStr>(field: &str, text: &str) -> Result<Option<N>, Error> {
-    match text.trim() {
-        "" => Ok(None),
-        text => text.parse().map(Some).map_err(|_| {
-            Error::invalid(
-                field,
-                format!("{field} is a whole number, or empty for none"),
             )
         }),
     }

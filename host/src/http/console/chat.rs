@@ -114,7 +114,7 @@ impl Asked {
     }
 
     /// Starts the request on the inference queue for `viewer`.
-    fn start(&self, app: &App, viewer: &Viewer, streamed: bool) -> Result<Running, Error> {
+    async fn start(&self, app: &App, viewer: &Viewer, streamed: bool) -> Result<Running, Error> {
         if self.message.trim().is_empty() {
             return Err(Error::invalid("message", "write a message to send"));
         }
@@ -144,8 +144,9 @@ impl Asked {
         let account = Account {
             scope: usage::personal_scope(&viewer.user.name),
             key_id: "console".into(),
+            limits: Default::default(),
         };
-        app.inference.chat(account, request)
+        app.inference.chat(account, request).await
     }
 }
 
@@ -163,7 +164,7 @@ pub async fn show(State(app): State<App>, viewer: Viewer) -> Shown {
 pub async fn send(State(app): State<App>, posted: Posted) -> Shown {
     let (asked, answer) = match Asked::of(&posted) {
         Ok(asked) => {
-            let answer = match asked.start(&app, &posted.viewer, false) {
+            let answer = match asked.start(&app, &posted.viewer, false).await {
                 Ok(running) => collect(running).await,
                 Err(e) => Err(e),
             };
@@ -203,12 +204,16 @@ async fn collect(mut running: Running) -> Result<String, Error> {
 /// failure before it starts is the API's JSON error, one after ends the text
 /// with a line saying what went wrong.
 pub async fn stream(State(app): State<App>, posted: Posted) -> Response {
-    let running = match Asked::of(&posted).and_then(|a| a.start(&app, &posted.viewer, true)) {
+    let started = match Asked::of(&posted) {
+        Ok(asked) => asked.start(&app, &posted.viewer, true).await,
+        Err(e) => Err(e),
+    };
+    let running = match started {
         Ok(running) => running,
         // The API's error body: the script shows its message.
         Err(e) => return e.into_response(),
     };
-    let Running { output, done } = running;
+    let Running { output, done, .. } = running;
     let text = tokio_stream_of(output).map(|piece| match piece {
         Piece::Text(text) => text,
         Piece::Choice(_) => String::new(),

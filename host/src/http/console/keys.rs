@@ -5,6 +5,7 @@ use askama::Template;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Redirect};
 
+use super::session::optional_number;
 use super::usage::Chart;
 use super::{Dated, Failed, Nav, Posted, Shown, Viewer};
 use crate::app::App;
@@ -55,10 +56,37 @@ async fn keys_page(
     })
 }
 
+/// The form as a key spec: lists comma-separated, the expiry in days.
+fn spec(posted: &Posted) -> Result<auth::KeySpec, Error> {
+    let list = |field: &str| {
+        let items: Vec<String> = posted
+            .field(field)
+            .split(',')
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect();
+        (!items.is_empty()).then_some(items)
+    };
+    let days: Option<u64> = optional_number("expires_in_days", posted.field("expires_in_days"))?;
+    Ok(auth::KeySpec {
+        name: posted.field("name").to_string(),
+        models: list("models"),
+        projects: list("projects"),
+        expires_at: days.map(|d| crate::ids::now().saturating_add(d.saturating_mul(86_400))),
+        rpm: optional_number("rpm", posted.field("rpm"))?,
+        tpm: optional_number("tpm", posted.field("tpm"))?,
+        tokens_per_day: optional_number("tokens_per_day", posted.field("tokens_per_day"))?,
+    })
+}
+
 /// `POST /keys`: creates a key and shows it once.
 pub async fn create(State(app): State<App>, posted: Posted) -> Shown {
     let viewer = &posted.viewer;
-    match auth::create_key(&app.store, &viewer.user, posted.field("name")).await {
+    let created = match spec(&posted) {
+        Ok(spec) => auth::create_key(&app.store, &viewer.user, &spec).await,
+        Err(e) => Err(e),
+    };
+    match created {
         Ok(key) => {
             tracing::info!(user = %viewer.user.name, key_id = %key.record.id, "API key created");
             keys_page(&app, viewer, Some(key), None).await

@@ -78,6 +78,7 @@ fn place_routes() -> Router<App> {
     Router::new()
         .route("/", get(projects::show))
         .route("/runs", post(projects::create_run))
+        .route("/limits", post(projects::set_limits))
         .route("/runs/{run}/metrics", post(projects::log_metric))
         .route("/runs/{run}/state", post(projects::end_run))
         .route("/collections", post(projects::create_collection))

@@ -12,6 +12,7 @@ use super::place::Place;
 use crate::http::scope::Params;
 use axum::response::{IntoResponse, Redirect};
 
+use super::session::optional_number;
 use super::usage::Chart;
 use super::{Dated, Failed, Nav, Posted, Shown, Viewer};
 use crate::app::App;
@@ -19,9 +20,11 @@ use crate::automation::automations::{self, Automation, EventConfig, Scope};
 use crate::domain::artifacts::{self, Label, Target};
 use crate::domain::groups::{self, GroupKind, Role};
 use crate::domain::names::Named;
+use crate::domain::projects;
 use crate::domain::runs::{self, Run, RunState};
 use crate::error::Error;
 use crate::inference::usage;
+use crate::model::RateLimits;
 
 /// Nested under a place's `/collections/{collection}/versions`.
 pub fn version_routes() -> Router<App> {
@@ -68,6 +71,8 @@ struct ProjectPage {
     runs: Vec<Dated<Run>>,
     artifact_error: Option<String>,
     chart: Option<Chart>,
+    /// A project's inference limits.
+    limits: Option<RateLimits>,
 }
 
 /// An automation's event in words.
@@ -177,17 +182,18 @@ async fn place_page(app: &App, viewer: &Viewer, place: &Place, error: Option<Err
                 .collect(),
         });
     }
-    let (runs, chart) = match scope {
+    let (runs, chart, limits) = match scope {
         Scope::Project { team, project } => {
             let runs = runs::list(store, team, project).await.map_err(failed)?;
             let usage = usage::rows(store, &usage::project_scope(team, project))
                 .await
                 .map_err(failed)?;
             let chart = Chart::of(&usage, Some(format!("{team}/{project}")));
-            (runs, Some(chart))
+            let found = projects::get(store, team, project).await.map_err(failed)?;
+            (runs, Some(chart), Some(found.limits))
         }
         Scope::Registry { .. } | Scope::Collection { .. } | Scope::Team { .. } => {
-            (Vec::new(), None)
+            (Vec::new(), None, None)
         }
     };
     let registries = groups::list_for(store, GroupKind::Registry, &viewer.user)
@@ -200,6 +206,7 @@ async fn place_page(app: &App, viewer: &Viewer, place: &Place, error: Option<Err
         is_project: place.is_project(),
         base: place.base.clone(),
         admin,
+        limits,
         registries: registries.into_iter().map(|(g, _)| g.name).collect(),
         automations: automations
             .into_iter()
@@ -246,6 +253,32 @@ where
         }
         Err(e) => Err(Failed::new(e, viewer)),
     }
+}
+
+/// `POST /teams/{team}/projects/{project}/limits`: a team admin sets the
+/// project's inference limits (empty fields for none).
+pub async fn set_limits(State(app): State<App>, Path(params): Params, posted: Posted) -> Shown {
+    let user = &posted.viewer.user;
+    let number = |field: &str| optional_number(field, posted.field(field));
+    member_action(&app, &posted, &params, "limits-title", async |scope| {
+        let Scope::Project { team, project } = scope else {
+            return Err(Error::invalid("rpm", "limits belong to projects"));
+        };
+        groups::require_team(&app.store, user, team, Role::Admin).await?;
+        let limits = RateLimits {
+            rpm: number("rpm")?,
+            tpm: number("tpm")?,
+            tokens_per_day: number("tokens_per_day")?,
+        };
+        projects::set_limits(&app.store, team, project, &limits).await?;
+        crate::http::audit(
+            &user.name,
+            "project limits set",
+            &format!("{team}/{project}: {limits:?}"),
+        );
+        Ok(())
+    })
+    .await
 }
 
 /// `POST …/collections`: creates a collection.

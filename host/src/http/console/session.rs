@@ -329,6 +329,19 @@ fn same(a: &str, b: &str) -> bool {
             == 0
 }
 
+/// A whole number from a form field left empty for none.
+pub fn optional_number<N: std::str::FromStr>(field: &str, text: &str) -> Result<Option<N>, Error> {
+    match text.trim() {
+        "" => Ok(None),
+        text => text.parse().map(Some).map_err(|_| {
+            Error::invalid(
+                field,
+                format!("{field} is a whole number, or empty for none"),
+            )
+        }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,8 +4,8 @@ use async_trait::async_trait;
 
 use super::Postgres;
 use super::shared::Db;
-use super::shared::{group, i, kind_text, member, project, q};
-use crate::model::{Group, GroupKind, Member, Project};
+use super::shared::{group, i, kind_text, member, project, q, to_json};
+use crate::model::{Group, GroupKind, Member, Project, RateLimits};
 use crate::store::Result;
 use crate::store::records::*;
 
@@ -114,6 +114,25 @@ impl GroupRecords for Postgres {
 
     async fn projects(&self, team: &str) -> Result<Vec<Project>> {
         self.team_rows("projects", team, project).await
+    }
+
+    async fn set_project_limits(
+        &self,
+        team: &str,
+        name: &str,
+        limits: &RateLimits,
+    ) -> Result<bool> {
+        let sql = "UPDATE projects SET limits = $3 WHERE team = $1 AND name = $2";
+        let changed = self
+            .execute(
+                sqlx::query(sql)
+                    .bind(team)
+                    .bind(name)
+                    .bind(to_json(limits)?),
+            )
+            .await?;
+        self.touched("projects");
+        Ok(changed > 0)
     }
 
     async fn delete_project(&self, team: &str, name: &str) -> Result<bool> {

@@ -18,6 +18,7 @@ mod automations;
 mod delivery;
 mod groups;
 mod idempotency;
+mod limits;
 mod meta;
 mod plugins;
 mod receivers;
@@ -97,6 +98,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "receivers",
         include_str!("migrations/0013_receivers.sql"),
     ),
+    (14, "gateway", include_str!("migrations/0014_gateway.sql")),
 ];
 
 /// [`MIGRATIONS`] as sqlx runs them (the checksums `migrate!` would give).

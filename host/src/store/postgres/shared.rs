@@ -10,8 +10,8 @@ use sqlx::postgres::PgRow;
 use super::Postgres;
 use crate::model::{
     ApiKey, Automation, Collection, Delivery, Execution, Group, GroupKind, Handle, LabelledVersion,
-    Member, Project, Role, Run, RunState, Scope, Secret, Session, Status, User, Version, Webhook,
-    WebhookRef,
+    Member, Project, RateLimits, Role, Run, RunState, Scope, Secret, Session, Status, User,
+    Version, Webhook, WebhookRef,
 };
 use crate::store::{Result, StoreError};
 
@@ -127,7 +127,26 @@ pub(super) fn user(row: &PgRow) -> Result<User> {
 }
 
 pub(super) fn api_key(row: &PgRow) -> Result<ApiKey> {
-    read!(row; ApiKey { id, user_id, name, prefix, created_at: u })
+    let list = |column| -> Result<Option<Vec<String>>> {
+        let text: Option<String> = get(row, column)?;
+        text.as_deref().map(from_json).transpose()
+    };
+    let number = |column| -> Result<Option<u64>> { Ok(get::<Option<i64>>(row, column)?.map(u)) };
+    Ok(ApiKey {
+        id: get(row, "id")?,
+        user_id: get(row, "user_id")?,
+        name: get(row, "name")?,
+        prefix: get(row, "prefix")?,
+        created_at: u(get(row, "created_at")?),
+        models: list("models")?,
+        projects: list("projects")?,
+        expires_at: number("expires_at")?,
+        limits: RateLimits {
+            rpm: number("rpm")?,
+            tpm: number("tpm")?,
+            tokens_per_day: number("tokens_per_day")?,
+        },
+    })
 }
 
 pub(super) fn session(row: &PgRow) -> Result<Session> {
@@ -148,7 +167,12 @@ pub(super) fn member(row: &PgRow) -> Result<Member> {
 }
 
 pub(super) fn project(row: &PgRow) -> Result<Project> {
-    read!(row; Project { name, team, description, created_by, created_at: u })
+    let limits: Option<String> = get(row, "limits")?;
+    let limits = limits.as_deref().map(from_json).transpose()?;
+    read!(row; Project {
+        name, team, description, created_by, created_at: u,
+        limits: |_: Option<String>| limits.unwrap_or_default(),
+    })
 }
 
 pub(super) fn secret(row: &PgRow) -> Result<Secret> {
@@ -381,7 +405,14 @@ impl Postgres {
     /// Notes a write to `table`: the configuration's epoch moves if the
     /// delivery path caches what it holds.
     pub(super) fn touched(&self, table: &str) {
-        let kept = ["secrets", "webhooks", "automations", "api_keys", "members"];
+        let kept = [
+            "secrets",
+            "webhooks",
+            "automations",
+            "api_keys",
+            "members",
+            "projects",
+        ];
         if kept.contains(&table) {
             self.config_written();
         }

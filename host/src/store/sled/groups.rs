@@ -7,7 +7,7 @@ use super::T;
 use super::decode;
 use super::keys::prefix;
 use super::shared::{group_trees, last_segment};
-use crate::model::{Group, GroupKind, Member, Project};
+use crate::model::{Group, GroupKind, Member, Project, RateLimits};
 use crate::store::Result;
 use crate::store::records::*;
 
@@ -90,6 +90,23 @@ impl GroupRecords for Sled {
 
     async fn projects(&self, team: &str) -> Result<Vec<Project>> {
         self.scan_json(T::Projects, prefix(&[team]).as_ref())
+    }
+
+    async fn set_project_limits(
+        &self,
+        team: &str,
+        name: &str,
+        limits: &RateLimits,
+    ) -> Result<bool> {
+        let key = prefix(&[team, name]);
+        let w = self.writer().await;
+        let Some(mut project) = w.get_json::<Project>(T::Projects, key.as_ref())? else {
+            return Ok(false);
+        };
+        project.limits = *limits;
+        w.put_json(T::Projects, key.into_bytes(), &project)?;
+        w.finish()?;
+        Ok(true)
     }
 
     async fn delete_project(&self, team: &str, name: &str) -> Result<bool> {

@@ -24,6 +24,7 @@ mod groups;
 mod idempotency;
 mod journal;
 pub mod keys;
+mod limits;
 mod meta;
 mod plugins;
 mod receivers;
@@ -245,6 +246,9 @@ enum T {
     Idempotency,
     /// `team \0 webhook \0` → `Circuit`.
     Circuits,
+    /// `bucket \0` made-at ms (8 bytes) sequence (8 bytes) → the amount
+    /// claimed (i64, 8 bytes): claims on inference rate limits.
+    RateClaims,
 }
 
 impl T {
@@ -259,6 +263,7 @@ impl T {
                 | T::AutomationTriggers
                 | T::ApiKeys
                 | T::UserKeys
+                | T::Projects
                 | T::Members
                 | T::Memberships
                 | T::RegistryMembers
@@ -266,7 +271,7 @@ impl T {
         )
     }
 
-    const ALL: [T; 35] = [
+    const ALL: [T; 36] = [
         T::Meta,
         T::Users,
         T::UserNames,
@@ -302,6 +307,7 @@ impl T {
         T::Sessions,
         T::Idempotency,
         T::Circuits,
+        T::RateClaims,
     ];
 
     /// The tree's name on disk.
@@ -342,6 +348,7 @@ impl T {
             T::Sessions => "sessions",
             T::Idempotency => "idempotency",
             T::Circuits => "circuits",
+            T::RateClaims => "rate_claims",
         }
     }
 }
@@ -866,7 +873,7 @@ fn quarantine_record(t: T, key: &[u8], value: &[u8], reason: &str) -> Result<Raw
     Ok((quarantine_key, serde_json::to_vec(&record)?))
 }
 
-fn io(e: sled::Error) -> StoreError {
+pub(super) fn io(e: sled::Error) -> StoreError {
     StoreError::Other(e.into())
 }
 

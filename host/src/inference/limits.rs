@@ -1,0 +1,495 @@
+//! Rate limits and budgets of keys and projects, counted as OpenAI counts
+//! them: requests and tokens per minute over a sliding minute, tokens per
+//! UTC day.
+//!
+//! The counts live in the store, so that every host on one PostgreSQL
+//! database sees the same ones; a request must not wait on the store for
+//! them, so each host claims a lease of 1% of a limit at a time (one atomic
+//! store call) and admits requests from it until it is spent or a second
+//! old. What a lease leaves unused goes back with the time it was claimed,
+//! so a window never counts it twice nor forgets it early. The algorithm,
+//! and what it guarantees, is in docs/operations.md.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::http::{HeaderMap, HeaderValue};
+
+use crate::error::{Error, Result};
+use crate::ids;
+use crate::model::RateLimits;
+use crate::store::Store;
+
+/// How long a host may admit from one lease.
+const LEASE_MS: u64 = 1_000;
+/// A lease is this share of the limit (at least what the request needs).
+const LEASE_SHARE: u64 = 100;
+const MINUTE_MS: u64 = 60_000;
+const DAY_MS: u64 = 86_400_000;
+
+/// What is counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Unit {
+    Requests,
+    Tokens,
+}
+
+/// Over what time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Span {
+    /// The last 60 seconds.
+    Minute,
+    /// The current UTC day.
+    Day,
+}
+
+/// One limit that applies to a request.
+#[derive(Debug, Clone)]
+struct Check {
+    bucket: String,
+    unit: Unit,
+    span: Span,
+    limit: u64,
+    /// Who it belongs to, for messages: `API key 'ci' (sy_ab12cd)`.
+    owner: String,
+}
+
+impl Check {
+    fn what(&self) -> &'static str {
+        match (self.unit, self.span) {
+            (Unit::Requests, _) => "requests per minute",
+            (Unit::Tokens, Span::Minute) => "tokens per minute",
+            (Unit::Tokens, Span::Day) => "tokens per day (UTC)",
+        }
+    }
+
+    /// The window a claim at `now` counts in: (after, up to).
+    fn window(&self, now: u64) -> (u64, u64) {
+        match self.span {
+            Span::Minute => (now.saturating_sub(MINUTE_MS), now),
+            Span::Day => ((now / DAY_MS * DAY_MS).saturating_sub(1), now),
+        }
+    }
+}
+
+/// Whose limits apply to a request: its key's and its project's.
+#[derive(Debug, Clone, Default)]
+pub struct Owners {
+    /// The key's id, its label for messages, and its limits.
+    pub key: Option<(String, String, RateLimits)>,
+    /// The project (`team/project`) and its limits.
+    pub project: Option<(String, RateLimits)>,
+}
+
+impl Owners {
+    fn checks(&self) -> Vec<Check> {
+        let mut checks = Vec::new();
+        let owners = [
+            self.key
+                .as_ref()
+                .map(|(id, label, l)| (format!("k:{id}"), label.clone(), l)),
+            self.project
+                .as_ref()
+                .map(|(p, l)| (format!("p:{p}"), format!("project '{p}'"), l)),
+        ];
+        for (prefix, owner, limits) in owners.into_iter().flatten() {
+            let each = [
+                ("rpm", Unit::Requests, Span::Minute, limits.rpm),
+                ("tpm", Unit::Tokens, Span::Minute, limits.tpm),
+                ("tpd", Unit::Tokens, Span::Day, limits.tokens_per_day),
+            ];
+            for (name, unit, span, limit) in each {
+                if let Some(limit) = limit {
+                    checks.push(Check {
+                        bucket: format!("{prefix}:{name}"),
+                        unit,
+                        span,
+                        limit,
+                        owner: owner.clone(),
+                    });
+                }
+            }
+        }
+        checks
+    }
+}
+
+/// A lease: what this host may still admit of a limit without asking the
+/// store.
+#[derive(Debug, Clone)]
+struct Lease {
+    /// When it was claimed; what it gives back is dated so.
+    at_ms: u64,
+    left: u64,
+    /// The window's count when claimed, this lease included.
+    seen: u64,
+    limit: u64,
+}
+
+impl Lease {
+    fn live(&self, now: u64, limit: u64) -> bool {
+        now < self.at_ms + LEASE_MS && self.limit == limit
+    }
+}
+
+/// One amount taken for an admitted request.
+#[derive(Debug, Clone)]
+struct Taken {
+    bucket: String,
+    unit: Unit,
+    at_ms: u64,
+    amount: u64,
+}
+
+/// A request let in: what it took, to settle with its real usage, and the
+/// rate-limit headers its answer carries.
+#[derive(Debug, Default, Clone)]
+pub struct Admitted {
+    taken: Vec<Taken>,
+    /// `x-ratelimit-*` for the tightest limits.
+    pub headers: HeaderMap,
+}
+
+/// The host's limiter.
+pub struct Limiter {
+    store: Store,
+    leases: Mutex<HashMap<String, Lease>>,
+    /// `(bucket, claimed at)` → what goes back (negative) or was used
+    /// beyond the estimate (positive); written each second.
+    corrections: Mutex<HashMap<(String, u64), i64>>,
+}
+
+/// What remains of one limit after an admission.
+struct Remaining {
+    check: Check,
+    left: u64,
+}
+
+impl Limiter {
+    /// A limiter over `store`, writing corrections and returning stale
+    /// leases each second, and forgetting day-old claims each hour.
+    pub fn start(store: Store) -> Arc<Limiter> {
+        let limiter = Arc::new(Limiter {
+            store,
+            leases: Mutex::default(),
+            corrections: Mutex::default(),
+        });
+        let weak = Arc::downgrade(&limiter);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            let mut ticks = 0u64;
+            loop {
+                tick.tick().await;
+                let Some(limiter) = weak.upgrade() else {
+                    return;
+                };
+                limiter.flush().await;
+                ticks += 1;
+                if ticks % 3600 == 1
+                    && let Err(e) = limiter
+                        .store
+                        .purge_limits(ids::now_ms().saturating_sub(2 * DAY_MS))
+                        .await
+                {
+                    tracing::warn!(error = %e, "forgetting old rate-limit claims failed; retried in an hour");
+                }
+            }
+        });
+        limiter
+    }
+
+    /// Admits a request needing `tokens` (its prompt and `max_tokens`)
+    /// under `owners`' limits, or refuses it with a 429 naming the limit.
+    pub async fn admit(&self, owners: &Owners, tokens: u64) -> Result<Admitted> {
+        let checks = owners.checks();
+        if checks.is_empty() {
+            return Ok(Admitted::default());
+        }
+        let now = ids::now_ms();
+        let mut admitted = Admitted::default();
+        let mut remaining = Vec::with_capacity(checks.len());
+        for check in checks {
+            let need = match check.unit {
+                Unit::Requests => 1,
+                Unit::Tokens => tokens,
+            };
+            match self.take(&check, need, now).await {
+                Ok((at_ms, left)) => {
+                    admitted.taken.push(Taken {
+                        bucket: check.bucket.clone(),
+                        unit: check.unit,
+                        at_ms,
+                        amount: need,
+                    });
+                    remaining.push(Remaining { check, left });
+                }
+                Err(refusal) => {
+                    self.give_back(&admitted.taken);
+                    return Err(refusal);
+                }
+            }
+        }
+        admitted.headers = headers(&remaining, now);
+        Ok(admitted)
+    }
+
+    /// Settles an admitted request with the tokens it really used.
+    pub fn settle(&self, admitted: &Admitted, tokens: u64) {
+        let mut corrections = self.corrections.lock().unwrap_or_else(|p| p.into_inner());
+        for taken in admitted.taken.iter().filter(|t| t.unit == Unit::Tokens) {
+            let delta = i64::try_from(tokens).unwrap_or(i64::MAX)
+                - i64::try_from(taken.amount).unwrap_or(i64::MAX);
+            if delta != 0 {
+                *corrections
+                    .entry((taken.bucket.clone(), taken.at_ms))
+                    .or_default() += delta;
+            }
+        }
+    }
+
+    /// Gives back all an admitted request took: it was not served.
+    pub fn cancel(&self, admitted: &Admitted) {
+        self.give_back(&admitted.taken);
+    }
+
+    /// Gives back what a refused request had taken of its other limits.
+    fn give_back(&self, taken: &[Taken]) {
+        let mut corrections = self.corrections.lock().unwrap_or_else(|p| p.into_inner());
+        for t in taken {
+            *corrections.entry((t.bucket.clone(), t.at_ms)).or_default() -=
+                i64::try_from(t.amount).unwrap_or(i64::MAX);
+        }
+    }
+
+    /// Takes `need` of `check`'s limit: from this host's lease, or from a
+    /// new one claimed from the store. The lease's time and what remains.
+    async fn take(&self, check: &Check, need: u64, now: u64) -> Result<(u64, u64)> {
+        if let Some(taken) = self.take_leased(check, need, now) {
+            return Ok(taken);
+        }
+        if need > check.limit {
+            return Err(too_large(check, need));
+        }
+        let want = need.max(check.limit / LEASE_SHARE);
+        let granted = self
+            .store
+            .claim_limit(&check.bucket, check.window(now), need, want, check.limit)
+            .await?;
+        if granted.granted == 0 {
+            return Err(refused(check, now, granted.oldest_ms));
+        }
+        let used = u64::try_from(granted.used.max(0)).unwrap_or(0);
+        let lease = Lease {
+            at_ms: now,
+            left: granted.granted - need,
+            seen: used + granted.granted,
+            limit: check.limit,
+        };
+        let left = check.limit.saturating_sub(lease.seen) + lease.left;
+        let old = self
+            .leases
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(check.bucket.clone(), lease);
+        if let Some(old) = old {
+            self.return_unused(&check.bucket, &old);
+        }
+        Ok((now, left))
+    }
+
+    fn take_leased(&self, check: &Check, need: u64, now: u64) -> Option<(u64, u64)> {
+        let mut leases = self.leases.lock().unwrap_or_else(|p| p.into_inner());
+        let lease = leases.get_mut(&check.bucket)?;
+        if !lease.live(now, check.limit) || lease.left < need {
+            return None;
+        }
+        lease.left -= need;
+        Some((
+            lease.at_ms,
+            check.limit.saturating_sub(lease.seen) + lease.left,
+        ))
+    }
+
+    fn return_unused(&self, bucket: &str, lease: &Lease) {
+        if lease.left > 0 {
+            let mut corrections = self.corrections.lock().unwrap_or_else(|p| p.into_inner());
+            *corrections
+                .entry((bucket.to_string(), lease.at_ms))
+                .or_default() -= i64::try_from(lease.left).unwrap_or(i64::MAX);
+        }
+    }
+
+    /// Returns what stale leases left and writes the corrections.
+    async fn flush(&self) {
+        let now = ids::now_ms();
+        let stale: Vec<(String, Lease)> = {
+            let mut leases = self.leases.lock().unwrap_or_else(|p| p.into_inner());
+            let keys: Vec<String> = leases
+                .iter()
+                .filter(|(_, l)| !l.live(now, l.limit))
+                .map(|(k, _)| k.clone())
+                .collect();
+            keys.into_iter()
+                .filter_map(|k| leases.remove(&k).map(|l| (k, l)))
+                .collect()
+        };
+        for (bucket, lease) in &stale {
+            self.return_unused(bucket, lease);
+        }
+        let batch: Vec<(String, u64, i64)> = {
+            let mut corrections = self.corrections.lock().unwrap_or_else(|p| p.into_inner());
+            corrections
+                .drain()
+                .filter(|(_, n)| *n != 0)
+                .map(|((bucket, at), n)| (bucket, at, n))
+                .collect()
+        };
+        if let Err(e) = self.store.adjust_limits(&batch).await {
+            tracing::warn!(error = %e, "writing rate-limit corrections failed; retried in a second");
+            let mut corrections = self.corrections.lock().unwrap_or_else(|p| p.into_inner());
+            for (bucket, at, n) in batch {
+                *corrections.entry((bucket, at)).or_default() += n;
+            }
+        }
+    }
+}
+
+/// What a chat request may use at most: its prompt (about four bytes a
+/// token, as counting needs no tokenizer) and its `max_tokens`.
+pub fn estimate(request: &crate::plugin::ChatRequest) -> u64 {
+    let bytes: usize = request
+        .messages
+        .iter()
+        .map(|m| m.content.len() + m.extra.as_ref().map_or(0, String::len) + 16)
+        .sum();
+    (bytes as u64).div_ceil(4) + u64::from(request.max_tokens.unwrap_or(0))
+}
+
+/// The 429 for a request that needs more than a limit allows at all.
+fn too_large(check: &Check, need: u64) -> Error {
+    Error::OverLimit {
+        message: format!(
+            "Request too large: it may use up to {need} tokens (its prompt and max_tokens), more than the {} limit of {} {}; lower max_tokens or shorten the prompt",
+            check.owner,
+            check.limit,
+            check.what()
+        ),
+        retry_after: 60,
+        budget: check.span == Span::Day,
+    }
+}
+
+/// The 429 for a spent limit, with when to retry.
+fn refused(check: &Check, now: u64, oldest_ms: Option<u64>) -> Error {
+    let wait_ms = match check.span {
+        Span::Minute => oldest_ms.map_or(1_000, |at| (at + MINUTE_MS).saturating_sub(now)),
+        Span::Day => DAY_MS - now % DAY_MS,
+    };
+    let retry_after = wait_ms.div_ceil(1000).max(1);
+    let message = match check.span {
+        Span::Minute => format!(
+            "Rate limit reached for {}: {} {}. Retry in {}, or ask for a higher limit",
+            check.owner,
+            check.limit,
+            check.what(),
+            duration(retry_after * 1000)
+        ),
+        Span::Day => format!(
+            "Budget spent: {} has used its {} {}; it renews at 00:00 UTC, in {}",
+            check.owner,
+            check.limit,
+            check.what(),
+            duration(retry_after * 1000)
+        ),
+    };
+    Error::OverLimit {
+        message,
+        retry_after,
+        budget: check.span == Span::Day,
+    }
+}
+
+/// OpenAI's headers for the tightest request limit and the tightest token
+/// limit (the one with the least left).
+fn headers(remaining: &[Remaining], now: u64) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    let names = [
+        (
+            Unit::Requests,
+            [
+                "x-ratelimit-limit-requests",
+                "x-ratelimit-remaining-requests",
+                "x-ratelimit-reset-requests",
+            ],
+        ),
+        (
+            Unit::Tokens,
+            [
+                "x-ratelimit-limit-tokens",
+                "x-ratelimit-remaining-tokens",
+                "x-ratelimit-reset-tokens",
+            ],
+        ),
+    ];
+    for (unit, names) in names {
+        let Some(tightest) = remaining
+            .iter()
+            .filter(|r| r.check.unit == unit)
+            .min_by_key(|r| r.left)
+        else {
+            continue;
+        };
+        let check = &tightest.check;
+        let reset_ms = match check.span {
+            // As a bucket refilling over the minute would.
+            Span::Minute => {
+                let used = check.limit.saturating_sub(tightest.left);
+                used.saturating_mul(MINUTE_MS) / check.limit.max(1)
+            }
+            Span::Day => DAY_MS - now % DAY_MS,
+        };
+        let values = [
+            check.limit.to_string(),
+            tightest.left.to_string(),
+            duration(reset_ms),
+        ];
+        for (name, value) in names.into_iter().zip(values) {
+            if let Ok(value) = HeaderValue::from_str(&value) {
+                headers.insert(name, value);
+            }
+        }
+    }
+    headers
+}
+
+/// A duration as OpenAI writes resets: `6m0s`, `1.5s`, `20ms`, `3h2m1s`.
+fn duration(ms: u64) -> String {
+    if ms < 1_000 {
+        return format!("{ms}ms");
+    }
+    let (h, m, s) = (ms / 3_600_000, ms / 60_000 % 60, ms % 60_000);
+    let secs = if s % 1000 == 0 {
+        format!("{}s", s / 1000)
+    } else {
+        format!("{}s", s as f64 / 1000.0)
+    };
+    match (h, m) {
+        (0, 0) => secs,
+        (0, m) => format!("{m}m{secs}"),
+        (h, m) => format!("{h}h{m}m{secs}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::duration;
+
+    #[test]
+    fn durations_read_as_openai_writes_them() {
+        assert_eq!(duration(20), "20ms");
+        assert_eq!(duration(1_500), "1.5s");
+        assert_eq!(duration(360_000), "6m0s");
+        assert_eq!(duration(3 * 3_600_000 + 2 * 60_000 + 1_000), "3h2m1s");
+    }
+}

@@ -1,0 +1,58 @@
+//! Rate-limit claims: one function call per claim (`switchyard_claim_limit`,
+//! migration 14), so hosts claiming on one limit take turns.
+
+use async_trait::async_trait;
+use sqlx::Row;
+
+use super::Postgres;
+use super::shared::{Db, i, u};
+use crate::store::Result;
+use crate::store::records::*;
+
+#[async_trait]
+impl LimitRecords for Postgres {
+    async fn claim_limit(
+        &self,
+        bucket: &str,
+        window: (u64, u64),
+        need: u64,
+        want: u64,
+        limit: u64,
+    ) -> Result<Granted> {
+        let mut c = self.conn().await?;
+        let row = sqlx::query("SELECT * FROM switchyard_claim_limit($1, $2, $3, $4, $5, $6)")
+            .bind(bucket)
+            .bind(i(window.0))
+            .bind(i(window.1))
+            .bind(i(need))
+            .bind(i(want))
+            .bind(i(limit))
+            .fetch_one(&mut *c)
+            .await
+            .db(self)?;
+        Ok(Granted {
+            granted: u(row.try_get("granted").db(self)?),
+            used: row.try_get("used").db(self)?,
+            oldest_ms: row.try_get::<Option<i64>, _>("oldest").db(self)?.map(u),
+        })
+    }
+
+    async fn adjust_limits(&self, corrections: &[(String, u64, i64)]) -> Result<()> {
+        if corrections.is_empty() {
+            return Ok(());
+        }
+        let buckets: Vec<&str> = corrections.iter().map(|c| c.0.as_str()).collect();
+        let times: Vec<i64> = corrections.iter().map(|c| i(c.1)).collect();
+        let amounts: Vec<i64> = corrections.iter().map(|c| c.2).collect();
+        let sql =
+            "INSERT INTO rate_claims SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[])";
+        self.execute(sqlx::query(sql).bind(buckets).bind(times).bind(amounts))
+            .await
+            .map(drop)
+    }
+
+    async fn purge_limits(&self, before_ms: u64) -> Result<usize> {
+        let sql = "DELETE FROM rate_claims WHERE at_ms < $1";
+        Ok(self.execute(sqlx::query(sql).bind(i(before_ms))).await? as usize)
+    }
+}

@@ -1,0 +1,100 @@
+//! Rate-limit claims, in their tree: a claim reads its window and writes
+//! under the writer lock, so claims on one limit take turns.
+
+use async_trait::async_trait;
+
+use super::{Sled, T, io};
+use crate::store::Result;
+use crate::store::records::*;
+
+/// `bucket \0 at_ms`: where a bucket's claims made at `at_ms` start.
+fn key(bucket: &str, at_ms: u64) -> Vec<u8> {
+    [bucket.as_bytes(), b"\0", &at_ms.to_be_bytes()].concat()
+}
+
+/// A claim's key: its time, then random bytes so that two claims made in
+/// one millisecond are both kept.
+fn claim_key(bucket: &str, at_ms: u64) -> Vec<u8> {
+    let mut tail = [0u8; 8];
+    crate::ids::fill_random(&mut tail);
+    [key(bucket, at_ms), tail.to_vec()].concat()
+}
+
+/// When the claim under `key` was made.
+fn made_at(key: &[u8]) -> Option<u64> {
+    let at = key.len().checked_sub(16)?;
+    key[at..at + 8].try_into().ok().map(u64::from_be_bytes)
+}
+
+#[async_trait]
+impl LimitRecords for Sled {
+    async fn claim_limit(
+        &self,
+        bucket: &str,
+        window: (u64, u64),
+        need: u64,
+        want: u64,
+        limit: u64,
+    ) -> Result<Granted> {
+        let (since_ms, now_ms) = window;
+        let w = self.writer().await;
+        let (mut used, mut oldest_ms) = (0i64, None);
+        let end = [bucket.as_bytes(), b"\x01"].concat();
+        for item in self
+            .tree(T::RateClaims)
+            .range(key(bucket, since_ms + 1)..end)
+        {
+            let (k, v) = item.map_err(io)?;
+            oldest_ms = oldest_ms.or(made_at(&k));
+            used += v.as_ref().try_into().map(i64::from_be_bytes).unwrap_or(0);
+        }
+        let room = i64::try_from(limit).unwrap_or(i64::MAX) - used;
+        let granted = match u64::try_from(room) {
+            Ok(room) if room >= need => want.min(room),
+            _ => 0,
+        };
+        if granted > 0 {
+            let amount = i64::try_from(granted).unwrap_or(i64::MAX);
+            w.put(
+                T::RateClaims,
+                claim_key(bucket, now_ms),
+                amount.to_be_bytes().to_vec(),
+            );
+            w.finish()?;
+        }
+        Ok(Granted {
+            granted,
+            used,
+            oldest_ms,
+        })
+    }
+
+    async fn adjust_limits(&self, corrections: &[(String, u64, i64)]) -> Result<()> {
+        if corrections.is_empty() {
+            return Ok(());
+        }
+        let w = self.writer().await;
+        for (bucket, at_ms, amount) in corrections {
+            w.put(
+                T::RateClaims,
+                claim_key(bucket, *at_ms),
+                amount.to_be_bytes().to_vec(),
+            );
+        }
+        w.finish()
+    }
+
+    async fn purge_limits(&self, before_ms: u64) -> Result<usize> {
+        let w = self.writer().await;
+        let mut removed = 0;
+        for item in self.tree(T::RateClaims).iter() {
+            let (k, _) = item.map_err(io)?;
+            if made_at(&k).is_some_and(|at| at < before_ms) {
+                w.delete(T::RateClaims, k.to_vec());
+                removed += 1;
+            }
+        }
+        w.finish()?;
+        Ok(removed)
+    }
+}
