@@ -13,6 +13,12 @@
 //! one run's p99 swings with this machine's stalls. Asserts nothing about
 //! time.
 //!
+//! Each rate is measured twice per round, in alternating order: proxied
+//! with a key without limits, and with a key that has rate limits and a
+//! daily budget (set high enough never to refuse), so the limiter's cost
+//! is the difference of the two added latencies, measured in the same
+//! minutes.
+//!
 //! `BENCH_ROUNDS=N` sets the rounds (default 5).
 //! `BENCH_INFERENCE_WORKERS=N` sets the host's inference queue workers
 //! (default: the host's own default); `BENCH_SWITCHYARD=FILE` runs another
@@ -84,7 +90,7 @@ fn start_gateway(upstream: &str) -> Host {
 /// [`SECONDS_PER_RATE`] seconds, all of them at the same scheduled times, so
 /// every path is measured under the same conditions of the machine. Returns
 /// each url's sorted latencies of the successes (ms) and its failures.
-async fn load(http: &reqwest::Client, urls: &[&str], rate: u64) -> Vec<(Vec<f64>, usize)> {
+async fn load(http: &reqwest::Client, urls: &[(&str, &str)], rate: u64) -> Vec<(Vec<f64>, usize)> {
     let body =
         json!({"model": "mock", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2});
     let total = rate * SECONDS_PER_RATE;
@@ -97,8 +103,10 @@ async fn load(http: &reqwest::Client, urls: &[&str], rate: u64) -> Vec<(Vec<f64>
         // Alternate which path goes first within a tick.
         for k in 0..urls.len() {
             let which = (k + i as usize) % urls.len();
-            let (http, url, body) = (http.clone(), urls[which].to_string(), body.clone());
-            calls.push((which, tokio::spawn(call(http, url, body, due))));
+            let (url, key) = urls[which];
+            let (http, body) = (http.clone(), body.clone());
+            let call = call(http, url.to_string(), key.to_string(), body, due);
+            calls.push((which, tokio::spawn(call)));
         }
     }
     let mut results = vec![(Vec::with_capacity(total as usize), 0); urls.len()];
@@ -108,7 +116,7 @@ async fn load(http: &reqwest::Client, urls: &[&str], rate: u64) -> Vec<(Vec<f64>
             Ok(ms) => latencies.push(ms),
             Err(why) => {
                 if *failed == 0 {
-                    eprintln!("first failure on {} at {rate} QPS: {why}", urls[which]);
+                    eprintln!("first failure on {} at {rate} QPS: {why}", urls[which].0);
                 }
                 *failed += 1
             }
@@ -124,10 +132,11 @@ async fn load(http: &reqwest::Client, urls: &[&str], rate: u64) -> Vec<(Vec<f64>
 async fn call(
     http: reqwest::Client,
     url: String,
+    key: String,
     body: Value,
     due: Instant,
 ) -> Result<f64, String> {
-    match http.post(url).bearer_auth(KEY).json(&body).send().await {
+    match http.post(url).bearer_auth(key).json(&body).send().await {
         Ok(r) if r.status().is_success() => r.bytes().await.map_err(|e| e.to_string())?,
         Ok(r) => {
             let status = r.status();
@@ -147,11 +156,10 @@ async fn run() {
         .unwrap();
     let direct = format!("http://{upstream}/v1/chat/completions");
     let proxied = format!("{}/v1/chat/completions", host.base);
-    // Warm both paths: connections, the compiled plugin, the key cache.
-    for (url, (ok, failed)) in [&direct, &proxied]
-        .iter()
-        .zip(load(&http, &[&direct, &proxied], 200).await)
-    {
+    let limited = limited_key(&http, &host).await;
+    // Warm every path: connections, the compiled plugin, the key cache.
+    let warm = [(&*direct, KEY), (&*proxied, KEY), (&*proxied, &*limited)];
+    for ((url, _), (ok, failed)) in warm.iter().zip(load(&http, &warm, 200).await) {
         assert!(
             failed == 0 && !ok.is_empty(),
             "warm-up failed on {url}: {failed} failures"
@@ -175,27 +183,57 @@ async fn run() {
         "bench-gateway: {rounds} rounds, {SECONDS_PER_RATE} s per rate, open loop, both paths at once, latency from scheduled start (ms)"
     );
     println!(
-        "{:>6} | {:>17} | {:>17} | {:>17} | {:>12} | failed",
-        "QPS", "direct p50 / p99", "proxied p50 / p99", "added p50 / p99", "host CPU/req"
+        "{:>6} | {:>7} | {:>17} | {:>17} | {:>17} | {:>12} | failed",
+        "QPS", "key", "direct p50 / p99", "proxied p50 / p99", "added p50 / p99", "host CPU/req"
     );
-    // Per rate, each round's added (p50, p99).
-    let mut added = vec![Vec::new(); RATES.len()];
-    for _ in 0..rounds {
+    // Per rate and key (without, with limits), each round's added (p50, p99).
+    let mut added = vec![[Vec::new(), Vec::new()]; RATES.len()];
+    for round in 0..rounds {
         for (rate, added) in RATES.into_iter().zip(&mut added) {
-            added.push(measure(&http, &host, &direct, &proxied, rate).await);
+            for which in [round % 2, 1 - round % 2] {
+                let key = [KEY, &*limited][which];
+                let label = ["open", "limited"][which];
+                let got = measure(&http, &host, &direct, (&proxied, key), rate, label).await;
+                added[which].push(got);
+            }
         }
     }
-    println!("median of {rounds} rounds, added p50 / p99 (ms):");
-    for (rate, added) in RATES.into_iter().zip(added) {
-        let (mut p50s, mut p99s): (Vec<f64>, Vec<f64>) = added.into_iter().unzip();
-        p50s.sort_by(f64::total_cmp);
-        p99s.sort_by(f64::total_cmp);
+    println!("median of {rounds} rounds, added p50 / p99 (ms), and with limits / without:");
+    for (rate, [open, limited]) in RATES.into_iter().zip(added) {
+        let (o50, o99) = medians(open);
+        let (l50, l99) = medians(limited);
         println!(
-            "{rate:>6} | {:>7.3} / {:>7.3}",
-            percentile(&p50s, 0.5),
-            percentile(&p99s, 0.5)
+            "{rate:>6} | without limits {o50:>7.3} / {o99:>7.3} | with limits {l50:>7.3} / {l99:>7.3} | ratio {:.2} / {:.2}",
+            l50 / o50,
+            l99 / o99
         );
     }
+}
+
+/// The medians of rounds' (p50, p99).
+fn medians(rounds: Vec<(f64, f64)>) -> (f64, f64) {
+    let (mut p50s, mut p99s): (Vec<f64>, Vec<f64>) = rounds.into_iter().unzip();
+    p50s.sort_by(f64::total_cmp);
+    p99s.sort_by(f64::total_cmp);
+    (percentile(&p50s, 0.5), percentile(&p99s, 0.5))
+}
+
+/// A key with rate limits and a daily budget, all far above what the bench
+/// sends, so every request is counted and none refused.
+async fn limited_key(http: &reqwest::Client, host: &Host) -> String {
+    let spec = json!({"name": "limited", "rpm": 1_000_000, "tpm": 100_000_000,
+        "tokens_per_day": 1_000_000_000_000u64});
+    let created: Value = http
+        .post(format!("{}/v1/me/api-keys", host.base))
+        .bearer_auth(KEY)
+        .json(&spec)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    created["key"].as_str().expect("a limited key").to_string()
 }
 
 /// One rate's run: prints its line, returns the added (p50, p99).
@@ -203,11 +241,14 @@ async fn measure(
     http: &reqwest::Client,
     host: &Host,
     direct: &str,
-    proxied: &str,
+    proxied: (&str, &str),
     rate: u64,
+    label: &str,
 ) -> (f64, f64) {
     let cpu_before = cpu_seconds(host.child.id());
-    let mut paths = load(http, &[direct, proxied], rate).await.into_iter();
+    let mut paths = load(http, &[(direct, KEY), proxied], rate)
+        .await
+        .into_iter();
     let cpu = cpu_seconds(host.child.id())
         .zip(cpu_before)
         .map(|(after, before)| (after - before) * 1e6 / (rate * SECONDS_PER_RATE) as f64);
@@ -215,7 +256,7 @@ async fn measure(
     let (d50, d99) = (percentile(&d, 0.5), percentile(&d, 0.99));
     let (p50, p99) = (percentile(&p, 0.5), percentile(&p, 0.99));
     println!(
-        "{rate:>6} | {d50:>7.3} / {d99:>7.3} | {p50:>7.3} / {p99:>7.3} | {:>7.3} / {:>7.3} | {:>9.0} µs | direct {d_failed}, proxied {p_failed} of {}",
+        "{rate:>6} | {label:>7} | {d50:>7.3} / {d99:>7.3} | {p50:>7.3} / {p99:>7.3} | {:>7.3} / {:>7.3} | {:>9.0} µs | direct {d_failed}, proxied {p_failed} of {}",
         p50 - d50,
         p99 - d99,
         cpu.unwrap_or(f64::NAN),

@@ -204,6 +204,77 @@ pub struct InferenceConfig {
     pub second_instance: bool,
     /// OpenAI-compatible servers served through the `model-openai` proxy.
     pub upstreams: Vec<UpstreamConfig>,
+    /// Model ids served by several deployments, with retries and fallbacks.
+    pub routes: Vec<RouteConfig>,
+}
+
+/// `[[inference.routes]]`: one model id clients ask for, served by an
+/// ordered or weighted list of deployments.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteConfig {
+    /// The id clients ask for.
+    pub model: String,
+    /// What serves it, tried in turn.
+    pub deployments: Vec<DeploymentConfig>,
+    /// `ordered` (the list's order) or `weighted` (the first picked at
+    /// random by weight, then the rest in order).
+    #[serde(default)]
+    pub strategy: RouteStrategy,
+    /// Deployments tried after the first fails; by default every one.
+    #[serde(default)]
+    pub retries: Option<usize>,
+    /// One attempt must answer within this.
+    #[serde(default = "default_upstream_timeout")]
+    pub timeout_ms: u64,
+    /// How long a failed deployment is passed over.
+    #[serde(default = "default_cooldown")]
+    pub cooldown_s: u64,
+    /// Other model ids tried, in order, once every deployment failed.
+    #[serde(default)]
+    pub fallbacks: Vec<String>,
+}
+
+/// How a route orders its deployments.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RouteStrategy {
+    /// In the order listed.
+    #[default]
+    Ordered,
+    /// The first by weight, then the rest in order.
+    Weighted,
+}
+
+/// One deployment of a route: a model served by an upstream or the
+/// embedded model, under a name of its own.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeploymentConfig {
+    /// The model id it is served under (an upstream's model, or the
+    /// embedded model's id).
+    pub model: String,
+    /// Its name in headers, usage and logs; the model id by default.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Its share of first picks under `weighted`.
+    #[serde(default = "default_weight")]
+    pub weight: u32,
+}
+
+impl DeploymentConfig {
+    /// Its name.
+    pub fn name(&self) -> &str {
+        self.name.as_deref().unwrap_or(&self.model)
+    }
+}
+
+fn default_cooldown() -> u64 {
+    30
+}
+
+fn default_weight() -> u32 {
+    1
 }
 
 /// One OpenAI-compatible upstream behind the `model-openai` proxy backend.
@@ -246,6 +317,7 @@ impl Default for InferenceConfig {
             upstream_per_project_concurrency: 256,
             second_instance: true,
             upstreams: Vec::new(),
+            routes: Vec::new(),
         }
     }
 }

@@ -365,3 +365,123 @@ async fn a_key_limit_holds_across_three_hosts() {
         })
         .await;
 }
+
+/// An upstream that is down: every request is a 503, counted.
+async fn failing_upstream() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let hits = std::sync::Arc::new(AtomicUsize::new(0));
+    let counted = hits.clone();
+    let app = axum::Router::new().fallback(move || {
+        counted.fetch_add(1, Ordering::SeqCst);
+        async {
+            (
+                axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                axum::Json(json!({"error": {"message": "overloaded"}})),
+            )
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (format!("127.0.0.1:{}", addr.port()), hits)
+}
+
+on_each_store!(routes_fall_over_to_the_next_deployment_and_say_which_served);
+async fn routes_fall_over_to_the_next_deployment_and_say_which_served() {
+    use std::sync::atomic::Ordering;
+    let (good, _) = fake_upstream().await;
+    let (bad, bad_hits) = failing_upstream().await;
+    let routes = format!(
+        r#"[[inference.upstreams]]
+name = "down"
+base_url = "http://{bad}/v1"
+models = ["down-1=anything"]
+[[inference.routes]]
+model = "chat"
+cooldown_s = 60
+deployments = [{{ model = "down-1", name = "east" }}, {{ model = "fake-1", name = "west" }}]
+[[inference.routes]]
+model = "rescued"
+fallbacks = ["fake-1"]
+deployments = [{{ model = "down-1", name = "only" }}]
+[[inference.routes]]
+model = "patient"
+timeout_ms = 400
+deployments = [{{ model = "fake-slow", name = "slow" }}, {{ model = "fake-1", name = "quick" }}]
+"#
+    );
+    let host = upstream_host(&good, &routes).start().await;
+    let alice = host.create_user("alice").await;
+    let (_, models) = call!(host, alice, GET "/v1/models");
+    assert!(listed(&models, "id").contains(&"chat"), "{models}");
+
+    // The first deployment answers 503: the second serves, and says so.
+    let (status, headers, body) = ask(&host, &alice, "chat", None).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(header(&headers, "x-switchyard-deployment"), "west");
+    assert_eq!(body["model"], "chat");
+    assert_eq!(body["choices"][0]["message"]["content"], "Hello");
+    assert_eq!(bad_hits.load(Ordering::SeqCst), 1);
+    // It is cooling down now: not asked again.
+    let (status, headers, _) = ask(&host, &alice, "chat", None).await;
+    assert_eq!(
+        (status, header(&headers, "x-switchyard-deployment")),
+        (200, "west")
+    );
+    assert_eq!(
+        bad_hits.load(Ordering::SeqCst),
+        1,
+        "a cooling deployment is passed over"
+    );
+    // Streams too (the failure came before any byte).
+    let response = host
+        .http
+        .post(host.url("/v1/chat/completions"))
+        .bearer_auth(&alice)
+        .json(&json!({"model": "chat", "stream": true, "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        header(response.headers(), "x-switchyard-deployment"),
+        "west"
+    );
+    let text = response.text().await.unwrap();
+    let streamed: String = crate::harness::sse_chunks(&text)
+        .iter()
+        .filter_map(|c| {
+            c["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_string)
+        })
+        .collect();
+    assert_eq!(streamed, "Hello");
+
+    // Every deployment down: the fallback model answers.
+    let (status, headers, body) = ask(&host, &alice, "rescued", None).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(header(&headers, "x-switchyard-deployment"), "fake-1");
+    assert_eq!(bad_hits.load(Ordering::SeqCst), 2);
+    // A deployment past the route's timeout is left for the next.
+    let started = std::time::Instant::now();
+    let (status, headers, body) = ask(&host, &alice, "patient", None).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(header(&headers, "x-switchyard-deployment"), "quick");
+    assert!(started.elapsed() < Duration::from_secs(5));
+
+    // Usage and the access log say which deployment served.
+    let (_, usage) = call!(host, alice, GET "/v1/me/usage");
+    let rows = usage["rows"].as_array().unwrap();
+    let west = rows
+        .iter()
+        .find(|r| r["model"] == "chat" && r["deployment"] == "west")
+        .unwrap_or_else(|| panic!("{usage}"));
+    assert_eq!(west["requests"], 3, "{usage}");
+    assert!(
+        rows.iter()
+            .any(|r| r["model"] == "rescued" && r["deployment"] == "fake-1"),
+        "{usage}"
+    );
+    host.wait_for_log(&["deployment=west"]).await;
+}

@@ -5,7 +5,7 @@ use super::Reply;
 use std::convert::Infallible;
 
 use axum::extract::{Path, State};
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, HeaderValue};
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
@@ -27,6 +27,9 @@ use crate::inference::wire::{self, CompletionRequest, Header};
 /// The project headers: ours (the spec's) and the one the `openai` SDK sends
 /// for `project=`.
 const PROJECT_HEADERS: [&str; 2] = ["service-project", "openai-project"];
+
+/// Which of a route's deployments answered (the access log shows it too).
+pub const DEPLOYMENT_HEADER: &str = "x-switchyard-deployment";
 
 fn model_object(model: &ModelInfo) -> Value {
     json!({
@@ -112,6 +115,7 @@ async fn chat(
     };
     let mut running = app.inference.chat(account, request).await?;
     let limits = std::mem::take(&mut running.headers);
+    let deployment = running.deployment.clone();
     let mut response = if body.stream {
         let include_usage = body.stream_options.is_some_and(|o| o.include_usage);
         stream(header, running, include_usage, started).await?
@@ -119,6 +123,9 @@ async fn chat(
         whole(header, running, started).await?
     };
     response.headers_mut().extend(limits);
+    if let Some(value) = deployment.get().and_then(|d| HeaderValue::from_str(d).ok()) {
+        response.headers_mut().insert(DEPLOYMENT_HEADER, value);
+    }
     Ok(response)
 }
 

@@ -58,6 +58,11 @@ pub async fn observe(mut request: Request, next: Next) -> Response {
     let took = started.elapsed();
     let status = response.status().as_u16();
     telemetry::http_request(method.as_str(), &route, status, took);
+    let deployment = response
+        .headers()
+        .get(super::inference::DEPLOYMENT_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("-");
     tracing::info!(
         target: "switchyard::access",
         request_id = %id,
@@ -66,6 +71,7 @@ pub async fn observe(mut request: Request, next: Next) -> Response {
         status,
         latency_ms = (took.as_secs_f64() * 1e6).round() / 1e3,
         caller = %caller.get(),
+        deployment = %deployment,
         "request"
     );
     if let Ok(value) = HeaderValue::from_str(&id) {

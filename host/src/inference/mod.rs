@@ -7,6 +7,8 @@
 //! - [`wire`]: the chat-completions request and response formats.
 //! - [`usage`]: token accounting per team, project, key, model and day.
 //! - [`limits`]: rate limits and budgets of keys and projects.
+//! - [`routes`]: model ids served by several deployments, with retries,
+//!   cooldowns and fallbacks.
 //! - [`pull`]: fetching the default model.
 //!
 //! Every chat request runs as a job on the inference queue (bounded; full
@@ -16,6 +18,7 @@
 pub mod backend;
 pub mod limits;
 pub mod pull;
+pub mod routes;
 pub mod usage;
 pub mod wire;
 
@@ -57,6 +60,15 @@ pub struct Inference {
     /// Where operators' backend plugins are loaded.
     plugins: Arc<Plugins>,
     limiter: Arc<limits::Limiter>,
+    router: Arc<routes::Routes>,
+}
+
+/// One way to serve a request: a backend, its plugin if it is one, and
+/// the route's deployment it stands for.
+struct Attempt {
+    backend: Route,
+    plugin: Option<Arc<Plugin>>,
+    deployment: Option<routes::Deployment>,
 }
 
 /// A backend as inference holds it.
@@ -71,6 +83,8 @@ pub struct Running {
     pub done: oneshot::Receiver<Result<ChatResult>>,
     /// The rate-limit headers its answer carries.
     pub headers: axum::http::HeaderMap,
+    /// The route's deployment serving it, once one answers.
+    pub deployment: Arc<std::sync::OnceLock<String>>,
 }
 
 impl Inference {
@@ -111,6 +125,7 @@ impl Inference {
             running: Arc::default(),
             plugins,
             limiter: limits::Limiter::start(store_for_limits),
+            router: Arc::new(routes::Routes::new(&cfg.inference.routes)),
         };
         let auto_pull = cfg.inference.auto_pull;
         for (id, setup, wasm) in specs {
@@ -139,6 +154,17 @@ impl Inference {
                 }
             }
         }
+        let routed: Vec<ModelInfo> = inference
+            .router
+            .models()
+            .filter(|id| !inference.routes.contains_key(*id))
+            .map(|id| ModelInfo {
+                id: id.to_string(),
+                owned_by: "switchyard".into(),
+                created: crate::ids::now(),
+            })
+            .collect();
+        inference.models.extend(routed);
         let configured = cfg.inference.upstreams.iter().flat_map(|u| &u.models);
         let ids = configured
             .map(|m| m.split('=').next().unwrap_or(m).to_string())
@@ -198,14 +224,14 @@ impl Inference {
     /// or budget is spent, the project is at its concurrency limit or the
     /// queue is full.
     pub async fn chat(&self, account: Account, request: ChatRequest) -> Result<Running> {
-        let (backend, plugin) = self.route(&request.model)?;
-        if !backend.passes_through() {
+        let attempts = self.attempts(&request.model)?;
+        let first = &attempts[0].backend;
+        if !first.passes_through() {
             wire::refuse_passthrough(&request)?;
         }
-
         // Local and upstream work are limited apart: a project busy with
         // the embedded model still reaches its upstream models.
-        let (limit, counted) = if backend.is_proxy() {
+        let (limit, counted) = if first.is_proxy() {
             (
                 self.upstream_per_project,
                 format!("{} (upstream models)", account.scope),
@@ -222,41 +248,26 @@ impl Inference {
         let (limiter, refund) = (self.limiter.clone(), admitted.clone());
         let (output_tx, output) = mpsc::unbounded_channel();
         let (done_tx, done) = oneshot::channel();
-        let store = self.store.clone();
+        let deployment = Arc::new(std::sync::OnceLock::new());
+        let (store, router, served_by) =
+            (self.store.clone(), self.router.clone(), deployment.clone());
         // The job reports its own outcome, so no task waits on it. If it
         // panics, `done` closes and the caller reports the job dropped.
         let job = async move {
             let model = request.model.clone();
-            let started = std::time::Instant::now();
-            let result = backend.chat(account.team(), request, output_tx).await;
-            let failed = matches!(result, Err(CallError::Failed(_) | CallError::TimedOut(_)));
-            if let Some(plugin) = plugin {
-                plugin.stats().record(started.elapsed(), failed);
-            }
-            crate::telemetry::plugin_call(
-                backend.name(),
-                Kind::ModelBackend.as_str(),
-                failed,
-                started.elapsed(),
-            );
+            let team = account.team().to_string();
+            let result = serve(attempts, &team, request, output_tx, &router, &served_by).await;
             let used = result.as_ref().map_or(0, |r| {
                 u64::from(r.prompt_tokens) + u64::from(r.completion_tokens)
             });
             limiter.settle(&admitted, used);
             if let Ok(r) = &result {
                 crate::telemetry::inference_tokens(&model, r.prompt_tokens, r.completion_tokens);
-            }
-            if let Ok(r) = &result
-                && let Err(e) = usage::record(
-                    &store,
-                    &account,
-                    &model,
-                    r.prompt_tokens,
-                    r.completion_tokens,
-                )
-                .await
-            {
-                tracing::error!(error = %e, "recording usage failed");
+                let served = served_by.get().map_or("", String::as_str);
+                let tokens = (r.prompt_tokens, r.completion_tokens);
+                if let Err(e) = usage::record(&store, &account, (&model, served), tokens).await {
+                    tracing::error!(error = %e, "recording usage failed");
+                }
             }
             drop(slot);
             let _ = done_tx.send(result.map_err(call_error));
@@ -269,7 +280,43 @@ impl Inference {
             output,
             done,
             headers,
+            deployment,
         })
+    }
+
+    /// What to try for `model`, in order: its route's deployments and
+    /// fallbacks, or the one backend serving it.
+    fn attempts(&self, model: &str) -> Result<Vec<Attempt>> {
+        let Some(plan) = self.router.plan(model) else {
+            let (backend, plugin) = self.route(model)?;
+            return Ok(vec![Attempt {
+                backend,
+                plugin,
+                deployment: None,
+            }]);
+        };
+        let mut attempts = Vec::with_capacity(plan.len());
+        for deployment in plan {
+            match self.route(&deployment.model) {
+                Ok((backend, plugin)) => attempts.push(Attempt {
+                    backend,
+                    plugin,
+                    deployment: Some(deployment),
+                }),
+                Err(e) => {
+                    tracing::warn!(route = %model, deployment = %deployment.name, "deployment skipped: {e}")
+                }
+            }
+        }
+        if attempts.is_empty() {
+            let wait = self.router.next_ready(model).map_or(String::new(), |d| {
+                format!("; the first is tried again in {}s", d.as_secs().max(1))
+            });
+            return Err(Error::Unavailable(format!(
+                "every deployment of '{model}' failed recently and is cooling down, and its fallbacks are unavailable{wait}"
+            )));
+        }
+        Ok(attempts)
     }
 
     /// The backend serving `model` (and its plugin, if it is one).
@@ -291,6 +338,87 @@ impl Inference {
             "the model '{model}' does not exist; GET /v1/models lists the models served"
         )))
     }
+}
+
+/// Tries `attempts` in turn until one answers or fails in a way the next
+/// cannot help: the client's error, or a failure after the first piece
+/// reached the client. A failed deployment cools down.
+async fn serve(
+    attempts: Vec<Attempt>,
+    team: &str,
+    request: ChatRequest,
+    output: mpsc::UnboundedSender<Piece>,
+    router: &routes::Routes,
+    served_by: &std::sync::OnceLock<String>,
+) -> std::result::Result<ChatResult, CallError> {
+    let last = attempts.len() - 1;
+    let mut outcome = Err(CallError::Failed("no deployment was tried".into()));
+    for (i, attempt) in attempts.into_iter().enumerate() {
+        let Some(deployment) = &attempt.deployment else {
+            // A model without a route: straight through.
+            return call(&attempt, team, request, output).await;
+        };
+        let mut asked = request.clone();
+        asked.model = deployment.model.clone();
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let sent = std::sync::atomic::AtomicBool::new(false);
+        let forward = async {
+            while let Some(piece) = rx.recv().await {
+                if !sent.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                    let _ = served_by.set(deployment.name.clone());
+                }
+                let _ = output.send(piece);
+            }
+        };
+        let both = async { tokio::join!(call(&attempt, team, asked, tx), forward).0 };
+        outcome = match tokio::time::timeout(deployment.timeout, both).await {
+            Ok(result) => result,
+            Err(_) => Err(CallError::TimedOut(format!(
+                "the deployment '{}' did not answer within {} ms",
+                deployment.name,
+                deployment.timeout.as_millis()
+            ))),
+        };
+        match &outcome {
+            Ok(_) => {
+                let _ = served_by.set(deployment.name.clone());
+                return outcome;
+            }
+            Err(e) if sent.load(std::sync::atomic::Ordering::Relaxed) || !routes::retryable(e) => {
+                return outcome;
+            }
+            Err(e) => {
+                tracing::warn!(deployment = %deployment.name, error = %e, "deployment failed; trying the next");
+                router.cool(deployment);
+                if i == last {
+                    return outcome;
+                }
+            }
+        }
+    }
+    outcome
+}
+
+/// One backend call, counted in the plugin's stats and the metrics.
+async fn call(
+    attempt: &Attempt,
+    team: &str,
+    request: ChatRequest,
+    output: mpsc::UnboundedSender<Piece>,
+) -> std::result::Result<ChatResult, CallError> {
+    let started = std::time::Instant::now();
+    let result = attempt.backend.chat(team, request, output).await;
+    let failed = matches!(result, Err(CallError::Failed(_) | CallError::TimedOut(_)));
+    if let Some(plugin) = &attempt.plugin {
+        plugin.stats().record(started.elapsed(), failed);
+    }
+    crate::telemetry::plugin_call(
+        attempt.backend.name(),
+        Kind::ModelBackend.as_str(),
+        failed,
+        started.elapsed(),
+    );
+    result
 }
 
 /// A failed backend call as the client sees it.

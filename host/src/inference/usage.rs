@@ -37,13 +37,13 @@ pub fn personal_scope(user: &str) -> String {
     format!("~{user}")
 }
 
-/// Adds one finished request.
+/// Adds one finished request for `model` (and the route's deployment that
+/// served it, or `""`), with its (prompt, completion) tokens.
 pub async fn record(
     store: &Store,
     account: &Account,
-    model: &str,
-    prompt: u32,
-    completion: u32,
+    (model, deployment): (&str, &str),
+    (prompt, completion): (u32, u32),
 ) -> Result<()> {
     let totals = Totals {
         requests: 1,
@@ -56,6 +56,7 @@ pub async fn record(
         day,
         model,
         key_id: account.key_id.clone(),
+        deployment: deployment.to_string(),
         totals,
     };
     Ok(store.add_usage(&account.scope, &add).await?)

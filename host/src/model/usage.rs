@@ -34,6 +34,10 @@ pub struct UsageRow {
     pub model: String,
     /// The API key's id.
     pub key_id: String,
+    /// The route's deployment that served it; empty for a model without
+    /// a route.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub deployment: String,
     /// Its totals.
     #[serde(flatten)]
     pub totals: Totals,

@@ -1159,6 +1159,7 @@ fn usage_row(day: &str, totals: Totals) -> UsageRow {
         day,
         model,
         key_id,
+        deployment: String::new(),
         totals,
     }
 }
@@ -1179,6 +1180,18 @@ async fn usage_adds_up(store: &Store) {
     let rows = store.usage("ml/vision").await.unwrap();
     let got: Vec<(&str, Totals)> = rows.iter().map(|r| (r.day.as_str(), r.totals)).collect();
     assert_eq!(got, [("2026-01-01", totals(2)), ("2026-01-02", totals(4))]);
+    // A route's deployment is a row of its own.
+    let routed = UsageRow {
+        deployment: "east".into(),
+        ..usage_row("2026-01-02", totals(5))
+    };
+    store.add_usage("ml/vision", &routed).await.unwrap();
+    store.add_usage("ml/vision", &routed).await.unwrap();
+    let rows = store.usage("ml/vision").await.unwrap();
+    let east: Vec<&UsageRow> = rows.iter().filter(|r| r.deployment == "east").collect();
+    assert_eq!(east.len(), 1, "{rows:?}");
+    assert_eq!(east[0].totals, totals(10));
+    assert_eq!(rows.len(), 3);
 }
 
 async fn uploaded_plugins(store: &Store) {

@@ -96,6 +96,7 @@ mod tests {
             day: day.into(),
             model: "m".into(),
             key_id: "k".into(),
+            deployment: String::new(),
             totals: Totals {
                 requests: 1,
                 prompt_tokens: 0,

@@ -12,7 +12,7 @@ use sqlx::postgres::PgRow;
 #[async_trait]
 impl UsageRecords for Postgres {
     async fn add_usage(&self, scope: &str, add: &UsageRow) -> Result<()> {
-        let sum = "(scope, day, model, key_id) DO UPDATE SET \
+        let sum = "(scope, day, model, key_id, deployment) DO UPDATE SET \
                    requests = usage.requests + excluded.requests, \
                    prompt_tokens = usage.prompt_tokens + excluded.prompt_tokens, \
                    completion_tokens = usage.completion_tokens + excluded.completion_tokens, \
@@ -23,9 +23,9 @@ impl UsageRecords for Postgres {
     }
 
     async fn usage(&self, scope: &str) -> Result<Vec<UsageRow>> {
-        let sql = "SELECT day::text AS day, model, key_id, requests, prompt_tokens, \
+        let sql = "SELECT day::text AS day, model, key_id, deployment, requests, prompt_tokens, \
                    completion_tokens, total_tokens FROM usage WHERE scope = $1 \
-                   ORDER BY day, model, key_id";
+                   ORDER BY day, model, key_id, deployment";
         self.all(q(sql, &[scope]), usage_row).await
     }
 }
@@ -44,6 +44,7 @@ fn usage_row(r: &PgRow) -> Result<UsageRow> {
         day: get(r, "day")?,
         model: get(r, "model")?,
         key_id: get(r, "key_id")?,
+        deployment: get(r, "deployment")?,
         totals,
     })
 }

@@ -14,7 +14,13 @@ use crate::store::records::*;
 impl UsageRecords for Sled {
     async fn add_usage(&self, scope: &str, add: &UsageRow) -> Result<()> {
         let (prefix, row) = (usage_prefix(scope), add);
-        let key = format!("{prefix}{}\0{}\0{}", row.day, row.model, row.key_id).into_bytes();
+        // A deployment is a fourth part; rows without one keep the
+        // three-part keys written before routes.
+        let mut key = format!("{prefix}{}\0{}\0{}", row.day, row.model, row.key_id);
+        if !row.deployment.is_empty() {
+            key = format!("{key}\0{}", row.deployment);
+        }
+        let key = key.into_bytes();
         let w = self.writer().await;
         let mut totals: Totals = w.get_json(T::Usage, &key)?.unwrap_or_default();
         totals.add(&add.totals);
@@ -27,7 +33,7 @@ impl UsageRecords for Sled {
         let mut rows = Vec::new();
         for (key, value) in self.scan(T::Usage, prefix.as_bytes())? {
             let key = String::from_utf8_lossy(&key[prefix.len()..]).into_owned();
-            let mut parts = key.splitn(3, '\0');
+            let mut parts = key.splitn(4, '\0');
             let (Some(day), Some(model), Some(key_id)) = (parts.next(), parts.next(), parts.next())
             else {
                 continue;
@@ -36,6 +42,7 @@ impl UsageRecords for Sled {
                 day: day.into(),
                 model: model.into(),
                 key_id: key_id.into(),
+                deployment: parts.next().unwrap_or_default().into(),
                 totals: decode(T::Usage, &value)?,
             });
         }

@@ -45,3 +45,8 @@ BEGIN
     RETURN QUERY SELECT g, u, o;
 END
 $$;
+
+-- Usage per route deployment too ('' for a model without a route).
+ALTER TABLE usage ADD COLUMN deployment text NOT NULL DEFAULT '';
+ALTER TABLE usage DROP CONSTRAINT usage_pkey;
+ALTER TABLE usage ADD PRIMARY KEY (scope, day, model, key_id, deployment);
