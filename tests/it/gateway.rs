@@ -485,3 +485,44 @@ deployments = [{{ model = "fake-slow", name = "slow" }}, {{ model = "fake-1", na
     );
     host.wait_for_log(&["deployment=west"]).await;
 }
+
+on_each_store!(the_stock_openai_client_reads_limits_deployments_and_refusals);
+async fn the_stock_openai_client_reads_limits_deployments_and_refusals() {
+    let (good, _) = fake_upstream().await;
+    let (bad, _) = failing_upstream().await;
+    let routes = format!(
+        r#"[[inference.upstreams]]
+name = "down"
+base_url = "http://{bad}/v1"
+models = ["down-1=anything"]
+[[inference.routes]]
+model = "chat"
+deployments = [{{ model = "down-1", name = "east" }}, {{ model = "fake-1", name = "west" }}]
+"#
+    );
+    let host = upstream_host(&good, &routes).start().await;
+    let alice = host.create_user("alice").await;
+    let key = scoped_key(
+        &host,
+        &alice,
+        json!({"models": ["fake-1", "chat"], "rpm": 2}),
+    )
+    .await;
+    let python = crate::harness::python_venv("openai-venv", &["openai==2.*"]);
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/gateway_client.py");
+    // Not std's Command: the fake upstreams run on this test's runtime.
+    let out = tokio::process::Command::new(python)
+        .args([script, &format!("{}/v1", host.base), &key, "fake-1", "chat"])
+        .output()
+        .await
+        .expect("running gateway_client.py");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && said.trim_end().ends_with("ok"),
+        "{said}"
+    );
+}
