@@ -17,9 +17,10 @@ impl UsageRecords for Postgres {
                    prompt_tokens = usage.prompt_tokens + excluded.prompt_tokens, \
                    completion_tokens = usage.completion_tokens + excluded.completion_tokens, \
                    total_tokens = usage.total_tokens + excluded.total_tokens";
-        self.insert("usage", &[("scope", scope)], add, sum)
-            .await
-            .map(drop)
+        // The deployment is named even when empty: the row's JSON leaves
+        // an empty one out, and the column is part of the key.
+        let keys = [("scope", scope), ("deployment", add.deployment.as_str())];
+        self.insert("usage", &keys, add, sum).await.map(drop)
     }
 
     async fn usage(&self, scope: &str) -> Result<Vec<UsageRow>> {
