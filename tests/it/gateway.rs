@@ -241,12 +241,13 @@ async fn key_limits_answer_openai_headers_and_429s() {
 
     // A daily budget: each answer uses 13 tokens (the upstream's usage),
     // admitted against about 10 (the prompt and max_tokens) and settled
-    // with the real count.
-    let budget = scoped_key(&host, &alice, json!({"tokens_per_day": 25})).await;
+    // with the real count: after two, 26 of 33 are used, too few left for
+    // a third (counted by estimates alone, 20 would be).
+    let budget = scoped_key(&host, &alice, json!({"tokens_per_day": 33})).await;
     for _ in 0..2 {
         let (status, headers, body) = ask(&host, &budget, "fake-1", None).await;
         assert_eq!(status, 200, "{body}");
-        assert_eq!(header(&headers, "x-ratelimit-limit-tokens"), "25");
+        assert_eq!(header(&headers, "x-ratelimit-limit-tokens"), "33");
         // Settled corrections are written each second.
         tokio::time::sleep(Duration::from_millis(1_300)).await;
     }
@@ -258,7 +259,7 @@ async fn key_limits_answer_openai_headers_and_429s() {
         body["error"]["message"]
             .as_str()
             .unwrap()
-            .contains("25 tokens per day (UTC)"),
+            .contains("33 tokens per day (UTC)"),
         "{body}"
     );
     let retry: u64 = header(&headers, "retry-after").parse().unwrap();
@@ -386,20 +387,28 @@ async fn failing_upstream() -> (String, std::sync::Arc<std::sync::atomic::Atomic
     (format!("127.0.0.1:{}", addr.port()), hits)
 }
 
-on_each_store!(routes_fall_over_to_the_next_deployment_and_say_which_served);
-async fn routes_fall_over_to_the_next_deployment_and_say_which_served() {
-    use std::sync::atomic::Ordering;
-    let (good, _) = fake_upstream().await;
-    let (bad, bad_hits) = failing_upstream().await;
-    let routes = format!(
+/// An upstream `down` at `bad`, and the route `chat`: its deployment
+/// `east` there first, `west` (the fake upstream's `fake-1`) second.
+fn chat_route(bad: &str) -> String {
+    format!(
         r#"[[inference.upstreams]]
 name = "down"
 base_url = "http://{bad}/v1"
 models = ["down-1=anything"]
 [[inference.routes]]
 model = "chat"
-cooldown_s = 60
 deployments = [{{ model = "down-1", name = "east" }}, {{ model = "fake-1", name = "west" }}]
+"#
+    )
+}
+
+on_each_store!(routes_fall_over_to_the_next_deployment_and_say_which_served);
+async fn routes_fall_over_to_the_next_deployment_and_say_which_served() {
+    use std::sync::atomic::Ordering;
+    let (good, _) = fake_upstream().await;
+    let (bad, bad_hits) = failing_upstream().await;
+    let routes = format!(
+        r#"{}
 [[inference.routes]]
 model = "rescued"
 fallbacks = ["fake-1"]
@@ -408,7 +417,8 @@ deployments = [{{ model = "down-1", name = "only" }}]
 model = "patient"
 timeout_ms = 400
 deployments = [{{ model = "fake-slow", name = "slow" }}, {{ model = "fake-1", name = "quick" }}]
-"#
+"#,
+        chat_route(&bad)
     );
     let host = upstream_host(&good, &routes).start().await;
     let alice = host.create_user("alice").await;
@@ -490,17 +500,7 @@ on_each_store!(the_stock_openai_client_reads_limits_deployments_and_refusals);
 async fn the_stock_openai_client_reads_limits_deployments_and_refusals() {
     let (good, _) = fake_upstream().await;
     let (bad, _) = failing_upstream().await;
-    let routes = format!(
-        r#"[[inference.upstreams]]
-name = "down"
-base_url = "http://{bad}/v1"
-models = ["down-1=anything"]
-[[inference.routes]]
-model = "chat"
-deployments = [{{ model = "down-1", name = "east" }}, {{ model = "fake-1", name = "west" }}]
-"#
-    );
-    let host = upstream_host(&good, &routes).start().await;
+    let host = upstream_host(&good, &chat_route(&bad)).start().await;
     let alice = host.create_user("alice").await;
     let key = scoped_key(
         &host,
@@ -509,20 +509,7 @@ deployments = [{{ model = "down-1", name = "east" }}, {{ model = "fake-1", name 
     )
     .await;
     let python = crate::harness::python_venv("openai-venv", &["openai==2.*"]);
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/gateway_client.py");
-    // Not std's Command: the fake upstreams run on this test's runtime.
-    let out = tokio::process::Command::new(python)
-        .args([script, &format!("{}/v1", host.base), &key, "fake-1", "chat"])
-        .output()
-        .await
-        .expect("running gateway_client.py");
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.status.success() && said.trim_end().ends_with("ok"),
-        "{said}"
-    );
+    let base = format!("{}/v1", host.base);
+    let args = [base.as_str(), &key, "fake-1", "chat"];
+    crate::harness::run_client_script(python, "gateway_client.py", &args).await;
 }

@@ -965,3 +965,25 @@ pub fn python_venv(name: &str, packages: &[&str]) -> String {
     );
     python
 }
+
+/// Runs the client script `tests/<script>` with `python`; panics with what
+/// it printed unless it exits 0 with `ok` as its last line. Not std's
+/// Command: fake upstreams run on the calling test's runtime.
+pub async fn run_client_script(python: String, script: &str, args: &[&str]) {
+    let path = format!("{}/../tests/{script}", env!("CARGO_MANIFEST_DIR"));
+    let out = tokio::process::Command::new(python)
+        .arg(&path)
+        .args(args)
+        .output()
+        .await
+        .unwrap_or_else(|e| panic!("running {script}: {e}"));
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && said.trim_end().ends_with("ok"),
+        "{script}: {said}"
+    );
+}

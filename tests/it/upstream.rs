@@ -684,22 +684,9 @@ async fn the_stock_openai_and_langchain_clients_call_tools_and_get_structured_ou
         "langchain-venv",
         &["openai==2.*", "langchain-openai==1.7.4"],
     );
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/tools_client.py");
-    // Not std's Command: the fake upstream runs on this test's runtime.
-    let out = tokio::process::Command::new(python)
-        .args([script, &format!("{}/v1", host.base), &alice, "fake-tools"])
-        .output()
-        .await
-        .expect("running tools_client.py");
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.status.success() && said.trim_end().ends_with("ok"),
-        "{said}"
-    );
+    let base = format!("{}/v1", host.base);
+    let args = [base.as_str(), &alice, "fake-tools"];
+    crate::harness::run_client_script(python, "tools_client.py", &args).await;
 }
 
 on_each_store!(the_embedded_model_refuses_what_it_cannot_honour_naming_the_field);

@@ -158,6 +158,9 @@ pub struct Limiter {
     /// `(bucket, claimed at)` → what goes back (negative) or was used
     /// beyond the estimate (positive); written each second.
     corrections: Mutex<HashMap<(String, u64), i64>>,
+    /// Wakes the flusher when there is something to write: an idle host
+    /// wakes no thread for limits.
+    busy: Arc<tokio::sync::Notify>,
 }
 
 /// What remains of one limit after an admission.
@@ -167,36 +170,61 @@ struct Remaining {
 }
 
 impl Limiter {
-    /// A limiter over `store`, writing corrections and returning stale
-    /// leases each second, and forgetting day-old claims each hour.
+    /// A limiter over `store`. While it holds leases or corrections, it
+    /// writes the corrections and returns stale leases each second, and
+    /// forgets claims two days old each hour; idle, it sleeps.
     pub fn start(store: Store) -> Arc<Limiter> {
+        let busy = Arc::new(tokio::sync::Notify::new());
         let limiter = Arc::new(Limiter {
             store,
             leases: Mutex::default(),
             corrections: Mutex::default(),
+            busy: busy.clone(),
         });
         let weak = Arc::downgrade(&limiter);
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(1));
-            let mut ticks = 0u64;
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut purged: Option<std::time::Instant> = None;
             loop {
+                let idle = weak.upgrade().map(|l| l.idle());
+                match idle {
+                    None => return,
+                    Some(true) => busy.notified().await,
+                    Some(false) => {}
+                }
                 tick.tick().await;
                 let Some(limiter) = weak.upgrade() else {
                     return;
                 };
                 limiter.flush().await;
-                ticks += 1;
-                if ticks % 3600 == 1
-                    && let Err(e) = limiter
-                        .store
-                        .purge_limits(ids::now_ms().saturating_sub(2 * DAY_MS))
-                        .await
-                {
-                    tracing::warn!(error = %e, "forgetting old rate-limit claims failed; retried in an hour");
+                if purged.is_none_or(|at| at.elapsed() >= Duration::from_secs(3600)) {
+                    purged = Some(std::time::Instant::now());
+                    limiter.purge().await;
                 }
             }
         });
         limiter
+    }
+
+    /// Whether there is nothing to flush.
+    fn idle(&self) -> bool {
+        self.leases
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_empty()
+            && self
+                .corrections
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .is_empty()
+    }
+
+    async fn purge(&self) {
+        let before = ids::now_ms().saturating_sub(2 * DAY_MS);
+        if let Err(e) = self.store.purge_limits(before).await {
+            tracing::warn!(error = %e, "forgetting old rate-limit claims failed; retried in an hour");
+        }
     }
 
     /// Admits a request needing `tokens` (its prompt and `max_tokens`)
@@ -236,16 +264,28 @@ impl Limiter {
 
     /// Settles an admitted request with the tokens it really used.
     pub fn settle(&self, admitted: &Admitted, tokens: u64) {
-        let mut corrections = self.corrections.lock().unwrap_or_else(|p| p.into_inner());
         for taken in admitted.taken.iter().filter(|t| t.unit == Unit::Tokens) {
-            let delta = i64::try_from(tokens).unwrap_or(i64::MAX)
-                - i64::try_from(taken.amount).unwrap_or(i64::MAX);
-            if delta != 0 {
-                *corrections
-                    .entry((taken.bucket.clone(), taken.at_ms))
-                    .or_default() += delta;
-            }
+            self.correct(
+                &taken.bucket,
+                taken.at_ms,
+                signed(tokens) - signed(taken.amount),
+            );
         }
+    }
+
+    /// Adds `delta` to the claim on `bucket` made at `at_ms`, to be written
+    /// within a second.
+    fn correct(&self, bucket: &str, at_ms: u64, delta: i64) {
+        if delta == 0 {
+            return;
+        }
+        *self
+            .corrections
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry((bucket.to_string(), at_ms))
+            .or_default() += delta;
+        self.busy.notify_one();
     }
 
     /// Gives back all an admitted request took: it was not served.
@@ -255,10 +295,8 @@ impl Limiter {
 
     /// Gives back what a refused request had taken of its other limits.
     fn give_back(&self, taken: &[Taken]) {
-        let mut corrections = self.corrections.lock().unwrap_or_else(|p| p.into_inner());
         for t in taken {
-            *corrections.entry((t.bucket.clone(), t.at_ms)).or_default() -=
-                i64::try_from(t.amount).unwrap_or(i64::MAX);
+            self.correct(&t.bucket, t.at_ms, -signed(t.amount));
         }
     }
 
@@ -295,6 +333,7 @@ impl Limiter {
         if let Some(old) = old {
             self.return_unused(&check.bucket, &old);
         }
+        self.busy.notify_one();
         Ok((now, left))
     }
 
@@ -312,12 +351,7 @@ impl Limiter {
     }
 
     fn return_unused(&self, bucket: &str, lease: &Lease) {
-        if lease.left > 0 {
-            let mut corrections = self.corrections.lock().unwrap_or_else(|p| p.into_inner());
-            *corrections
-                .entry((bucket.to_string(), lease.at_ms))
-                .or_default() -= i64::try_from(lease.left).unwrap_or(i64::MAX);
-        }
+        self.correct(bucket, lease.at_ms, -signed(lease.left));
     }
 
     /// Returns what stale leases left and writes the corrections.
@@ -347,12 +381,16 @@ impl Limiter {
         };
         if let Err(e) = self.store.adjust_limits(&batch).await {
             tracing::warn!(error = %e, "writing rate-limit corrections failed; retried in a second");
-            let mut corrections = self.corrections.lock().unwrap_or_else(|p| p.into_inner());
             for (bucket, at, n) in batch {
-                *corrections.entry((bucket, at)).or_default() += n;
+                self.correct(&bucket, at, n);
             }
         }
     }
+}
+
+/// An amount as a signed correction.
+fn signed(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 /// What a chat request may use at most: its prompt (about four bytes a
