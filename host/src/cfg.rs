@@ -566,7 +566,42 @@ impl Config {
 
     /// Parses TOML text; unknown keys are errors.
     pub fn parse(text: &str) -> anyhow::Result<Config> {
-        Ok(toml::from_str(text)?)
+        let cfg: Config = toml::from_str(text)?;
+        cfg.inference.check_routes()?;
+        Ok(cfg)
+    }
+}
+
+impl InferenceConfig {
+    /// What TOML cannot say of `[[inference.routes]]`: each route names a
+    /// model of its own, has a deployment and time to answer, and is not
+    /// its own fallback.
+    fn check_routes(&self) -> anyhow::Result<()> {
+        let mut seen = std::collections::HashSet::new();
+        for route in &self.routes {
+            let model = &route.model;
+            if !seen.insert(model) {
+                anyhow::bail!(
+                    "[[inference.routes]] names the model '{model}' twice; merge its deployments into one route"
+                );
+            }
+            if route.deployments.is_empty() {
+                anyhow::bail!(
+                    "[[inference.routes]] '{model}' has no deployments; list at least one, e.g. deployments = [{{ model = \"gpt-4o-mini\" }}]"
+                );
+            }
+            if route.timeout_ms == 0 {
+                anyhow::bail!(
+                    "[[inference.routes]] '{model}' has timeout_ms = 0; give each attempt some time, e.g. 30000"
+                );
+            }
+            if route.fallbacks.contains(model) {
+                anyhow::bail!(
+                    "[[inference.routes]] '{model}' lists itself in fallbacks; name other model ids"
+                );
+            }
+        }
+        Ok(())
     }
 }
 
@@ -590,6 +625,38 @@ impl Limits {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn routes_that_cannot_serve_are_refused_naming_why() {
+        let route = |body: &str| format!("[[inference.routes]]\nmodel = \"chat\"\n{body}");
+        let ok = route("deployments = [{ model = \"a\" }, { model = \"b\", weight = 2 }]");
+        assert_eq!(
+            Config::parse(&ok).unwrap().inference.routes[0]
+                .deployments
+                .len(),
+            2
+        );
+        for (body, says) in [
+            ("deployments = []", "has no deployments"),
+            (
+                "timeout_ms = 0\ndeployments = [{ model = \"a\" }]",
+                "timeout_ms = 0",
+            ),
+            (
+                "fallbacks = [\"chat\"]\ndeployments = [{ model = \"a\" }]",
+                "lists itself",
+            ),
+            (
+                "strategy = \"random\"\ndeployments = [{ model = \"a\" }]",
+                "random",
+            ),
+        ] {
+            let error = format!("{:#}", Config::parse(&route(body)).unwrap_err());
+            assert!(error.contains(says), "{body}: {error}");
+        }
+        let twice = format!("{ok}\n{ok}");
+        assert!(format!("{:#}", Config::parse(&twice).unwrap_err()).contains("twice"));
+    }
 
     #[test]
     fn empty_file_gives_defaults() {

@@ -165,6 +165,7 @@ impl Inference {
             })
             .collect();
         inference.models.extend(routed);
+        inference.warn_of_unserved_deployments(&cfg.inference.routes);
         let configured = cfg.inference.upstreams.iter().flat_map(|u| &u.models);
         let ids = configured
             .map(|m| m.split('=').next().unwrap_or(m).to_string())
@@ -172,6 +173,23 @@ impl Inference {
             .chain(inference.routes.keys().cloned());
         inference.plugins.reserve_models(ids);
         inference
+    }
+
+    /// Logs each route deployment or fallback no backend serves (yet: a
+    /// plugin may bring it later), so a typo shows at start.
+    fn warn_of_unserved_deployments(&self, routes: &[crate::cfg::RouteConfig]) {
+        for route in routes {
+            let named = route
+                .deployments
+                .iter()
+                .map(|d| &d.model)
+                .chain(&route.fallbacks);
+            for model in named {
+                if self.route(model).is_err() && !self.router.has(model) {
+                    tracing::error!(route = %route.model, %model, "a route names a model no backend serves; requests skip it until one does");
+                }
+            }
+        }
     }
 
     fn add(&mut self, backend: Route, models: Vec<ModelInfo>) {
