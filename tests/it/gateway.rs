@@ -513,3 +513,15 @@ async fn the_stock_openai_client_reads_limits_deployments_and_refusals() {
     let args = [base.as_str(), &key, "fake-1", "chat"];
     crate::harness::run_client_script(python, "gateway_client.py", &args).await;
 }
+
+on_each_store!(litellms_sdk_chats_streams_and_meets_the_limit);
+async fn litellms_sdk_chats_streams_and_meets_the_limit() {
+    let (upstream, _) = fake_upstream().await;
+    let host = upstream_host(&upstream, "").start().await;
+    let alice = host.create_user("alice").await;
+    let key = scoped_key(&host, &alice, json!({"rpm": 3})).await;
+    let python = crate::harness::python_venv("litellm-venv", &["litellm==1.110.2"]);
+    let base = format!("{}/v1", host.base);
+    let args = [base.as_str(), &key, "fake-1"];
+    crate::harness::run_client_script(python, "litellm_client.py", &args).await;
+}
