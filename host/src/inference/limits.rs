@@ -19,7 +19,7 @@ use axum::http::{HeaderMap, HeaderValue};
 use crate::error::{Error, Result};
 use crate::ids;
 use crate::model::RateLimits;
-use crate::store::Store;
+use crate::store::{Granted, Store};
 
 /// How long a host may admit from one lease.
 const LEASE_MS: u64 = 1_000;
@@ -121,15 +121,25 @@ impl Owners {
 struct Lease {
     /// When it was claimed; what it gives back is dated so.
     at_ms: u64,
+    granted: u64,
     left: u64,
     /// The window's count when claimed, this lease included.
     seen: u64,
     limit: u64,
+    /// Whether its successor is being claimed.
+    renewing: bool,
 }
 
 impl Lease {
     fn live(&self, now: u64, limit: u64) -> bool {
         now < self.at_ms + LEASE_MS && self.limit == limit
+    }
+
+    /// Whether to claim its successor now, in the background, so that no
+    /// request waits on the store when it runs out: half its time or half
+    /// of it gone.
+    fn due_for_renewal(&self, now: u64) -> bool {
+        !self.renewing && (now >= self.at_ms + LEASE_MS / 2 || self.left < self.granted / 2)
     }
 }
 
@@ -229,7 +239,7 @@ impl Limiter {
 
     /// Admits a request needing `tokens` (its prompt and `max_tokens`)
     /// under `owners`' limits, or refuses it with a 429 naming the limit.
-    pub async fn admit(&self, owners: &Owners, tokens: u64) -> Result<Admitted> {
+    pub async fn admit(self: &Arc<Self>, owners: &Owners, tokens: u64) -> Result<Admitted> {
         let checks = owners.checks();
         if checks.is_empty() {
             return Ok(Admitted::default());
@@ -302,27 +312,63 @@ impl Limiter {
 
     /// Takes `need` of `check`'s limit: from this host's lease, or from a
     /// new one claimed from the store. The lease's time and what remains.
-    async fn take(&self, check: &Check, need: u64, now: u64) -> Result<(u64, u64)> {
-        if let Some(taken) = self.take_leased(check, need, now) {
+    async fn take(self: &Arc<Self>, check: &Check, need: u64, now: u64) -> Result<(u64, u64)> {
+        if let Some((taken, renew)) = self.take_leased(check, need, now) {
+            if renew {
+                let (limiter, check) = (self.clone(), check.clone());
+                tokio::spawn(async move { limiter.renew(&check).await });
+            }
             return Ok(taken);
         }
         if need > check.limit {
             return Err(too_large(check, need));
         }
-        let want = need.max(check.limit / LEASE_SHARE);
-        let granted = self
-            .store
-            .claim_limit(&check.bucket, check.window(now), need, want, check.limit)
-            .await?;
+        let granted = self.claim(check, need, now).await?;
         if granted.granted == 0 {
             return Err(refused(check, now, granted.oldest_ms));
         }
-        let used = u64::try_from(granted.used.max(0)).unwrap_or(0);
+        Ok(self.install(check, &granted, need, now))
+    }
+
+    /// Claims a lease of `check`'s limit from the store: 1% of it, and at
+    /// least `need`.
+    async fn claim(&self, check: &Check, need: u64, now: u64) -> Result<Granted> {
+        let want = need.max(check.limit / LEASE_SHARE);
+        let window = check.window(now);
+        Ok(self
+            .store
+            .claim_limit(&check.bucket, window, need, want, check.limit)
+            .await?)
+    }
+
+    /// Claims the successor of `check`'s lease while the current one still
+    /// admits; on a refusal or an error, the lease runs out and the next
+    /// request claims (and answers) for itself.
+    async fn renew(&self, check: &Check) {
+        let now = ids::now_ms();
+        match self.claim(check, 1, now).await {
+            Ok(granted) if granted.granted > 0 => {
+                self.install(check, &granted, 0, now);
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, bucket = %check.bucket, "renewing a rate-limit lease failed")
+            }
+        }
+    }
+
+    /// Makes a claim this host's lease of `check`, `used` of it taken at
+    /// once, returning what the lease it replaces left; the lease's time
+    /// and what remains of the limit.
+    fn install(&self, check: &Check, granted: &Granted, used: u64, now: u64) -> (u64, u64) {
+        let before = u64::try_from(granted.used.max(0)).unwrap_or(0);
         let lease = Lease {
             at_ms: now,
-            left: granted.granted - need,
-            seen: used + granted.granted,
+            granted: granted.granted,
+            left: granted.granted - used,
+            seen: before + granted.granted,
             limit: check.limit,
+            renewing: false,
         };
         let left = check.limit.saturating_sub(lease.seen) + lease.left;
         let old = self
@@ -334,20 +380,22 @@ impl Limiter {
             self.return_unused(&check.bucket, &old);
         }
         self.busy.notify_one();
-        Ok((now, left))
+        (now, left)
     }
 
-    fn take_leased(&self, check: &Check, need: u64, now: u64) -> Option<(u64, u64)> {
+    /// Takes `need` from this host's lease; also whether its successor is
+    /// now due.
+    fn take_leased(&self, check: &Check, need: u64, now: u64) -> Option<((u64, u64), bool)> {
         let mut leases = self.leases.lock().unwrap_or_else(|p| p.into_inner());
         let lease = leases.get_mut(&check.bucket)?;
         if !lease.live(now, check.limit) || lease.left < need {
             return None;
         }
         lease.left -= need;
-        Some((
-            lease.at_ms,
-            check.limit.saturating_sub(lease.seen) + lease.left,
-        ))
+        let renew = lease.due_for_renewal(now);
+        lease.renewing |= renew;
+        let left = check.limit.saturating_sub(lease.seen) + lease.left;
+        Some(((lease.at_ms, left), renew))
     }
 
     fn return_unused(&self, bucket: &str, lease: &Lease) {
@@ -521,7 +569,70 @@ fn duration(ms: u64) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::duration;
+    use super::*;
+
+    /// A limiter over a fresh embedded store, and a key's owners at
+    /// `rpm`.
+    fn limited(rpm: u64) -> (tempfile::TempDir, Store, Arc<Limiter>, Owners) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_embedded(dir.path()).unwrap();
+        let limits = RateLimits {
+            rpm: Some(rpm),
+            ..RateLimits::default()
+        };
+        let owners = Owners {
+            key: Some(("k1".into(), "API key 'ci'".into(), limits)),
+            project: None,
+        };
+        (dir, store.clone(), Limiter::start(store), owners)
+    }
+
+    /// What the store counts for the key's rpm now.
+    async fn counted(store: &Store) -> i64 {
+        let now = ids::now_ms();
+        let window = (now - MINUTE_MS, now);
+        let probe = store
+            .claim_limit("k:k1:rpm", window, u64::MAX, 0, 1)
+            .await
+            .unwrap();
+        assert_eq!(probe.granted, 0);
+        probe.used
+    }
+
+    #[tokio::test]
+    async fn leases_are_renewed_before_they_run_out_and_nothing_is_counted_twice() {
+        let (_dir, store, limiter, owners) = limited(1_000);
+        for _ in 0..30 {
+            limiter.admit(&owners, 0).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        limiter.flush().await;
+        let left = limiter.leases.lock().unwrap()["k:k1:rpm"].left;
+        // Leases of 10, each renewed in the background once half is used:
+        // the one in place still has some left when the 30th is admitted.
+        assert!(left > 0, "the lease in place was renewed, not run dry");
+        assert_eq!(counted(&store).await, 30 + left as i64);
+    }
+
+    #[tokio::test]
+    async fn a_spent_limit_refuses_with_when_to_retry() {
+        let (_dir, store, limiter, owners) = limited(3);
+        for _ in 0..3 {
+            limiter.admit(&owners, 0).await.unwrap();
+        }
+        match limiter.admit(&owners, 0).await {
+            Err(Error::OverLimit {
+                retry_after,
+                budget: false,
+                message,
+            }) => {
+                assert!((59..=60).contains(&retry_after), "{retry_after}");
+                assert!(message.contains("3 requests per minute"), "{message}");
+            }
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+        assert_eq!(counted(&store).await, 3);
+    }
 
     #[test]
     fn durations_read_as_openai_writes_them() {
