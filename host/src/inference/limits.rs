@@ -154,7 +154,7 @@ struct Taken {
 
 /// A request let in: what it took, to settle with its real usage, and the
 /// rate-limit headers its answer carries.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Default)]
 pub struct Admitted {
     taken: Vec<Taken>,
     /// `x-ratelimit-*` for the tightest limits.

@@ -263,6 +263,8 @@ impl Inference {
             .admit(&account.limits, limits::estimate(&request))
             .await?;
         let headers = admitted.headers.clone();
+        // Shared with the job, to give it all back if the job never runs.
+        let admitted = Arc::new(admitted);
         let (limiter, refund) = (self.limiter.clone(), admitted.clone());
         let (output_tx, output) = mpsc::unbounded_channel();
         let (done_tx, done) = oneshot::channel();
