@@ -325,8 +325,7 @@ async fn account(
             param: "model".into(),
         });
     }
-    let key_limits =
-        Some((key.id.clone(), key_label(key), key.limits)).filter(|(_, _, l)| !l.is_none());
+    let key_limits = (!key.limits.is_none()).then(|| (key.id.clone(), key_label(key), key.limits));
     let Some((name, value)) = PROJECT_HEADERS
         .iter()
         .find_map(|h| headers.get(*h).map(|v| (*h, v)))
