@@ -125,6 +125,14 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
             param: None,
         });
     }
+    // serde reads a struct from an array too (`[1, 2]` fills the fields in
+    // order); every body of this API is an object, so anything else is refused.
+    if !bytes.trim_ascii_start().starts_with(b"{") {
+        return Err(Error::InvalidJson {
+            message: "the request body must be a JSON object, such as {\"name\": \"...\"}".into(),
+            param: None,
+        });
+    }
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
@@ -201,6 +209,15 @@ mod tests {
         let deep = format!("{}{}", "[".repeat(33), "]".repeat(33));
         let (msg, _) = message(deep.as_bytes());
         assert!(msg.contains("more than 32 levels"), "{msg}");
+    }
+
+    #[test]
+    fn bodies_that_are_not_objects_are_refused() {
+        for body in [&br#"["a", null]"#[..], b" 7", b"\"a\"", b"null"] {
+            let (msg, param) = message(body);
+            assert!(msg.contains("must be a JSON object"), "{msg}");
+            assert_eq!(param, None);
+        }
     }
 
     #[test]
