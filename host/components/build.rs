@@ -21,6 +21,7 @@ const MEMBERS: &[&str] = &[
     "fixtures/misbehave",
     "fixtures/sockets",
     "fixtures/remember",
+    "fixtures/older",
     "fixtures/halves",
     "adapters",
 ];

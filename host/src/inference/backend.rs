@@ -1,12 +1,14 @@
 //! What inference needs of a model backend, and nothing more: its models,
-//! its health and a chat call, in the host's own types. The backends the
+//! its health, a chat call and a call for the other endpoints, in the
+//! host's own types. The backends the
 //! host runs are wasmtime plugins ([`crate::plugin::Backend`]);
 //! routing, limits, usage and the HTTP layer see only this trait.
 
 use tokio::sync::mpsc;
 
 pub use crate::plugin::{
-    CallError, ChatRequest, ChatResult, FinishReason, Message, ModelInfo, Piece,
+    CallError, ChatRequest, ChatResult, Endpoint, FinishReason, ForwardRequest, ForwardResult,
+    Message, ModelInfo, Piece,
 };
 
 /// A model backend as inference calls it.
@@ -23,6 +25,9 @@ pub trait ModelBackend: Send + Sync {
     /// are (tools, response formats, log probabilities, several choices).
     fn passes_through(&self) -> bool;
 
+    /// Whether it serves the endpoints besides chat itself ([`Self::forward`]).
+    fn forwards(&self) -> bool;
+
     /// The models it serves.
     async fn models(&self) -> Result<Vec<ModelInfo>, CallError>;
 
@@ -37,6 +42,15 @@ pub trait ModelBackend: Send + Sync {
         request: ChatRequest,
         output: mpsc::UnboundedSender<Piece>,
     ) -> Result<ChatResult, CallError>;
+
+    /// Serves `team`'s request to an endpoint besides chat, sending a
+    /// streamed reply's events to `output`.
+    async fn forward(
+        &self,
+        team: &str,
+        request: ForwardRequest,
+        output: mpsc::UnboundedSender<Piece>,
+    ) -> Result<ForwardResult, CallError>;
 }
 
 #[async_trait::async_trait]
@@ -51,6 +65,10 @@ impl ModelBackend for crate::plugin::Backend {
 
     fn passes_through(&self) -> bool {
         self.passes_through()
+    }
+
+    fn forwards(&self) -> bool {
+        self.forwards()
     }
 
     async fn models(&self) -> Result<Vec<ModelInfo>, CallError> {
@@ -68,5 +86,14 @@ impl ModelBackend for crate::plugin::Backend {
         output: mpsc::UnboundedSender<Piece>,
     ) -> Result<ChatResult, CallError> {
         self.chat(team, request, output).await
+    }
+
+    async fn forward(
+        &self,
+        team: &str,
+        request: ForwardRequest,
+        output: mpsc::UnboundedSender<Piece>,
+    ) -> Result<ForwardResult, CallError> {
+        self.forward(team, request, output).await
     }
 }

@@ -163,20 +163,12 @@ fn weighted_pick(route: &RouteConfig) -> Option<usize> {
 pub fn retryable(error: &CallError) -> bool {
     match error {
         CallError::Failed(_) | CallError::TimedOut(_) => true,
-        CallError::Reported { code, message } if code == "upstream-failed" => {
-            match upstream_status(message) {
-                Some(status) => status == 429 || status >= 500,
-                None => true,
-            }
+        CallError::Reported { code, status, .. } if code == "upstream-failed" => {
+            // No status: the upstream was not reached.
+            status.is_none_or(|s| s == 429 || s >= 500)
         }
         CallError::Reported { .. } => false,
     }
-}
-
-/// The status in `model-openai`'s "the upstream answered 503: …".
-fn upstream_status(message: &str) -> Option<u16> {
-    let rest = message.split("the upstream answered ").nth(1)?;
-    rest.get(..3)?.parse().ok()
 }
 
 #[cfg(test)]
@@ -232,19 +224,20 @@ mod tests {
 
     #[test]
     fn only_the_deployments_faults_are_retried() {
-        let reported = |message: &str| CallError::Reported {
+        let reported = |status: Option<u16>| CallError::Reported {
             code: "upstream-failed".into(),
-            message: message.into(),
+            message: "the upstream failed".into(),
+            status,
         };
-        assert!(retryable(&reported("the upstream answered 503: down")));
-        assert!(retryable(&reported("the upstream answered 429: slow down")));
-        assert!(retryable(&reported("127.0.0.1:9 did not answer: refused")));
-        assert!(!retryable(&reported(
-            "the upstream answered 400: bad field"
-        )));
+        assert!(retryable(&reported(Some(503))));
+        assert!(retryable(&reported(Some(429))));
+        assert!(retryable(&reported(None)), "not reached");
+        assert!(!retryable(&reported(Some(400))));
+        assert!(!retryable(&reported(Some(404))));
         assert!(!retryable(&CallError::Reported {
             code: "unsupported".into(),
-            message: "tools".into()
+            message: "tools".into(),
+            status: None,
         }));
         assert!(retryable(&CallError::TimedOut("slow".into())));
     }

@@ -39,8 +39,8 @@ mod warm;
 mod watch;
 
 pub use backend::{
-    Backend, CallError, ChatRequest, ChatResult, FinishReason, Instances, Message, ModelInfo,
-    Piece, Setup,
+    Backend, CallError, ChatRequest, ChatResult, Endpoint, FinishReason, ForwardRequest,
+    ForwardResult, Instances, Message, ModelInfo, Piece, Setup,
 };
 pub use builtin::{
     Components, FILTER_DEFAULT, TEMPLATE_DEFAULT, builtins, components, is_builtin, provide,

@@ -1,21 +1,26 @@
 //! `model-openai`: forwards chat requests to an OpenAI-compatible upstream
 //! through `wasi:http`, streaming the reply back through `output`.
 //!
-//! Built against `switchyard:plugin@0.2.0`: the request fields the host
+//! Built against `switchyard:plugin@0.3.0`: the request fields the host
 //! passes through (tools, response formats, log probabilities, `n`) and the
 //! messages' tool fields go upstream as they came, and the upstream's tool
 //! calls, log probabilities and other choices come back as they are. Plain
 //! text of the first choice takes the fast path through `output.emit`.
+//! Embeddings, text completions and responses go upstream whole
+//! (`forward`), their streams relayed event by event, with usage read on
+//! the way. Errors carry the upstream's status, so the host can tell one
+//! worth another deployment from the client's own mistake.
 //!
 //! The host tells it the upstream's base URL (`UPSTREAM_URL`) and the models
 //! it serves (`MODELS`: `id` or `id=upstream-id`, comma-separated). The host
 //! enforces the egress allow-list and adds the upstream's credential to each
 //! request itself, so this component never sees the key.
 
-wit_bindgen::generate!({ path: "../../wit/v0.2.0", world: "model-backend" });
+wit_bindgen::generate!({ path: "../../wit/v0.3.0", world: "model-backend" });
 
 use exports::switchyard::plugin::backend::{
-    ChatRequest, ChatResult, FinishReason, Guest, ModelInfo,
+    ChatRequest, ChatResult, Endpoint, FinishReason, ForwardRequest, ForwardResult, Guest,
+    ModelInfo,
 };
 use std::borrow::Cow;
 use std::sync::OnceLock;
@@ -33,6 +38,7 @@ fn err(code: &str, message: impl Into<String>) -> PluginError {
         code: code.into(),
         message: message.into(),
         position: None,
+        status: None,
     }
 }
 
@@ -85,17 +91,7 @@ impl Guest for Proxy {
     }
 
     fn chat(request: ChatRequest) -> Result<ChatResult, PluginError> {
-        let upstream = config()
-            .models
-            .iter()
-            .find(|(id, _)| *id == request.model)
-            .map(|(_, upstream)| upstream)
-            .ok_or_else(|| {
-                err(
-                    "invalid-request",
-                    format!("this backend does not serve {}", request.model),
-                )
-            })?;
+        let upstream = upstream_model(&request.model)?;
         let body = UpstreamRequest {
             model: upstream,
             messages: request
@@ -139,6 +135,210 @@ impl Guest for Proxy {
             whole(response)
         }
     }
+
+    fn forward(request: ForwardRequest) -> Result<ForwardResult, PluginError> {
+        let upstream = upstream_model(&request.model)?;
+        let mut body: serde_json::Map<String, Value> = serde_json::from_str(&request.body)
+            .map_err(|e| {
+                err(
+                    "invalid-request",
+                    format!("the body is not a JSON object: {e}"),
+                )
+            })?;
+        body.insert("model".into(), upstream.clone().into());
+        // Usage comes in a stream's last chunk only when asked for; a client
+        // that did not ask does not get that chunk.
+        let asked_usage = body
+            .get("stream_options")
+            .and_then(|o| o.get("include_usage"))
+            .and_then(Value::as_bool)
+            == Some(true);
+        let add_usage =
+            request.streamed && request.endpoint == Endpoint::Completions && !asked_usage;
+        if add_usage {
+            body.insert(
+                "stream_options".into(),
+                serde_json::json!({"include_usage": true}),
+            );
+        }
+        let path = match request.endpoint {
+            Endpoint::Embeddings => "embeddings",
+            Endpoint::Completions => "completions",
+            Endpoint::Responses => "responses",
+        };
+        let body = Value::Object(body).to_string();
+        let response = post(&format!("{}/{path}", url()?), &body)?;
+        if request.streamed {
+            relay_events(response, add_usage)
+        } else {
+            pass_whole(response)
+        }
+    }
+}
+
+/// The upstream's id for `model`.
+fn upstream_model(model: &str) -> Result<&'static String, PluginError> {
+    config()
+        .models
+        .iter()
+        .find(|(id, _)| id == model)
+        .map(|(_, upstream)| upstream)
+        .ok_or_else(|| {
+            err(
+                "invalid-request",
+                format!("this backend does not serve {model}"),
+            )
+        })
+}
+
+/// The whole body of a response.
+fn read_all(response: &Response) -> Result<Vec<u8>, PluginError> {
+    let stream = response
+        .body
+        .stream()
+        .map_err(|_| err("upstream-failed", "reading the response"))?;
+    let mut body = Vec::new();
+    loop {
+        match stream.blocking_read(64 * 1024) {
+            Ok(chunk) => body.extend_from_slice(&chunk),
+            Err(wasip2::io::streams::StreamError::Closed) => return Ok(body),
+            Err(e) => {
+                return Err(err(
+                    "upstream-failed",
+                    format!("the upstream's answer broke off: {e:?}"),
+                ));
+            }
+        }
+    }
+}
+
+/// Tokens as the three endpoints count them: `prompt_tokens` and
+/// `completion_tokens` (an embedding has only the first), or a response's
+/// `input_tokens` and `output_tokens`.
+#[derive(Deserialize, Default)]
+struct AnyUsage {
+    #[serde(default, alias = "input_tokens")]
+    prompt_tokens: u32,
+    #[serde(default, alias = "output_tokens")]
+    completion_tokens: u32,
+}
+
+/// The usage a body (or a response event's `response`) holds.
+#[derive(Deserialize)]
+struct WithUsage {
+    usage: Option<AnyUsage>,
+    response: Option<Box<WithUsage>>,
+}
+
+impl WithUsage {
+    fn usage(self) -> Option<AnyUsage> {
+        self.usage.or_else(|| self.response.and_then(|r| r.usage()))
+    }
+}
+
+/// A body not streamed: passed back as it is, its usage read.
+fn pass_whole(response: Response) -> Result<ForwardResult, PluginError> {
+    let body = String::from_utf8_lossy(&read_all(&response)?).into_owned();
+    if response.status != 200 {
+        return Err(upstream_error(response.status, &body));
+    }
+    let usage = serde_json::from_str::<WithUsage>(&body)
+        .map_err(|e| {
+            err(
+                "upstream-failed",
+                format!("the upstream sent a bad body: {e}"),
+            )
+        })?
+        .usage()
+        .unwrap_or_default();
+    Ok(ForwardResult {
+        body: Some(body),
+        prompt_tokens: usage.prompt_tokens,
+        completion_tokens: usage.completion_tokens,
+    })
+}
+
+/// Relays the upstream's server-sent events as they come, reading usage
+/// from the one that has it. `drop_usage_chunk`: the usage-only chunk
+/// was asked for here, not by the client.
+fn relay_events(response: Response, drop_usage_chunk: bool) -> Result<ForwardResult, PluginError> {
+    if response.status != 200 {
+        let body = read_all(&response)?;
+        return Err(upstream_error(
+            response.status,
+            &String::from_utf8_lossy(&body),
+        ));
+    }
+    let stream = response
+        .body
+        .stream()
+        .map_err(|_| err("upstream-failed", "reading the response"))?;
+    let mut result = ForwardResult {
+        body: None,
+        prompt_tokens: 0,
+        completion_tokens: 0,
+    };
+    let (mut buffer, mut name, mut data) = (Vec::new(), None::<String>, String::new());
+    loop {
+        let chunk = match stream.blocking_read(16 * 1024) {
+            Ok(chunk) => chunk,
+            Err(wasip2::io::streams::StreamError::Closed) => {
+                // An event the upstream did not end with a blank line.
+                if !data.is_empty() {
+                    pass_event((name, data), drop_usage_chunk, &mut result);
+                }
+                return Ok(result);
+            }
+            Err(e) => {
+                return Err(err(
+                    "upstream-failed",
+                    format!("the upstream's stream broke: {e:?}"),
+                ));
+            }
+        };
+        buffer.extend_from_slice(&chunk);
+        while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = buffer.drain(..=end).collect();
+            let line = String::from_utf8_lossy(&line);
+            let line = line.trim_end_matches(['\r', '\n']);
+            if let Some(value) = line.strip_prefix("event:") {
+                name = Some(value.trim().to_string());
+            } else if let Some(value) = line.strip_prefix("data:") {
+                if !data.is_empty() {
+                    data.push('\n');
+                }
+                data.push_str(value.strip_prefix(' ').unwrap_or(value));
+            } else if line.is_empty() && !data.is_empty() {
+                let event = (name.take(), std::mem::take(&mut data));
+                if !pass_event(event, drop_usage_chunk, &mut result) {
+                    return Ok(result);
+                }
+            }
+        }
+    }
+}
+
+/// Sends one event on, reading usage from it; false when the client has
+/// gone away.
+fn pass_event(
+    (name, data): (Option<String>, String),
+    drop_usage_chunk: bool,
+    result: &mut ForwardResult,
+) -> bool {
+    if let Some(usage) = serde_json::from_str::<WithUsage>(&data)
+        .ok()
+        .and_then(WithUsage::usage)
+    {
+        result.prompt_tokens = usage.prompt_tokens;
+        result.completion_tokens = usage.completion_tokens;
+        let only_usage = serde_json::from_str::<Value>(&data)
+            .ok()
+            .is_some_and(|v| v["choices"].as_array().is_some_and(Vec::is_empty));
+        if drop_usage_chunk && only_usage {
+            return true;
+        }
+    }
+    output::emit_event(name.as_deref(), &data)
 }
 
 /// A JSON object the host passed as text; anything else is nothing.
@@ -439,23 +639,7 @@ fn finish_reason(reason: &str) -> FinishReason {
 /// Reads a whole (not streamed) completion: its choices go to the host as
 /// they are.
 fn whole(response: Response) -> Result<ChatResult, PluginError> {
-    let stream = response
-        .body
-        .stream()
-        .map_err(|_| err("upstream-failed", "reading the response"))?;
-    let mut body = Vec::new();
-    loop {
-        match stream.blocking_read(64 * 1024) {
-            Ok(chunk) => body.extend_from_slice(&chunk),
-            Err(wasip2::io::streams::StreamError::Closed) => break,
-            Err(e) => {
-                return Err(err(
-                    "upstream-failed",
-                    format!("the upstream's answer broke off: {e:?}"),
-                ));
-            }
-        }
-    }
+    let body = read_all(&response)?;
     let text = String::from_utf8_lossy(&body);
     if response.status != 200 {
         return Err(upstream_error(response.status, &text));
@@ -492,10 +676,13 @@ fn upstream_error(status: u16, text: &str) -> PluginError {
         .ok()
         .and_then(|v| v["error"]["message"].as_str().map(str::to_string))
         .unwrap_or_else(|| text.chars().take(300).collect());
-    err(
-        "upstream-failed",
-        format!("the upstream answered {status}: {message}"),
-    )
+    PluginError {
+        status: Some(status),
+        ..err(
+            "upstream-failed",
+            format!("the upstream answered {status}: {message}"),
+        )
+    }
 }
 
 export!(Proxy);

@@ -1,9 +1,10 @@
-//! The host's own chat types: all that inference and the HTTP layer see of
-//! a backend's calls. The WIT bindings' types stay inside `plugin::backend`
+//! The host's own types of a backend's calls (chat, and the endpoints
+//! passed through whole): all that inference and the HTTP layer see of them. The WIT bindings' types stay inside `plugin::backend`
 //! and are converted here, so an interface version changes nothing above.
 
 use crate::plugin::bindings::v0_1_0::model::exports::switchyard::plugin::backend as v1;
 use crate::plugin::bindings::v0_2_0::model::exports::switchyard::plugin::backend as v2;
+use crate::plugin::bindings::v0_3_0::model::exports::switchyard::plugin::backend as v3;
 
 /// A model a backend serves.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,6 +76,129 @@ pub struct ChatResult {
     pub completion_tokens: u32,
     /// Whole choices as JSON, when the backend gave them.
     pub choices: Option<String>,
+}
+
+/// OpenAI's endpoints besides chat, which 0.3.0 backends serve whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoint {
+    /// `POST /v1/embeddings`.
+    Embeddings,
+    /// `POST /v1/completions`.
+    Completions,
+    /// `POST /v1/responses`.
+    Responses,
+}
+
+impl Endpoint {
+    /// Its path under `/v1`.
+    pub fn path(self) -> &'static str {
+        match self {
+            Endpoint::Embeddings => "embeddings",
+            Endpoint::Completions => "completions",
+            Endpoint::Responses => "responses",
+        }
+    }
+}
+
+/// A request to one of those endpoints, passed through.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ForwardRequest {
+    /// Which endpoint.
+    pub endpoint: Endpoint,
+    /// The model asked for.
+    pub model: String,
+    /// The client's body, a JSON object whose `model` is the one above.
+    pub body: serde_json::Map<String, serde_json::Value>,
+    /// Whether the client streams the reply.
+    pub streamed: bool,
+}
+
+/// How a forwarded request ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ForwardResult {
+    /// A reply not streamed: the body, a JSON object.
+    pub body: Option<String>,
+    /// Input tokens.
+    pub prompt_tokens: u32,
+    /// Output tokens.
+    pub completion_tokens: u32,
+}
+
+impl From<&ForwardRequest> for v3::ForwardRequest {
+    fn from(r: &ForwardRequest) -> Self {
+        let mut body = r.body.clone();
+        body.insert("model".into(), r.model.clone().into());
+        v3::ForwardRequest {
+            endpoint: match r.endpoint {
+                Endpoint::Embeddings => v3::Endpoint::Embeddings,
+                Endpoint::Completions => v3::Endpoint::Completions,
+                Endpoint::Responses => v3::Endpoint::Responses,
+            },
+            model: r.model.clone(),
+            body: serde_json::Value::Object(body).to_string(),
+            streamed: r.streamed,
+        }
+    }
+}
+
+impl From<v3::ForwardResult> for ForwardResult {
+    fn from(r: v3::ForwardResult) -> Self {
+        ForwardResult {
+            body: r.body,
+            prompt_tokens: r.prompt_tokens,
+            completion_tokens: r.completion_tokens,
+        }
+    }
+}
+
+impl From<v3::ModelInfo> for ModelInfo {
+    fn from(m: v3::ModelInfo) -> Self {
+        ModelInfo {
+            id: m.id,
+            owned_by: m.owned_by,
+            created: m.created,
+        }
+    }
+}
+
+impl From<ChatRequest> for v3::ChatRequest {
+    fn from(r: ChatRequest) -> Self {
+        v3::ChatRequest {
+            model: r.model,
+            messages: r
+                .messages
+                .into_iter()
+                .map(|m| v3::Message {
+                    role: m.role,
+                    content: m.content,
+                    extra: m.extra,
+                })
+                .collect(),
+            max_tokens: r.max_tokens,
+            temperature: r.temperature,
+            top_p: r.top_p,
+            seed: r.seed,
+            stop: r.stop,
+            streamed: r.streamed,
+            extra: r.extra,
+        }
+    }
+}
+
+impl From<v3::ChatResult> for ChatResult {
+    fn from(r: v3::ChatResult) -> Self {
+        ChatResult {
+            finish_reason: match r.finish_reason {
+                v3::FinishReason::Stop => FinishReason::Stop,
+                v3::FinishReason::Length => FinishReason::Length,
+                v3::FinishReason::ToolCalls => FinishReason::ToolCalls,
+                v3::FinishReason::ContentFilter => FinishReason::ContentFilter,
+            },
+            prompt_tokens: r.prompt_tokens,
+            completion_tokens: r.completion_tokens,
+            choices: r.choices,
+        }
+    }
 }
 
 impl From<v1::ModelInfo> for ModelInfo {

@@ -18,6 +18,7 @@ use crate::plugin::bindings::v0_1_0::model_parallel::{
     ModelBackendParallel, ModelBackendParallelPre,
 };
 use crate::plugin::bindings::v0_2_0::model as v2;
+use crate::plugin::bindings::v0_3_0::model as v3;
 use crate::plugin::engine::{Runtime, compile_cached, model_engine};
 use crate::plugin::failure::{failure, log_output};
 use crate::plugin::manifest::BackendGrant;
@@ -34,7 +35,44 @@ use self::parallel::Parallel;
 
 type GuestError = crate::plugin::bindings::v0_1_0::template::switchyard::plugin::types::PluginError;
 
-pub use self::chat::{ChatRequest, ChatResult, FinishReason, Message, ModelInfo};
+pub use self::chat::{
+    ChatRequest, ChatResult, Endpoint, FinishReason, ForwardRequest, ForwardResult, Message,
+    ModelInfo,
+};
+
+/// An error a backend reported, whichever version it was built against.
+struct Reported {
+    code: String,
+    message: String,
+    /// The upstream's HTTP status (0.3.0 backends only).
+    status: Option<u16>,
+}
+
+impl From<GuestError> for Reported {
+    fn from(e: GuestError) -> Self {
+        Reported {
+            code: e.code,
+            message: e.message,
+            status: None,
+        }
+    }
+}
+
+impl From<v2::switchyard::plugin::types::PluginError> for Reported {
+    fn from(e: v2::switchyard::plugin::types::PluginError) -> Self {
+        v2_error(e).into()
+    }
+}
+
+impl From<v3::switchyard::plugin::types::PluginError> for Reported {
+    fn from(e: v3::switchyard::plugin::types::PluginError) -> Self {
+        Reported {
+            code: e.code,
+            message: e.message,
+            status: e.status,
+        }
+    }
+}
 
 /// What a backend sends while it generates.
 #[derive(Debug, Clone, PartialEq)]
@@ -44,6 +82,9 @@ pub enum Piece {
     /// A whole streamed choice, as JSON, for the client as it is
     /// (0.2.0 backends: tool-call deltas, log probabilities, other choices).
     Choice(String),
+    /// A server-sent event of a forwarded reply, for the client as it is
+    /// (0.3.0 backends): its `event:` name, if any, and its `data:`.
+    Event(Option<String>, String),
 }
 
 /// A loaded model backend and the models it serves.
@@ -97,11 +138,13 @@ pub async fn serve(
 enum Bindings {
     V1(v1::ModelBackend),
     V2(v2::ModelBackend),
+    V3(v3::ModelBackend),
 }
 
 enum VersionedPre {
     V1(v1::ModelBackendPre<BackendState>),
     V2(v2::ModelBackendPre<BackendState>),
+    V3(v3::ModelBackendPre<BackendState>),
 }
 
 /// Where and how a backend runs: everything it is granted.
@@ -235,6 +278,22 @@ impl v1::switchyard::plugin::output::Host for BackendState {
 
 impl v2::switchyard::plugin::types::Host for BackendState {}
 
+impl v3::switchyard::plugin::types::Host for BackendState {}
+
+impl v3::switchyard::plugin::output::Host for BackendState {
+    fn emit(&mut self, text: String) -> bool {
+        self.send(Piece::Text(text))
+    }
+
+    fn emit_choice(&mut self, choice: String) -> bool {
+        self.send(Piece::Choice(choice))
+    }
+
+    fn emit_event(&mut self, event: Option<String>, data: String) -> bool {
+        self.send(Piece::Event(event, data))
+    }
+}
+
 impl v2::switchyard::plugin::output::Host for BackendState {
     fn emit(&mut self, text: String) -> bool {
         self.send(Piece::Text(text))
@@ -337,6 +396,9 @@ pub enum CallError {
         code: String,
         /// What was wrong.
         message: String,
+        /// The HTTP status the upstream answered, when a 0.3.0 backend
+        /// says.
+        status: Option<u16>,
     },
     /// The backend trapped or hit a limit.
     #[error("{0}")]
@@ -366,14 +428,17 @@ impl Backend {
         let linker = linker(&engine, setup.egress.is_some()).map_err(host)?;
         let not_a_backend = |e: wasmtime::Error| LoadError::WrongWorld {
             kind: Kind::ModelBackend,
-            versions: "0.2.0 or @0.1.0",
+            versions: "0.3.0, @0.2.0 or @0.1.0",
             detail: format!("{e:#}"),
         };
         let instance_pre = linker.instantiate_pre(&component).map_err(not_a_backend)?;
-        let is_v2 = component
-            .get_export_index(None, "switchyard:plugin/backend@0.2.0")
-            .is_some();
-        let pre = if is_v2 {
+        let exports = |version: &str| {
+            let name = format!("switchyard:plugin/backend@{version}");
+            component.get_export_index(None, &name).is_some()
+        };
+        let pre = if exports("0.3.0") {
+            VersionedPre::V3(v3::ModelBackendPre::new(instance_pre.clone()).map_err(not_a_backend)?)
+        } else if exports("0.2.0") {
             VersionedPre::V2(v2::ModelBackendPre::new(instance_pre.clone()).map_err(not_a_backend)?)
         } else {
             VersionedPre::V1(v1::ModelBackendPre::new(instance_pre.clone()).map_err(not_a_backend)?)
@@ -409,9 +474,15 @@ impl Backend {
 
     /// Whether it takes the OpenAI fields the host passes through (tools,
     /// response formats, log probabilities, several choices): built against
-    /// 0.2.0.
+    /// 0.2.0 or later.
     pub fn passes_through(&self) -> bool {
-        matches!(self.pre, VersionedPre::V2(_))
+        !matches!(self.pre, VersionedPre::V1(_))
+    }
+
+    /// Whether it has `forward`, for the endpoints besides chat: built
+    /// against 0.3.0.
+    pub fn forwards(&self) -> bool {
+        matches!(self.pre, VersionedPre::V3(_))
     }
 
     /// The models the backend serves.
@@ -425,6 +496,10 @@ impl Backend {
                 let models = b.switchyard_plugin_backend().call_list_models(s).await?;
                 Ok(Ok(models.into_iter().map(ModelInfo::from).collect()))
             }
+            Bindings::V3(b) => {
+                let models = b.switchyard_plugin_backend().call_list_models(s).await?;
+                Ok(Ok(models.into_iter().map(ModelInfo::from).collect()))
+            }
         })
         .await
     }
@@ -435,12 +510,21 @@ impl Backend {
             return Ok(());
         }
         self.call(HOST, None, async |b, s| match b {
-            Bindings::V1(b) => b.switchyard_plugin_backend().call_health(s).await,
+            Bindings::V1(b) => Ok(b
+                .switchyard_plugin_backend()
+                .call_health(s)
+                .await?
+                .map_err(Reported::from)),
             Bindings::V2(b) => Ok(b
                 .switchyard_plugin_backend()
                 .call_health(s)
                 .await?
-                .map_err(v2_error)),
+                .map_err(Reported::from)),
+            Bindings::V3(b) => Ok(b
+                .switchyard_plugin_backend()
+                .call_health(s)
+                .await?
+                .map_err(Reported::from)),
         })
         .await
     }
@@ -454,20 +538,58 @@ impl Backend {
         output: mpsc::UnboundedSender<Piece>,
     ) -> Result<ChatResult, CallError> {
         self.call(team, Some(output), async move |b, s| match b {
+            Bindings::V3(b) => Ok(b
+                .switchyard_plugin_backend()
+                .call_chat(s, &request.into())
+                .await?
+                .map(ChatResult::from)
+                .map_err(Reported::from)),
             Bindings::V2(b) => Ok(b
                 .switchyard_plugin_backend()
                 .call_chat(s, &request.into())
                 .await?
                 .map(ChatResult::from)
-                .map_err(v2_error)),
+                .map_err(Reported::from)),
             Bindings::V1(b) => {
                 // The host refused what 0.1.0 cannot carry (`extra`) before.
                 let result = b
                     .switchyard_plugin_backend()
                     .call_chat(s, &request.into())
                     .await?;
-                Ok(result.map(ChatResult::from))
+                Ok(result.map(ChatResult::from).map_err(Reported::from))
             }
+        })
+        .await
+    }
+
+    /// Serves `team`'s request to an endpoint besides chat, sending a
+    /// streamed reply's events to `output`. A backend built before 0.3.0
+    /// has no such call: the answer is `unsupported-endpoint`.
+    pub async fn forward(
+        &self,
+        team: &str,
+        request: ForwardRequest,
+        output: mpsc::UnboundedSender<Piece>,
+    ) -> Result<ForwardResult, CallError> {
+        let unsupported = Reported {
+            code: "unsupported-endpoint".into(),
+            message: format!(
+                "the model '{}' does not serve /v1/{}: its backend {} was built before switchyard:plugin@0.3.0",
+                request.model,
+                request.endpoint.path(),
+                self.name()
+            ),
+            status: None,
+        };
+        let request = v3::exports::switchyard::plugin::backend::ForwardRequest::from(&request);
+        self.call(team, Some(output), async move |b, s| match b {
+            Bindings::V3(b) => Ok(b
+                .switchyard_plugin_backend()
+                .call_forward(s, &request)
+                .await?
+                .map(ForwardResult::from)
+                .map_err(Reported::from)),
+            Bindings::V1(_) | Bindings::V2(_) => Ok(Err(unsupported)),
         })
         .await
     }
@@ -479,7 +601,7 @@ impl Backend {
         f: impl AsyncFnOnce(
             &Bindings,
             &mut Store<BackendState>,
-        ) -> wasmtime::Result<Result<R, GuestError>>,
+        ) -> wasmtime::Result<Result<R, Reported>>,
     ) -> Result<R, CallError> {
         let start_failed = |e: anyhow::Error| {
             CallError::Failed(format!("{}: could not start: {e:#}", self.setup.name))
@@ -524,7 +646,7 @@ impl Backend {
         f: impl AsyncFnOnce(
             &Bindings,
             &mut Store<BackendState>,
-        ) -> wasmtime::Result<Result<R, GuestError>>,
+        ) -> wasmtime::Result<Result<R, Reported>>,
     ) -> (Result<R, CallError>, bool) {
         // A stateless instance is dropped as soon as nobody reads its reply
         // (a client that hung up, a stopped chat): one blocked on its
@@ -559,6 +681,7 @@ impl Backend {
                 Err(CallError::Reported {
                     code: reported.code,
                     message: reported.message,
+                    status: reported.status,
                 }),
                 false,
             ),
@@ -601,6 +724,7 @@ impl Backend {
         let bindings = match &self.pre {
             VersionedPre::V1(pre) => Bindings::V1(pre.instantiate_async(&mut store).await?),
             VersionedPre::V2(pre) => Bindings::V2(pre.instantiate_async(&mut store).await?),
+            VersionedPre::V3(pre) => Bindings::V3(pre.instantiate_async(&mut store).await?),
         };
         Ok(BackendInstance { store, bindings })
     }
@@ -630,6 +754,7 @@ fn linker(engine: &Engine, http: bool) -> anyhow::Result<Linker<BackendState>> {
     }
     v1::ModelBackend::add_to_linker::<_, HasSelf<BackendState>>(&mut linker, |s| s)?;
     v2::ModelBackend::add_to_linker::<_, HasSelf<BackendState>>(&mut linker, |s| s)?;
+    v3::ModelBackend::add_to_linker::<_, HasSelf<BackendState>>(&mut linker, |s| s)?;
     crate::plugin::bindings::v0_1_0::model_parallel::switchyard::plugin::parallel::add_to_linker::<
         _,
         HasSelf<BackendState>,

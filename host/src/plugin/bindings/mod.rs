@@ -4,3 +4,4 @@
 
 pub mod v0_1_0;
 pub mod v0_2_0;
+pub mod v0_3_0;
