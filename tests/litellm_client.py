@@ -1,5 +1,5 @@
 """litellm's SDK pointed at Switchyard, as a LiteLLM user would point it at
-any OpenAI-compatible server.
+any OpenAI-compatible server: chat, streaming and embeddings.
 
 Usage: python3 litellm_client.py BASE_URL KEY MODEL
 KEY may make 3 requests a minute. Exits non-zero on the first failed check.
@@ -25,8 +25,11 @@ stream = litellm.completion(messages=messages, max_tokens=5, stream=True, **comm
 text = "".join(chunk.choices[0].delta.content or "" for chunk in stream)
 assert text == "Hello", text
 
-# The third request of the minute, then one over the key's limit.
-litellm.completion(messages=messages, max_tokens=5, **common)
+# Embeddings, the third request of the minute; then one over the key's limit.
+embedded = litellm.embedding(input=["a", "b"], **common)
+vectors = [d["embedding"] for d in embedded.data]
+assert vectors == [[0.25, -0.5, 1.0]] * 2, embedded
+assert embedded.usage.prompt_tokens == 8, embedded.usage
 try:
     litellm.completion(messages=messages, max_tokens=5, **common)
     raise SystemExit("a fourth request in the minute was let in")

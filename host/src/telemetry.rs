@@ -80,7 +80,7 @@ fn describe_families() {
         (
             "switchyard_inference_requests_total",
             Count,
-            "Inference requests answered, by model and status.",
+            "Inference requests answered, by endpoint, model and status.",
         ),
         (
             "switchyard_inference_tokens_total",
@@ -301,13 +301,14 @@ pub fn queue_wait(queue: &'static str, waited: Duration) {
     histogram!("switchyard_queue_wait_seconds", "queue" => queue).record(waited.as_secs_f64());
 }
 
-/// One chat request answered with `status`.
-pub fn inference_request(model: &str, status: u16) {
-    counter!("switchyard_inference_requests_total", "model" => model.to_string(), "status" => status.to_string())
+/// One inference request to `endpoint` (`chat`, `embeddings`,
+/// `completions`, `responses`) answered with `status`.
+pub fn inference_request(endpoint: &'static str, model: &str, status: u16) {
+    counter!("switchyard_inference_requests_total", "endpoint" => endpoint, "model" => model.to_string(), "status" => status.to_string())
         .increment(1);
 }
 
-/// The tokens of one finished chat request.
+/// The tokens of one finished inference request.
 pub fn inference_tokens(model: &str, prompt: u32, completion: u32) {
     counter!("switchyard_inference_tokens_total", "model" => model.to_string(), "kind" => "prompt")
         .increment(prompt.into());

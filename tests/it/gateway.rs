@@ -514,8 +514,8 @@ async fn the_stock_openai_client_reads_limits_deployments_and_refusals() {
     crate::harness::run_client_script(python, "gateway_client.py", &args).await;
 }
 
-on_each_store!(litellms_sdk_chats_streams_and_meets_the_limit);
-async fn litellms_sdk_chats_streams_and_meets_the_limit() {
+on_each_store!(litellms_sdk_chats_streams_embeds_and_meets_the_limit);
+async fn litellms_sdk_chats_streams_embeds_and_meets_the_limit() {
     let (upstream, _) = fake_upstream().await;
     let host = upstream_host(&upstream, "").start().await;
     let alice = host.create_user("alice").await;

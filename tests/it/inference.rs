@@ -10,7 +10,7 @@ use crate::harness::{
 };
 use crate::world::World;
 
-const MODEL: &str = "SmolLM2-135M-Instruct";
+pub(crate) const MODEL: &str = "SmolLM2-135M-Instruct";
 
 /// The shared world (see `world.rs`); returns alice's key.
 async fn world(host: &Host) -> String {

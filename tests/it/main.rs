@@ -14,6 +14,7 @@ mod cli;
 mod console;
 mod delivery;
 mod durability;
+mod endpoints;
 mod events;
 mod gateway;
 mod health;

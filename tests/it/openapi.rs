@@ -426,6 +426,9 @@ async fn every_documented_operation_answers_as_its_schema_says() {
         "projects": ["ml/vision"], "expires_at": 4_000_000_000u64, "rpm": 5, "tpm": 5000, "tokens_per_day": 100000});
     let scoped = scoped["key"].as_str().unwrap().to_string();
     want!(s, 403, Some(&scoped), POST "/v1/chat/completions", chat);
+    want!(s, 400, a, POST "/v1/embeddings", {"model": model, "input": "Hi"});
+    want!(s, 200, a, POST "/v1/completions", {"model": model, "prompt": "Hi", "max_tokens": 2});
+    want!(s, 200, a, POST "/v1/responses", {"model": model, "input": "Hi", "max_output_tokens": 2});
 
     assert!(
         s.mismatches.is_empty(),

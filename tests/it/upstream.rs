@@ -16,8 +16,35 @@ use crate::harness::{
     Host, assert_error_shape, expect_error, expect_invalid, listed, plugin_wasm, sse_chunks,
 };
 
-/// What the upstream received: (authorization header, body, client port).
+/// What the upstream received: (authorization header, body, client port);
+/// for the endpoints besides chat, (endpoint, body, 0), the key checked.
 pub(crate) type Seen = Arc<Mutex<Vec<(String, Value, u16)>>>;
+
+/// `/v1/embeddings`, `/v1/completions` and `/v1/responses` (see
+/// `endpoints.rs`), for the key the host adds only.
+async fn other_endpoints(
+    State(seen): State<Seen>,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+    body: String,
+) -> Response {
+    let authorized = headers
+        .get("authorization")
+        .is_some_and(|v| v.as_bytes() == b"Bearer up-key");
+    if !authorized {
+        return (
+            StatusCode::UNAUTHORIZED,
+            axum::Json(json!({"error": {"message": "bad key"}})),
+        )
+            .into_response();
+    }
+    let body: Value = serde_json::from_str(&body).unwrap();
+    match uri.path() {
+        "/v1/embeddings" => crate::endpoints::embeddings(&seen, body),
+        "/v1/completions" => crate::endpoints::completions(&seen, body),
+        _ => crate::endpoints::responses(&seen, body),
+    }
+}
 
 async fn completions(
     State(seen): State<Seen>,
@@ -201,6 +228,9 @@ pub(crate) async fn fake_upstream() -> (String, Seen) {
     let seen: Seen = Arc::default();
     let app = Router::new()
         .route("/v1/chat/completions", post(completions))
+        .route("/v1/embeddings", post(other_endpoints))
+        .route("/v1/completions", post(other_endpoints))
+        .route("/v1/responses", post(other_endpoints))
         .with_state(seen.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();

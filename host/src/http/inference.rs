@@ -92,7 +92,7 @@ pub async fn chat_completions(
         Ok(response) => response.status().as_u16(),
         Err(e) => e.status().as_u16(),
     };
-    crate::telemetry::inference_request(&model, status);
+    crate::telemetry::inference_request("chat", &model, status);
     answer
 }
 
@@ -150,7 +150,8 @@ async fn whole(
     Ok(axum::Json(header.completion(text, &result)).into_response())
 }
 
-async fn finished(done: tokio::sync::oneshot::Receiver<Result<ChatResult>>) -> Result<ChatResult> {
+/// How a job ended; a job that vanished is one to retry.
+pub(super) async fn finished<T>(done: tokio::sync::oneshot::Receiver<Result<T>>) -> Result<T> {
     done.await
         .map_err(|_| Error::Unavailable("the inference job was dropped; retry".into()))?
 }
@@ -179,7 +180,8 @@ async fn stream(
     Ok(sse(rx))
 }
 
-fn sse(rx: mpsc::Receiver<Event>) -> Response {
+/// A server-sent event stream of what `rx` receives.
+pub(super) fn sse(rx: mpsc::Receiver<Event>) -> Response {
     let events = futures_util::stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|e| (Ok::<_, Infallible>(e), rx))
     });
@@ -264,6 +266,8 @@ impl Chunks {
                 self.send(self.header.raw_chunk(choice, self.include_usage))
                     .await
             }
+            // Only the other endpoints' streams have events.
+            Piece::Event(..) => Ok(()),
         }
     }
 
@@ -308,7 +312,7 @@ fn key_label(key: &ApiKey) -> String {
 /// Who the request is billed to: the project in the header (the caller must
 /// be a member of its team), or the caller's own default project; and
 /// whose limits it counts against. A key used outside its lists is a 403.
-async fn account(
+pub(super) async fn account(
     app: &App,
     user: &User,
     key: &ApiKey,

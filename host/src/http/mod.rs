@@ -9,6 +9,7 @@ mod artifacts;
 mod automations;
 mod caller;
 mod console;
+mod forwarded;
 mod groups;
 mod health;
 mod idempotency;
@@ -55,6 +56,9 @@ pub fn router(app: App) -> Router {
         .route("/v1/models", get(inference::list_models))
         .route("/v1/models/{model}", get(inference::show_model))
         .route("/v1/chat/completions", post(inference::chat_completions))
+        .route("/v1/embeddings", post(forwarded::embeddings))
+        .route("/v1/completions", post(forwarded::completions))
+        .route("/v1/responses", post(forwarded::responses))
         .route("/v1/me", get(me::show))
         .route("/v1/me/api-keys", get(me::list_keys).post(me::create_key))
         .route("/v1/me/api-keys/{id}", delete(me::revoke_key))

@@ -452,6 +452,21 @@ pub fn estimate(request: &crate::plugin::ChatRequest) -> u64 {
     (bytes as u64).div_ceil(4) + u64::from(request.max_tokens.unwrap_or(0))
 }
 
+/// The same for a request to another endpoint: its body, and the most it
+/// asks to generate (`max_tokens`, or `max_output_tokens` for a response).
+pub fn estimate_body(request: &crate::plugin::ForwardRequest) -> u64 {
+    let bytes: usize = request
+        .body
+        .iter()
+        .map(|(k, v)| k.len() + v.to_string().len())
+        .sum();
+    let most = ["max_tokens", "max_output_tokens"]
+        .iter()
+        .find_map(|f| request.body.get(*f).and_then(serde_json::Value::as_u64))
+        .unwrap_or(0);
+    (bytes as u64).div_ceil(4) + most
+}
+
 /// The 429 for a request that needs more than a limit allows at all.
 fn too_large(check: &Check, need: u64) -> Error {
     Error::OverLimit {

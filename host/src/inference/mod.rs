@@ -4,21 +4,25 @@
 //!   request and response types it speaks. The backends themselves
 //!   (wasmtime instances, egress, second instances) are plugins:
 //!   [`crate::plugin::backend`].
+//! - [`ask`]: chat and the other endpoints, as one kind of job.
 //! - [`wire`]: the chat-completions request and response formats.
+//! - [`text`]: completions and responses served by a model that only chats.
 //! - [`usage`]: token accounting per team, project, key, model and day.
 //! - [`limits`]: rate limits and budgets of keys and projects.
 //! - [`routes`]: model ids served by several deployments, with retries,
 //!   cooldowns and fallbacks.
 //! - [`pull`]: fetching the default model.
 //!
-//! Every chat request runs as a job on the inference queue (bounded; full
+//! Every request runs as a job on the inference queue (bounded; full
 //! means 429), and at most `per_project_concurrency` requests of one project
 //! are running or queued at once.
 
+pub mod ask;
 pub mod backend;
 pub mod limits;
 pub mod pull;
 pub mod routes;
+pub mod text;
 pub mod usage;
 pub mod wire;
 
@@ -29,7 +33,11 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
-use self::backend::{CallError, ChatRequest, ChatResult, ModelBackend, ModelInfo, Piece};
+use self::ask::Ask;
+use self::backend::{
+    CallError, ChatRequest, ChatResult, ForwardRequest, ForwardResult, ModelBackend, ModelInfo,
+    Piece,
+};
 use self::usage::Account;
 use crate::plugin::{Backend, Instances, Setup};
 use wasmtime_wasi::FsPerms;
@@ -74,13 +82,14 @@ struct Attempt {
 /// A backend as inference holds it.
 type Route = Arc<dyn ModelBackend>;
 
-/// A chat request under way: what is generated as it comes, then the outcome.
-pub struct Running {
-    /// Generated text (and whole choices). Closes when generation ends;
-    /// dropping it stops generation.
+/// A request under way: what is generated as it comes, then the outcome
+/// (a [`ChatResult`] or a [`ForwardResult`]).
+pub struct Running<T = ChatResult> {
+    /// Generated text (whole choices, events). Closes when generation
+    /// ends; dropping it stops generation.
     pub output: mpsc::UnboundedReceiver<Piece>,
     /// How it ended.
-    pub done: oneshot::Receiver<Result<ChatResult>>,
+    pub done: oneshot::Receiver<Result<T>>,
     /// The rate-limit headers its answer carries.
     pub headers: axum::http::HeaderMap,
     /// The route's deployment serving it, once one answers.
@@ -243,13 +252,41 @@ impl Inference {
     /// queue is full.
     pub async fn chat(&self, account: Account, request: ChatRequest) -> Result<Running> {
         let attempts = self.attempts(&request.model)?;
-        let first = &attempts[0].backend;
-        if !first.passes_through() {
+        if !attempts[0].backend.passes_through() {
             wire::refuse_passthrough(&request)?;
         }
+        let need = limits::estimate(&request);
+        self.run(account, attempts, request, need).await
+    }
+
+    /// Starts a request to an endpoint besides chat, as [`Self::chat`]
+    /// does. A backend that only chats serves completions and responses
+    /// through chat; what it cannot serve is refused here, before anything
+    /// is spent.
+    pub async fn forward(
+        &self,
+        account: Account,
+        request: ForwardRequest,
+    ) -> Result<Running<ForwardResult>> {
+        let attempts = self.attempts(&request.model)?;
+        if !attempts[0].backend.forwards() {
+            text::check(&request)?;
+        }
+        let need = limits::estimate_body(&request);
+        self.run(account, attempts, request, need).await
+    }
+
+    /// Admits `request` (`need` tokens at most) and queues its job.
+    async fn run<A: Ask>(
+        &self,
+        account: Account,
+        attempts: Vec<Attempt>,
+        request: A,
+        need: u64,
+    ) -> Result<Running<A::Answer>> {
         // Local and upstream work are limited apart: a project busy with
         // the embedded model still reaches its upstream models.
-        let (limit, counted) = if first.is_proxy() {
+        let (limit, counted) = if attempts[0].backend.is_proxy() {
             (
                 self.upstream_per_project,
                 format!("{} (upstream models)", account.scope),
@@ -258,10 +295,7 @@ impl Inference {
             (self.per_project, account.scope.clone())
         };
         let slot = Slot::take(&self.running, &counted, limit)?;
-        let admitted = self
-            .limiter
-            .admit(&account.limits, limits::estimate(&request))
-            .await?;
+        let admitted = self.limiter.admit(&account.limits, need).await?;
         let headers = admitted.headers.clone();
         // Shared with the job, to give it all back if the job never runs.
         let admitted = Arc::new(admitted);
@@ -274,17 +308,14 @@ impl Inference {
         // The job reports its own outcome, so no task waits on it. If it
         // panics, `done` closes and the caller reports the job dropped.
         let job = async move {
-            let model = request.model.clone();
+            let model = request.model().to_string();
             let team = account.team().to_string();
             let result = serve(attempts, &team, request, output_tx, &router, &served_by).await;
-            let used = result.as_ref().map_or(0, |r| {
-                u64::from(r.prompt_tokens) + u64::from(r.completion_tokens)
-            });
-            limiter.settle(&admitted, used);
-            if let Ok(r) = &result {
-                crate::telemetry::inference_tokens(&model, r.prompt_tokens, r.completion_tokens);
+            let tokens = result.as_ref().map_or((0, 0), A::tokens);
+            limiter.settle(&admitted, u64::from(tokens.0) + u64::from(tokens.1));
+            if result.is_ok() {
+                crate::telemetry::inference_tokens(&model, tokens.0, tokens.1);
                 let served = served_by.get().map_or("", String::as_str);
-                let tokens = (r.prompt_tokens, r.completion_tokens);
                 if let Err(e) = usage::record(&store, &account, (&model, served), tokens).await {
                     tracing::error!(error = %e, "recording usage failed");
                 }
@@ -363,14 +394,14 @@ impl Inference {
 /// Tries `attempts` in turn until one answers or fails in a way the next
 /// cannot help: the client's error, or a failure after the first piece
 /// reached the client. A failed deployment cools down.
-async fn serve(
+async fn serve<A: Ask>(
     attempts: Vec<Attempt>,
     team: &str,
-    request: ChatRequest,
+    request: A,
     output: mpsc::UnboundedSender<Piece>,
     router: &routes::Routes,
     served_by: &std::sync::OnceLock<String>,
-) -> std::result::Result<ChatResult, CallError> {
+) -> std::result::Result<A::Answer, CallError> {
     let last = attempts.len() - 1;
     let mut outcome = Err(CallError::Failed("no deployment was tried".into()));
     for (i, attempt) in attempts.into_iter().enumerate() {
@@ -378,8 +409,7 @@ async fn serve(
             // A model without a route: straight through.
             return call(&attempt, team, request, output).await;
         };
-        let mut asked = request.clone();
-        asked.model = deployment.model.clone();
+        let asked = request.for_model(&deployment.model);
         let (tx, mut rx) = mpsc::unbounded_channel();
         let sent = std::sync::atomic::AtomicBool::new(false);
         let forward = async {
@@ -420,14 +450,14 @@ async fn serve(
 }
 
 /// One backend call, counted in the plugin's stats and the metrics.
-async fn call(
+async fn call<A: Ask>(
     attempt: &Attempt,
     team: &str,
-    request: ChatRequest,
+    request: A,
     output: mpsc::UnboundedSender<Piece>,
-) -> std::result::Result<ChatResult, CallError> {
+) -> std::result::Result<A::Answer, CallError> {
     let started = std::time::Instant::now();
-    let result = attempt.backend.chat(team, request, output).await;
+    let result = request.ask(attempt.backend.as_ref(), team, output).await;
     let failed = matches!(result, Err(CallError::Failed(_) | CallError::TimedOut(_)));
     if let Some(plugin) = &attempt.plugin {
         plugin.stats().record(started.elapsed(), failed);
@@ -441,15 +471,26 @@ async fn call(
     result
 }
 
-/// A failed backend call as the client sees it.
+/// A failed backend call as the client sees it. An upstream's answer to a
+/// bad request is the client's to fix, so it is passed on as one (a 502
+/// would have SDKs retry it); the upstream's other failures are ours.
 fn call_error(e: CallError) -> Error {
     match e {
-        CallError::Reported { code, message } if code == "upstream-failed" => {
-            Error::BadGateway(message)
-        }
-        CallError::Reported { message, .. } => Error::InvalidRequest {
+        CallError::Reported {
+            code,
             message,
-            param: None,
+            status,
+        } if code == "upstream-failed" => match status {
+            Some(400 | 413 | 422) => Error::InvalidRequest {
+                message,
+                param: None,
+            },
+            Some(429) => Error::RateLimited(message),
+            _ => Error::BadGateway(message),
+        },
+        CallError::Reported { code, message, .. } => Error::InvalidRequest {
+            param: (code == "unsupported-endpoint").then(|| "model".into()),
+            message,
         },
         CallError::Failed(m) => Error::PluginFailed(m),
         CallError::TimedOut(m) => Error::GatewayTimeout(m),

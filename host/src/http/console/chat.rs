@@ -216,7 +216,7 @@ pub async fn stream(State(app): State<App>, posted: Posted) -> Response {
     let Running { output, done, .. } = running;
     let text = tokio_stream_of(output).map(|piece| match piece {
         Piece::Text(text) => text,
-        Piece::Choice(_) => String::new(),
+        Piece::Choice(_) | Piece::Event(..) => String::new(),
     });
     let ending = futures_util::stream::once(async move {
         match done.await {

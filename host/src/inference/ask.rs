@@ -1,0 +1,98 @@
+//! What a job asks of a backend: a chat, or a request to one of the other
+//! endpoints. Queueing, limits, routes and usage are the same for both, so
+//! [`super::Inference`] runs either through this one trait.
+
+use tokio::sync::mpsc;
+
+use super::backend::{
+    CallError, ChatRequest, ChatResult, Endpoint, ForwardRequest, ForwardResult, ModelBackend,
+    Piece,
+};
+use super::text;
+
+/// A request a backend can be asked, and how its answer is counted.
+#[async_trait::async_trait]
+pub trait Ask: Clone + Send + Sync + 'static {
+    /// How the call ends.
+    type Answer: Send + 'static;
+
+    /// The model asked for.
+    fn model(&self) -> &str;
+
+    /// The same request for a route's deployment serving it as `model`.
+    fn for_model(&self, model: &str) -> Self;
+
+    /// The tokens an answer used: prompt, completion.
+    fn tokens(answer: &Self::Answer) -> (u32, u32);
+
+    /// Asks `backend` on `team`'s behalf, sending what comes to `output`.
+    async fn ask(
+        self,
+        backend: &dyn ModelBackend,
+        team: &str,
+        output: mpsc::UnboundedSender<Piece>,
+    ) -> Result<Self::Answer, CallError>;
+}
+
+#[async_trait::async_trait]
+impl Ask for ChatRequest {
+    type Answer = ChatResult;
+
+    fn model(&self) -> &str {
+        &self.model
+    }
+
+    fn for_model(&self, model: &str) -> Self {
+        ChatRequest {
+            model: model.to_string(),
+            ..self.clone()
+        }
+    }
+
+    fn tokens(answer: &ChatResult) -> (u32, u32) {
+        (answer.prompt_tokens, answer.completion_tokens)
+    }
+
+    async fn ask(
+        self,
+        backend: &dyn ModelBackend,
+        team: &str,
+        output: mpsc::UnboundedSender<Piece>,
+    ) -> Result<ChatResult, CallError> {
+        backend.chat(team, self, output).await
+    }
+}
+
+#[async_trait::async_trait]
+impl Ask for ForwardRequest {
+    type Answer = ForwardResult;
+
+    fn model(&self) -> &str {
+        &self.model
+    }
+
+    fn for_model(&self, model: &str) -> Self {
+        ForwardRequest {
+            model: model.to_string(),
+            ..self.clone()
+        }
+    }
+
+    fn tokens(answer: &ForwardResult) -> (u32, u32) {
+        (answer.prompt_tokens, answer.completion_tokens)
+    }
+
+    /// A backend without `forward` (one built before 0.3.0, the embedded
+    /// model) serves completions and responses through its chat.
+    async fn ask(
+        self,
+        backend: &dyn ModelBackend,
+        team: &str,
+        output: mpsc::UnboundedSender<Piece>,
+    ) -> Result<ForwardResult, CallError> {
+        if backend.forwards() || self.endpoint == Endpoint::Embeddings {
+            return backend.forward(team, self, output).await;
+        }
+        text::through_chat(backend, team, self, output).await
+    }
+}
