@@ -271,9 +271,13 @@ impl HostBuilder {
                     _config_dir: config_dir,
                     log,
                     stdout: printed,
-                    // A hung host fails the test instead of hanging it.
+                    // A hung host fails the test instead of hanging it. An
+                    // idle connection is dropped before the host closes it
+                    // (its header_read_timeout, 10 s), so that no request
+                    // goes out on one the host is closing.
                     http: reqwest::Client::builder()
                         .timeout(Duration::from_secs(120))
+                        .pool_idle_timeout(Duration::from_secs(5))
                         .build()
                         .unwrap(),
                 });

@@ -64,11 +64,21 @@ impl Check {
         }
     }
 
-    /// The window a claim at `now` counts in: (after, up to).
+    /// The time a claim at `now` is dated: its own for a sliding minute;
+    /// for a daily budget, the day's start, so the day's claims and
+    /// corrections add up in one stored row instead of one each.
+    fn dated(&self, now: u64) -> u64 {
+        match self.span {
+            Span::Minute => now,
+            Span::Day => now / DAY_MS * DAY_MS,
+        }
+    }
+
+    /// The window a claim at `now` counts in, (after, its date).
     fn window(&self, now: u64) -> (u64, u64) {
         match self.span {
             Span::Minute => (now.saturating_sub(MINUTE_MS), now),
-            Span::Day => ((now / DAY_MS * DAY_MS).saturating_sub(1), now),
+            Span::Day => (self.dated(now).saturating_sub(1), self.dated(now)),
         }
     }
 }
@@ -119,8 +129,10 @@ impl Owners {
 /// store.
 #[derive(Debug, Clone)]
 struct Lease {
-    /// When it was claimed; what it gives back is dated so.
+    /// The claim's date ([`Check::dated`]); what it gives back is dated so.
     at_ms: u64,
+    /// When it was claimed.
+    claimed_ms: u64,
     granted: u64,
     left: u64,
     /// The window's count when claimed, this lease included.
@@ -132,14 +144,14 @@ struct Lease {
 
 impl Lease {
     fn live(&self, now: u64, limit: u64) -> bool {
-        now < self.at_ms + LEASE_MS && self.limit == limit
+        now < self.claimed_ms + LEASE_MS && self.limit == limit
     }
 
     /// Whether to claim its successor now, in the background, so that no
     /// request waits on the store when it runs out: half its time or half
     /// of it gone.
     fn due_for_renewal(&self, now: u64) -> bool {
-        !self.renewing && (now >= self.at_ms + LEASE_MS / 2 || self.left < self.granted / 2)
+        !self.renewing && (now >= self.claimed_ms + LEASE_MS / 2 || self.left < self.granted / 2)
     }
 }
 
@@ -363,7 +375,8 @@ impl Limiter {
     fn install(&self, check: &Check, granted: &Granted, used: u64, now: u64) -> (u64, u64) {
         let before = u64::try_from(granted.used.max(0)).unwrap_or(0);
         let lease = Lease {
-            at_ms: now,
+            at_ms: check.dated(now),
+            claimed_ms: now,
             granted: granted.granted,
             left: granted.granted - used,
             seen: before + granted.granted,
@@ -380,7 +393,7 @@ impl Limiter {
             self.return_unused(&check.bucket, &old);
         }
         self.busy.notify_one();
-        (now, left)
+        (check.dated(now), left)
     }
 
     /// Takes `need` from this host's lease; also whether its successor is

@@ -483,7 +483,24 @@ async fn rate_limit_claims(store: &Store) {
         .await
         .unwrap();
     assert_eq!(other.granted, 10);
-    assert_eq!(store.purge_limits(2_000).await.unwrap(), 6);
+    // Claims and corrections dated alike add up in one row (a daily
+    // budget's are all dated at the day's start).
+    let day = || store.claim_limit("k:1:tpd", (999, 1_000), 1, 5, 100);
+    day().await.unwrap();
+    store
+        .adjust_limits(&[("k:1:tpd".into(), 1_000, -2)])
+        .await
+        .unwrap();
+    let again = day().await.unwrap();
+    assert_eq!(
+        (again.granted, again.used, again.oldest_ms),
+        (5, 3, Some(1_000))
+    );
+    assert_eq!(
+        store.purge_limits(2_000).await.unwrap(),
+        6,
+        "rows at 1000 (tpd), 1500, 1600 (its give-back added), 1650, 1700, 1900"
+    );
 }
 
 async fn secrets_and_webhooks(store: &Store) {

@@ -1,5 +1,6 @@
 //! Rate-limit claims: one function call per claim (`switchyard_claim_limit`,
-//! migration 14), so hosts claiming on one limit take turns.
+//! migrations 14 and 15), so hosts claiming on one limit take turns; one
+//! row per (bucket, time), to which claims and corrections add.
 
 use async_trait::async_trait;
 use sqlx::Row;
@@ -44,8 +45,9 @@ impl LimitRecords for Postgres {
         let buckets: Vec<&str> = corrections.iter().map(|c| c.0.as_str()).collect();
         let times: Vec<i64> = corrections.iter().map(|c| i(c.1)).collect();
         let amounts: Vec<i64> = corrections.iter().map(|c| c.2).collect();
-        let sql =
-            "INSERT INTO rate_claims SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[])";
+        // Each (bucket, at_ms) once per batch (the limiter's map is keyed so).
+        let sql = "INSERT INTO rate_claims SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[]) \
+                   ON CONFLICT (bucket, at_ms) DO UPDATE SET n = rate_claims.n + EXCLUDED.n";
         self.execute(sqlx::query(sql).bind(buckets).bind(times).bind(amounts))
             .await
             .map(drop)

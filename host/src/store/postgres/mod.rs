@@ -99,6 +99,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("migrations/0013_receivers.sql"),
     ),
     (14, "gateway", include_str!("migrations/0014_gateway.sql")),
+    (
+        15,
+        "rate_claims_folded",
+        include_str!("migrations/0015_rate_claims_folded.sql"),
+    ),
 ];
 
 /// [`MIGRATIONS`] as sqlx runs them (the checksums `migrate!` would give).

@@ -1,9 +1,10 @@
 //! Rate-limit claims, in their tree: a claim reads its window and writes
-//! under the writer lock, so claims on one limit take turns.
+//! under the writer lock, so claims on one limit take turns. One row per
+//! (bucket, time), to which claims and corrections add.
 
 use async_trait::async_trait;
 
-use super::{Sled, T, io};
+use super::{Sled, T, Writer, io};
 use crate::store::Result;
 use crate::store::records::*;
 
@@ -12,12 +13,21 @@ fn key(bucket: &str, at_ms: u64) -> Vec<u8> {
     [bucket.as_bytes(), b"\0", &at_ms.to_be_bytes()].concat()
 }
 
-/// A claim's key: its time, then random bytes so that two claims made in
-/// one millisecond are both kept.
+/// A claim's key: its time, then eight zero bytes (rows written before
+/// claims were folded have random ones there; both read the same).
 fn claim_key(bucket: &str, at_ms: u64) -> Vec<u8> {
-    let mut tail = [0u8; 8];
-    crate::ids::fill_random(&mut tail);
-    [key(bucket, at_ms), tail.to_vec()].concat()
+    [key(bucket, at_ms), vec![0; 8]].concat()
+}
+
+/// Adds `amount` to the row of `bucket`'s claims made at `at_ms`.
+fn add(w: &Writer<'_>, bucket: &str, at_ms: u64, amount: i64) -> Result<()> {
+    let k = claim_key(bucket, at_ms);
+    let before = w
+        .get(T::RateClaims, &k)?
+        .and_then(|v| v.as_slice().try_into().ok().map(i64::from_be_bytes))
+        .unwrap_or(0);
+    w.put(T::RateClaims, k, (before + amount).to_be_bytes().to_vec());
+    Ok(())
 }
 
 /// When the claim under `key` was made.
@@ -55,11 +65,7 @@ impl LimitRecords for Sled {
         };
         if granted > 0 {
             let amount = i64::try_from(granted).unwrap_or(i64::MAX);
-            w.put(
-                T::RateClaims,
-                claim_key(bucket, now_ms),
-                amount.to_be_bytes().to_vec(),
-            );
+            add(&w, bucket, now_ms, amount)?;
             w.finish()?;
         }
         Ok(Granted {
@@ -75,11 +81,7 @@ impl LimitRecords for Sled {
         }
         let w = self.writer().await;
         for (bucket, at_ms, amount) in corrections {
-            w.put(
-                T::RateClaims,
-                claim_key(bucket, *at_ms),
-                amount.to_be_bytes().to_vec(),
-            );
+            add(&w, bucket, *at_ms, *amount)?;
         }
         w.finish()
     }
