@@ -197,6 +197,19 @@ async fn post(
     (status, headers, response.text().await.unwrap())
 }
 
+/// Posts `body` to `path`, which must answer 200; the body's text.
+async fn ok_text(host: &Host, key: &str, path: &str, body: &Value) -> String {
+    let (status, _, text) = post(host, key, path, body).await;
+    assert_eq!(status, 200, "{path}: {text}");
+    text
+}
+
+/// The same, the body parsed.
+async fn ok(host: &Host, key: &str, path: &str, body: &Value) -> Value {
+    let text = ok_text(host, key, path, body).await;
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}: {text}"))
+}
+
 fn parsed(status: u16, text: &str) -> (u16, Value) {
     (status, serde_json::from_str(text).unwrap_or(json!(text)))
 }
@@ -223,42 +236,37 @@ async fn the_three_endpoints_pass_through_to_an_upstream_with_usage_counted() {
     let host = upstream_host(&upstream, "").start().await;
     let alice = host.create_user("alice").await;
 
-    let (status, _, text) = post(
+    let body = ok(
         &host,
         &alice,
         "/v1/embeddings",
         &json!({"model": "fake-1", "input": ["a", "b"], "dimensions": 3}),
     )
     .await;
-    assert_eq!(status, 200, "{text}");
-    let body: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(body["data"][1]["embedding"], json!(VECTOR));
     assert_eq!(body["usage"]["prompt_tokens"], 8);
     let sent = &bodies(&seen, "embeddings")[0];
     assert_eq!(sent["model"], "upstream-model", "the upstream's id");
     assert_eq!(sent["dimensions"], 3, "unread fields pass as they came");
 
-    let (status, _, text) = post(
+    let body = ok(
         &host,
         &alice,
         "/v1/completions",
         &json!({"model": "fake-1", "prompt": "Hello", "max_tokens": 3}),
     )
     .await;
-    assert_eq!(status, 200, "{text}");
-    let body: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(body["choices"][0]["text"], " world");
 
     // Streamed without asking for usage: the host asks the upstream for it
     // (to count it) and keeps the usage chunk from the client.
-    let (status, _, text) = post(
+    let text = ok_text(
         &host,
         &alice,
         "/v1/completions",
         &json!({"model": "fake-1", "prompt": "Hello", "stream": true}),
     )
     .await;
-    assert_eq!(status, 200, "{text}");
     let chunks = sse_chunks(&text);
     let streamed: String = chunks
         .iter()
@@ -271,15 +279,13 @@ async fn the_three_endpoints_pass_through_to_an_upstream_with_usage_counted() {
         true
     );
 
-    let (status, _, text) = post(
+    let body = ok(
         &host,
         &alice,
         "/v1/responses",
         &json!({"model": "fake-1", "input": "Hi", "tools": [{"type": "web_search"}]}),
     )
     .await;
-    assert_eq!(status, 200, "{text}");
-    let body: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(body["output"][0]["content"][0]["text"], "Hi there");
     assert_eq!(
         bodies(&seen, "responses")[0]["tools"][0]["type"],
@@ -334,6 +340,12 @@ async fn the_three_endpoints_pass_through_to_an_upstream_with_usage_counted() {
             "{endpoint}"
         );
     }
+    let first_tokens = crate::metrics::sample(
+        &metrics,
+        "switchyard_inference_time_to_first_token_seconds_count",
+        &[("model", "fake-1")],
+    );
+    assert_eq!(first_tokens, Some(2.0), "the two streams");
 }
 
 on_each_store!(upstream_errors_keep_their_meaning_and_bad_requests_are_refused);
@@ -510,15 +522,13 @@ async fn the_embedded_model_completes_and_responds_but_does_not_embed() {
         .unwrap();
     assert!(message.contains("does not embed"), "{message}");
 
-    let (status, _, text) = post(
+    let body = ok(
         &host,
         &alice,
         "/v1/completions",
         &json!({"model": model, "prompt": "Name a colour.", "max_tokens": 4, "temperature": 0}),
     )
     .await;
-    assert_eq!(status, 200, "{text}");
-    let body: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(body["object"], "text_completion");
     assert!(
         !body["choices"][0]["text"].as_str().unwrap().is_empty(),
@@ -530,7 +540,7 @@ async fn the_embedded_model_completes_and_responds_but_does_not_embed() {
     );
     assert_eq!(body["usage"]["completion_tokens"], 4);
 
-    let (status, _, text) = post(
+    let text = ok_text(
         &host,
         &alice,
         "/v1/responses",
@@ -538,7 +548,6 @@ async fn the_embedded_model_completes_and_responds_but_does_not_embed() {
                 "max_output_tokens": 3, "temperature": 0, "stream": true}),
     )
     .await;
-    assert_eq!(status, 200, "{text}");
     let events = events(&text);
     let names = event_names(&text);
     assert_eq!(names.first(), Some(&"response.created"), "{text}");
@@ -602,26 +611,16 @@ async fn a_backend_built_before_forward_completes_and_responds_through_chat() {
     let (status, body) = host.upload_plugin("older", query, wasm).await;
     assert_eq!(status, 201, "a 0.2.0 backend loads: {body}");
 
-    let (status, _, text) = post(
+    let body = ok(
         &host,
         &alice,
         "/v1/completions",
         &json!({"model": "older", "prompt": "Hello"}),
     )
     .await;
-    assert_eq!(status, 200, "{text}");
-    let body: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(body["choices"][0]["text"], "older: Hello");
 
-    let (status, _, text) = post(
-        &host,
-        &alice,
-        "/v1/responses",
-        &json!({"model": "older", "input": [{"role": "user", "content": [{"type": "input_text", "text": "Hi"}]}]}),
-    )
-    .await;
-    assert_eq!(status, 200, "{text}");
-    let body: Value = serde_json::from_str(&text).unwrap();
+    let body = ok(&host, &alice, "/v1/responses", &json!({"model": "older", "input": [{"role": "user", "content": [{"type": "input_text", "text": "Hi"}]}]})).await;
     assert_eq!(body["status"], "completed");
     assert_eq!(body["output"][0]["content"][0]["text"], "older: Hi");
     assert_eq!(body["usage"]["input_tokens"], 1);

@@ -65,7 +65,8 @@ async fn answer(
             ));
         }
     };
-    let answer = forward(app, caller, headers, endpoint, model.clone(), body).await;
+    let started = std::time::Instant::now();
+    let answer = forward(app, caller, headers, endpoint, model.clone(), body, started).await;
     let status = match &answer {
         Ok(response) => response.status().as_u16(),
         Err(e) => e.status().as_u16(),
@@ -81,6 +82,7 @@ async fn forward(
     endpoint: Endpoint,
     model: String,
     body: Map<String, Value>,
+    started: std::time::Instant,
 ) -> Result<Response> {
     let streamed = match body.get("stream") {
         None | Some(Value::Null) | Some(Value::Bool(false)) => false,
@@ -96,7 +98,7 @@ async fn forward(
     let account = account(app, &user, &key, headers, &model).await?;
     let request = ForwardRequest {
         endpoint,
-        model,
+        model: model.clone(),
         body,
         streamed,
     };
@@ -104,7 +106,7 @@ async fn forward(
     let limits = std::mem::take(&mut running.headers);
     let deployment = running.deployment.clone();
     let mut response = if streamed {
-        stream(running).await?
+        stream(running, &model, started).await?
     } else {
         whole(running).await?
     };
@@ -127,9 +129,16 @@ async fn whole(mut running: Running<ForwardResult>) -> Result<Response> {
 
 /// Waits for the first event, so a request that fails before answering
 /// gets a real status code; then relays the rest as they come.
-async fn stream(mut running: Running<ForwardResult>) -> Result<Response> {
+async fn stream(
+    mut running: Running<ForwardResult>,
+    model: &str,
+    started: std::time::Instant,
+) -> Result<Response> {
     let first = match running.output.recv().await {
-        Some(first) => first,
+        Some(first) => {
+            crate::telemetry::time_to_first_token(model, started.elapsed());
+            first
+        }
         None => {
             finished(running.done).await?;
             return Err(Error::BadGateway(
