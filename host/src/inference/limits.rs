@@ -219,7 +219,10 @@ impl Limiter {
                 let Some(limiter) = weak.upgrade() else {
                     return;
                 };
-                limiter.flush().await;
+                let _ = off_the_workers(async move { limiter.flush().await }).await;
+                let Some(limiter) = weak.upgrade() else {
+                    return;
+                };
                 if purged.is_none_or(|at| at.elapsed() >= Duration::from_secs(3600)) {
                     purged = Some(std::time::Instant::now());
                     limiter.purge().await;
@@ -328,7 +331,7 @@ impl Limiter {
         if let Some((taken, renew)) = self.take_leased(check, need, now) {
             if renew {
                 let (limiter, check) = (self.clone(), check.clone());
-                tokio::spawn(async move { limiter.renew(&check).await });
+                drop(off_the_workers(async move { limiter.renew(&check).await }));
             }
             return Ok(taken);
         }
@@ -447,6 +450,18 @@ impl Limiter {
             }
         }
     }
+}
+
+/// Runs `work` (store calls) on a blocking thread rather than on the
+/// runtime's workers: on sled a claim reads and writes in place, and a
+/// worker busy with it is one that answers no request meanwhile, which
+/// showed in the limited key's p99 at low rates (6 claims a second on
+/// three limits).
+fn off_the_workers(
+    work: impl std::future::Future<Output = ()> + Send + 'static,
+) -> tokio::task::JoinHandle<()> {
+    let handle = tokio::runtime::Handle::current();
+    tokio::task::spawn_blocking(move || handle.block_on(work))
 }
 
 /// An amount as a signed correction.
