@@ -5,13 +5,13 @@
 //! responses through chat ([`crate::inference::text`]).
 
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, header};
+use axum::http::{HeaderMap, header};
 use axum::response::sse::Event;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
-use super::inference::{DEPLOYMENT_HEADER, account, finished, sse};
+use super::inference::{account, add_headers, finished, sse};
 use super::{Json, KeyedCaller};
 use crate::app::App;
 use crate::error::{Error, Result};
@@ -110,10 +110,7 @@ async fn forward(
     } else {
         whole(running).await?
     };
-    response.headers_mut().extend(limits);
-    if let Some(value) = deployment.get().and_then(|d| HeaderValue::from_str(d).ok()) {
-        response.headers_mut().insert(DEPLOYMENT_HEADER, value);
-    }
+    add_headers(&mut response, limits, &deployment);
     Ok(response)
 }
 

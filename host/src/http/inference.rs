@@ -122,11 +122,21 @@ async fn chat(
     } else {
         whole(header, running, started).await?
     };
+    add_headers(&mut response, limits, &deployment);
+    Ok(response)
+}
+
+/// An inference answer's own headers: the rate limits that applied, and
+/// the route's deployment that served, once one has.
+pub(super) fn add_headers(
+    response: &mut Response,
+    limits: HeaderMap,
+    deployment: &std::sync::OnceLock<String>,
+) {
     response.headers_mut().extend(limits);
     if let Some(value) = deployment.get().and_then(|d| HeaderValue::from_str(d).ok()) {
         response.headers_mut().insert(DEPLOYMENT_HEADER, value);
     }
-    Ok(response)
 }
 
 async fn whole(
