@@ -210,6 +210,13 @@ async fn ok(host: &Host, key: &str, path: &str, body: &Value) -> Value {
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}: {text}"))
 }
 
+/// Posts `body` to `path` expecting a refusal: the status and the parsed
+/// error body.
+async fn refusal(host: &Host, key: &str, path: &str, body: &Value) -> (u16, Value) {
+    let (status, _, text) = post(host, key, path, body).await;
+    parsed(status, &text)
+}
+
 fn parsed(status: u16, text: &str) -> (u16, Value) {
     (status, serde_json::from_str(text).unwrap_or(json!(text)))
 }
@@ -356,27 +363,25 @@ async fn upstream_errors_keep_their_meaning_and_bad_requests_are_refused() {
 
     // The upstream's 400 is the client's to fix: a 400, not a 502 that
     // SDKs would retry.
-    let (status, _, text) = post(
+    let answer = refusal(
         &host,
         &alice,
         "/v1/embeddings",
         &json!({"model": "fake-1", "input": "too long"}),
     )
     .await;
-    let answer = parsed(status, &text);
     let message = expect_error(&answer, 400, "invalid_request", None)["message"]
         .as_str()
         .unwrap();
     assert!(message.contains("input is too long"), "{message}");
 
-    let (status, _, text) = post(
+    let answer = refusal(
         &host,
         &alice,
         "/v1/responses",
         &json!({"model": "fake-broken", "input": "Hi", "stream": true}),
     )
     .await;
-    let answer = parsed(status, &text);
     let message = expect_error(&answer, 502, "upstream_error", None)["message"]
         .as_str()
         .unwrap();
@@ -395,22 +400,16 @@ async fn upstream_errors_keep_their_meaning_and_bad_requests_are_refused() {
             "stream",
         ),
     ] {
-        let (status, _, text) = post(&host, &alice, path, &body).await;
-        expect_invalid(&parsed(status, &text), param);
+        expect_invalid(&refusal(&host, &alice, path, &body).await, param);
     }
-    let (status, _, text) = post(
+    let answer = refusal(
         &host,
         &alice,
         "/v1/completions",
         &json!({"model": "nope", "prompt": "x"}),
     )
     .await;
-    expect_error(
-        &parsed(status, &text),
-        404,
-        "model_not_found",
-        Some("model"),
-    );
+    expect_error(&answer, 404, "model_not_found", Some("model"));
     let response = host
         .http
         .post(host.url("/v1/responses"))
@@ -460,19 +459,14 @@ deployments = [{ model = "also-broken", name = "east" }, { model = "fake-1", nam
         .await;
     assert_eq!(status, 201, "{created}");
     let key = created["key"].as_str().unwrap();
-    let (status, _, text) = post(
+    let answer = refusal(
         &host,
         key,
         "/v1/completions",
         &json!({"model": "fake-1", "prompt": "x"}),
     )
     .await;
-    expect_error(
-        &parsed(status, &text),
-        403,
-        "permission_denied",
-        Some("model"),
-    );
+    expect_error(&answer, 403, "permission_denied", Some("model"));
     let (status, headers, text) = post(
         &host,
         key,
@@ -509,14 +503,13 @@ async fn the_embedded_model_completes_and_responds_but_does_not_embed() {
     let alice = host.create_user("alice").await;
     let model = crate::inference::MODEL;
 
-    let (status, _, text) = post(
+    let answer = refusal(
         &host,
         &alice,
         "/v1/embeddings",
         &json!({"model": model, "input": "x"}),
     )
     .await;
-    let answer = parsed(status, &text);
     let message = expect_invalid(&answer, "model")["message"]
         .as_str()
         .unwrap();
@@ -566,14 +559,7 @@ async fn the_embedded_model_completes_and_responds_but_does_not_embed() {
     assert_eq!(last["response"]["usage"]["output_tokens"], 3);
     assert_eq!(last["response"]["instructions"], "Answer in one word.");
 
-    let (status, _, text) = post(
-        &host,
-        &alice,
-        "/v1/responses",
-        &json!({"model": model, "input": "Hi", "tools": [{"type": "function", "name": "f", "parameters": {}}]}),
-    )
-    .await;
-    let answer = parsed(status, &text);
+    let answer = refusal(&host, &alice, "/v1/responses", &json!({"model": model, "input": "Hi", "tools": [{"type": "function", "name": "f", "parameters": {}}]})).await;
     let message = expect_invalid(&answer, "tools")["message"]
         .as_str()
         .unwrap();
@@ -625,12 +611,12 @@ async fn a_backend_built_before_forward_completes_and_responds_through_chat() {
     assert_eq!(body["output"][0]["content"][0]["text"], "older: Hi");
     assert_eq!(body["usage"]["input_tokens"], 1);
 
-    let (status, _, text) = post(
+    let answer = refusal(
         &host,
         &alice,
         "/v1/embeddings",
         &json!({"model": "older", "input": "x"}),
     )
     .await;
-    expect_invalid(&parsed(status, &text), "model");
+    expect_invalid(&answer, "model");
 }

@@ -483,11 +483,20 @@ pub fn estimate(request: &crate::plugin::ChatRequest) -> u64 {
 /// The same for a request to another endpoint: its body, and the most it
 /// asks to generate (`max_tokens`, or `max_output_tokens` for a response).
 pub fn estimate_body(request: &crate::plugin::ForwardRequest) -> u64 {
-    let bytes: usize = request
-        .body
-        .iter()
-        .map(|(k, v)| k.len() + v.to_string().len())
-        .sum();
+    // Counted as it would be written, without writing it anywhere.
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut bytes = Count(0);
+    let _ = serde_json::to_writer(&mut bytes, &request.body);
+    let bytes = bytes.0;
     let most = ["max_tokens", "max_output_tokens"]
         .iter()
         .find_map(|f| request.body.get(*f).and_then(serde_json::Value::as_u64))

@@ -82,9 +82,16 @@ fn to_chat(request: &ForwardRequest) -> Result<ChatRequest> {
 fn parse<T: serde::de::DeserializeOwned>(body: Value) -> Result<T> {
     serde_path_to_error::deserialize(body).map_err(|e| {
         let path = e.path().to_string();
+        let inner = e.into_inner();
+        if path == "." {
+            return Error::InvalidJson {
+                message: format!("the request body is not valid for this endpoint: {inner}"),
+                param: None,
+            };
+        }
         Error::InvalidJson {
-            message: format!("invalid value for field '{path}': {}", e.into_inner()),
-            param: (path != ".").then_some(path),
+            message: format!("invalid value for field '{path}': {inner}"),
+            param: Some(path),
         }
     })
 }
@@ -697,8 +704,14 @@ mod tests {
             (
                 Endpoint::Completions,
                 json!({"model": "m", "prompt": "a", "colour": 1}),
-                ".",
                 "colour",
+                "unknown field `colour`",
+            ),
+            (
+                Endpoint::Completions,
+                json!({"model": "m"}),
+                ".",
+                "not valid for this endpoint: missing field `prompt`",
             ),
             (
                 Endpoint::Responses,
@@ -740,9 +753,8 @@ mod tests {
         for (endpoint, body, param, says) in cases {
             let (message, got) = refused(endpoint, body.clone());
             assert!(message.contains(says), "{body}: {message}");
-            if param != "." {
-                assert_eq!(got.as_deref(), Some(param), "{body}: {message}");
-            }
+            let want = (param != ".").then_some(param);
+            assert_eq!(got.as_deref(), want, "{body}: {message}");
         }
     }
 

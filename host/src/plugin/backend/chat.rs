@@ -124,9 +124,11 @@ pub struct ForwardResult {
     pub completion_tokens: u32,
 }
 
-impl From<&ForwardRequest> for v3::ForwardRequest {
-    fn from(r: &ForwardRequest) -> Self {
-        let mut body = r.body.clone();
+/// Taken by value: the body (an embeddings batch may be large) is moved,
+/// not copied.
+impl From<ForwardRequest> for v3::ForwardRequest {
+    fn from(r: ForwardRequest) -> Self {
+        let mut body = r.body;
         body.insert("model".into(), r.model.clone().into());
         v3::ForwardRequest {
             endpoint: match r.endpoint {
@@ -134,7 +136,7 @@ impl From<&ForwardRequest> for v3::ForwardRequest {
                 Endpoint::Completions => v3::Endpoint::Completions,
                 Endpoint::Responses => v3::Endpoint::Responses,
             },
-            model: r.model.clone(),
+            model: r.model,
             body: serde_json::Value::Object(body).to_string(),
             streamed: r.streamed,
         }

@@ -581,7 +581,7 @@ impl Backend {
             ),
             status: None,
         };
-        let request = v3::exports::switchyard::plugin::backend::ForwardRequest::from(&request);
+        let request = v3::exports::switchyard::plugin::backend::ForwardRequest::from(request);
         self.call(team, Some(output), async move |b, s| match b {
             Bindings::V3(b) => Ok(b
                 .switchyard_plugin_backend()
