@@ -274,7 +274,10 @@ impl HostBuilder {
                     // A hung host fails the test instead of hanging it. An
                     // idle connection is dropped before the host closes it
                     // (its header_read_timeout, 10 s), so that no request
-                    // goes out on one the host is closing.
+                    // goes out on one the host is closing: that race is any
+                    // server's idle close. Refused requests no longer close
+                    // connections (keep_alive.rs), so correctness does not
+                    // rest on this.
                     http: reqwest::Client::builder()
                         .timeout(Duration::from_secs(120))
                         .pool_idle_timeout(Duration::from_secs(5))

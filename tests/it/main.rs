@@ -21,6 +21,7 @@ mod health;
 mod hostile_input;
 mod http_errors;
 mod inference;
+mod keep_alive;
 mod layout;
 mod lifecycle;
 mod metrics;

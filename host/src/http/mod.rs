@@ -25,6 +25,7 @@ mod query;
 mod runs;
 mod scope;
 mod secrets;
+mod unread;
 mod users;
 mod webhooks;
 
@@ -108,9 +109,11 @@ pub fn router(app: App) -> Router {
         .with_state(app.clone());
     // The error-shaping layer wraps the finished router, not each route:
     // only from outside does a 405 already carry axum's `Allow` header.
+    // Outermost, so that the refusals made here leave the connection usable too.
     Router::new()
         .fallback_service(routes)
         .layer(middleware::from_fn_with_state(app, shape_errors))
+        .layer(middleware::from_fn(unread::keep_connection))
 }
 
 /// `GET /metrics`, open or for operators as configured.
