@@ -139,7 +139,10 @@ pub enum Error {
 impl From<crate::store::StoreError> for Error {
     fn from(e: crate::store::StoreError) -> Self {
         match e {
-            crate::store::StoreError::Unavailable => Error::StoreUnavailable,
+            // The journal logged why; the host is stopping.
+            crate::store::StoreError::Unavailable | crate::store::StoreError::Failed(_) => {
+                Error::StoreUnavailable
+            }
             crate::store::StoreError::Other(cause) => Error::Internal(cause),
         }
     }

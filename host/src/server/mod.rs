@@ -102,6 +102,10 @@ pub async fn serve(
     let admission = Admission::new(limits.max_connections.unwrap_or(connections::FALLBACK_CAP));
     let builder = std::sync::Arc::new(builder);
     tokio::pin!(shutdown);
+    let store = app.store.clone();
+    let failed = store.failed();
+    tokio::pin!(failed);
+    let mut failure = None;
     loop {
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -114,6 +118,10 @@ pub async fn serve(
                 }
             },
             () = &mut shutdown => break,
+            why = &mut failed => {
+                failure = Some(why);
+                break;
+            }
         };
         let Some(ticket) = admission.admit() else {
             tracing::warn!(%peer, open = admission.open(), "connection refused: every connection is in use (limits.max_connections)");
@@ -146,6 +154,9 @@ pub async fn serve(
             grace_ms = limits.shutdown_grace_ms,
             "requests still running after the grace period were cut off"
         );
+    }
+    if let Some(why) = failure {
+        anyhow::bail!("stopped because the store failed: {why}");
     }
     app.store.flush().await.context("flushing the store")?;
     tracing::info!("stopped");

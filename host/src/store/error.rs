@@ -10,6 +10,11 @@ pub enum StoreError {
     /// without credentials, and this text reaches unauthenticated callers.
     #[error("the store is unavailable")]
     Unavailable,
+    /// The store failed to write or sync and takes no more writes (it is
+    /// fail-stop: the process stops, and the next start recovers from the
+    /// disk). Says what failed.
+    #[error("{0}")]
+    Failed(String),
     /// Anything else: an I/O error, a record that could not be encoded.
     #[error(transparent)]
     Other(#[from] anyhow::Error),

@@ -61,6 +61,16 @@ pub trait Engine: Records {
     async fn begin(&self) -> Result<Box<dyn Transaction>>;
     /// Returns once every write committed before the call is on disk.
     async fn durable(&self) -> Result<()>;
+    /// A mark of the writes committed so far, for [`Engine::durable_to`].
+    fn commit_mark(&self) -> u64 {
+        0
+    }
+    /// Returns once every write committed before `mark` was taken is on
+    /// disk: at once when a sync since has covered them.
+    async fn durable_to(&self, mark: u64) -> Result<()> {
+        let _ = mark;
+        self.durable().await
+    }
     /// A real write, read and delete, for the system check.
     async fn round_trip(&self) -> Result<()>;
     /// Every stored record, raw (`switchyard admin dump-records`).
@@ -84,6 +94,13 @@ pub trait Engine: Records {
     /// over, when several hosts share the store; the holder renews it while
     /// sending. `None` when the store has one host.
     fn lease(&self) -> Option<std::time::Duration>;
+    /// Resolves, with the reason, once the store takes no more writes after
+    /// a failed write or sync: the host must stop, and the next start
+    /// recovers from the disk. Never, for an engine whose server keeps
+    /// the data.
+    async fn failed(&self) -> String {
+        std::future::pending().await
+    }
 }
 
 /// The one handle to the store. Cheap to clone; derefs to the engine, so
@@ -122,6 +139,29 @@ impl Store {
         Ok(Store {
             engine: Arc::new(sled::Sled::open(dir)?),
         })
+    }
+
+    /// An embedded store in a new temporary folder whose journal is on a
+    /// simulated disk (`sled/journal/disk/sim.rs`), for crash tests.
+    #[cfg(test)]
+    pub fn on_simulated_disk() -> (tempfile::TempDir, Store, sled::Sim) {
+        let dir = tempfile::tempdir().unwrap();
+        let disk = sled::Sim::new();
+        let engine = sled::Sled::open_on(dir.path(), Arc::new(disk.clone())).unwrap();
+        (
+            dir,
+            Store {
+                engine: Arc::new(engine),
+            },
+            disk,
+        )
+    }
+
+    /// What a crash now would leave of the journal on `disk` (what was
+    /// synced), reopened: the events in its inbox and sled's logged writes.
+    #[cfg(test)]
+    pub fn after_crash(disk: &sled::Sim) -> (Vec<String>, Vec<Vec<u8>>) {
+        sled::after_crash(disk)
     }
 }
 

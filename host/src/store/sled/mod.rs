@@ -19,6 +19,18 @@
 
 mod artifacts;
 mod automations;
+#[cfg(test)]
+mod crash_tests;
+#[cfg(test)]
+pub use journal::disk::sim::Sim;
+
+/// See `Store::after_crash`.
+#[cfg(test)]
+pub fn after_crash(disk: &Sim) -> (Vec<String>, Vec<Vec<u8>>) {
+    let image = Sim::from_state(disk.state().durable());
+    let (journal, logged) = journal::Journal::open(Arc::new(image)).unwrap();
+    (journal.inbox().into_iter().map(|e| e.id).collect(), logged)
+}
 mod delivery;
 mod groups;
 mod idempotency;
@@ -421,12 +433,21 @@ impl Sled {
     pub fn open(dir: &Path) -> anyhow::Result<Sled> {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("cannot create data directory {}", dir.display()))?;
+        let disk = journal::Real::new(&dir.join("journal"))
+            .with_context(|| format!("cannot create the journal directory in {}", dir.display()))?;
+        Sled::open_on(dir, Arc::new(disk))
+    }
+
+    /// [`Sled::open`], with the journal on `disk`.
+    pub(super) fn open_on(dir: &Path, disk: Arc<dyn journal::Disk>) -> anyhow::Result<Sled> {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("cannot create data directory {}", dir.display()))?;
         let db = open_db(dir)?;
         let trees = T::ALL
             .iter()
             .map(|t| db.open_tree(t.name()))
             .collect::<sled::Result<Vec<_>>>()?;
-        let (journal, logged) = journal::Journal::open(&dir.join("journal"))?;
+        let (journal, logged) = journal::Journal::open(disk)?;
         let shared = Shared {
             db,
             trees,
@@ -701,6 +722,17 @@ impl Engine for Sled {
         Ok(())
     }
 
+    fn commit_mark(&self) -> u64 {
+        self.shared.journal.marks().0
+    }
+
+    async fn durable_to(&self, mark: u64) -> Result<()> {
+        if self.shared.journal.marks().1 >= mark {
+            return Ok(());
+        }
+        self.durable().await
+    }
+
     async fn round_trip(&self) -> Result<()> {
         let key = keys::prefix(&["health", &crate::ids::random_hex(8)]).into_bytes();
         let value = crate::ids::random_hex(16).into_bytes();
@@ -743,11 +775,11 @@ impl Engine for Sled {
     async fn expire_history(&self, keep: std::time::Duration) -> Result<usize> {
         let shared = self.shared.clone();
         shared.journal.rotate_every(keep / 4);
-        let before = std::time::SystemTime::now() - keep;
+        let before_ms = crate::ids::now_ms().saturating_sub(keep.as_millis() as u64);
         // Segments go only once sled holds every write they logged.
         tokio::task::spawn_blocking(move || {
-            wal::checkpoint_now(&shared)?;
-            shared.journal.expire(before)
+            let (seg, _) = wal::checkpoint_now(&shared)?;
+            shared.journal.expire(before_ms, seg)
         })
         .await
         .map_err(|e| StoreError::Other(e.into()))?
@@ -763,6 +795,10 @@ impl Engine for Sled {
 
     fn config_epoch(&self) -> u64 {
         self.shared.config_epoch.load(Ordering::SeqCst)
+    }
+
+    async fn failed(&self) -> String {
+        self.shared.journal.failed().await
     }
 }
 

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 
-use super::journal::Entry;
+use super::journal::{Entry, Journal};
 use super::{Overlay, Shared, T};
 
 /// How long after a write the checkpointer flushes, so that a second's
@@ -102,20 +102,35 @@ pub(super) fn redo(shared: &Shared, logged: Vec<Vec<u8>>) -> anyhow::Result<()> 
 }
 
 /// Flushes sled, then records that everything logged before the position
-/// taken first is in it. The position is read under the writer lock, so no
-/// commit is half applied there.
-pub(super) fn checkpoint_now(shared: &Shared) -> crate::store::Result<()> {
+/// taken first is in it (see [`checkpoint`]). Holds the writer lock
+/// throughout, so that no commit is half applied at the position and none
+/// reaches sled between the journal's sync and sled's flush.
+pub(super) fn checkpoint_now(shared: &Shared) -> crate::store::Result<(u64, u64)> {
     shared.sled_dirty.take();
-    let (seg, off) = {
-        // Uncontended at open, which may run on an async thread.
-        let _writer = match shared.writer.try_lock() {
-            Ok(writer) => writer,
-            Err(_) => shared.writer.blocking_lock(),
-        };
-        shared.journal.position()
+    // Uncontended at open, which may run on an async thread.
+    let _writer = match shared.writer.try_lock() {
+        Ok(writer) => writer,
+        Err(_) => shared.writer.blocking_lock(),
     };
-    shared.db.flush().map_err(super::io)?;
-    shared.journal.append(vec![Entry::Checkpoint { seg, off }])
+    checkpoint(&shared.journal, || {
+        shared.db.flush().map(|_| ()).map_err(super::io)
+    })
+}
+
+/// The checkpoint protocol, `flush` being sled's: the journal is synced
+/// before sled is flushed (write-ahead: sled never holds a write whose
+/// frame, and the rest of its commit, a crash could still take), then a
+/// `Checkpoint` names the position taken first. The caller keeps commits
+/// out meanwhile.
+pub(super) fn checkpoint(
+    journal: &Journal,
+    flush: impl FnOnce() -> crate::store::Result<()>,
+) -> crate::store::Result<(u64, u64)> {
+    let (seg, off) = journal.position();
+    journal.sync()?;
+    flush()?;
+    journal.append(vec![Entry::Checkpoint { seg, off }])?;
+    Ok((seg, off))
 }
 
 /// Checkpoints [`EVERY`] after sled has unflushed writes, for as long as
@@ -139,9 +154,14 @@ pub(super) fn spawn_checkpointer(shared: Weak<Shared>) {
                 if !marked {
                     continue;
                 }
-                if let Err(e) = checkpoint_now(&shared) {
-                    tracing::error!(error = %e, "checkpointing the store failed; retrying");
-                    shared.sled_dirty.mark();
+                match checkpoint_now(&shared) {
+                    Ok(_) => {}
+                    // Logged; the host stops.
+                    Err(crate::store::StoreError::Failed(_)) => return,
+                    Err(e) => {
+                        tracing::error!(error = %e, "checkpointing the store failed; retrying");
+                        shared.sled_dirty.mark();
+                    }
                 }
             }
         })

@@ -1,27 +1,131 @@
-//! The journal's frames on disk: `length u32 | crc32 u32 | payload`,
-//! little-endian, the CRC over the payload; a payload is
-//! `json length u32 | JSON | body bytes`. A frame is valid only whole and
-//! with its CRC, so a write cut short (a crash, a full disk) or a flipped
-//! byte shows as the end of the valid data.
+//! The journal's frames on disk.
+//!
+//! Format 2: `magic "SYJ" | version 2 | length u32 | sequence u64 | synced
+//! u64 | crc32 u32 | payload`, little-endian, the CRC over everything
+//! after the magic; a payload is `json length u32 | JSON | body bytes`.
+//! The magic keeps zero-filled or garbage bytes from reading as a frame;
+//! the sequence (one more than the frame before, across segments) keeps
+//! stale bytes from reading as new ones; `synced` says that every frame
+//! numbered below it was durable when this one was written, which is how
+//! recovery tells damage from a torn end (`mod.rs`, `replay`).
+//!
+//! Format 1 (before 2026-11-28): `length u32 | crc32 u32 | payload`, no
+//! magic, no sequence. Segments written so are still read.
+
+/// The magic and the format version: every format-2 frame starts so.
+pub const MAGIC: [u8; 4] = *b"SYJ\x02";
 
 /// Bytes before the payload.
-pub const HEADER: usize = 8;
+pub const HEADER: usize = 28;
 
-/// The largest payload read back: a length beyond it is damage, not data.
-const MAX_PAYLOAD: usize = 64 << 20;
+/// Bytes before a format-1 frame's payload.
+pub const HEADER_V1: usize = 8;
 
-/// Appends one frame of `json` and `body` to `out`; returns its length.
-pub fn encode(out: &mut Vec<u8>, json: &[u8], body: &[u8]) -> usize {
-    let start = out.len();
+/// The largest payload, written or read: the writer refuses a larger
+/// record, so the reader never meets a frame it would refuse.
+pub const MAX_PAYLOAD: usize = 1 << 30;
+
+/// One frame read off the start of some bytes.
+#[derive(Debug)]
+pub enum Read<'a> {
+    /// A whole, checked frame: its sequence, payload and length.
+    Frame {
+        seq: u64,
+        synced: u64,
+        payload: &'a [u8],
+        len: usize,
+    },
+    /// No bytes left.
+    End,
+    /// Bytes that are not a whole frame, and why.
+    Bad(&'static str),
+}
+
+/// Appends one frame of `json` and `body`, numbered `seq`, to `out`;
+/// returns its length, or `None` when the payload is over [`MAX_PAYLOAD`].
+pub fn encode(out: &mut Vec<u8>, seq: u64, synced: u64, json: &[u8], body: &[u8]) -> Option<usize> {
     let payload = 4 + json.len() + body.len();
+    if payload > MAX_PAYLOAD {
+        return None;
+    }
+    let start = out.len();
+    out.extend_from_slice(&MAGIC);
     out.extend_from_slice(&(payload as u32).to_le_bytes());
+    out.extend_from_slice(&seq.to_le_bytes());
+    out.extend_from_slice(&synced.to_le_bytes());
     out.extend_from_slice(&[0; 4]);
     out.extend_from_slice(&(json.len() as u32).to_le_bytes());
     out.extend_from_slice(json);
     out.extend_from_slice(body);
-    let crc = crc32fast::hash(&out[start + HEADER..]);
-    out[start + 4..start + HEADER].copy_from_slice(&crc.to_le_bytes());
-    out.len() - start
+    let crc = checksum(&out[start + 4..start + 24], &out[start + HEADER..]);
+    out[start + 24..start + HEADER].copy_from_slice(&crc.to_le_bytes());
+    Some(out.len() - start)
+}
+
+fn checksum(head: &[u8], payload: &[u8]) -> u32 {
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(head);
+    hasher.update(payload);
+    hasher.finalize()
+}
+
+/// The frame at the start of `bytes`, checked.
+pub fn decode(bytes: &[u8]) -> Read<'_> {
+    if bytes.is_empty() {
+        return Read::End;
+    }
+    let Some(head) = bytes.get(..HEADER) else {
+        return Read::Bad("a frame header cut short");
+    };
+    if head[..4] != MAGIC {
+        return Read::Bad("no frame starts here (wrong magic or format version)");
+    }
+    let len = u32::from_le_bytes(head[4..8].try_into().expect("4 bytes")) as usize;
+    let seq = u64::from_le_bytes(head[8..16].try_into().expect("8 bytes"));
+    let synced = u64::from_le_bytes(head[16..24].try_into().expect("8 bytes"));
+    let crc = u32::from_le_bytes(head[24..28].try_into().expect("4 bytes"));
+    if len > MAX_PAYLOAD {
+        return Read::Bad("a frame length beyond the limit");
+    }
+    let Some(payload) = bytes.get(HEADER..HEADER + len) else {
+        return Read::Bad("a frame cut short");
+    };
+    if checksum(&head[4..24], payload) != crc {
+        return Read::Bad("a frame whose checksum does not match");
+    }
+    Read::Frame {
+        seq,
+        synced,
+        payload,
+        len: HEADER + len,
+    }
+}
+
+/// A format-1 frame at the start of `bytes`; its numbers are 0.
+pub fn decode_v1(bytes: &[u8]) -> Read<'_> {
+    if bytes.is_empty() {
+        return Read::End;
+    }
+    let Some(head) = bytes.get(..HEADER_V1) else {
+        return Read::Bad("a frame header cut short");
+    };
+    let len = u32::from_le_bytes(head[..4].try_into().expect("4 bytes")) as usize;
+    let crc = u32::from_le_bytes(head[4..8].try_into().expect("4 bytes"));
+    if len > 64 << 20 {
+        return Read::Bad("a frame length beyond the limit");
+    }
+    let Some(payload) = bytes.get(HEADER_V1..HEADER_V1 + len) else {
+        return Read::Bad("a frame cut short");
+    };
+    if len == 0 || crc32fast::hash(payload) != crc {
+        return Read::Bad("a frame whose checksum does not match");
+    }
+    Read::Frame {
+        seq: 0,
+        synced: 0,
+        payload,
+        len: HEADER_V1 + len,
+    }
 }
 
 /// The JSON and body of a frame's payload.
@@ -31,24 +135,6 @@ pub fn split(payload: &[u8]) -> Option<(&[u8], &[u8])> {
     Some((json, &payload[4 + json_len..]))
 }
 
-/// The payload of the frame at the start of `bytes`, checked, and the
-/// frame's length; `None` if it is cut short or damaged.
-pub fn decode(bytes: &[u8]) -> Option<(&[u8], usize)> {
-    let len = u32::from_le_bytes(bytes.get(..4)?.try_into().ok()?) as usize;
-    let crc = u32::from_le_bytes(bytes.get(4..HEADER)?.try_into().ok()?);
-    if len > MAX_PAYLOAD {
-        return None;
-    }
-    let payload = bytes.get(HEADER..HEADER + len)?;
-    (crc32fast::hash(payload) == crc).then_some((payload, HEADER + len))
-}
-
-/// The payload of a frame read back from a known place, unchecked: it was
-/// checked when the journal was read at start, or written by this process.
-pub fn payload(frame: &[u8]) -> &[u8] {
-    frame.get(HEADER..).unwrap_or_default()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -56,21 +142,35 @@ mod tests {
     #[test]
     fn a_frame_reads_back_whole_and_not_cut_or_flipped() {
         let mut out = Vec::new();
-        let len = encode(&mut out, b"{\"a\":1}", b"\x00\xffbody");
+        let len = encode(&mut out, 7, 3, b"{\"a\":1}", b"\x00\xffbody").unwrap();
         assert_eq!(len, out.len());
-        let (payload, read) = decode(&out).unwrap();
-        assert_eq!(read, len);
+        let Read::Frame {
+            seq,
+            synced,
+            payload,
+            len: read,
+        } = decode(&out)
+        else {
+            panic!("not read back");
+        };
+        assert_eq!((seq, synced, read), (7, 3, len));
         assert_eq!(
             split(payload).unwrap(),
             (&b"{\"a\":1}"[..], &b"\x00\xffbody"[..])
         );
-        for cut in 0..out.len() {
-            assert!(decode(&out[..cut]).is_none(), "cut at {cut}");
+        for cut in 1..out.len() {
+            assert!(matches!(decode(&out[..cut]), Read::Bad(_)), "cut at {cut}");
         }
         for at in 0..out.len() {
             let mut flipped = out.clone();
             flipped[at] ^= 0x40;
-            assert!(decode(&flipped).is_none(), "flipped at {at}");
+            assert!(matches!(decode(&flipped), Read::Bad(_)), "flipped at {at}");
         }
+    }
+
+    #[test]
+    fn zeros_are_not_a_frame() {
+        assert!(matches!(decode(&[0; 64]), Read::Bad(_)));
+        assert!(matches!(decode_v1(&[0; 64]), Read::Bad(_)));
     }
 }

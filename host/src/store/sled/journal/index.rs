@@ -58,6 +58,9 @@ pub enum Entry {
     },
     /// Sled held, durably, every write logged before this place.
     Checkpoint { seg: u64, off: u64 },
+    /// The segment was closed at this time (unix ms): the history's
+    /// lifetime counts from here.
+    Closed { at_ms: u64 },
     /// The end of a commit: the entries since the last one apply together.
     Commit,
 }
@@ -120,7 +123,10 @@ impl Index {
                 );
             }
             Entry::Settled { id } => self.settle(&id),
-            Entry::Sled { .. } | Entry::Checkpoint { .. } | Entry::Commit => {}
+            Entry::Sled { .. }
+            | Entry::Checkpoint { .. }
+            | Entry::Closed { .. }
+            | Entry::Commit => {}
         }
     }
 

@@ -1,6 +1,6 @@
 //! The journal: the delivery path's records (the inbox, the outbox,
 //! executions and their attempts) in an append-only log, beside sled, which
-//! keeps the configuration.
+//! keeps the configuration; it is sled's write-ahead log too (`wal.rs`).
 //!
 //! Why not sled for these: they are a queue. Each record is written once
 //! and read back rarely, and a B-tree rewrites a leaf (and later copies a
@@ -9,27 +9,35 @@
 //! it; a delivery's sealed body is stored once, as bytes, and referred to by
 //! its retries.
 //!
-//! On disk: numbered segment files of frames (`frame.rs`). A commit writes
-//! its entries then a `Commit` frame, in one `write`; at start, the segments
-//! are read in order and only committed entries apply, so a commit cut short
-//! by a crash vanishes whole and the file is truncated there, with a
-//! warning. In memory: the index (`index.rs`); bodies and executions stay on
-//! disk and are read where the index points. A segment is dropped whole
-//! once it is past the history's lifetime ([`Journal::expire`]), after any
-//! record still waiting in it has been written again at the end.
+//! On disk: numbered segment files of frames (`frame.rs`), each numbered
+//! one more than the one before. A commit writes its entries then a
+//! `Commit` frame, in one write; at start, the segments are read in order
+//! and only committed entries apply. Only the end of the newest segment may
+//! be cut short (a crash mid-write): it is dropped, with a warning. Damage
+//! anywhere else stops the start, naming the file and the offset, since
+//! what follows it was acknowledged. In memory: the index (`index.rs`);
+//! bodies and executions stay on disk and are read where the index points.
+//!
+//! Any failed write or sync is fatal: the journal refuses every later
+//! write, since after a failed fsync the kernel may have dropped the
+//! writes it covered while a retry would report success. The next start
+//! recovers from what is on disk.
+//!
+//! The oldest segments go once past the history's lifetime
+//! ([`Journal::expire`]), in order, after any record still waiting in them
+//! has been written again at the end.
 
+pub mod disk;
 mod frame;
 mod index;
 
-use std::collections::{BTreeSet, HashMap};
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
+pub use disk::{Disk, Real};
 pub use index::Entry;
 use index::{At, Index, fold};
 
@@ -43,58 +51,71 @@ const SEGMENT_BYTES: u64 = 64 << 20;
 
 /// The journal in a directory. Cheap to share behind an `Arc`.
 pub struct Journal {
-    dir: PathBuf,
+    disk: Arc<dyn Disk>,
     state: Mutex<State>,
 }
 
 struct State {
     index: Index,
-    /// The segment written to, open for appending.
-    active: Arc<File>,
+    /// Every segment, by number: when it was closed (unix ms; `None` for
+    /// the active one, or one closed before closing was recorded).
+    segments: BTreeMap<u64, Option<u64>>,
+    /// Segments of format 1 (see `frame.rs`).
+    legacy: BTreeSet<u64>,
+    /// The segment written to.
     active_seg: u64,
     active_len: u64,
     active_since: Instant,
+    /// The next frame's sequence number.
+    next_seq: u64,
+    /// Every frame numbered below this is durable.
+    synced: u64,
     /// A segment is closed once it is this old, so that the history's
     /// lifetime can drop it.
     rotate_after: Duration,
-    /// Open segments, for reading.
-    readers: HashMap<u64, Arc<File>>,
+    /// Why the journal stopped taking writes, after a failed write or sync.
+    failed: Option<String>,
+    /// Told the same, for whoever stops the process.
+    fell: tokio::sync::watch::Sender<Option<String>>,
 }
 
 impl Journal {
-    /// Opens (or creates) the journal in `dir` and reads it into memory.
+    /// Opens (or creates) the journal on `disk` and reads it into memory.
     /// Returns it with the sled writes logged after the last checkpoint, in
-    /// order, for sled to apply again (see [`Entry::Sled`]).
-    pub fn open(dir: &Path) -> anyhow::Result<(Journal, Vec<Vec<u8>>)> {
-        std::fs::create_dir_all(dir)
-            .with_context(|| format!("cannot create the journal directory {}", dir.display()))?;
+    /// order, for sled to apply again (see [`Entry::Sled`]). Damage before
+    /// the end of the newest segment is an error that says where.
+    pub fn open(disk: Arc<dyn Disk>) -> anyhow::Result<(Journal, Vec<Vec<u8>>)> {
         let mut index = Index::default();
         let mut redo = Redo::default();
-        let segments = segments(dir)?;
-        for &seg in &segments {
-            replay(&segment_path(dir, seg), seg, &mut index, &mut redo)?;
+        let found = segments(&*disk)?;
+        let mut replayed = Replayed::default();
+        for (i, &seg) in found.iter().enumerate() {
+            let newest = i + 1 == found.len();
+            replay(&*disk, seg, newest, &mut replayed, &mut index, &mut redo)?;
         }
-        let active_seg = segments.last().map_or(1, |last| last + 1);
-        let active = create_segment(dir, active_seg)?;
-        let mut readers = HashMap::new();
-        for seg in segments {
-            readers.insert(seg, Arc::new(File::open(segment_path(dir, seg))?));
-        }
-        readers.insert(
-            active_seg,
-            Arc::new(File::open(segment_path(dir, active_seg))?),
-        );
+        let active_seg = found.last().map_or(1, |last| last + 1);
+        create_segment(&*disk, active_seg)?;
+        let mut segments: BTreeMap<u64, Option<u64>> = found
+            .iter()
+            .map(|seg| (*seg, replayed.closed.get(seg).copied()))
+            .collect();
+        segments.insert(active_seg, None);
         let state = State {
             index,
-            active: Arc::new(active),
+            segments,
+            legacy: replayed.legacy,
             active_seg,
             active_len: 0,
             active_since: Instant::now(),
+            next_seq: replayed.next_seq.max(1),
+            // What open read is on disk; what it cut is gone.
+            synced: replayed.next_seq.max(1),
             rotate_after: Duration::from_secs(3600),
-            readers,
+            failed: None,
+            fell: tokio::sync::watch::Sender::new(None),
         };
         let journal = Journal {
-            dir: dir.to_path_buf(),
+            disk,
             state: Mutex::new(state),
         };
         Ok((journal, redo.since_checkpoint()))
@@ -117,19 +138,61 @@ impl Journal {
         self.state().rotate_after = every.max(Duration::from_secs(1));
     }
 
+    /// Closes the active segment at the next commit (tests).
+    #[cfg(test)]
+    pub fn rotate_soon(&self) {
+        self.state().rotate_after = Duration::ZERO;
+    }
+
     /// Writes `entries` as one commit and applies them. Each sealed body is
     /// written once: a delivery whose body an execution of the same commit
     /// carries, or which waits already (a retry), refers to it.
     pub fn append(&self, entries: Vec<Entry>) -> Result<()> {
-        self.state().write(&self.dir, entries, true)
+        self.state().write(&*self.disk, entries, true)
     }
 
-    /// Makes every commit so far durable.
+    /// Makes every commit so far durable. A failure is fatal (see the
+    /// module's comment).
     pub fn sync(&self) -> Result<()> {
-        let active = self.state().active.clone();
-        active.sync_data().map_err(write_error)
+        let (name, upto) = {
+            let state = self.state();
+            state.usable()?;
+            if state.synced >= state.next_seq {
+                return Ok(());
+            }
+            (segment_name(state.active_seg), state.next_seq)
+        };
+        // Outside the lock: commits go on while the disk syncs.
+        match self.disk.sync(&name) {
+            Ok(()) => {
+                let mut state = self.state();
+                state.synced = state.synced.max(upto);
+                Ok(())
+            }
+            Err(e) => Err(self.state().fail("syncing", &name, e)),
+        }
     }
 
+    /// The next frame's sequence number, and the number below which every
+    /// frame is durable.
+    pub fn marks(&self) -> (u64, u64) {
+        let state = self.state();
+        (state.next_seq, state.synced)
+    }
+
+    /// Resolves, with the reason, once the journal takes no more writes.
+    pub async fn failed(&self) -> String {
+        let mut fell = self.state().fell.subscribe();
+        let why = match fell.wait_for(Option::is_some).await {
+            Ok(why) => why.clone(),
+            // The sender lives as long as the journal.
+            Err(_) => None,
+        };
+        match why {
+            Some(why) => why,
+            None => std::future::pending().await,
+        }
+    }
     /// The events in the inbox, by id.
     pub fn inbox(&self) -> Vec<Event> {
         let state = self.state();
@@ -162,14 +225,17 @@ impl Journal {
                     next = Some(now_ms);
                     break;
                 }
-                let reader = state.reader(waiting.body.seg)?;
-                picked.push((waiting.delivery.clone(), waiting.body, reader));
+                picked.push((
+                    waiting.delivery.clone(),
+                    waiting.body,
+                    state.header(waiting.body.seg),
+                ));
             }
             (picked, next)
         };
         let mut due = Vec::with_capacity(picked.len());
-        for (mut delivery, body, reader) in picked {
-            delivery.body_sealed = hex::encode(read_body(&reader, body)?);
+        for (mut delivery, body, header) in picked {
+            delivery.body_sealed = hex::encode(read_body(&*self.disk, body, header)?);
             due.push(delivery);
         }
         Ok((due, next))
@@ -196,14 +262,14 @@ impl Journal {
             let Some(frames) = state.index.executions.get(key) else {
                 return Ok(None);
             };
-            state.with_readers(frames)?
+            state.with_headers(frames)
         };
-        read_execution(&frames).map(Some)
+        read_execution(&*self.disk, &frames).map(Some)
     }
 
     /// The executions whose keys start with `prefix`, newest first.
     pub fn executions(&self, prefix: &[u8], limit: usize) -> Result<Vec<Execution>> {
-        let found: Vec<_> = {
+        let found: Vec<Vec<(At, usize)>> = {
             let state = self.state();
             let under = state
                 .index
@@ -216,27 +282,28 @@ impl Journal {
                 .into_iter()
                 .rev()
                 .take(limit)
-                .map(|frames| state.with_readers(frames))
-                .collect::<Result<_>>()?
+                .map(|frames| state.with_headers(frames))
+                .collect()
         };
-        found.iter().map(|f| read_execution(f)).collect()
+        found
+            .iter()
+            .map(|f| read_execution(&*self.disk, f))
+            .collect()
     }
 
-    /// Drops every segment last written before `before` (the history's
-    /// lifetime), with the executions recorded in it; events and deliveries
-    /// still waiting there are written again first. Returns how many
-    /// executions went.
-    pub fn expire(&self, before: SystemTime) -> Result<usize> {
+    /// Drops the oldest closed segments that were closed before
+    /// `before_ms` (the history's lifetime), in order, stopping at the
+    /// first younger one, and none at or after `checkpoint` (sled may still
+    /// need what they logged). Events and deliveries still waiting in them
+    /// are written again, durably, first. Returns how many executions went.
+    pub fn expire(&self, before_ms: u64, checkpoint: u64) -> Result<usize> {
         let mut state = self.state();
+        state.usable()?;
         let old: BTreeSet<u64> = state
-            .readers
+            .segments
             .iter()
-            .filter(|(seg, file)| {
-                **seg != state.active_seg
-                    && file
-                        .metadata()
-                        .and_then(|m| m.modified())
-                        .is_ok_and(|t| t < before)
+            .take_while(|(seg, closed)| {
+                **seg < checkpoint.min(state.active_seg) && closed.is_some_and(|at| at < before_ms)
             })
             .map(|(seg, _)| *seg)
             .collect();
@@ -245,15 +312,22 @@ impl Journal {
         }
         // Under the same lock as the reading, so that nothing settles in
         // between and comes back.
-        let live: Vec<Entry> = state.still_waiting(&old)?;
+        let live: Vec<Entry> = state.still_waiting(&*self.disk, &old)?;
         if !live.is_empty() {
-            state.write(&self.dir, live, false)?;
-            state.active.sync_data().map_err(write_error)?;
+            state.write(&*self.disk, live, false)?;
+            state.sync_active(&*self.disk)?;
         }
         let forgotten = state.index.forget_executions(&old);
+        // Oldest first, each removal durable before the next: a crash
+        // leaves the history with a prefix gone, never a hole.
         for seg in &old {
-            state.readers.remove(seg);
-            std::fs::remove_file(segment_path(&self.dir, *seg)).map_err(write_error)?;
+            state.segments.remove(seg);
+            state.legacy.remove(seg);
+            let name = segment_name(*seg);
+            self.disk
+                .remove(&name)
+                .and_then(|()| self.disk.sync_dir())
+                .map_err(|e| state.fail("removing", &name, e))?;
         }
         tracing::info!(
             segments = old.len(),
@@ -265,11 +339,25 @@ impl Journal {
 
     /// Every frame, raw, for `switchyard admin dump-records`.
     pub fn raw(&self) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let (segments, legacy) = {
+            let state = self.state();
+            let segments: Vec<u64> = state.segments.keys().copied().collect();
+            (segments, state.legacy.clone())
+        };
         let mut out = Vec::new();
-        for seg in segments(&self.dir).map_err(StoreError::Other)? {
-            let bytes = std::fs::read(segment_path(&self.dir, seg)).map_err(write_error)?;
+        for seg in segments {
+            let name = segment_name(seg);
+            let bytes = self
+                .disk
+                .read(&name)
+                .map_err(|e| io_error("reading", &name, e))?;
             let mut off = 0;
-            while let Some((payload, len)) = frame::decode(&bytes[off..]) {
+            let decode = if legacy.contains(&seg) {
+                frame::decode_v1
+            } else {
+                frame::decode
+            };
+            while let frame::Read::Frame { payload, len, .. } = decode(&bytes[off..]) {
                 let key = format!("{seg}:{off}").into_bytes();
                 out.push((key, payload.to_vec()));
                 off += len;
@@ -280,33 +368,81 @@ impl Journal {
 }
 
 impl State {
+    /// `Ok` unless the journal has failed.
+    fn usable(&self) -> Result<()> {
+        match &self.failed {
+            None => Ok(()),
+            Some(why) => Err(StoreError::Failed(why.clone())),
+        }
+    }
+
+    /// Notes a failed write or sync: no more writes (see the module's
+    /// comment). Returns the error to answer with.
+    fn fail(&mut self, doing: &str, name: &str, e: std::io::Error) -> StoreError {
+        let why = format!(
+            "{doing} the journal segment {name} failed ({e}); the store takes no more writes. \
+             Restart switchyard: it recovers what was acknowledged from the disk"
+        );
+        tracing::error!("{why}");
+        let why = self.failed.get_or_insert(why).clone();
+        self.fell.send_replace(Some(why.clone()));
+        StoreError::Failed(why)
+    }
+
     /// [`Journal::append`], on the state held; `reuse` false writes every
     /// body anew (when moving records out of a segment about to go).
-    fn write(&mut self, dir: &Path, entries: Vec<Entry>, reuse: bool) -> Result<()> {
-        self.rotate_if_due(dir)?;
+    fn write(&mut self, disk: &dyn Disk, entries: Vec<Entry>, reuse: bool) -> Result<()> {
+        self.usable()?;
+        self.rotate_if_due(disk)?;
+        self.write_commit(disk, entries, reuse)
+    }
+
+    /// Writes `entries` as one commit to the active segment.
+    fn write_commit(&mut self, disk: &dyn Disk, entries: Vec<Entry>, reuse: bool) -> Result<()> {
         let seg = self.active_seg;
         let base = self.active_len;
         let mut buf = Vec::with_capacity(entries.len() * 2048);
         let mut bodies: HashMap<String, At> = HashMap::new();
         let mut placed = Vec::with_capacity(entries.len());
+        let mut seq = self.next_seq;
         for mut entry in entries {
             let waiting = reuse.then_some(&self.index);
             let body = take_body(&mut entry, &bodies, waiting)?;
             let json = serde_json::to_vec(&entry)?;
             let off = base + buf.len() as u64;
-            let len = frame::encode(&mut buf, &json, &body.bytes) as u32;
+            let len =
+                frame::encode(&mut buf, seq, self.synced, &json, &body.bytes).ok_or_else(|| {
+                    StoreError::Other(anyhow::anyhow!(
+                        "a record of {} bytes is larger than the journal takes ({} bytes)",
+                        json.len() + body.bytes.len(),
+                        frame::MAX_PAYLOAD
+                    ))
+                })? as u32;
+            seq += 1;
             let at = At { seg, off, len };
             if let Some(sealed) = body.sealed {
                 bodies.insert(sealed, at);
             }
             placed.push((entry, at));
         }
-        frame::encode(&mut buf, br#"{"op":"commit"}"#, &[]);
-        if let Err(e) = self.active.write_all_at(&buf, base) {
-            // Nothing of a failed commit may stay for the next one to follow.
-            let _ = self.active.set_len(base);
-            return Err(write_error(e));
+        frame::encode(&mut buf, seq, self.synced, br#"{"op":"commit"}"#, &[])
+            .expect("a small frame");
+        seq += 1;
+        let name = segment_name(seg);
+        if let Err(e) = disk.write_at(&name, base, &buf) {
+            if !is_full(&e) {
+                return Err(self.fail("writing", &name, e));
+            }
+            // A write refused for space was reported at once, and nothing
+            // of it was synced: cut what part of it landed, answer 503,
+            // and go on (unlike a failed sync, this loses nothing).
+            if let Err(e) = disk.set_len(&name, base) {
+                return Err(self.fail("cutting back", &name, e));
+            }
+            tracing::error!(segment = %name, "the journal cannot be written: the disk is full");
+            return Err(StoreError::Unavailable);
         }
+        self.next_seq = seq;
         self.active_len += buf.len() as u64;
         for (entry, at) in placed {
             self.index.apply(entry, at);
@@ -314,24 +450,35 @@ impl State {
         Ok(())
     }
 
-    fn reader(&self, seg: u64) -> Result<Arc<File>> {
-        self.readers
-            .get(&seg)
-            .cloned()
-            .ok_or_else(|| corrupt(&format!("journal segment {seg} is gone")))
+    /// Syncs the active segment, the state held.
+    fn sync_active(&mut self, disk: &dyn Disk) -> Result<()> {
+        let name = segment_name(self.active_seg);
+        match disk.sync(&name) {
+            Ok(()) => {
+                self.synced = self.next_seq;
+                Ok(())
+            }
+            Err(e) => Err(self.fail("syncing", &name, e)),
+        }
     }
 
-    fn with_readers(&self, frames: &[At]) -> Result<Vec<(At, Arc<File>)>> {
-        frames
-            .iter()
-            .map(|at| Ok((*at, self.reader(at.seg)?)))
-            .collect()
+    /// The header size of frames in `seg`.
+    fn header(&self, seg: u64) -> usize {
+        if self.legacy.contains(&seg) {
+            frame::HEADER_V1
+        } else {
+            frame::HEADER
+        }
+    }
+
+    fn with_headers(&self, frames: &[At]) -> Vec<(At, usize)> {
+        frames.iter().map(|at| (*at, self.header(at.seg))).collect()
     }
 
     /// What in `segments` still waits, as entries to write again, bodies
     /// included: events in the inbox, deliveries in the outbox, and the
     /// executions of those deliveries (their attempts are still to come).
-    fn still_waiting(&self, segments: &BTreeSet<u64>) -> Result<Vec<Entry>> {
+    fn still_waiting(&self, disk: &dyn Disk, segments: &BTreeSet<u64>) -> Result<Vec<Entry>> {
         let old = |at: &At| segments.contains(&at.seg);
         let mut executions = Vec::new();
         let mut again = Vec::new();
@@ -348,7 +495,7 @@ impl State {
             if let Some(frames) = self.index.executions.get(&key)
                 && frames.iter().any(old)
             {
-                let execution = read_execution(&self.with_readers(frames)?)?;
+                let execution = read_execution(disk, &self.with_headers(frames))?;
                 executions.push(Entry::Execution {
                     execution: Box::new(execution),
                     body: false,
@@ -356,7 +503,8 @@ impl State {
             }
             if old(&w.frame) || old(&w.body) {
                 let mut delivery = d.clone();
-                delivery.body_sealed = hex::encode(read_body(&*self.reader(w.body.seg)?, w.body)?);
+                let body = read_body(disk, w.body, self.header(w.body.seg))?;
+                delivery.body_sealed = hex::encode(body);
                 again.push(Entry::Queued {
                     delivery,
                     body: None,
@@ -367,21 +515,24 @@ impl State {
         Ok(executions)
     }
 
-    fn rotate_if_due(&mut self, dir: &Path) -> Result<()> {
+    /// Closes the active segment when full or old: a `Closed` commit, a
+    /// sync, then the next segment, its directory entry durable.
+    fn rotate_if_due(&mut self, disk: &dyn Disk) -> Result<()> {
         let full = self.active_len >= SEGMENT_BYTES;
         let old = self.active_len > 0 && self.active_since.elapsed() >= self.rotate_after;
         if !(full || old) {
             return Ok(());
         }
-        self.active.sync_data().map_err(write_error)?;
+        let at_ms = crate::ids::now_ms();
+        self.active_since = Instant::now();
+        self.write_commit(disk, vec![Entry::Closed { at_ms }], true)?;
+        self.sync_active(disk)?;
+        self.segments.insert(self.active_seg, Some(at_ms));
         let seg = self.active_seg + 1;
-        let file = create_segment(dir, seg).map_err(StoreError::Other)?;
-        let reader = File::open(segment_path(dir, seg)).map_err(write_error)?;
-        self.readers.insert(seg, Arc::new(reader));
-        self.active = Arc::new(file);
+        create_segment(disk, seg).map_err(|e| self.fail("creating", &segment_name(seg), e))?;
+        self.segments.insert(seg, None);
         self.active_seg = seg;
         self.active_len = 0;
-        self.active_since = Instant::now();
         Ok(())
     }
 }
@@ -462,16 +613,62 @@ impl Redo {
     }
 }
 
+/// What replaying the segments so far has found.
+#[derive(Default)]
+struct Replayed {
+    /// The sequence number the next frame must carry (`0`: any, before
+    /// the first frame of format 2).
+    next_seq: u64,
+    /// Segments of format 1.
+    legacy: BTreeSet<u64>,
+    /// When each segment was closed, where it says so.
+    closed: HashMap<u64, u64>,
+}
+
 /// Applies the committed entries of one segment to `index` (and notes
-/// sled's writes in `redo`); truncates the segment where its valid,
-/// committed data ends, with a warning.
-fn replay(path: &Path, seg: u64, index: &mut Index, redo: &mut Redo) -> anyhow::Result<()> {
-    let bytes = std::fs::read(path)
-        .with_context(|| format!("cannot read the journal segment {}", path.display()))?;
+/// sled's writes in `redo`). The newest segment's end may be cut short: it
+/// is truncated to its last commit, with a warning. Anything else that
+/// does not read is damage, and an error naming the file and the offset.
+fn replay(
+    disk: &dyn Disk,
+    seg: u64,
+    newest: bool,
+    replayed: &mut Replayed,
+    index: &mut Index,
+    redo: &mut Redo,
+) -> anyhow::Result<()> {
+    let name = segment_name(seg);
+    let bytes = disk
+        .read(&name)
+        .with_context(|| format!("cannot read the journal segment {name}"))?;
+    // Format 1 segments all come before the first of format 2.
+    let legacy = replayed.next_seq == 0 && !bytes.is_empty() && !bytes.starts_with(&frame::MAGIC);
+    if legacy {
+        replayed.legacy.insert(seg);
+    }
+    let decode = if legacy {
+        frame::decode_v1
+    } else {
+        frame::decode
+    };
     let mut off = 0;
     let mut committed = 0;
+    let mut seq_at_commit = replayed.next_seq;
     let mut pending = Vec::new();
-    while let Some((payload, len)) = frame::decode(&bytes[off..]) {
+    let bad = loop {
+        let (seq, payload, len) = match decode(&bytes[off..]) {
+            frame::Read::End => break None,
+            frame::Read::Bad(why) => break Some(why),
+            frame::Read::Frame {
+                seq, payload, len, ..
+            } => (seq, payload, len),
+        };
+        if !legacy && replayed.next_seq != 0 && seq != replayed.next_seq {
+            break Some("a frame out of sequence (stale or misplaced bytes)");
+        }
+        if !legacy {
+            replayed.next_seq = seq + 1;
+        }
         let at = At {
             seg,
             off: off as u64,
@@ -486,10 +683,14 @@ fn replay(path: &Path, seg: u64, index: &mut Index, redo: &mut Redo) -> anyhow::
                     match entry {
                         Entry::Sled { writes } => redo.writes.push((at, writes)),
                         Entry::Checkpoint { seg, off } => redo.checkpoint = (seg, off),
+                        Entry::Closed { at_ms } => {
+                            replayed.closed.insert(seg, at_ms);
+                        }
                         entry => index.apply(entry, at),
                     }
                 }
                 committed = off;
+                seq_at_commit = replayed.next_seq;
             }
             Some(Entry::Sled { .. }) => {
                 let body = split.map(|(_, body)| body.to_vec()).unwrap_or_default();
@@ -497,27 +698,53 @@ fn replay(path: &Path, seg: u64, index: &mut Index, redo: &mut Redo) -> anyhow::
             }
             Some(entry) => pending.push((entry, at)),
             None => {
-                tracing::error!(segment = %path.display(), offset = at.off, "a journal record that cannot be read; set aside");
+                break Some(
+                    "a checked frame whose record cannot be read (written by a newer build?)",
+                );
             }
         }
+    };
+    if committed == bytes.len() {
+        return Ok(());
     }
-    if committed < bytes.len() {
-        tracing::warn!(
-            segment = %path.display(),
-            kept = committed,
-            dropped = bytes.len() - committed,
-            "the journal ends in a commit cut short (a crash mid-write); dropping it"
+    let why = bad.unwrap_or("a commit without its end");
+    let at = if bad.is_some() { off } else { committed };
+    if !newest || (!legacy && frame_after(&bytes[off..], replayed.next_seq)) {
+        anyhow::bail!(
+            "the journal segment {name} is damaged at offset {at} ({why}), before the end of \
+             the journal: what follows was acknowledged, so switchyard will not start without \
+             it. Restore the data directory from a backup, or, to start without what the \
+             segment holds from offset {at} on, cut it there yourself (truncate -s {at} {name})"
         );
-        let file = OpenOptions::new().write(true).open(path)?;
-        file.set_len(committed as u64)?;
-        file.sync_all()?;
     }
+    tracing::warn!(
+        segment = %name,
+        kept = committed,
+        dropped = bytes.len() - committed,
+        "the journal ends in a commit cut short (a crash mid-write); dropping it"
+    );
+    disk.set_len(&name, committed as u64)?;
+    disk.sync(&name)?;
+    replayed.next_seq = seq_at_commit;
     Ok(())
 }
 
+/// Whether a whole frame anywhere in `bytes` says that the frame numbered
+/// `bad` was durable before it was written: then what stopped the reading
+/// at `bad` is damage, not a write torn by a crash (whose sectors may
+/// reach the disk in any order, so later frames alone prove nothing).
+fn frame_after(bytes: &[u8], bad: u64) -> bool {
+    (0..bytes.len()).any(|i| {
+        bytes[i..].starts_with(&frame::MAGIC)
+            && matches!(frame::decode(&bytes[i..]), frame::Read::Frame { synced, .. } if synced > bad)
+    })
+}
+
 /// An execution read from its frames: the record, then its attempts.
-fn read_execution(frames: &[(At, Arc<File>)]) -> Result<Execution> {
-    let mut entries = frames.iter().map(|(at, file)| read_entry(file, *at));
+fn read_execution(disk: &dyn Disk, frames: &[(At, usize)]) -> Result<Execution> {
+    let mut entries = frames
+        .iter()
+        .map(|(at, header)| read_entry(disk, *at, *header));
     let Some(first) = entries.next() else {
         return Err(corrupt("an execution with no record"));
     };
@@ -531,24 +758,27 @@ fn read_execution(frames: &[(At, Arc<File>)]) -> Result<Execution> {
     Ok(fold(*execution, attempts.collect::<Result<Vec<_>>>()?))
 }
 
-fn read_body(file: &File, at: At) -> Result<Vec<u8>> {
-    let (_, body) = read_frame(file, at)?;
+fn read_body(disk: &dyn Disk, at: At, header: usize) -> Result<Vec<u8>> {
+    let (_, body) = read_frame(disk, at, header)?;
     Ok(body)
 }
 
-fn read_entry(file: &File, at: At) -> Result<(Entry, Vec<u8>)> {
-    let (json, body) = read_frame(file, at)?;
+fn read_entry(disk: &dyn Disk, at: At, header: usize) -> Result<(Entry, Vec<u8>)> {
+    let (json, body) = read_frame(disk, at, header)?;
     let entry = serde_json::from_slice(&json)
         .context("reading a journal record")
         .map_err(StoreError::Other)?;
     Ok((entry, body))
 }
 
-/// The JSON and body of the frame at `at`.
-fn read_frame(file: &File, at: At) -> Result<(Vec<u8>, Vec<u8>)> {
+/// The JSON and body of the frame at `at`: checked when the journal was
+/// read at start, or written by this process.
+fn read_frame(disk: &dyn Disk, at: At, header: usize) -> Result<(Vec<u8>, Vec<u8>)> {
     let mut buf = vec![0; at.len as usize];
-    file.read_exact_at(&mut buf, at.off).map_err(write_error)?;
-    let (json, body) = frame::split(frame::payload(&buf)).ok_or_else(|| {
+    let name = segment_name(at.seg);
+    disk.read_at(&name, at.off, &mut buf)
+        .map_err(|e| io_error("reading", &name, e))?;
+    let (json, body) = frame::split(buf.get(header..).unwrap_or_default()).ok_or_else(|| {
         corrupt(&format!(
             "a damaged journal record at {}:{}",
             at.seg, at.off
@@ -557,46 +787,45 @@ fn read_frame(file: &File, at: At) -> Result<(Vec<u8>, Vec<u8>)> {
     Ok((json.to_vec(), body.to_vec()))
 }
 
-/// The segment numbers in `dir`, in order.
-fn segments(dir: &Path) -> anyhow::Result<Vec<u64>> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir(dir)? {
-        let name = entry?.file_name();
-        let name = name.to_string_lossy();
-        if let Some(seg) = name.strip_suffix(".log").and_then(|n| n.parse().ok()) {
-            found.push(seg);
-        }
-    }
+/// The segment numbers on `disk`, in order. A gap is damage: segments go
+/// only oldest first.
+fn segments(disk: &dyn Disk) -> anyhow::Result<Vec<u64>> {
+    let mut found: Vec<u64> = disk
+        .list()
+        .context("cannot list the journal's directory")?
+        .iter()
+        .filter_map(|name| name.strip_suffix(".log").and_then(|n| n.parse().ok()))
+        .collect();
     found.sort_unstable();
+    if let Some(w) = found.windows(2).find(|w| w[1] != w[0] + 1) {
+        anyhow::bail!(
+            "the journal segments {} to {} are missing: records acknowledged in them are lost. \
+             Restore the data directory from a backup",
+            segment_name(w[0] + 1),
+            segment_name(w[1] - 1)
+        );
+    }
     Ok(found)
 }
 
-fn segment_path(dir: &Path, seg: u64) -> PathBuf {
-    dir.join(format!("{seg:016}.log"))
+fn segment_name(seg: u64) -> String {
+    format!("{seg:016}.log")
 }
 
 /// A new, empty segment; its directory entry made durable.
-fn create_segment(dir: &Path, seg: u64) -> anyhow::Result<File> {
-    let path = segment_path(dir, seg);
-    let file = OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .write(true)
-        .open(&path)
-        .with_context(|| format!("cannot create the journal segment {}", path.display()))?;
-    File::open(dir)?.sync_all()?;
-    Ok(file)
+fn create_segment(disk: &dyn Disk, seg: u64) -> std::io::Result<()> {
+    disk.create(&segment_name(seg))?;
+    disk.sync_dir()
 }
 
-/// A failed write: a full disk is the store being unavailable (503, and
-/// nothing acknowledged is lost), anything else an I/O error.
-fn write_error(e: std::io::Error) -> StoreError {
-    // ENOSPC, EDQUOT
-    if matches!(e.raw_os_error(), Some(28 | 122)) {
-        tracing::error!(error = %e, "the journal cannot be written: the disk is full");
-        return StoreError::Unavailable;
-    }
-    StoreError::Other(anyhow::Error::new(e).context("writing the journal"))
+/// Whether `e` says the disk is full (ENOSPC, EDQUOT).
+fn is_full(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(28 | 122))
+}
+
+/// A failed read.
+fn io_error(doing: &str, name: &str, e: std::io::Error) -> StoreError {
+    StoreError::Other(anyhow::Error::new(e).context(format!("{doing} the journal segment {name}")))
 }
 
 fn corrupt(what: &str) -> StoreError {
@@ -608,6 +837,7 @@ mod tests {
     use super::*;
     use crate::model::{Attempt, Status};
     use crate::store::contract::{delivery, event, execution};
+    use disk::sim::Sim;
 
     const BODY: &str = "abcdef0123456789";
 
@@ -673,21 +903,25 @@ mod tests {
         journal.due(u64::MAX, usize::MAX, &|_| false).unwrap().0
     }
 
-    fn bytes_on_disk(dir: &Path) -> Vec<u8> {
-        segments(dir)
+    fn bytes_on_disk(disk: &Sim) -> Vec<u8> {
+        segments(disk)
             .unwrap()
             .iter()
-            .flat_map(|seg| std::fs::read(segment_path(dir, *seg)).unwrap())
+            .flat_map(|seg| disk.read(&segment_name(*seg)).unwrap())
             .collect()
+    }
+
+    fn open(disk: &Sim) -> Journal {
+        Journal::open(Arc::new(disk.clone())).unwrap().0
     }
 
     use crate::model::Delivery;
 
     #[test]
     fn records_survive_a_reopen_and_a_body_is_stored_once() {
-        let dir = tempfile::tempdir().unwrap();
+        let disk = Sim::new();
         {
-            let journal = Journal::open(dir.path()).unwrap().0;
+            let journal = open(&disk);
             journal.append(vec![arrived("ev_a", 1)]).unwrap();
             journal.append(vec![arrived("ev_b", 2)]).unwrap();
             journal.append(fired("a")).unwrap();
@@ -695,7 +929,7 @@ mod tests {
             journal.append(attempted("b")).unwrap();
             journal.sync().unwrap();
         }
-        let journal = Journal::open(dir.path()).unwrap().0;
+        let journal = open(&disk);
         assert!(journal.inbox().is_empty());
         let waiting = due(&journal);
         assert_eq!(waiting.len(), 1, "b was settled");
@@ -712,10 +946,13 @@ mod tests {
             (Status::Finished, 1, 9)
         );
         let body = hex::decode(BODY).unwrap();
-        let disk = bytes_on_disk(dir.path());
-        let copies = disk.windows(body.len()).filter(|w| *w == body).count();
+        let on_disk = bytes_on_disk(&disk);
+        let copies = on_disk.windows(body.len()).filter(|w| *w == body).count();
         assert_eq!(copies, 2, "one body each for a and b, as bytes");
-        assert!(!String::from_utf8_lossy(&disk).contains(BODY), "not as hex");
+        assert!(
+            !String::from_utf8_lossy(&on_disk).contains(BODY),
+            "not as hex"
+        );
         // A retry refers to the body already written.
         let mut retry = waiting[0].clone();
         retry.due_ms = 50;
@@ -730,8 +967,11 @@ mod tests {
                 },
             ])
             .unwrap();
-        let disk = bytes_on_disk(dir.path());
-        assert_eq!(disk.windows(body.len()).filter(|w| *w == body).count(), 2);
+        let on_disk = bytes_on_disk(&disk);
+        assert_eq!(
+            on_disk.windows(body.len()).filter(|w| *w == body).count(),
+            2
+        );
         assert_eq!(due(&journal)[0].body_sealed, BODY);
         assert_eq!(journal.first_due(), Some(50));
     }
@@ -740,22 +980,22 @@ mod tests {
     /// everything committed before it stays, and the file is truncated to it.
     #[test]
     fn a_torn_tail_is_dropped_and_every_acknowledged_record_kept() {
-        let dir = tempfile::tempdir().unwrap();
+        let disk = Sim::new();
         let (acknowledged, whole) = {
-            let journal = Journal::open(dir.path()).unwrap().0;
+            let journal = open(&disk);
             journal.append(vec![arrived("ev_a", 1)]).unwrap();
             journal.append(fired("a")).unwrap();
             journal.sync().unwrap();
-            let acknowledged = bytes_on_disk(dir.path());
+            let acknowledged = bytes_on_disk(&disk);
             let mut tail = vec![arrived("ev_b", 2)];
             tail.extend(fired("b"));
             journal.append(tail).unwrap();
-            (acknowledged, bytes_on_disk(dir.path()))
+            (acknowledged, bytes_on_disk(&disk))
         };
         let check = |bytes: &[u8], whole_tail: bool, what: &str| {
-            let dir = tempfile::tempdir().unwrap();
-            std::fs::write(segment_path(dir.path(), 1), bytes).unwrap();
-            let journal = Journal::open(dir.path()).unwrap().0;
+            let disk = Sim::new();
+            disk.put(&segment_name(1), bytes);
+            let journal = open(&disk);
             assert!(journal.execution(&key("a")).unwrap().is_some(), "{what}");
             let ids: Vec<String> = due(&journal).into_iter().map(|d| d.id).collect();
             let expected = if whole_tail {
@@ -770,9 +1010,7 @@ mod tests {
                 "{what}"
             );
             assert!(journal.inbox().is_empty(), "{what}");
-            let kept = std::fs::metadata(segment_path(dir.path(), 1))
-                .unwrap()
-                .len() as usize;
+            let kept = disk.read(&segment_name(1)).unwrap().len();
             let expected_len = if whole_tail {
                 whole.len()
             } else {
@@ -781,7 +1019,7 @@ mod tests {
             assert_eq!(kept, expected_len, "{what}: truncated to the last commit");
             // What is left is whole: it opens again as it is.
             drop(journal);
-            let again = Journal::open(dir.path()).unwrap().0;
+            let again = open(&disk);
             assert_eq!(due(&again).len(), expected.len(), "{what}, reopened");
         };
         for cut in acknowledged.len()..=whole.len() {
@@ -796,25 +1034,21 @@ mod tests {
 
     #[test]
     fn expiry_drops_old_segments_and_keeps_what_still_waits() {
-        let dir = tempfile::tempdir().unwrap();
-        let journal = Journal::open(dir.path()).unwrap().0;
+        let disk = Sim::new();
+        let journal = open(&disk);
         journal.append(vec![arrived("ev_a", 1)]).unwrap();
         journal.append(fired("a")).unwrap();
         journal.append(fired("b")).unwrap();
         journal.append(attempted("b")).unwrap();
         journal.append(vec![arrived("ev_c", 3)]).unwrap();
-        // Close the segment, as time would, then age it.
+        // Close the segment, as time would.
         journal.state().rotate_after = Duration::ZERO;
         journal.append(vec![arrived("ev_d", 4)]).unwrap();
-        let hour_ago = SystemTime::now() - Duration::from_secs(3600);
-        File::options()
-            .write(true)
-            .open(segment_path(dir.path(), 1))
-            .unwrap()
-            .set_modified(hour_ago - Duration::from_secs(60))
-            .unwrap();
-        assert_eq!(journal.expire(hour_ago).unwrap(), 1, "b, settled, went");
-        assert!(!segment_path(dir.path(), 1).exists());
+        journal.state().rotate_after = Duration::from_secs(3600);
+        let later = crate::ids::now_ms() + 1000;
+        assert_eq!(journal.expire(later, 1).unwrap(), 0, "sled may need it");
+        assert_eq!(journal.expire(later, 3).unwrap(), 1, "b, settled, went");
+        assert!(disk.read(&segment_name(1)).is_err());
         let check = |journal: &Journal| {
             assert!(journal.execution(&key("b")).unwrap().is_none());
             let a = journal.execution(&key("a")).unwrap().unwrap();
@@ -829,8 +1063,34 @@ mod tests {
             assert_eq!(inbox, ["ev_c", "ev_d"]);
         };
         check(&journal);
-        assert_eq!(journal.expire(hour_ago).unwrap(), 0, "nothing more is old");
+        assert_eq!(journal.expire(later, 3).unwrap(), 0, "nothing more is old");
         drop(journal);
-        check(&Journal::open(dir.path()).unwrap().0);
+        check(&open(&disk));
+    }
+
+    /// Finding 5 of issue 53: with expiry by file time, a clock step could
+    /// drop a newer segment (its settled markers) and keep an older one
+    /// (its queued records). Segments go oldest first, whatever they say.
+    #[test]
+    fn expiry_goes_in_order_whatever_the_clock_says() {
+        let disk = Sim::new();
+        let journal = open(&disk);
+        journal.append(fired("a")).unwrap();
+        journal.state().rotate_after = Duration::ZERO;
+        journal.append(attempted("a")).unwrap();
+        journal.append(vec![arrived("ev_b", 2)]).unwrap();
+        journal.state().rotate_after = Duration::from_secs(3600);
+        // The clock stepped back between the two closings: segment 2 says
+        // it closed long before segment 1.
+        {
+            let mut state = journal.state();
+            state.segments.insert(1, Some(5_000));
+            state.segments.insert(2, Some(1_000));
+        }
+        assert_eq!(journal.expire(2_000, u64::MAX).unwrap(), 0);
+        assert!(disk.read(&segment_name(2)).is_ok(), "2 goes only after 1");
+        drop(journal);
+        let journal = open(&disk);
+        assert!(due(&journal).is_empty(), "a's delivery stays settled");
     }
 }
