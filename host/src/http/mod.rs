@@ -9,6 +9,7 @@ mod artifacts;
 mod automations;
 mod caller;
 mod console;
+mod durable;
 mod forwarded;
 mod groups;
 mod health;
@@ -105,6 +106,10 @@ pub fn router(app: App) -> Router {
         .route("/v1/admin/plugins/{name}/invoke", post(admin::invoke))
         .merge(console::routes(&app))
         .fallback(unknown_route)
+        .layer(middleware::from_fn_with_state(
+            app.store.clone(),
+            durable::acknowledge,
+        ))
         .layer(middleware::from_fn(observe::observe))
         .with_state(app.clone());
     // The error-shaping layer wraps the finished router, not each route:
