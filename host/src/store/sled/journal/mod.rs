@@ -710,11 +710,20 @@ fn replay(
     let why = bad.unwrap_or("a commit without its end");
     let at = if bad.is_some() { off } else { committed };
     if !newest || (!legacy && frame_after(&bytes[off..], replayed.next_seq)) {
+        let without = if newest {
+            format!(
+                "to start without what it holds from offset {at} on, cut it there \
+                 (truncate -s {at} {name})"
+            )
+        } else {
+            "to start without it, move it and every later segment out of the journal's directory"
+                .to_string()
+        };
         anyhow::bail!(
             "the journal segment {name} is damaged at offset {at} ({why}), before the end of \
              the journal: what follows was acknowledged, so switchyard will not start without \
-             it. Restore the data directory from a backup, or, to start without what the \
-             segment holds from offset {at} on, cut it there yourself (truncate -s {at} {name})"
+             it. Copy the data directory aside, then restore it from a backup, or, {without} \
+             (docs/operations.md, \"When the store is damaged\")"
         );
     }
     tracing::warn!(
