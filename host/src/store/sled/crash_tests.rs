@@ -410,3 +410,44 @@ fn a_checkpoint_syncs_the_journal_before_sled_is_flushed() {
         "sled was flushed before the journal synced"
     );
 }
+
+/// A host killed (its unsynced writes still in the page cache) and started
+/// again, then a power loss: what the second run acknowledged comes back,
+/// and the start is not refused. The second run read the first run's
+/// unsynced tail and wrote after it, so it must make that tail durable
+/// before acknowledging anything.
+#[test]
+fn a_restart_after_a_kill_then_a_power_loss_keeps_what_the_restart_acknowledged() {
+    let mut images = 0;
+    for seed in seeds() {
+        let disk = Sim::new();
+        let first = Journal::open(Arc::new(disk.clone())).unwrap().0;
+        let mut entries: Vec<Entry> = (0..8)
+            .map(|i| Entry::Event {
+                event: Box::new(event(&format!("ev_a{i}"), i)),
+            })
+            .collect();
+        first.append(std::mem::take(&mut entries)).unwrap();
+        drop(first);
+        let second = Journal::open(Arc::new(disk.clone())).unwrap().0;
+        second
+            .append(vec![Entry::Event {
+                event: Box::new(event("ev_b", 9)),
+            }])
+            .unwrap();
+        second.sync().unwrap();
+        let mut rng = Rng::new(seed);
+        for variant in 0..50 {
+            let image = disk.state().crash(&mut rng);
+            let journal = Journal::open(Arc::new(Sim::from_state(image)))
+                .unwrap_or_else(|e| panic!("seed {seed}, image {variant}: {e:#}"))
+                .0;
+            assert!(
+                journal.has_event("ev_b"),
+                "seed {seed}, image {variant}: the acknowledged event is gone"
+            );
+            images += 1;
+        }
+    }
+    println!("restart then crash: {images} crash images checked");
+}

@@ -93,6 +93,13 @@ impl Journal {
             let newest = i + 1 == found.len();
             replay(&*disk, seg, newest, &mut replayed, &mut index, &mut redo)?;
         }
+        // What was read may be a killed process's writes, still only in
+        // the page cache: durable before anything is written after them.
+        if let Some(newest) = found.last() {
+            let name = segment_name(*newest);
+            disk.sync(&name)
+                .with_context(|| format!("cannot sync the journal segment {name}"))?;
+        }
         let active_seg = found.last().map_or(1, |last| last + 1);
         create_segment(&*disk, active_seg)?;
         let mut segments: BTreeMap<u64, Option<u64>> = found
