@@ -12,9 +12,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::journal::disk::sim::{Call, Rng, Sim, State};
+use super::journal::tests::attempted;
 use super::journal::{Entry, Journal};
 use super::wal;
-use crate::model::{Attempt, Status};
 use crate::store::contract::{delivery, event, execution};
 
 /// What the journal should hold: events waiting, deliveries waiting (id →
@@ -178,29 +178,6 @@ fn workload(seed: u64, fault: Option<(Call, u64, i32)>) -> Run {
     }
     run.history = disk.history();
     run
-}
-
-fn attempted(id: &str) -> Vec<Entry> {
-    let e = execution(id, 1);
-    vec![
-        Entry::Settled {
-            id: format!("d_{id}"),
-        },
-        Entry::Attempt {
-            automation: e.automation,
-            execution_id: e.id,
-            status: Status::Finished,
-            error: None,
-            attempt: Attempt {
-                at_ms: 9,
-                status: Some(200),
-                latency_ms: 1.0,
-                error: None,
-                next_attempt_at_ms: None,
-            },
-            at_ms: 9,
-        },
-    ]
 }
 
 /// What a journal reopened on `image` holds, sled's redo applied to what

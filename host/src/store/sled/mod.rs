@@ -438,10 +438,8 @@ impl Sled {
         Sled::open_on(dir, Arc::new(disk))
     }
 
-    /// [`Sled::open`], with the journal on `disk`.
+    /// [`Sled::open`] in an existing `dir`, with the journal on `disk`.
     pub(super) fn open_on(dir: &Path, disk: Arc<dyn journal::Disk>) -> anyhow::Result<Sled> {
-        std::fs::create_dir_all(dir)
-            .with_context(|| format!("cannot create data directory {}", dir.display()))?;
         let db = open_db(dir)?;
         let trees = T::ALL
             .iter()

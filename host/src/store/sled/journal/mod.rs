@@ -73,10 +73,9 @@ struct State {
     /// A segment is closed once it is this old, so that the history's
     /// lifetime can drop it.
     rotate_after: Duration,
-    /// Why the journal stopped taking writes, after a failed write or sync.
-    failed: Option<String>,
-    /// Told the same, for whoever stops the process.
-    fell: tokio::sync::watch::Sender<Option<String>>,
+    /// Why the journal stopped taking writes, after a failed write or
+    /// sync; watched by whoever stops the process.
+    failed: tokio::sync::watch::Sender<Option<String>>,
 }
 
 impl Journal {
@@ -118,8 +117,7 @@ impl Journal {
             // What open read is on disk; what it cut is gone.
             synced: replayed.next_seq.max(1),
             rotate_after: Duration::from_secs(3600),
-            failed: None,
-            fell: tokio::sync::watch::Sender::new(None),
+            failed: tokio::sync::watch::Sender::new(None),
         };
         let journal = Journal {
             disk,
@@ -189,8 +187,8 @@ impl Journal {
 
     /// Resolves, with the reason, once the journal takes no more writes.
     pub async fn failed(&self) -> String {
-        let mut fell = self.state().fell.subscribe();
-        let why = match fell.wait_for(Option::is_some).await {
+        let mut failed = self.state().failed.subscribe();
+        let why = match failed.wait_for(Option::is_some).await {
             Ok(why) => why.clone(),
             // The sender lives as long as the journal.
             Err(_) => None,
@@ -377,7 +375,7 @@ impl Journal {
 impl State {
     /// `Ok` unless the journal has failed.
     fn usable(&self) -> Result<()> {
-        match &self.failed {
+        match &*self.failed.borrow() {
             None => Ok(()),
             Some(why) => Err(StoreError::Failed(why.clone())),
         }
@@ -390,9 +388,13 @@ impl State {
             "{doing} the journal segment {name} failed ({e}); the store takes no more writes. \
              Restart switchyard: it recovers what was acknowledged from the disk"
         );
-        tracing::error!("{why}");
-        let why = self.failed.get_or_insert(why).clone();
-        self.fell.send_replace(Some(why.clone()));
+        // The first failure is the one to tell.
+        let first = self.failed.borrow().clone();
+        let why = first.unwrap_or_else(|| {
+            tracing::error!("{why}");
+            self.failed.send_replace(Some(why.clone()));
+            why
+        });
         StoreError::Failed(why)
     }
 
@@ -849,7 +851,7 @@ fn corrupt(what: &str) -> StoreError {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::model::{Attempt, Status};
     use crate::store::contract::{delivery, event, execution};
@@ -887,7 +889,8 @@ mod tests {
         }
     }
 
-    fn attempted(id: &str) -> Vec<Entry> {
+    /// What delivering `d_{id}` writes: settled, and its attempt.
+    pub(in crate::store::sled) fn attempted(id: &str) -> Vec<Entry> {
         let e = execution(id, 1);
         vec![
             Entry::Settled {

@@ -58,6 +58,18 @@ struct SimFile {
     entry_synced: bool,
 }
 
+impl SimFile {
+    /// A file holding `bytes`, all of it durable.
+    fn durable(bytes: Vec<u8>) -> SimFile {
+        SimFile {
+            synced: Arc::new(bytes.clone()),
+            ops: Vec::new(),
+            now: bytes,
+            entry_synced: true,
+        }
+    }
+}
+
 /// Which call a fault applies to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Call {
@@ -137,12 +149,7 @@ impl Sim {
 
     /// Puts a file holding `bytes`, all of it durable.
     pub fn put(&self, name: &str, bytes: &[u8]) {
-        let file = SimFile {
-            synced: Arc::new(bytes.to_vec()),
-            ops: Vec::new(),
-            now: bytes.to_vec(),
-            entry_synced: true,
-        };
+        let file = SimFile::durable(bytes.to_vec());
         self.inner().state.files.insert(name.to_string(), file);
     }
 
@@ -174,26 +181,20 @@ impl Sim {
     ) -> io::Result<()> {
         let mut inner = self.inner();
         inner.steps += 1;
-        if let (Some(call), Some((fault, at, errno))) = (call, inner.fault)
-            && call == fault
-            && inner.steps >= at
-        {
-            inner.fault = None;
-            if call == Call::Sync {
-                // The writes it covered are gone for good; the cache still
-                // shows them.
-                for file in inner.state.files.values_mut() {
-                    file.ops.clear();
+        let result = match (call, inner.fault) {
+            (Some(call), Some((fault, at, errno))) if call == fault && inner.steps >= at => {
+                inner.fault = None;
+                if call == Call::Sync {
+                    // The writes it covered are gone for good; the cache
+                    // still shows them.
+                    for file in inner.state.files.values_mut() {
+                        file.ops.clear();
+                    }
                 }
+                Err(io::Error::from_raw_os_error(errno))
             }
-            // A step like any other: the history stays one state a step.
-            let state = inner.state.clone();
-            if let Some(history) = inner.history.as_mut() {
-                history.push(state);
-            }
-            return Err(io::Error::from_raw_os_error(errno));
-        }
-        let result = f(&mut inner.state);
+            _ => f(&mut inner.state),
+        };
         let state = inner.state.clone();
         if let Some(history) = inner.history.as_mut() {
             history.push(state);
@@ -331,16 +332,7 @@ impl State {
             if !survives {
                 continue;
             }
-            let bytes = torn(file, rng);
-            files.insert(
-                name.clone(),
-                SimFile {
-                    synced: Arc::new(bytes.clone()),
-                    ops: Vec::new(),
-                    now: bytes,
-                    entry_synced: true,
-                },
-            );
+            files.insert(name.clone(), SimFile::durable(torn(file, rng)));
         }
         State {
             files,
@@ -355,18 +347,7 @@ impl State {
             .files
             .iter()
             .filter(|(_, f)| f.entry_synced)
-            .map(|(name, f)| {
-                let bytes = f.synced.as_ref().clone();
-                (
-                    name.clone(),
-                    SimFile {
-                        synced: Arc::new(bytes.clone()),
-                        ops: Vec::new(),
-                        now: bytes,
-                        entry_synced: true,
-                    },
-                )
-            })
+            .map(|(name, f)| (name.clone(), SimFile::durable(f.synced.as_ref().clone())))
             .collect();
         State {
             files,
