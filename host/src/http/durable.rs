@@ -4,10 +4,7 @@
 //! group commit), and a request whose writes a sync already covered (one
 //! that made its deliveries durable itself, or wrote nothing) costs none.
 //!
-//! The inference endpoints are left out: what they write is usage and
-//! rate-limit claims, not the caller's records, and they are made durable
-//! by the next group commit or checkpoint (within a second) instead of
-//! adding an fsync to every model call.
+//! The router leaves the model calls out (`model_calls` in `http/mod.rs`).
 
 use axum::extract::{Request, State};
 use axum::http::Method;
@@ -19,7 +16,7 @@ use crate::store::Store;
 
 /// The middleware (see the module's comment).
 pub async fn acknowledge(State(store): State<Store>, request: Request, next: Next) -> Response {
-    if !may_write(request.method()) || is_inference(request.uri().path()) {
+    if !may_write(request.method()) {
         return next.run(request).await;
     }
     let response = next.run(request).await;
@@ -32,13 +29,6 @@ pub async fn acknowledge(State(store): State<Store>, request: Request, next: Nex
 
 fn may_write(method: &Method) -> bool {
     !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
-}
-
-fn is_inference(path: &str) -> bool {
-    matches!(
-        path,
-        "/v1/chat/completions" | "/v1/completions" | "/v1/embeddings" | "/v1/responses"
-    ) || path.starts_with("/chat")
 }
 
 #[cfg(test)]

@@ -57,10 +57,6 @@ pub fn router(app: App) -> Router {
         .route("/docs/{file}", get(openapi::docs_asset))
         .route("/v1/models", get(inference::list_models))
         .route("/v1/models/{model}", get(inference::show_model))
-        .route("/v1/chat/completions", post(inference::chat_completions))
-        .route("/v1/embeddings", post(forwarded::embeddings))
-        .route("/v1/completions", post(forwarded::completions))
-        .route("/v1/responses", post(forwarded::responses))
         .route("/v1/me", get(me::show))
         .route("/v1/me/api-keys", get(me::list_keys).post(me::create_key))
         .route("/v1/me/api-keys/{id}", delete(me::revoke_key))
@@ -105,11 +101,12 @@ pub fn router(app: App) -> Router {
         )
         .route("/v1/admin/plugins/{name}/invoke", post(admin::invoke))
         .merge(console::routes(&app))
-        .fallback(unknown_route)
         .layer(middleware::from_fn_with_state(
             app.store.clone(),
             durable::acknowledge,
         ))
+        .merge(model_calls())
+        .fallback(unknown_route)
         .layer(middleware::from_fn(observe::observe))
         .with_state(app.clone());
     // The error-shaping layer wraps the finished router, not each route:
@@ -119,6 +116,18 @@ pub fn router(app: App) -> Router {
         .fallback_service(routes)
         .layer(middleware::from_fn_with_state(app, shape_errors))
         .layer(middleware::from_fn(unread::keep_connection))
+}
+
+/// The OpenAI-compatible model calls. Added after the layer that answers
+/// writes once durable: what they write is usage and rate-limit claims, not
+/// the caller's records, and the next group commit or checkpoint (within a
+/// second) covers it, rather than an fsync per model call.
+fn model_calls() -> Router<App> {
+    Router::new()
+        .route("/v1/chat/completions", post(inference::chat_completions))
+        .route("/v1/embeddings", post(forwarded::embeddings))
+        .route("/v1/completions", post(forwarded::completions))
+        .route("/v1/responses", post(forwarded::responses))
 }
 
 /// `GET /metrics`, open or for operators as configured.
