@@ -713,15 +713,21 @@ pub struct TestDatabase {
     /// The URL hosts connect with.
     pub url: String,
     name: String,
+    server: String,
 }
 
 impl TestDatabase {
-    /// Creates an empty database.
+    /// Creates an empty database on the test server.
     pub async fn create() -> TestDatabase {
-        use sqlx::Connection;
         let server = postgres_server().expect("a PostgreSQL server for the test");
+        TestDatabase::create_on(&server).await
+    }
+
+    /// Creates an empty database on the server at the admin URL `server`.
+    pub async fn create_on(server: &str) -> TestDatabase {
+        use sqlx::Connection;
         let name = format!("sy_test_{}", hex::encode(rand_bytes()));
-        let mut admin = sqlx::PgConnection::connect(&server)
+        let mut admin = sqlx::PgConnection::connect(server)
             .await
             .unwrap_or_else(|e| panic!("connecting to the test PostgreSQL at {server}: {e}"));
         sqlx::query(&format!("CREATE DATABASE {name}"))
@@ -730,18 +736,16 @@ impl TestDatabase {
             .unwrap_or_else(|e| panic!("creating test database {name}: {e}"));
         let _ = admin.close().await;
         TestDatabase {
-            url: with_database(&server, &name),
+            url: with_database(server, &name),
             name,
+            server: server.to_string(),
         }
     }
 }
 
 impl Drop for TestDatabase {
     fn drop(&mut self) {
-        let Some(server) = postgres_server() else {
-            return;
-        };
-        let name = self.name.clone();
+        let (server, name) = (self.server.clone(), self.name.clone());
         // Drop runs outside any runtime a test may still be using.
         let _ = std::thread::spawn(move || {
             use sqlx::Connection;
@@ -787,90 +791,120 @@ pub fn postgres_server() -> Option<String> {
         return Some(url);
     }
     PRIVATE
-        .get_or_init(PrivateCluster::start)
+        .get_or_init(PrivateCluster::shared)
         .as_ref()
         .map(|c| c.url.clone())
 }
 
 static PRIVATE: std::sync::OnceLock<Option<PrivateCluster>> = std::sync::OnceLock::new();
 
-/// A PostgreSQL cluster made with `initdb` in a temporary directory and
-/// stopped when the test process exits.
+/// A PostgreSQL cluster made with `initdb` in a temporary directory:
+/// stopped and removed when dropped (the shared one in [`PRIVATE`], when
+/// the test process exits).
 pub struct PrivateCluster {
-    url: String,
+    /// The admin URL.
+    pub url: String,
     dir: PathBuf,
     bin: PathBuf,
+    port: u16,
 }
 
 impl PrivateCluster {
-    fn start() -> Option<PrivateCluster> {
+    /// A cluster of the caller's own, or `None` without `initdb`.
+    pub fn start() -> Option<PrivateCluster> {
         let bin = postgres_bin()?;
-        let dir = std::env::temp_dir().join(format!("switchyard-pg-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!(
+            "switchyard-pg-{}-{}",
+            std::process::id(),
+            hex::encode(rand_bytes())
+        ));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).ok()?;
         let port = free_port();
-        let as_user = |program: &str, args: &[&str]| {
-            let mut command = if unsafe { libc::geteuid() } == 0 {
-                // PostgreSQL refuses to run as root.
-                let _ = Command::new("chown")
-                    .args(["-R", "postgres"])
-                    .arg(&dir)
-                    .status();
-                let mut c = Command::new("runuser");
-                c.args(["-u", "postgres", "--"]).arg(bin.join(program));
-                c
-            } else {
-                Command::new(bin.join(program))
-            };
-            command
-                .args(args)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null());
-            command.status().is_ok_and(|s| s.success())
-        };
-        let data = dir.join("data");
-        let data = data.to_str()?;
-        if !as_user("initdb", &["-D", data, "-A", "trust", "-U", "postgres"]) {
-            return None;
-        }
-        let options = format!(
-            "-p {port} -k {} -c listen_addresses=127.0.0.1",
-            dir.display()
-        );
-        let log = dir.join("log");
-        if !as_user(
-            "pg_ctl",
-            &[
-                "-D",
-                data,
-                "-o",
-                &options,
-                "-l",
-                log.to_str()?,
-                "-w",
-                "start",
-            ],
-        ) {
-            return None;
-        }
-        extern "C" fn stop() {
-            if let Some(Some(cluster)) = PRIVATE.get() {
-                let _ = Command::new("runuser")
-                    .args(["-u", "postgres", "--"])
-                    .arg(cluster.bin.join("pg_ctl"))
-                    .args(["-D"])
-                    .arg(cluster.dir.join("data"))
-                    .args(["-m", "immediate", "stop"])
-                    .status();
-                let _ = std::fs::remove_dir_all(&cluster.dir);
-            }
-        }
-        unsafe { libc::atexit(stop) };
-        Some(PrivateCluster {
+        let cluster = PrivateCluster {
             url: format!("postgres://postgres@127.0.0.1:{port}/postgres"),
             dir,
             bin,
-        })
+            port,
+        };
+        let data = cluster.dir.join("data");
+        let data = data.to_str()?;
+        if !cluster.as_user("initdb", &["-D", data, "-A", "trust", "-U", "postgres"]) {
+            return None;
+        }
+        if !cluster.up() {
+            return None;
+        }
+        Some(cluster)
+    }
+
+    /// Starts the server on the cluster's data, waiting until it answers.
+    pub fn up(&self) -> bool {
+        let options = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1",
+            self.port,
+            self.dir.display()
+        );
+        let (data, log) = (self.dir.join("data"), self.dir.join("log"));
+        let (Some(data), Some(log)) = (data.to_str(), log.to_str()) else {
+            return false;
+        };
+        self.as_user(
+            "pg_ctl",
+            &["-D", data, "-o", &options, "-l", log, "-w", "start"],
+        )
+    }
+
+    /// Stops the server as a crash would (`pg_ctl stop -m immediate`: no
+    /// checkpoint; the next start recovers from its write-ahead log).
+    pub fn crash(&self) -> bool {
+        let data = self.dir.join("data");
+        let data = data.to_str().unwrap_or_default();
+        self.as_user("pg_ctl", &["-D", data, "-m", "immediate", "-w", "stop"])
+    }
+
+    /// Runs one of the server's programs, as `postgres` when we are root
+    /// (PostgreSQL refuses to run as root).
+    fn as_user(&self, program: &str, args: &[&str]) -> bool {
+        let mut command = if unsafe { libc::geteuid() } == 0 {
+            let _ = Command::new("chown")
+                .args(["-R", "postgres"])
+                .arg(&self.dir)
+                .status();
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(self.bin.join(program));
+            c
+        } else {
+            Command::new(self.bin.join(program))
+        };
+        command
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        command.status().is_ok_and(|s| s.success())
+    }
+
+    /// The shared cluster, stopped when the test process exits.
+    fn shared() -> Option<PrivateCluster> {
+        let cluster = PrivateCluster::start()?;
+        extern "C" fn stop() {
+            if let Some(Some(cluster)) = PRIVATE.get() {
+                cluster.remove();
+            }
+        }
+        unsafe { libc::atexit(stop) };
+        Some(cluster)
+    }
+
+    fn remove(&self) {
+        self.crash();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Drop for PrivateCluster {
+    fn drop(&mut self) {
+        self.remove();
     }
 }
 

@@ -42,7 +42,8 @@ pub struct Receiver {
     /// `http://127.0.0.1:PORT`.
     pub base: String,
     received: Arc<Mutex<Vec<Received>>>,
-    arrived: Arc<AtomicU64>,
+    /// The delivery id of every request, as it arrived (before any delay).
+    arrivals: Arc<Mutex<Vec<String>>>,
     status: Arc<AtomicU16>,
     delay_ms: Arc<AtomicU64>,
     reply_headers: Arc<Mutex<Vec<(String, String)>>>,
@@ -54,14 +55,14 @@ impl Receiver {
     /// Starts answering 200 with body `ok`.
     pub async fn start() -> Receiver {
         let received = Arc::new(Mutex::new(Vec::new()));
-        let arrived = Arc::new(AtomicU64::new(0));
+        let arrivals = Arc::new(Mutex::new(Vec::new()));
         let status = Arc::new(AtomicU16::new(200));
         let delay_ms = Arc::new(AtomicU64::new(0));
         let reply_headers = Arc::new(Mutex::new(Vec::<(String, String)>::new()));
         let reply_body = Arc::new(Mutex::new("ok".to_string()));
         let (r, a, s, d, l, b) = (
             received.clone(),
-            arrived.clone(),
+            arrivals.clone(),
             status.clone(),
             delay_ms.clone(),
             reply_headers.clone(),
@@ -77,7 +78,10 @@ impl Receiver {
                 b.clone(),
             );
             async move {
-                a.fetch_add(1, Ordering::SeqCst);
+                let id = headers
+                    .get("x-service-delivery")
+                    .and_then(|v| v.to_str().ok());
+                a.lock().unwrap().push(id.unwrap_or_default().to_string());
                 let delay = d.load(Ordering::SeqCst);
                 if delay > 0 {
                     tokio::time::sleep(Duration::from_millis(delay)).await;
@@ -112,7 +116,7 @@ impl Receiver {
         Receiver {
             base,
             received,
-            arrived,
+            arrivals,
             status,
             delay_ms,
             reply_headers,
@@ -158,7 +162,17 @@ impl Receiver {
     /// How many requests have arrived, answered or not (a delayed one
     /// counts as soon as it arrives).
     pub fn arrived(&self) -> usize {
-        self.arrived.load(Ordering::SeqCst) as usize
+        self.arrivals.lock().unwrap().len()
+    }
+
+    /// How many requests arrived per delivery id, answered or not: a
+    /// receiver acts on what arrives, so more than one is a duplicate.
+    pub fn arrivals_per_delivery(&self) -> HashMap<String, usize> {
+        let mut counts = HashMap::new();
+        for id in self.arrivals.lock().unwrap().iter() {
+            *counts.entry(id.clone()).or_default() += 1;
+        }
+        counts
     }
 
     /// Waits (at most `secs` seconds) until `n` requests have been
