@@ -159,6 +159,9 @@ pub struct StoreConfig {
     /// How long a request waits for a database connection before it is
     /// answered 503.
     pub connect_timeout_ms: u64,
+    /// Room the embedded store keeps back on its disk (MiB), so that a
+    /// full disk can still start, deliver and expire old history.
+    pub reserve_mb: u64,
 }
 
 impl Default for StoreConfig {
@@ -168,6 +171,7 @@ impl Default for StoreConfig {
             max_connections: 16,
             lease_ms: 30_000,
             connect_timeout_ms: 3_000,
+            reserve_mb: 32,
         }
     }
 }
@@ -423,7 +427,8 @@ pub struct Limits {
     pub header_read_timeout_ms: u64,
     /// How long a client may take to send its request body.
     pub body_read_timeout_ms: u64,
-    /// How long in-flight requests get to finish at shutdown.
+    /// How long in-flight requests and webhook sends get to finish at
+    /// shutdown, together.
     pub shutdown_grace_ms: u64,
     /// Connections open at once. Unset: what the open-file limit allows,
     /// less what the store and outbound requests need (at most 65,536).

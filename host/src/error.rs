@@ -119,6 +119,13 @@ pub enum Error {
     /// the host's log, for operators.
     #[error("the store is unavailable; the request was not carried out, retry it shortly")]
     StoreUnavailable,
+    /// The disk holding the store is full: writes are refused, reads work.
+    #[error(
+        "the disk holding the data directory is full: the request was not carried out. \
+         Reads still work; writes resume by themselves once the disk has room again \
+         (free space on it; old history expires by itself). See docs/operations.md"
+    )]
+    StoreFull,
     /// A server we forward to (an upstream model API) failed.
     #[error("{0}")]
     BadGateway(String),
@@ -143,6 +150,7 @@ impl From<crate::store::StoreError> for Error {
             crate::store::StoreError::Unavailable | crate::store::StoreError::Failed(_) => {
                 Error::StoreUnavailable
             }
+            crate::store::StoreError::Full => Error::StoreFull,
             crate::store::StoreError::Other(cause) => Error::Internal(cause),
         }
     }
@@ -244,7 +252,9 @@ impl Error {
             Error::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Error::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             Error::RateLimited(_) | Error::OverLimit { .. } => StatusCode::TOO_MANY_REQUESTS,
-            Error::Unavailable(_) | Error::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Error::Unavailable(_) | Error::StoreUnavailable | Error::StoreFull => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             Error::BadGateway(_) => StatusCode::BAD_GATEWAY,
             Error::GatewayTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
             Error::PluginFailed(_) | Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -261,6 +271,7 @@ impl Error {
             Error::OverLimit { budget: true, .. } => "insufficient_quota",
             Error::Unavailable(_)
             | Error::StoreUnavailable
+            | Error::StoreFull
             | Error::BadGateway(_)
             | Error::GatewayTimeout(_)
             | Error::PluginFailed(_)
@@ -291,6 +302,7 @@ impl Error {
             Error::OverLimit { budget: true, .. } => "insufficient_quota",
             Error::Unavailable(_) => "unavailable",
             Error::StoreUnavailable => "store_unavailable",
+            Error::StoreFull => "store_full",
             Error::BadGateway(_) => "upstream_error",
             Error::GatewayTimeout(_) => "timeout",
             Error::PluginFailed(_) => "plugin_failed",

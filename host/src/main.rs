@@ -83,6 +83,23 @@ enum StoreCommand {
         #[arg(long)]
         to: String,
     },
+    /// Read the embedded store's journal as a start would, changing
+    /// nothing: what waits, a commit cut short by a crash, or damage that
+    /// stops a start (then the exit status is 1).
+    Check {
+        /// The data directory of the embedded store.
+        #[arg(long, env = "SWITCHYARD_DATA_DIR", default_value = "./data")]
+        data_dir: PathBuf,
+    },
+    /// Repair damage in the embedded store's journal that stops a start:
+    /// keep everything before it, and set the rest aside (copied to
+    /// `<segment>.salvaged`). What is set aside had been acknowledged, so
+    /// restore from a backup if you can. The host must be stopped.
+    Salvage {
+        /// The data directory of the embedded store.
+        #[arg(long, env = "SWITCHYARD_DATA_DIR", default_value = "./data")]
+        data_dir: PathBuf,
+    },
 }
 
 /// Which store an admin command works on.
@@ -293,6 +310,10 @@ fn main() -> ExitCode {
         }) => create_user(&name, operator, &store),
         Command::Admin(AdminCommand::DumpRecords { store }) => dump_records(&store),
         Command::Store(StoreCommand::Copy { from, to }) => copy_store(&from, &to),
+        Command::Store(StoreCommand::Check { data_dir }) => check_store(&data_dir),
+        Command::Store(StoreCommand::Salvage { data_dir }) => {
+            switchyard::store::sled::Sled::salvage(&data_dir).map(|said| println!("{said}"))
+        }
         Command::Config(ConfigCommand::Check { config }) => check_config(config.as_deref()),
         Command::Admin(AdminCommand::Users { remote }) => remote_call(&remote, users),
         Command::Plugin(PluginCommand::List { remote }) => remote_call(&remote, plugins),
@@ -498,6 +519,15 @@ fn copy_store(from: &std::path::Path, to: &str) -> anyhow::Result<()> {
         "copied {copied} records from {} to PostgreSQL",
         from.display()
     );
+    Ok(())
+}
+
+fn check_store(data_dir: &std::path::Path) -> anyhow::Result<()> {
+    let report = switchyard::store::sled::Sled::check(data_dir)?;
+    println!("{report}");
+    if report.damage.is_some() {
+        std::process::exit(1);
+    }
     Ok(())
 }
 

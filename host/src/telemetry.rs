@@ -131,6 +131,11 @@ fn describe_families() {
             "How long the most overdue delivery has been due; 0 when none is.",
         ),
         (
+            "switchyard_store_quarantined_records",
+            Count,
+            "Records the store could not read and set aside; above 0 needs an operator (docs/operations.md).",
+        ),
+        (
             "switchyard_queue_depth",
             Count,
             "Jobs waiting for a worker, by queue.",
@@ -159,6 +164,7 @@ fn describe_families() {
     circuits(0, 0);
     gauge!("switchyard_outbox_pending").set(0.0);
     gauge!("switchyard_outbox_oldest_due_seconds").set(0.0);
+    gauge!("switchyard_store_quarantined_records").set(0.0);
     // Registered without a sample, it shows with zero counts.
     let _ = histogram!("switchyard_delivery_duration_seconds");
 }
@@ -171,12 +177,15 @@ pub struct Gauges {
     pub outbox_oldest_due: Duration,
     /// Jobs waiting for a worker, by queue name.
     pub queues: Vec<(&'static str, usize)>,
+    /// Records set aside because they could not be read.
+    pub quarantined: usize,
 }
 
 /// The text exposition, with the gauges set to `gauges`.
 pub fn render(gauges: Gauges) -> String {
     gauge!("switchyard_outbox_pending").set(gauges.outbox_pending as f64);
     gauge!("switchyard_outbox_oldest_due_seconds").set(gauges.outbox_oldest_due.as_secs_f64());
+    gauge!("switchyard_store_quarantined_records").set(gauges.quarantined as f64);
     for (queue, depth) in gauges.queues {
         gauge!("switchyard_queue_depth", "queue" => queue).set(depth as f64);
     }

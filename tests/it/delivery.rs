@@ -1282,3 +1282,54 @@ async fn a_kept_template_instance_serves_only_the_team_it_first_served() {
     tag(&world.alice, PROJECT, "a3").await;
     assert_eq!(seen(&receiver.wait_for(3, 10).await[2]), json!(["a3"]));
 }
+
+/// An outbox row damaged in the database (a scope no build reads) is set
+/// aside in the quarantine, counted in the system check and the metrics;
+/// the deliveries beside it still go.
+#[tokio::test]
+async fn an_unreadable_outbox_row_is_quarantined_and_the_rest_go() {
+    crate::harness::Engine::Postgres
+        .run(async {
+            use sqlx::Connection;
+            let receiver = Receiver::start().await;
+            receiver.answer(503);
+            let (host, _, bob) = tagging(&receiver, &retrying("[0, 2000]"), "tagged").await;
+            let versions = format!("{PROJECT}/collections/detector/versions");
+            ok!(host, bob, POST "{versions}", {"metadata": {}});
+            for i in 0..5 {
+                ok!(host, bob, POST "{versions}/v0/tags", {"tag": format!("t{i}")});
+            }
+            receiver.wait_for(5, 10).await;
+            receiver.answer(200);
+            let url = &host.database.as_ref().unwrap().url;
+            let mut db = sqlx::PgConnection::connect(url).await.unwrap();
+            let damaged: String = sqlx::query_scalar(
+                "UPDATE outbox SET scope = 'no such scope' \
+                 WHERE id = (SELECT id FROM outbox ORDER BY id LIMIT 1) RETURNING id",
+            )
+            .fetch_one(&mut db)
+            .await
+            .unwrap();
+
+            let second: HashSet<String> = receiver.wait_for(9, 10).await[5..]
+                .iter()
+                .map(|r| r.header("x-service-delivery").unwrap().to_string())
+                .collect();
+            assert_eq!(second.len(), 4, "{second:?}");
+            assert!(!second.contains(&damaged), "{damaged} was sent");
+            let (status, health) = host.get_anon("/v1/system-check").await;
+            assert_eq!(health["quarantined_records"], json!(1), "{status} {health}");
+            let metrics = host.http.get(host.url("/metrics")).send().await.unwrap();
+            let metrics = metrics.text().await.unwrap();
+            assert!(
+                metrics.contains("\nswitchyard_store_quarantined_records 1\n"),
+                "{metrics}"
+            );
+            let set_aside: String = sqlx::query_scalar("SELECT value FROM quarantine")
+                .fetch_one(&mut db)
+                .await
+                .unwrap();
+            assert!(set_aside.contains(&damaged), "{set_aside}");
+        })
+        .await;
+}

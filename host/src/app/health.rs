@@ -71,6 +71,11 @@ pub async fn system_check(app: &App) -> Report {
     let database = check(limit, async {
         store.round_trip().await.map_err(explain)?;
         quarantined = store.quarantined().await.map_err(explain)?;
+        if store.full() {
+            anyhow::bail!(
+                "the disk holding the store is full (store_full): writes are refused until it has room again"
+            );
+        }
         Ok(())
     });
     let (database, cpu_queue, gpu_queue) = tokio::join!(

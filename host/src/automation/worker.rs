@@ -84,6 +84,8 @@ struct Inner {
     /// Where the operational events this dispatcher causes go, once they
     /// are written (the matcher, set after it is made).
     events: std::sync::OnceLock<Arc<dyn Dispatch>>,
+    /// Set by [`Dispatcher::stop`]: nothing more is sent.
+    stopping: std::sync::atomic::AtomicBool,
 }
 
 /// Most held deliveries remembered per webhook; the rest go when due.
@@ -110,6 +112,7 @@ impl Dispatcher {
             held: Mutex::default(),
             released: Mutex::default(),
             events: std::sync::OnceLock::new(),
+            stopping: Default::default(),
         });
         tokio::spawn(scan_loop(inner.clone()));
         tokio::spawn(record_loop(Arc::downgrade(&inner), queued));
@@ -140,6 +143,22 @@ impl Dispatcher {
     /// shares it.
     pub fn config(&self) -> &ConfigCache {
         &self.inner.config
+    }
+
+    /// Stops sending: what has not started stays in the outbox, and what
+    /// is being sent finishes and is recorded, within `grace`. Returns how
+    /// many sends were still unrecorded when the grace ran out (those go
+    /// again after a restart).
+    pub async fn stop(&self, grace: Duration) -> usize {
+        self.inner.stopping.store(true, Ordering::SeqCst);
+        let until = tokio::time::Instant::now() + grace;
+        loop {
+            let left = self.inner.in_flight_count();
+            if left == 0 || tokio::time::Instant::now() >= until {
+                return left;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 
     /// How many sends are running or waiting for a slot.
@@ -384,6 +403,9 @@ impl Inner {
     }
 
     fn submit(self: Arc<Self>, delivery: Delivery) {
+        if self.stopping.load(Ordering::SeqCst) {
+            return; // it stays in the outbox
+        }
         if let Ok(mut set) = self.in_flight.lock()
             && !set.insert(delivery.id.clone())
         {
@@ -477,6 +499,9 @@ impl Inner {
         let Ok(_slot) = self.slots.acquire().await else {
             return Ok(Sent::Not);
         };
+        if self.stopping.load(Ordering::SeqCst) {
+            return Ok(Sent::Not);
+        }
         let started = ids::now_ms();
         let (verdict, attempt) = match self.attempt(&delivery, opened.as_deref()).await {
             Ok(answer) => (judge(&answer), attempt_from(started, Some(&answer), None)),

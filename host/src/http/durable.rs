@@ -4,6 +4,9 @@
 //! group commit), and a request whose writes a sync already covered (one
 //! that made its deliveries durable itself, or wrote nothing) costs none.
 //!
+//! While the store's disk is full, such requests are refused at once (503
+//! `store_full`), and reads go on.
+//!
 //! The router leaves the model calls out (`model_calls` in `http/mod.rs`).
 
 use axum::extract::{Request, State};
@@ -18,6 +21,9 @@ use crate::store::Store;
 pub async fn acknowledge(State(store): State<Store>, request: Request, next: Next) -> Response {
     if !may_write(request.method()) {
         return next.run(request).await;
+    }
+    if store.full() {
+        return Error::StoreFull.into_response();
     }
     let response = next.run(request).await;
     let mark = store.commit_mark();

@@ -33,6 +33,7 @@ async fn exposition(app: &App) -> Result<Response> {
             ("plugin", app.plugins.queue.waiting()),
             ("inference", app.inference.waiting()),
         ],
+        quarantined: app.store.quarantined().await?,
     };
     Ok((
         [(

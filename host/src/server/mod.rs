@@ -68,7 +68,8 @@ pub async fn prepare(mut cfg: Config, secrets: StartSecrets) -> anyhow::Result<(
 }
 
 /// Serves until `shutdown` resolves, then stops accepting, lets in-flight
-/// requests finish within the grace period, and flushes the store.
+/// requests and webhook sends finish within the grace period, and flushes
+/// the store.
 pub async fn serve(
     app: App,
     listener: TcpListener,
@@ -145,14 +146,27 @@ pub async fn serve(
         });
     }
     drop(listener);
-    tracing::info!("shutting down: draining in-flight requests");
-    if tokio::time::timeout(limits.shutdown_grace(), graceful.shutdown())
+    tracing::info!("shutting down: draining in-flight requests and deliveries");
+    let until = tokio::time::Instant::now() + limits.shutdown_grace();
+    if tokio::time::timeout_at(until, graceful.shutdown())
         .await
         .is_err()
     {
         tracing::warn!(
             grace_ms = limits.shutdown_grace_ms,
             "requests still running after the grace period were cut off"
+        );
+    }
+    // Sends under way finish and are recorded, so that none goes twice.
+    let left = app
+        .dispatcher
+        .stop(until.saturating_duration_since(tokio::time::Instant::now()))
+        .await;
+    if left > 0 {
+        tracing::warn!(
+            deliveries = left,
+            grace_ms = limits.shutdown_grace_ms,
+            "deliveries still being sent after the grace period were cut off; they go again after a restart"
         );
     }
     if let Some(why) = failure {

@@ -15,6 +15,10 @@ pub enum StoreError {
     /// disk). Says what failed.
     #[error("{0}")]
     Failed(String),
+    /// The disk holding the store is full: the write was refused and
+    /// changed nothing; writes resume once there is room (`sled/reserve.rs`).
+    #[error("the disk holding the store is full")]
+    Full,
     /// Anything else: an I/O error, a record that could not be encoded.
     #[error(transparent)]
     Other(#[from] anyhow::Error),

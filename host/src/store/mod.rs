@@ -71,11 +71,18 @@ pub trait Engine: Records {
         let _ = mark;
         self.durable().await
     }
+    /// Whether the disk holding the store is full, so that writes are
+    /// refused (see `sled/reserve.rs`); never, for a database server.
+    fn full(&self) -> bool {
+        false
+    }
     /// A real write, read and delete, for the system check.
     async fn round_trip(&self) -> Result<()>;
     /// Every stored record, raw (`switchyard admin dump-records`).
     async fn raw_records(&self) -> Result<Vec<RawRecord>>;
-    /// Writes everything to disk; called at shutdown.
+    /// Writes everything to disk and lets go of what this host holds (the
+    /// leases of deliveries it claimed but did not send, so that a host
+    /// takes them at once); called at shutdown, once sends have ended.
     async fn flush(&self) -> Result<()>;
     /// Removes the delivery history older than `keep` (executions with
     /// their attempts, once settled), in bulk; returns how many executions
@@ -119,7 +126,9 @@ impl Store {
             Some(url) => Arc::new(postgres::Postgres::open(url, cfg).await?),
             None => {
                 let dir = data_dir.to_path_buf();
-                Arc::new(tokio::task::spawn_blocking(move || sled::Sled::open(&dir)).await??)
+                let reserve = cfg.reserve_mb << 20;
+                let open = move || sled::Sled::open_reserving(&dir, reserve);
+                Arc::new(tokio::task::spawn_blocking(open).await??)
             }
         };
         Ok(Store { engine })
@@ -147,7 +156,7 @@ impl Store {
     pub fn on_simulated_disk() -> (tempfile::TempDir, Store, sled::Sim) {
         let dir = tempfile::tempdir().unwrap();
         let disk = sled::Sim::new();
-        let engine = sled::Sled::open_on(dir.path(), Arc::new(disk.clone())).unwrap();
+        let engine = sled::Sled::open_on(dir.path(), Arc::new(disk.clone()), 0).unwrap();
         (
             dir,
             Store {

@@ -140,7 +140,18 @@ impl DeliveryRecords for Postgres {
         .fetch_one(&mut *c)
         .await
         .db(self)?;
-        let due = rows.iter().map(delivery).collect::<Result<Vec<_>>>()?;
+        drop(c);
+        let mut due = Vec::with_capacity(rows.len());
+        for row in &rows {
+            match delivery(row) {
+                Ok(d) => due.push(d),
+                // One bad record must not hold back the rest.
+                Err(e) => {
+                    let id: String = get(row, "id")?;
+                    self.quarantine_row("outbox", &id, &e.to_string()).await?;
+                }
+            }
+        }
         Ok((due, next.map(u)))
     }
 

@@ -480,6 +480,10 @@ impl Engine for Postgres {
     }
 
     async fn flush(&self) -> Result<()> {
+        let release =
+            "UPDATE outbox SET lease_owner = NULL, lease_until_ms = NULL WHERE lease_owner = $1";
+        self.execute(sqlx::query(release).bind(&self.shared.host_id))
+            .await?;
         Ok(())
     }
 

@@ -457,6 +457,32 @@ impl Postgres {
         Ok(())
     }
 
+    /// Moves the row `id` of `table` (one of ours, keyed by `id`), which
+    /// cannot be read, into the quarantine as JSON, with why.
+    pub(super) async fn quarantine_row(&self, table: &str, id: &str, reason: &str) -> Result<()> {
+        let sql = format!(
+            "WITH gone AS (DELETE FROM {table} WHERE id = $1 RETURNING *) \
+             INSERT INTO quarantine (kind, key, reason, at_ms, value) \
+             SELECT $2, id, $3, $4, row_to_json(gone)::text FROM gone"
+        );
+        let mut c = self.conn().await?;
+        sqlx::query(&sql)
+            .bind(id)
+            .bind(table)
+            .bind(reason)
+            .bind(i(crate::ids::now_ms()))
+            .execute(&mut *c)
+            .await
+            .db(self)?;
+        tracing::error!(
+            table,
+            key = id,
+            reason,
+            "set an unreadable record aside in the quarantine"
+        );
+        Ok(())
+    }
+
     /// One version's row, with `columns` (for `FROM versions v`).
     pub(super) async fn version_row(
         &self,

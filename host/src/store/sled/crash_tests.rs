@@ -192,13 +192,13 @@ fn recovered(image: State, flushed: &BTreeMap<u8, u64>) -> Result<Model, String>
             u64::from_le_bytes(writes[1..9].try_into().unwrap()),
         );
     }
-    let outbox = journal
+    let ((outbox, _), unreadable) = journal
         .due(u64::MAX, usize::MAX, &|_| false)
-        .map_err(|e| e.to_string())?
-        .0
-        .into_iter()
-        .map(|d| (d.id, d.due_ms))
-        .collect();
+        .map_err(|e| e.to_string())?;
+    if let Some((d, why)) = unreadable.first() {
+        return Err(format!("the delivery {} cannot be read: {why}", d.id));
+    }
+    let outbox = outbox.into_iter().map(|d| (d.id, d.due_ms)).collect();
     let mut executions = BTreeMap::new();
     for execution in journal
         .executions(b"", usize::MAX)

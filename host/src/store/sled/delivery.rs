@@ -5,9 +5,9 @@
 
 use async_trait::async_trait;
 
-use super::Sled;
-use super::journal::Entry;
+use super::journal::{Entry, Unreadable};
 use super::shared::{execution_key, scoped};
+use super::{Sled, T, quarantine_record};
 use crate::model::{Delivery, Event, Execution, Handle};
 use crate::store::Result;
 use crate::store::records::*;
@@ -54,7 +54,11 @@ impl DeliveryRecords for Sled {
     }
 
     async fn due_deliveries(&self, now_ms: u64, limit: usize, skip: Skip<'_>) -> Result<Due> {
-        self.journal().due(now_ms, limit, skip)
+        let (due, unreadable) = self.journal().due(now_ms, limit, skip)?;
+        if !unreadable.is_empty() {
+            self.quarantine_deliveries(&unreadable).await?;
+        }
+        Ok(due)
     }
 
     async fn delivery_waits(&self, delivery: &Delivery) -> Result<bool> {
@@ -135,6 +139,21 @@ impl DeliveryRecords for Sled {
 }
 
 impl Sled {
+    /// Sets deliveries whose records cannot be read aside in the
+    /// quarantine, with why, and out of the outbox, in one commit.
+    async fn quarantine_deliveries(&self, unreadable: &Unreadable) -> Result<()> {
+        let w = self.writer().await;
+        for (delivery, why) in unreadable {
+            let record = serde_json::to_vec(delivery)?;
+            let (key, value) = quarantine_record(T::Outbox, delivery.id.as_bytes(), &record, why)?;
+            w.put(T::Quarantine, key, value);
+            w.log(Entry::Settled {
+                id: delivery.id.clone(),
+            });
+        }
+        w.finish()
+    }
+
     /// Whether this transaction took the event `id` already.
     fn took(&self, id: &str) -> bool {
         self.logged()

@@ -35,11 +35,13 @@ mod delivery;
 mod groups;
 mod idempotency;
 mod journal;
+pub use journal::Report;
 pub mod keys;
 mod limits;
 mod meta;
 mod plugins;
 mod receivers;
+mod reserve;
 mod runs;
 mod sessions;
 mod shared;
@@ -383,23 +385,50 @@ struct Shared {
     /// Each paced webhook's next free send slot (unix µs): one host's, so
     /// memory is enough.
     pace: std::sync::Mutex<std::collections::HashMap<String, u64>>,
+    /// Room kept back so that a full disk can clear itself.
+    reserve: Arc<reserve::Reserve>,
 }
 
 impl Shared {
     fn tree(&self, t: T) -> &sled::Tree {
         &self.trees[t as usize]
     }
+
+    /// `result`, having given the reserve up if it says the disk is full
+    /// (and woken the checkpointer, which looks for room from then on).
+    fn noting_full<V>(&self, result: Result<V>) -> Result<V> {
+        if let Err(StoreError::Full) = result {
+            self.reserve.release();
+            self.sled_dirty.mark();
+        }
+        result
+    }
 }
 
-/// Group commit: callers that need their writes on disk share one flush.
+/// Group commit: callers that need their writes on disk share one sync.
+/// One caller at a time syncs, for everything written so far; the rest
+/// wait for it to finish, all woken at once, and one of those whose
+/// writes it did not cover syncs next.
 #[derive(Default)]
 struct GroupCommit {
-    /// Bumped by each caller after its writes.
-    requested: AtomicU64,
-    /// Everything up to this request number is on disk.
-    flushed: AtomicU64,
-    /// One flush at a time.
-    lock: tokio::sync::Mutex<()>,
+    /// Held by the caller that syncs.
+    syncing: tokio::sync::Mutex<()>,
+    /// Woken when a sync ends.
+    synced: tokio::sync::Notify,
+}
+
+/// A caller's turn to sync: when it ends (or the caller goes away), the
+/// lock is let go before the waiters wake, so that one of them can take it.
+struct Turn<'a> {
+    syncing: Option<tokio::sync::MutexGuard<'a, ()>>,
+    synced: &'a tokio::sync::Notify,
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        self.syncing.take();
+        self.synced.notify_waiters();
+    }
 }
 
 /// A key and its value, as stored.
@@ -429,17 +458,43 @@ pub struct Sled {
 const CACHE_BYTES: u64 = 64 << 20;
 
 impl Sled {
-    /// Opens (or creates) the store in `dir` and brings its schema up to date.
+    /// Opens (or creates) the store in `dir` and brings its schema up to
+    /// date, with the default reserve ([`reserve::BYTES`]).
     pub fn open(dir: &Path) -> anyhow::Result<Sled> {
+        Sled::open_reserving(dir, reserve::BYTES)
+    }
+
+    /// [`Sled::open`], keeping `reserve` bytes back on the disk.
+    pub fn open_reserving(dir: &Path, reserve: u64) -> anyhow::Result<Sled> {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("cannot create data directory {}", dir.display()))?;
         let disk = journal::Real::new(&dir.join("journal"))
             .with_context(|| format!("cannot create the journal directory in {}", dir.display()))?;
-        Sled::open_on(dir, Arc::new(disk))
+        Sled::open_on(dir, Arc::new(disk), reserve)
+    }
+
+    /// `switchyard store check`: reads the journal in `dir` as a start
+    /// would, changing nothing (a host may be running on it).
+    pub fn check(dir: &Path) -> anyhow::Result<journal::Report> {
+        journal::check(&journal::Real::existing(&dir.join("journal"))?)
+    }
+
+    /// `switchyard store salvage`: repairs damage in the journal in `dir`
+    /// that stops a start (see [`journal::salvage`]); refused while a host
+    /// holds the store. Says what it did.
+    pub fn salvage(dir: &Path) -> anyhow::Result<String> {
+        let _held = open_db(dir)?;
+        journal::salvage(&journal::Real::existing(&dir.join("journal"))?)
     }
 
     /// [`Sled::open`] in an existing `dir`, with the journal on `disk`.
-    pub(super) fn open_on(dir: &Path, disk: Arc<dyn journal::Disk>) -> anyhow::Result<Sled> {
+    pub(super) fn open_on(
+        dir: &Path,
+        disk: Arc<dyn journal::Disk>,
+        reserve: u64,
+    ) -> anyhow::Result<Sled> {
+        // Given up first: a start on a full disk needs its room.
+        let reserve = Arc::new(reserve::Reserve::open(dir, reserve));
         let db = open_db(dir)?;
         let trees = T::ALL
             .iter()
@@ -455,6 +510,7 @@ impl Sled {
             commits: GroupCommit::default(),
             config_epoch: AtomicU64::new(0),
             pace: Default::default(),
+            reserve,
         };
         wal::redo(&shared, logged)?;
         migrate(&shared)?;
@@ -462,6 +518,11 @@ impl Sled {
         // What open wrote went to sled directly: a checkpoint, so that no
         // older logged write is applied over it at the next open.
         wal::checkpoint_now(&shared)?;
+        if !shared.reserve.restore() {
+            tracing::error!(
+                "started on a full disk: writes are refused (503 store_full) until it has room again"
+            );
+        }
         let shared = Arc::new(shared);
         wal::spawn_checkpointer(Arc::downgrade(&shared));
         Ok(Sled { shared, tx: None })
@@ -597,7 +658,8 @@ impl Sled {
             self.shared.sled_dirty.mark();
         }
         if !logged.is_empty() {
-            self.shared.journal.append(logged)?;
+            let appended = self.shared.journal.append(logged);
+            self.shared.noting_full(appended)?;
         }
         let config = overlay.keys().any(|(t, _)| t.is_config());
         let applied = self.apply_to_sled(&overlay);
@@ -703,21 +765,11 @@ impl Engine for Sled {
     }
 
     async fn durable(&self) -> Result<()> {
-        let c = &self.shared.commits;
-        let mine = c.requested.fetch_add(1, Ordering::SeqCst) + 1;
-        let _turn = c.lock.lock().await;
-        if c.flushed.load(Ordering::SeqCst) >= mine {
-            return Ok(());
-        }
-        // Every request numbered up to `target` wrote before taking its number.
-        let target = c.requested.load(Ordering::SeqCst);
-        // sled's writes are in the journal too (`wal.rs`).
-        let shared = self.shared.clone();
-        tokio::task::spawn_blocking(move || shared.journal.sync())
-            .await
-            .map_err(|e| StoreError::Other(e.into()))??;
-        c.flushed.store(target, Ordering::SeqCst);
-        Ok(())
+        self.durable_to(self.commit_mark()).await
+    }
+
+    fn full(&self) -> bool {
+        self.shared.reserve.is_full()
     }
 
     fn commit_mark(&self) -> u64 {
@@ -725,10 +777,30 @@ impl Engine for Sled {
     }
 
     async fn durable_to(&self, mark: u64) -> Result<()> {
-        if self.shared.journal.marks().1 >= mark {
-            return Ok(());
+        let c = &self.shared.commits;
+        loop {
+            // Registered before looking, so that a sync ending in between
+            // still wakes this caller.
+            let ended = c.synced.notified();
+            tokio::pin!(ended);
+            ended.as_mut().enable();
+            if self.shared.journal.marks().1 >= mark {
+                return Ok(());
+            }
+            let Ok(syncing) = c.syncing.try_lock() else {
+                ended.await;
+                continue;
+            };
+            let _turn = Turn {
+                syncing: Some(syncing),
+                synced: &c.synced,
+            };
+            // sled's writes are in the journal too (`wal.rs`); the sync
+            // covers every commit so far, `mark` included.
+            let shared = self.shared.clone();
+            let synced = tokio::task::spawn_blocking(move || shared.journal.sync()).await;
+            return synced.map_err(|e| StoreError::Other(e.into()))?;
         }
-        self.durable().await
     }
 
     async fn round_trip(&self) -> Result<()> {
@@ -776,8 +848,9 @@ impl Engine for Sled {
         let before_ms = crate::ids::now_ms().saturating_sub(keep.as_millis() as u64);
         // Segments go only once sled holds every write they logged.
         tokio::task::spawn_blocking(move || {
-            let (seg, _) = wal::checkpoint_now(&shared)?;
-            shared.journal.expire(before_ms, seg)
+            let expired = wal::checkpoint_now(&shared)
+                .and_then(|(seg, _)| shared.journal.expire(before_ms, seg));
+            shared.noting_full(expired)
         })
         .await
         .map_err(|e| StoreError::Other(e.into()))?
@@ -1100,6 +1173,90 @@ mod tests {
         drop(store);
         let store = Sled::open(dir.path()).unwrap();
         assert_eq!(store.inbox().await.unwrap().len(), 1, "moved once, kept");
+    }
+
+    /// A body damaged on disk after the start read it (a bad sector) sets
+    /// its delivery aside; the others still go.
+    #[tokio::test]
+    async fn an_unreadable_delivery_is_quarantined_and_the_rest_go() {
+        use crate::store::contract::delivery;
+        use journal::Disk;
+        let dir = tempfile::tempdir().unwrap();
+        let disk = Sim::new();
+        let store = Sled::open_on(dir.path(), Arc::new(disk.clone()), 0).unwrap();
+        let mut deliveries: Vec<_> = ["d1", "d2", "d3"].map(|id| delivery(id, 1)).into();
+        for (d, body) in deliveries
+            .iter_mut()
+            .zip(["aaaaaaaa", "bbbbbbbb", "cccccccc"])
+        {
+            d.body_sealed = hex::encode(body);
+        }
+        store.insert_deliveries(&deliveries).await.unwrap();
+        let name = disk.list().unwrap().into_iter().last().unwrap();
+        let bytes = disk.read(&name).unwrap();
+        let at = bytes.windows(8).position(|w| w == b"bbbbbbbb").unwrap();
+        disk.flip(&name, at);
+
+        let (due, _) = store
+            .due_deliveries(u64::MAX, 10, &|_| false)
+            .await
+            .unwrap();
+        let ids: Vec<&str> = due.iter().map(|d| d.id.as_str()).collect();
+        assert_eq!(ids, ["d1", "d3"]);
+        assert_eq!(due[1].body_sealed, hex::encode("cccccccc"));
+        assert_eq!(store.quarantined().await.unwrap(), 1);
+        assert_eq!(
+            store.pending_deliveries().await.unwrap(),
+            2,
+            "out of the outbox"
+        );
+        let set_aside = store.tree(T::Quarantine).iter().next().unwrap().unwrap().1;
+        let set_aside: serde_json::Value = serde_json::from_slice(&set_aside).unwrap();
+        assert!(
+            set_aside["value"].as_str().unwrap().contains("\"d2\""),
+            "{set_aside}"
+        );
+        assert!(
+            set_aside["reason"].as_str().unwrap().contains("checksum"),
+            "{set_aside}"
+        );
+    }
+
+    /// Writers that each wait for their own commit share the syncs, and
+    /// every one of them is on disk when its wait ends.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_writers_share_syncs_and_each_is_durable_when_answered() {
+        let (_dir, store, disk) = crate::store::Store::on_simulated_disk();
+        let writers = (0..64).map(|i| {
+            let store = store.clone();
+            let disk = disk.clone();
+            tokio::spawn(async move {
+                let user = crate::model::User {
+                    id: format!("u{i}"),
+                    name: format!("user-{i:02}"),
+                    operator: false,
+                    created_at: 0,
+                };
+                store.insert_user(&user).await.unwrap();
+                store.durable().await.unwrap();
+                let (_, logged) = crate::store::Store::after_crash(&disk);
+                let name = user.name.as_bytes();
+                assert!(
+                    logged
+                        .iter()
+                        .any(|w| w.windows(name.len()).any(|x| x == name)),
+                    "{} answered before it was durable",
+                    user.name
+                );
+            })
+        });
+        let all = futures_util::future::join_all(writers);
+        for done in tokio::time::timeout(std::time::Duration::from_secs(20), all)
+            .await
+            .expect("every writer's wait ends")
+        {
+            done.unwrap();
+        }
     }
 
     #[test]

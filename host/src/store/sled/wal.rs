@@ -137,24 +137,31 @@ pub(super) fn checkpoint(
 /// the store is open. Waits for a write in between (looking once a minute
 /// whether the store is still open).
 pub(super) fn spawn_checkpointer(shared: Weak<Shared>) {
-    let Some(dirty) = shared.upgrade().map(|s| s.sled_dirty.clone()) else {
+    let Some((dirty, reserve)) = shared
+        .upgrade()
+        .map(|s| (s.sled_dirty.clone(), s.reserve.clone()))
+    else {
         return;
     };
     std::thread::Builder::new()
         .name("store-checkpoint".into())
         .spawn(move || {
             loop {
-                let marked = dirty.wait(Duration::from_secs(60));
+                // While the disk is full, looks every second for room to
+                // set the reserve aside again.
+                let limit = Duration::from_secs(if reserve.is_full() { 1 } else { 60 });
+                let marked = dirty.wait(limit);
                 if marked {
                     std::thread::sleep(EVERY);
                 }
                 let Some(shared) = shared.upgrade() else {
                     return;
                 };
+                reserve.restore();
                 if !marked {
                     continue;
                 }
-                match checkpoint_now(&shared) {
+                match shared.noting_full(checkpoint_now(&shared)) {
                     Ok(_) => {}
                     // Logged; the host stops.
                     Err(crate::store::StoreError::Failed(_)) => return,

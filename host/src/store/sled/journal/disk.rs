@@ -51,6 +51,17 @@ impl Real {
         })
     }
 
+    /// The directory `dir`, which must exist.
+    pub fn existing(dir: &Path) -> io::Result<Real> {
+        if !dir.is_dir() {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("no journal at {}: is this a data directory?", dir.display()),
+            ));
+        }
+        Real::new(dir)
+    }
+
     fn open(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<File>>> {
         self.open.lock().unwrap_or_else(|p| p.into_inner())
     }

@@ -27,6 +27,7 @@
 //! ([`Journal::expire`]), in order, after any record still waiting in them
 //! has been written again at the end.
 
+mod check;
 pub mod disk;
 mod frame;
 mod index;
@@ -37,6 +38,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
+pub use check::{Report, check, salvage};
 pub use disk::{Disk, Real};
 pub use index::Entry;
 use index::{At, Index, fold};
@@ -45,6 +47,9 @@ use super::shared::execution_key;
 
 use crate::model::{Event, Execution};
 use crate::store::{Due, Result, Skip, StoreError};
+
+/// Deliveries whose records cannot be read, each with why.
+pub type Unreadable = Vec<(crate::model::Delivery, String)>;
 
 /// A segment is closed once it holds this much.
 const SEGMENT_BYTES: u64 = 64 << 20;
@@ -84,14 +89,12 @@ impl Journal {
     /// order, for sled to apply again (see [`Entry::Sled`]). Damage before
     /// the end of the newest segment is an error that says where.
     pub fn open(disk: Arc<dyn Disk>) -> anyhow::Result<(Journal, Vec<Vec<u8>>)> {
-        let mut index = Index::default();
-        let mut redo = Redo::default();
-        let found = segments(&*disk)?;
-        let mut replayed = Replayed::default();
-        for (i, &seg) in found.iter().enumerate() {
-            let newest = i + 1 == found.len();
-            replay(&*disk, seg, newest, &mut replayed, &mut index, &mut redo)?;
-        }
+        let Read {
+            found,
+            index,
+            redo,
+            replayed,
+        } = read_all(&*disk)?;
         // What was read may be a killed process's writes, still only in
         // the page cache: durable before anything is written after them.
         if let Some(newest) = found.last() {
@@ -212,8 +215,9 @@ impl Journal {
         self.state().index.executions.contains_key(key)
     }
 
-    /// See `DeliveryRecords::due_deliveries`.
-    pub fn due(&self, now_ms: u64, limit: usize, skip: Skip<'_>) -> Result<Due> {
+    /// See `DeliveryRecords::due_deliveries`; besides, the deliveries
+    /// whose bodies cannot be read, with why, for the quarantine.
+    pub fn due(&self, now_ms: u64, limit: usize, skip: Skip<'_>) -> Result<(Due, Unreadable)> {
         let (picked, next) = {
             let state = self.state();
             let mut picked = Vec::new();
@@ -239,11 +243,18 @@ impl Journal {
             (picked, next)
         };
         let mut due = Vec::with_capacity(picked.len());
+        let mut unreadable = Vec::new();
         for (mut delivery, body, header) in picked {
-            delivery.body_sealed = hex::encode(read_body(&*self.disk, body, header)?);
-            due.push(delivery);
+            match read_body(&*self.disk, body, header) {
+                Ok(body) => {
+                    delivery.body_sealed = hex::encode(body);
+                    due.push(delivery);
+                }
+                // One bad record must not hold back the rest.
+                Err(e) => unreadable.push((delivery, e.to_string())),
+            }
         }
-        Ok((due, next))
+        Ok(((due, next), unreadable))
     }
 
     /// Whether the delivery `id` still waits, due at `due_ms`.
@@ -449,7 +460,7 @@ impl State {
                 return Err(self.fail("cutting back", &name, e));
             }
             tracing::error!(segment = %name, "the journal cannot be written: the disk is full");
-            return Err(StoreError::Unavailable);
+            return Err(StoreError::Full);
         }
         self.next_seq = seq;
         self.active_len += buf.len() as u64;
@@ -728,12 +739,19 @@ fn replay(
             "to start without it, move it and every later segment out of the journal's directory"
                 .to_string()
         };
-        anyhow::bail!(
-            "the journal segment {name} is damaged at offset {at} ({why}), before the end of \
-             the journal: what follows was acknowledged, so switchyard will not start without \
-             it. Copy the data directory aside, then restore it from a backup, or, {without} \
-             (docs/operations.md, \"When the store is damaged\")"
-        );
+        return Err(Damaged {
+            seg,
+            at: at as u64,
+            kept: committed as u64,
+            message: format!(
+                "the journal segment {name} is damaged at offset {at} ({why}), before the end of \
+                 the journal: what follows was acknowledged, so switchyard will not start without \
+                 it. Copy the data directory aside, then restore it from a backup, or, {without}; \
+                 `switchyard store salvage` does this for you (docs/operations.md, \"When the \
+                 store is damaged\")"
+            ),
+        }
+        .into());
     }
     tracing::warn!(
         segment = %name,
@@ -746,6 +764,48 @@ fn replay(
     replayed.next_seq = seq_at_commit;
     Ok(())
 }
+
+/// Everything the segments hold, read in order.
+struct Read {
+    found: Vec<u64>,
+    index: Index,
+    redo: Redo,
+    replayed: Replayed,
+}
+
+fn read_all(disk: &dyn Disk) -> anyhow::Result<Read> {
+    let mut read = Read {
+        found: segments(disk)?,
+        index: Index::default(),
+        redo: Redo::default(),
+        replayed: Replayed::default(),
+    };
+    for (i, &seg) in read.found.iter().enumerate() {
+        let newest = i + 1 == read.found.len();
+        let (replayed, index, redo) = (&mut read.replayed, &mut read.index, &mut read.redo);
+        replay(disk, seg, newest, replayed, index, redo)?;
+    }
+    Ok(read)
+}
+
+/// Damage before the end of the journal, where a start stops.
+#[derive(Debug)]
+pub struct Damaged {
+    seg: u64,
+    /// Where the damage is.
+    at: u64,
+    /// Where the last whole commit before it ends.
+    kept: u64,
+    message: String,
+}
+
+impl std::fmt::Display for Damaged {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Damaged {}
 
 /// Whether a whole frame anywhere in `bytes` says that the frame numbered
 /// `bad` was durable before it was written: then what stopped the reading
@@ -796,12 +856,23 @@ fn read_frame(disk: &dyn Disk, at: At, header: usize) -> Result<(Vec<u8>, Vec<u8
     let name = segment_name(at.seg);
     disk.read_at(&name, at.off, &mut buf)
         .map_err(|e| io_error("reading", &name, e))?;
-    let (json, body) = frame::split(buf.get(header..).unwrap_or_default()).ok_or_else(|| {
+    // Checked again: the disk may have changed since the start read it.
+    let read = match header {
+        frame::HEADER => frame::decode(&buf),
+        _ => frame::decode_v1(&buf),
+    };
+    let damaged = |why: &str| {
         corrupt(&format!(
-            "a damaged journal record at {}:{}",
-            at.seg, at.off
+            "a damaged journal record at {name}:{}: {why}",
+            at.off
         ))
-    })?;
+    };
+    let payload = match read {
+        frame::Read::Frame { payload, .. } => payload,
+        frame::Read::End => return Err(damaged("no bytes")),
+        frame::Read::Bad(why) => return Err(damaged(why)),
+    };
+    let (json, body) = frame::split(payload).ok_or_else(|| damaged("a record cut short"))?;
     Ok((json.to_vec(), body.to_vec()))
 }
 
@@ -919,7 +990,9 @@ pub(super) mod tests {
     }
 
     fn due(journal: &Journal) -> Vec<Delivery> {
-        journal.due(u64::MAX, usize::MAX, &|_| false).unwrap().0
+        let ((due, _), unreadable) = journal.due(u64::MAX, usize::MAX, &|_| false).unwrap();
+        assert!(unreadable.is_empty(), "{unreadable:?}");
+        due
     }
 
     fn bytes_on_disk(disk: &Sim) -> Vec<u8> {
@@ -932,6 +1005,23 @@ pub(super) mod tests {
 
     fn open(disk: &Sim) -> Journal {
         Journal::open(Arc::new(disk.clone())).unwrap().0
+    }
+
+    /// A journal of two segments, with a byte flipped in the middle of the
+    /// older one; and how many deliveries waited in it.
+    pub(super) fn damaged_journal() -> (Sim, usize) {
+        let disk = Sim::new();
+        for batch in 0..2 {
+            let journal = open(&disk);
+            for i in 0..10 {
+                journal.append(fired(&format!("{batch}-{i}"))).unwrap();
+            }
+            journal.sync().unwrap();
+        }
+        let first = segment_name(1);
+        let middle = disk.read(&first).unwrap().len() / 2;
+        disk.flip(&first, middle);
+        (disk, 20)
     }
 
     use crate::model::Delivery;
