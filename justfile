@@ -41,6 +41,12 @@ bench-plugins:
 bench-delivery:
     cargo bench --bench delivery
 
+# Start-up against history on the embedded store: start time (median of
+# five), RSS, open files and disk per retained event with no history and
+# with BENCH_HISTORY settled deliveries (1,000,000), and the ratio.
+bench-start:
+    cargo bench --bench start
+
 # Console page latency: p50/p99 per page beside the API's JSON, alternating.
 bench-console:
     cargo bench --bench console

@@ -4,7 +4,10 @@
 // Each bench is its own crate and uses only part of this module.
 #![allow(dead_code)]
 
+pub mod load;
+
 use std::future::Future;
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
 /// The operator key every bench host is started with.
@@ -29,7 +32,7 @@ pub struct Host {
     pub child: Child,
     /// `http://127.0.0.1:PORT`.
     pub base: String,
-    _dir: tempfile::TempDir,
+    _dir: Option<tempfile::TempDir>,
 }
 
 impl Drop for Host {
@@ -48,14 +51,18 @@ pub fn start_host(config: &str) -> Host {
 /// [`start_host`] with extra environment variables (a store URL, a master
 /// key).
 pub fn start_host_with(config: &str, env: &[(&str, &str)]) -> Host {
-    use std::io::{BufRead, BufReader};
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("switchyard.toml");
-    std::fs::write(
-        &path,
-        config.replace("{dir}", &dir.path().display().to_string()),
-    )
-    .unwrap();
+    let mut host = start_host_in(dir.path(), config, env);
+    host._dir = Some(dir);
+    host
+}
+
+/// [`start_host_with`] in `dir`, the caller's, which keeps the config
+/// and the data directory (`dir/data`) between hosts.
+pub fn start_host_in(dir: &Path, config: &str, env: &[(&str, &str)]) -> Host {
+    use std::io::{BufRead, BufReader};
+    let path = dir.join("switchyard.toml");
+    std::fs::write(&path, config.replace("{dir}", &dir.display().to_string())).unwrap();
     // BENCH_SWITCHYARD runs another build, to compare two in one session.
     let binary = std::env::var_os("BENCH_SWITCHYARD")
         .unwrap_or_else(|| env!("CARGO_BIN_EXE_switchyard").into());
@@ -63,7 +70,7 @@ pub fn start_host_with(config: &str, env: &[(&str, &str)]) -> Host {
         .args(["serve", "--listen", "127.0.0.1:0", "--config"])
         .arg(&path)
         .arg("--data-dir")
-        .arg(dir.path().join("data"))
+        .arg(dir.join("data"))
         .env("SWITCHYARD_BOOTSTRAP_KEY", KEY)
         .env("RUST_LOG", "error")
         .envs(env.iter().copied())
@@ -82,7 +89,7 @@ pub fn start_host_with(config: &str, env: &[(&str, &str)]) -> Host {
     Host {
         child,
         base,
-        _dir: dir,
+        _dir: None,
     }
 }
 
