@@ -652,3 +652,21 @@ async fn damage_in_an_older_segment_stops_the_start_until_an_operator_salvages()
         })
         .await;
 }
+
+/// A command refused on a store a running host holds leaves the host's
+/// reserve where it is.
+#[tokio::test]
+async fn a_command_refused_on_a_live_store_leaves_its_reserve() {
+    Engine::Sled
+        .run(async {
+            let host = Host::builder().start().await;
+            let reserve = host.data_dir.join("reserve");
+            assert!(reserve.exists(), "the reserve is set aside");
+            let data = host.data_dir.to_str().unwrap();
+            let args = ["admin", "create-user", "eve", "--data-dir", data];
+            let (ok, _, err) = crate::harness::cli(&args).await;
+            assert!(!ok, "a second process opened a live store: {err}");
+            assert!(reserve.exists(), "the live host's reserve went: {err}");
+        })
+        .await;
+}

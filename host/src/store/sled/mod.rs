@@ -493,9 +493,11 @@ impl Sled {
         disk: Arc<dyn journal::Disk>,
         reserve: u64,
     ) -> anyhow::Result<Sled> {
-        // Given up first: a start on a full disk needs its room.
-        let reserve = Arc::new(reserve::Reserve::open(dir, reserve));
+        // sled's lock first: a store another process holds keeps its
+        // reserve. Then the reserve is given up: the rest of a start on a
+        // full disk needs its room.
         let db = open_db(dir)?;
+        let reserve = Arc::new(reserve::Reserve::open(dir, reserve));
         let trees = T::ALL
             .iter()
             .map(|t| db.open_tree(t.name()))
