@@ -312,7 +312,7 @@ fn main() -> ExitCode {
         Command::Store(StoreCommand::Copy { from, to }) => copy_store(&from, &to),
         Command::Store(StoreCommand::Check { data_dir }) => check_store(&data_dir),
         Command::Store(StoreCommand::Salvage { data_dir }) => {
-            switchyard::store::sled::Sled::salvage(&data_dir).map(|said| println!("{said}"))
+            switchyard::store::Store::salvage_embedded(&data_dir).map(|said| println!("{said}"))
         }
         Command::Config(ConfigCommand::Check { config }) => check_config(config.as_deref()),
         Command::Admin(AdminCommand::Users { remote }) => remote_call(&remote, users),
@@ -523,7 +523,7 @@ fn copy_store(from: &std::path::Path, to: &str) -> anyhow::Result<()> {
 }
 
 fn check_store(data_dir: &std::path::Path) -> anyhow::Result<()> {
-    let report = switchyard::store::sled::Sled::check(data_dir)?;
+    let report = switchyard::store::Store::check_embedded(data_dir)?;
     println!("{report}");
     if report.damage.is_some() {
         std::process::exit(1);

@@ -143,6 +143,18 @@ impl Store {
         (dir, store)
     }
 
+    /// `switchyard store check`: reads the embedded store's journal in
+    /// `dir` as a start would, changing nothing.
+    pub fn check_embedded(dir: &Path) -> anyhow::Result<sled::Report> {
+        sled::Sled::check(dir)
+    }
+
+    /// `switchyard store salvage`: repairs damage in the embedded store's
+    /// journal in `dir` that stops a start; says what it did.
+    pub fn salvage_embedded(dir: &Path) -> anyhow::Result<String> {
+        sled::Sled::salvage(dir)
+    }
+
     /// Opens (or creates) the embedded store in `dir`.
     pub fn open_embedded(dir: &Path) -> anyhow::Result<Store> {
         Ok(Store {
