@@ -245,4 +245,34 @@ mod tests {
             "the journal reads whole: nothing to salvage"
         );
     }
+
+    /// A crash at any step of a salvage leaves a journal that a second
+    /// salvage repairs to the same place: what the first would have kept
+    /// is kept, and a copy of every segment it removed is durable first.
+    #[test]
+    fn a_crash_at_any_step_of_a_salvage_loses_what_it_would_keep() {
+        let (disk, _) = damaged_journal();
+        let removed = "0000000000000002.log";
+        let original = disk.read(removed).unwrap();
+        let whole = Sim::from_state(disk.state());
+        salvage(&whole).unwrap();
+        let kept = check(&whole).unwrap().deliveries_waiting;
+        disk.record();
+        salvage(&disk).unwrap();
+        let mut rng = super::super::disk::sim::Rng::new(7);
+        let mut images = 0;
+        for state in disk.history() {
+            for _ in 0..20 {
+                let image = Sim::from_state(state.crash(&mut rng));
+                salvage(&image).unwrap();
+                assert_eq!(check(&image).unwrap().deliveries_waiting, kept);
+                if !image.list().unwrap().iter().any(|n| n == removed) {
+                    let copy = image.read(&format!("{removed}.salvaged")).unwrap();
+                    assert!(copy == original, "the copy of a removed segment is whole");
+                }
+                images += 1;
+            }
+        }
+        assert!(images > 100, "{images} images");
+    }
 }
