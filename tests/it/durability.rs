@@ -575,8 +575,8 @@ async fn postgres_crashing_mid_load_loses_nothing_acknowledged() {
         .await;
 }
 
-/// One byte flipped in the middle of the older of two segments while
-/// acknowledged deliveries wait: the start refuses, naming the file and
+/// One byte flipped in the older of two segments, in a record of an
+/// acknowledged delivery still waiting: the start refuses, naming the file and
 /// the offset; `store check` says so and changes nothing; `store salvage`
 /// keeps what comes before the damage, and the host starts again on it.
 #[tokio::test]
@@ -604,8 +604,14 @@ async fn damage_in_an_older_segment_stops_the_start_until_an_operator_salvages()
             let data = host.data_dir.to_str().unwrap().to_string();
             let older = host.data_dir.join("journal/0000000000000001.log");
             let mut bytes = std::fs::read(&older).unwrap();
-            let middle = bytes.len() / 2;
-            bytes[middle] ^= 0x40;
+            // In the record of an execution whose delivery still waits: a
+            // start reads those (and what follows its snapshot) whole.
+            let record = br#""op":"execution""#;
+            let at = bytes
+                .windows(record.len())
+                .position(|w| w == record)
+                .expect("an execution's record in the older segment");
+            bytes[at + 3] ^= 0x40;
             std::fs::write(&older, &bytes).unwrap();
 
             let refused = Host::builder()

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use super::journal::disk::sim::{Call, Rng, Sim, State};
 use super::journal::tests::attempted;
+use super::journal::tree::Memory;
 use super::journal::{Entry, Journal};
 use super::wal;
 use crate::store::contract::{delivery, event, execution};
@@ -36,12 +37,26 @@ struct Run {
     written: Vec<(u64, usize)>,
     /// (step after a sync, commits acknowledged).
     acked: Vec<(u64, usize)>,
-    /// (step of a sled flush, what sled then held).
-    flushed: Vec<(u64, BTreeMap<u8, u64>)>,
+    /// (step of a sled flush, what sled then held: its keys, and the
+    /// journal's index).
+    flushed: Vec<(u64, BTreeMap<u8, u64>, Index)>,
     history: Vec<State>,
 }
 
 const BODY: &str = "0123456789abcdef";
+
+/// The journal's index tree, as flushed.
+type Index = BTreeMap<Vec<u8>, Vec<u8>>;
+
+/// The journal on `disk`, its index in `tree`.
+fn open(disk: &Sim, tree: Arc<Memory>) -> anyhow::Result<(Journal, Vec<Vec<u8>>)> {
+    Journal::open(Arc::new(disk.clone()), tree)
+}
+
+/// The journal on `disk`, with no index kept: it reads everything.
+fn open_fresh(disk: &Sim) -> Journal {
+    open(disk, Arc::default()).unwrap().0
+}
 
 /// One seeded workload against `disk`; a fault at `fault` if given.
 fn workload(seed: u64, fault: Option<(Call, u64, i32)>) -> Run {
@@ -51,13 +66,14 @@ fn workload(seed: u64, fault: Option<(Call, u64, i32)>) -> Run {
     if let Some((call, step, errno)) = fault {
         disk.fail(call, step, errno);
     }
-    let journal = Journal::open(Arc::new(disk.clone())).unwrap().0;
+    let tree = Arc::new(Memory::default());
+    let journal = open(&disk, tree.clone()).unwrap().0;
     let mut model = Model::default();
     let mut run = Run {
         states: vec![Model::default()],
         written: vec![(disk.steps(), 0)],
         acked: vec![(disk.steps(), 0)],
-        flushed: vec![(0, BTreeMap::new())],
+        flushed: vec![(0, BTreeMap::new(), BTreeMap::new())],
         history: Vec::new(),
     };
     // What sled holds, applied (not necessarily flushed).
@@ -136,11 +152,14 @@ fn workload(seed: u64, fault: Option<(Call, u64, i32)>) -> Run {
                 let snapshot = sled.clone();
                 let flushed = &mut run.flushed;
                 let done = wal::checkpoint(&journal, || {
-                    flushed.push((disk.steps(), snapshot));
+                    flushed.push((disk.steps(), snapshot, tree.flushed()));
                     Ok(())
                 });
                 if let Ok((seg, _)) = done {
                     run.acked.push((disk.steps(), acked));
+                    if rng.below(2) == 0 {
+                        let _ = journal.index_sealed();
+                    }
                     if rng.below(3) == 0 {
                         let _ = journal.expire(u64::MAX, seg);
                     }
@@ -180,11 +199,15 @@ fn workload(seed: u64, fault: Option<(Call, u64, i32)>) -> Run {
     run
 }
 
-/// What a journal reopened on `image` holds, sled's redo applied to what
-/// sled had flushed.
-fn recovered(image: State, flushed: &BTreeMap<u8, u64>) -> Result<Model, String> {
+/// What a journal reopened on `image` holds, with the index sled had
+/// flushed, and sled's redo applied to the keys it had flushed.
+fn recovered(
+    image: State,
+    (flushed, index): (&BTreeMap<u8, u64>, &Index),
+) -> Result<Model, String> {
     let disk = Sim::from_state(image);
-    let (journal, redo) = Journal::open(Arc::new(disk)).map_err(|e| format!("{e:#}"))?;
+    let tree = Memory::from(index.clone());
+    let (journal, redo) = open(&disk, tree).map_err(|e| format!("{e:#}"))?;
     let mut sled = flushed.clone();
     for writes in redo {
         sled.insert(
@@ -232,16 +255,15 @@ fn check(seed: u64, run: &Run, per_step: usize) -> Result<usize, String> {
         let step = i as u64 + 1;
         let acked = at(&run.acked, step);
         let written = at(&run.written, step);
-        let flushed = &run
+        let (_, flushed, index) = run
             .flushed
             .iter()
             .rev()
-            .find(|(s, _)| *s <= step)
-            .expect("the empty flush")
-            .1;
+            .find(|(s, _, _)| *s <= step)
+            .expect("the empty flush");
         for variant in 0..per_step {
             let image = state.crash(&mut rng);
-            let got = recovered(image, flushed)
+            let got = recovered(image, (flushed, index))
                 .map_err(|e| format!("seed {seed}, step {step}, image {variant}: {e}"))?;
             // Executions expire with their segments; compare the rest.
             let matches = |m: &Model| {
@@ -315,7 +337,7 @@ fn after_a_failed_write_or_sync_nothing_more_is_acknowledged_and_nothing_acknowl
 #[test]
 fn damage_before_the_end_is_refused_not_truncated() {
     let disk = Sim::new();
-    let journal = Journal::open(Arc::new(disk.clone())).unwrap().0;
+    let journal = open_fresh(&disk);
     for i in 0..20 {
         journal
             .append(vec![Entry::Event {
@@ -343,7 +365,7 @@ fn damage_before_the_end_is_refused_not_truncated() {
         for at in spots {
             let damaged = Sim::from_state(disk.state());
             damaged.flip(name, at);
-            let Err(e) = Journal::open(Arc::new(damaged.clone())) else {
+            let Err(e) = open(&damaged, Arc::default()) else {
                 panic!("{name} damaged at {at} was opened");
             };
             let e = format!("{e:#}");
@@ -358,7 +380,7 @@ fn damage_before_the_end_is_refused_not_truncated() {
 #[test]
 fn a_checkpoint_syncs_the_journal_before_sled_is_flushed() {
     let disk = Sim::new();
-    let journal = Journal::open(Arc::new(disk.clone())).unwrap().0;
+    let journal = open_fresh(&disk);
     journal
         .append(vec![
             Entry::Event {
@@ -373,12 +395,7 @@ fn a_checkpoint_syncs_the_journal_before_sled_is_flushed() {
     wal::checkpoint(&journal, || {
         // A crash now keeps at least what was synced: is the commit there?
         let image = disk.state().durable();
-        synced_before_flush = Journal::open(Arc::new(Sim::from_state(image)))
-            .unwrap()
-            .0
-            .inbox()
-            .len()
-            == 1;
+        synced_before_flush = open_fresh(&Sim::from_state(image)).inbox().len() == 1;
         Ok(())
     })
     .unwrap();
@@ -398,7 +415,7 @@ fn a_restart_after_a_kill_then_a_power_loss_keeps_what_the_restart_acknowledged(
     let mut images = 0;
     for seed in seeds() {
         let disk = Sim::new();
-        let first = Journal::open(Arc::new(disk.clone())).unwrap().0;
+        let first = open_fresh(&disk);
         let mut entries: Vec<Entry> = (0..8)
             .map(|i| Entry::Event {
                 event: Box::new(event(&format!("ev_a{i}"), i)),
@@ -406,7 +423,7 @@ fn a_restart_after_a_kill_then_a_power_loss_keeps_what_the_restart_acknowledged(
             .collect();
         first.append(std::mem::take(&mut entries)).unwrap();
         drop(first);
-        let second = Journal::open(Arc::new(disk.clone())).unwrap().0;
+        let second = open_fresh(&disk);
         second
             .append(vec![Entry::Event {
                 event: Box::new(event("ev_b", 9)),
@@ -416,7 +433,7 @@ fn a_restart_after_a_kill_then_a_power_loss_keeps_what_the_restart_acknowledged(
         let mut rng = Rng::new(seed);
         for variant in 0..50 {
             let image = disk.state().crash(&mut rng);
-            let journal = Journal::open(Arc::new(Sim::from_state(image)))
+            let journal = open(&Sim::from_state(image), Arc::default())
                 .unwrap_or_else(|e| panic!("seed {seed}, image {variant}: {e:#}"))
                 .0;
             assert!(

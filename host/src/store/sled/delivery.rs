@@ -120,7 +120,7 @@ impl DeliveryRecords for Sled {
         let mut recorded = Vec::with_capacity(attempts.len());
         for new in attempts {
             let key = execution_key(new.automation, new.execution_id);
-            let there = w.journal().has_execution(key.as_ref()) || w.wrote(new);
+            let there = w.wrote(new) || w.journal().has_execution(key.as_ref())?;
             if there {
                 w.log(Entry::Attempt {
                     automation: new.automation.clone(),

@@ -28,7 +28,8 @@ pub use journal::disk::sim::Sim;
 #[cfg(test)]
 pub fn after_crash(disk: &Sim) -> (Vec<String>, Vec<Vec<u8>>) {
     let image = Sim::from_state(disk.state().durable());
-    let (journal, logged) = journal::Journal::open(Arc::new(image)).unwrap();
+    let fresh = Arc::new(journal::tree::Memory::default());
+    let (journal, logged) = journal::Journal::open(Arc::new(image), fresh).unwrap();
     (journal.inbox().into_iter().map(|e| e.id).collect(), logged)
 }
 mod delivery;
@@ -452,6 +453,10 @@ pub struct Sled {
     tx: Option<TxState>,
 }
 
+/// The tree the journal keeps its index in (`journal/snapshot.rs`); not a
+/// [`T`]: the journal writes it, at checkpoints, never a transaction.
+const JOURNAL_INDEX: &str = "journal_index";
+
 /// sled's page cache. Its default, 1 GiB, let a busy host's memory grow
 /// with the data on disk; the hot records of the delivery path fit well
 /// within this.
@@ -502,7 +507,8 @@ impl Sled {
             .iter()
             .map(|t| db.open_tree(t.name()))
             .collect::<sled::Result<Vec<_>>>()?;
-        let (journal, logged) = journal::Journal::open(disk)?;
+        let index = Arc::new(db.open_tree(JOURNAL_INDEX)?);
+        let (journal, logged) = journal::Journal::open(disk, index)?;
         let shared = Shared {
             db,
             trees,

@@ -7,8 +7,8 @@
 //! commit, which cost more than the rest of the delivery path together
 //! (sled's flush runs on threads of its own, about 40% of a busy host's CPU).
 //!
-//! A checkpoint is a sled flush, then an [`Entry::Checkpoint`] naming the
-//! journal position taken before it. At open, sled's writes logged after the
+//! A checkpoint is a sled flush, the journal's index with it, then an
+//! [`Entry::Checkpoint`] naming the journal position taken before it. At open, sled's writes logged after the
 //! last checkpoint are applied again, in order: each sets a key to its
 //! final value, so applying one that sled already held changes nothing.
 
@@ -119,15 +119,16 @@ pub(super) fn checkpoint_now(shared: &Shared) -> crate::store::Result<(u64, u64)
 
 /// The checkpoint protocol, `flush` being sled's: the journal is synced
 /// before sled is flushed (write-ahead: sled never holds a write whose
-/// frame, and the rest of its commit, a crash could still take), then a
-/// `Checkpoint` names the position taken first. The caller keeps commits
-/// out meanwhile.
+/// frame, and the rest of its commit, a crash could still take), with the
+/// journal's index as it stands there (`journal/snapshot.rs`), then a
+/// `Checkpoint` names that position. The caller keeps commits out
+/// meanwhile.
 pub(super) fn checkpoint(
     journal: &Journal,
     flush: impl FnOnce() -> crate::store::Result<()>,
 ) -> crate::store::Result<(u64, u64)> {
-    let (seg, off) = journal.position();
     journal.sync()?;
+    let (seg, off) = journal.snapshot()?;
     flush()?;
     journal.append(vec![Entry::Checkpoint { seg, off }])?;
     Ok((seg, off))
@@ -162,7 +163,12 @@ pub(super) fn spawn_checkpointer(shared: Weak<Shared>) {
                     continue;
                 }
                 match shared.noting_full(checkpoint_now(&shared)) {
-                    Ok(_) => {}
+                    // Closed segments' indexes, outside the writer's lock.
+                    Ok(_) => {
+                        if let Err(e) = shared.journal.index_sealed() {
+                            tracing::warn!(error = %e, "indexing a closed journal segment failed; retrying at the next checkpoint");
+                        }
+                    }
                     // Logged; the host stops.
                     Err(crate::store::StoreError::Failed(_)) => return,
                     Err(e) => {

@@ -69,7 +69,9 @@ pub fn check(disk: &dyn Disk) -> anyhow::Result<Report> {
         Ok(read) => {
             report.events_waiting = read.index.inbox.len();
             report.deliveries_waiting = read.index.outbox.len();
-            report.executions = read.index.executions.len();
+            report.executions = (read.index.executions.values())
+                .filter(|f| matches!(f, super::Frames::Whole(_)))
+                .count();
             report.sled_commits_to_redo = read.redo.since_checkpoint().len();
         }
         Err(e) if e.is::<Damaged>() => report.damage = Some(e.to_string()),
@@ -239,7 +241,11 @@ mod tests {
             names.contains(&"0000000000000001.log.salvaged".to_string()),
             "{names:?}"
         );
-        let (_journal, _) = super::super::Journal::open(std::sync::Arc::new(disk.clone())).unwrap();
+        let (_journal, _) = super::super::Journal::open(
+            std::sync::Arc::new(disk.clone()),
+            std::sync::Arc::new(super::super::tree::Memory::default()),
+        )
+        .unwrap();
         assert_eq!(
             salvage(&Sim::from_state(disk.state())).unwrap(),
             "the journal reads whole: nothing to salvage"

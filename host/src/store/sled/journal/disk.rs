@@ -23,6 +23,14 @@ pub trait Disk: Send + Sync {
     fn read(&self, name: &str) -> io::Result<Vec<u8>>;
     /// Fills `buf` from `name` at `off`.
     fn read_at(&self, name: &str, off: u64, buf: &mut [u8]) -> io::Result<()>;
+    /// What `name` holds from `off` to its end; an error if it is shorter.
+    fn read_from(&self, name: &str, off: u64) -> io::Result<Vec<u8>> {
+        let mut bytes = self.read(name)?;
+        if off as usize > bytes.len() {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        Ok(bytes.split_off(off as usize))
+    }
     /// Writes all of `bytes` to `name` at `off`.
     fn write_at(&self, name: &str, off: u64, bytes: &[u8]) -> io::Result<()>;
     /// Makes `name`'s data durable (fdatasync).
@@ -107,6 +115,14 @@ impl Disk for Real {
 
     fn read_at(&self, name: &str, off: u64, buf: &mut [u8]) -> io::Result<()> {
         self.file(name)?.read_exact_at(buf, off)
+    }
+
+    fn read_from(&self, name: &str, off: u64) -> io::Result<Vec<u8>> {
+        let file = self.file(name)?;
+        let len = file.metadata()?.len();
+        let mut buf = vec![0; len.checked_sub(off).ok_or(io::ErrorKind::UnexpectedEof)? as usize];
+        file.read_exact_at(&mut buf, off)?;
+        Ok(buf)
     }
 
     fn write_at(&self, name: &str, off: u64, bytes: &[u8]) -> io::Result<()> {

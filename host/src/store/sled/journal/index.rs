@@ -1,8 +1,10 @@
 //! What the journal holds, in memory: the inbox, the outbox in due order,
-//! and where each execution's records are. Rebuilt from the segments at
-//! start by applying every committed entry in order, as commits apply them.
+//! and where the records of executions written since the last snapshot
+//! are (older ones are in the snapshot's tree, `snapshot.rs`). Rebuilt at
+//! start from the snapshot and the segments after it, by applying every
+//! committed entry in order, as commits apply them.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -66,10 +68,36 @@ pub enum Entry {
 }
 
 /// A delivery in the outbox, its body left on disk.
+#[derive(Serialize, Deserialize)]
 pub struct Waiting {
     pub delivery: Delivery,
     pub frame: At,
     pub body: At,
+}
+
+/// An execution's frames written since the last snapshot.
+#[derive(Debug, Clone)]
+pub enum Frames {
+    /// The execution, then its attempts.
+    Whole(Vec<At>),
+    /// Attempts, to follow the frames the snapshot holds.
+    More(Vec<At>),
+}
+
+/// Which waiting records changed since the last snapshot, by id.
+#[derive(Default)]
+pub struct Changed {
+    pub events: HashSet<String>,
+    pub deliveries: HashSet<String>,
+}
+
+/// Which waiting records the snapshot's tree holds, by id; or, when
+/// `all`, that it is to be written anew (a start read the whole journal).
+#[derive(Default)]
+pub struct Kept {
+    pub all: bool,
+    pub events: HashSet<String>,
+    pub deliveries: HashSet<String>,
 }
 
 #[derive(Default)]
@@ -80,8 +108,11 @@ pub struct Index {
     pub outbox: BTreeMap<(u64, String), Waiting>,
     /// Delivery id → its due time, the outbox's other key.
     pub due_of: HashMap<String, u64>,
-    /// Execution key → its frames: the execution, then its attempts.
-    pub executions: BTreeMap<Vec<u8>, Vec<At>>,
+    /// Execution key → its frames, for executions written since the last
+    /// snapshot.
+    pub executions: BTreeMap<Vec<u8>, Frames>,
+    pub changed: Changed,
+    pub kept: Kept,
 }
 
 impl Index {
@@ -89,14 +120,16 @@ impl Index {
     pub fn apply(&mut self, entry: Entry, at: At) {
         match entry {
             Entry::Event { event } => {
+                self.changed_event(&event.id);
                 self.inbox.insert(event.id.clone(), (*event, at));
             }
             Entry::Taken { id } => {
                 self.inbox.remove(&id);
+                self.changed_event(&id);
             }
             Entry::Execution { execution, .. } => {
                 let key = execution_key(&execution.automation, &execution.id).into_bytes();
-                self.executions.insert(key, vec![at]);
+                self.executions.insert(key, Frames::Whole(vec![at]));
             }
             Entry::Attempt {
                 automation,
@@ -104,12 +137,17 @@ impl Index {
                 ..
             } => {
                 let key = execution_key(&automation, &execution_id).into_bytes();
-                if let Some(frames) = self.executions.get_mut(&key) {
-                    frames.push(at);
+                match self
+                    .executions
+                    .entry(key)
+                    .or_insert(Frames::More(Vec::new()))
+                {
+                    Frames::Whole(frames) | Frames::More(frames) => frames.push(at),
                 }
             }
             Entry::Queued { delivery, body } => {
                 self.settle(&delivery.id);
+                self.changed_delivery(&delivery.id);
                 self.due_of.insert(delivery.id.clone(), delivery.due_ms);
                 let key = (delivery.due_ms, delivery.id.clone());
                 let body = body.unwrap_or(at);
@@ -122,11 +160,27 @@ impl Index {
                     },
                 );
             }
-            Entry::Settled { id } => self.settle(&id),
+            Entry::Settled { id } => {
+                self.settle(&id);
+                self.changed_delivery(&id);
+            }
             Entry::Sled { .. }
             | Entry::Checkpoint { .. }
             | Entry::Closed { .. }
             | Entry::Commit => {}
+        }
+    }
+
+    /// Notes a change for the next snapshot, unless it writes everything.
+    fn changed_event(&mut self, id: &str) {
+        if !self.kept.all {
+            self.changed.events.insert(id.to_string());
+        }
+    }
+
+    fn changed_delivery(&mut self, id: &str) {
+        if !self.kept.all {
+            self.changed.deliveries.insert(id.to_string());
         }
     }
 
@@ -142,11 +196,14 @@ impl Index {
         Some(self.outbox.get(&(*due, id.to_string()))?.body)
     }
 
-    /// Forgets every execution with a record in `segments`.
+    /// Forgets every execution in memory with a record in `segments`.
     pub fn forget_executions(&mut self, segments: &BTreeSet<u64>) -> usize {
         let before = self.executions.len();
-        self.executions
-            .retain(|_, frames| !frames.iter().any(|at| segments.contains(&at.seg)));
+        self.executions.retain(|_, frames| match frames {
+            Frames::Whole(frames) | Frames::More(frames) => {
+                !frames.iter().any(|at| segments.contains(&at.seg))
+            }
+        });
         before - self.executions.len()
     }
 }

@@ -17,6 +17,8 @@
 //! anywhere else stops the start, naming the file and the offset, since
 //! what follows it was acknowledged. In memory: the index (`index.rs`);
 //! bodies and executions stay on disk and are read where the index points.
+//! At every checkpoint the index goes to a tree (`snapshot.rs`), so that a
+//! start reads only what came after it, and the records still waiting.
 //!
 //! Any failed write or sync is fatal: the journal refuses every later
 //! write, since after a failed fsync the kernel may have dropped the
@@ -31,9 +33,12 @@ mod check;
 pub mod disk;
 mod frame;
 mod index;
+mod sealed;
+mod snapshot;
+pub mod tree;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -41,7 +46,10 @@ use anyhow::Context;
 pub use check::{Report, check, salvage};
 pub use disk::{Disk, Real};
 pub use index::Entry;
-use index::{At, Index, fold};
+use index::{At, Frames, Index, fold};
+use sealed::{Piece, Sealed};
+use snapshot::Position;
+pub use tree::Tree;
 
 use super::shared::execution_key;
 
@@ -57,7 +65,43 @@ const SEGMENT_BYTES: u64 = 64 << 20;
 /// The journal in a directory. Cheap to share behind an `Arc`.
 pub struct Journal {
     disk: Arc<dyn Disk>,
+    /// Where the index is kept between starts (`snapshot.rs`).
+    tree: Arc<dyn Tree>,
+    /// Held to read the history's index (the tree's pieces and the closed
+    /// segments' indexes, `sealed.rs`) outside the state's lock, and to
+    /// change it: lookups then never hold up commits.
+    history: RwLock<()>,
+    /// The closed segments' indexes read last, newest last.
+    sealed: Mutex<Vec<(u64, Arc<Sealed>)>>,
     state: Mutex<State>,
+}
+
+/// How many closed segments' indexes stay in memory.
+const SEALED_KEPT: usize = 8;
+
+/// How far the clock may have stepped back between an execution's id
+/// being made and a segment's closing, for lookups (see
+/// [`Journal::frames_in`]).
+const CLOCK_SLACK_MS: u64 = 10 * 60 * 1000;
+
+/// When the execution under `key` was made, from its id (see
+/// `ids::ordered_id`: 16 hex digits of microseconds first), if it says.
+fn made_ms(key: &[u8]) -> Option<u64> {
+    let key = key.strip_suffix(b"\0")?;
+    let id = key.rsplit(|b| *b == 0).next()?;
+    let micros = std::str::from_utf8(id.get(..16)?).ok()?;
+    u64::from_str_radix(micros, 16).ok().map(|us| us / 1000)
+}
+
+/// What a lookup in the history needs of the state: taken under its lock.
+struct View {
+    /// The segments kept, oldest first, with when each was closed.
+    segments: Vec<(u64, Option<u64>)>,
+    /// Those with an index of their own.
+    indexed: BTreeSet<u64>,
+    /// A start read the whole journal and no snapshot followed: memory
+    /// holds the whole index, and the tree is stale.
+    all: bool,
 }
 
 struct State {
@@ -67,6 +111,11 @@ struct State {
     segments: BTreeMap<u64, Option<u64>>,
     /// Segments of format 1 (see `frame.rs`).
     legacy: BTreeSet<u64>,
+    /// Closed segments with an index of their own (`sealed.rs`).
+    indexed: BTreeSet<u64>,
+    /// The segment the last snapshot stands in: every segment before it
+    /// is closed, and its executions are in the tree, or indexed.
+    snapshot_seg: u64,
     /// The segment written to.
     active_seg: u64,
     active_len: u64,
@@ -84,17 +133,35 @@ struct State {
 }
 
 impl Journal {
-    /// Opens (or creates) the journal on `disk` and reads it into memory.
-    /// Returns it with the sled writes logged after the last checkpoint, in
-    /// order, for sled to apply again (see [`Entry::Sled`]). Damage before
-    /// the end of the newest segment is an error that says where.
-    pub fn open(disk: Arc<dyn Disk>) -> anyhow::Result<(Journal, Vec<Vec<u8>>)> {
+    /// Opens (or creates) the journal on `disk`, its index kept in `tree`,
+    /// and reads what came after the last snapshot into memory (all of it
+    /// without one). Returns it with the sled writes logged after the last
+    /// checkpoint, in order, for sled to apply again (see [`Entry::Sled`]).
+    /// Damage before the end of the newest segment, or in a record still
+    /// waiting, is an error that says where.
+    pub fn open(
+        disk: Arc<dyn Disk>,
+        tree: Arc<dyn Tree>,
+    ) -> anyhow::Result<(Journal, Vec<Vec<u8>>)> {
+        let start = match snapshot::load(&*tree)? {
+            Some((position, index)) if fits(&*disk, &position) => Some((position, index)),
+            Some(_) => {
+                tracing::warn!(
+                    "the journal no longer holds where its last snapshot stands (salvaged?): \
+                     reading all of it"
+                );
+                None
+            }
+            None => None,
+        };
+        let from_snapshot = start.is_some();
+        let snapshot_seg = start.as_ref().map_or(0, |(p, _)| p.seg);
         let Read {
             found,
             index,
             redo,
             replayed,
-        } = read_all(&*disk)?;
+        } = read_from(&*disk, start)?;
         // What was read may be a killed process's writes, still only in
         // the page cache: durable before anything is written after them.
         if let Some(newest) = found.last() {
@@ -109,10 +176,18 @@ impl Journal {
             .map(|seg| (*seg, replayed.closed.get(seg).copied()))
             .collect();
         segments.insert(active_seg, None);
+        let indexed = indexes(
+            &*disk,
+            &segments,
+            from_snapshot.then_some(snapshot_seg),
+            &*tree,
+        )?;
         let state = State {
             index,
             segments,
             legacy: replayed.legacy,
+            indexed,
+            snapshot_seg,
             active_seg,
             active_len: 0,
             active_since: Instant::now(),
@@ -124,16 +199,198 @@ impl Journal {
         };
         let journal = Journal {
             disk,
+            tree,
+            history: RwLock::default(),
+            sealed: Mutex::default(),
             state: Mutex::new(state),
         };
+        if from_snapshot {
+            journal.check_waiting()?;
+        }
         Ok((journal, redo.since_checkpoint()))
     }
 
-    /// Where the next commit goes: a checkpoint taken here covers every
-    /// commit before it.
-    pub fn position(&self) -> (u64, u64) {
-        let state = self.state();
-        (state.active_seg, state.active_len)
+    /// Reads every frame a waiting delivery needs (its record, its body,
+    /// its execution's): damage there is refused at start, as damage the
+    /// start reads is, since what it held was acknowledged. Damage in
+    /// settled history is met when read, and by `switchyard store check`.
+    fn check_waiting(&self) -> anyhow::Result<()> {
+        let needed = {
+            let state = self.state();
+            let view = state.view();
+            let mut needed = Vec::new();
+            for w in state.index.outbox.values() {
+                let d = &w.delivery;
+                let key = execution_key(&d.execution, &d.execution_id).into_bytes();
+                let memory = state.index.executions.get(&key).cloned();
+                let frames = self.frames_in(&view, memory, &key)?.unwrap_or_default();
+                for at in [w.frame, w.body].into_iter().chain(frames) {
+                    needed.push((d.id.clone(), at, state.header(at.seg)));
+                }
+            }
+            needed
+        };
+        for (id, at, header) in needed {
+            if let Err(why) = read_frame(&*self.disk, at, header) {
+                let name = segment_name(at.seg);
+                anyhow::bail!(
+                    "the journal segment {name} is damaged at offset {} ({why}), in a record of \
+                     the delivery {id}, which still waits: it was acknowledged, so switchyard \
+                     will not start without it. Copy the data directory aside, then restore it \
+                     from a backup, or run `switchyard store salvage`, which keeps what comes \
+                     before the damage (docs/operations.md, \"When the store is damaged\")",
+                    at.off
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the index to the tree as it stands at the end of the
+    /// journal, synced first, and returns that position (see
+    /// `snapshot.rs`). Sled's flush, next, makes it durable; the caller
+    /// keeps commits out meanwhile.
+    pub fn snapshot(&self) -> Result<(u64, u64)> {
+        let _history = self.history.write().unwrap_or_else(|p| p.into_inner());
+        let mut state = self.state();
+        state.usable()?;
+        if state.synced < state.next_seq {
+            state.sync_active(&*self.disk)?;
+        }
+        let position = Position {
+            seg: state.active_seg,
+            off: state.active_len,
+            next_seq: state.next_seq,
+            closed: state
+                .segments
+                .range(..state.active_seg)
+                .map(|(s, c)| (*s, *c))
+                .collect(),
+            legacy: state.legacy.iter().copied().collect(),
+        };
+        let batch =
+            snapshot::batch(&state.index, &*self.tree, &position).map_err(StoreError::Other)?;
+        self.tree.apply(&batch).map_err(StoreError::Other)?;
+        snapshot::written(&mut state.index, &batch);
+        state.snapshot_seg = position.seg;
+        Ok((position.seg, position.off))
+    }
+
+    /// Writes the index of each closed segment that has none and whose
+    /// executions the last snapshot holds (`sealed.rs`), from the tree's
+    /// pieces, then drops them from the tree. Commits go on meanwhile. A
+    /// failure leaves the tree as it was, to try again.
+    pub fn index_sealed(&self) -> Result<()> {
+        let todo: Vec<u64> = {
+            let state = self.state();
+            state
+                .segments
+                .keys()
+                .copied()
+                .filter(|seg| *seg < state.snapshot_seg && !state.indexed.contains(seg))
+                .collect()
+        };
+        for seg in todo {
+            let built = {
+                let _history = self.history.read().unwrap_or_else(|p| p.into_inner());
+                let pieces = snapshot::pieces_under(&*self.tree, seg, b"", false);
+                Sealed::from(
+                    pieces
+                        .collect::<anyhow::Result<Vec<_>>>()
+                        .map_err(StoreError::Other)?,
+                )
+            };
+            sealed::write(&*self.disk, seg, &built)
+                .map_err(|e| io_error("writing the index of", &segment_name(seg), e))?;
+            let _history = self.history.write().unwrap_or_else(|p| p.into_inner());
+            let mut state = self.state();
+            if !state.segments.contains_key(&seg) {
+                // Expired meanwhile.
+                let _ = self.disk.remove(&sealed::name(seg));
+                continue;
+            }
+            state.indexed.insert(seg);
+            // Lookups read the index from here on, and no snapshot writes
+            // pieces of a segment before its own: no lock is needed.
+            drop((state, _history));
+            snapshot::forget_segment(&*self.tree, seg).map_err(StoreError::Other)?;
+            self.keep_sealed(seg, Arc::new(built));
+        }
+        Ok(())
+    }
+
+    /// Segment `seg`'s index, from memory or the disk.
+    fn sealed(&self, seg: u64) -> Result<Arc<Sealed>> {
+        if let Some((_, found)) = self.cached().iter().find(|(s, _)| *s == seg) {
+            return Ok(found.clone());
+        }
+        let loaded = sealed::load(&*self.disk, seg).map_err(StoreError::Other)?;
+        self.keep_sealed(seg, loaded.clone());
+        Ok(loaded)
+    }
+
+    fn cached(&self) -> MutexGuard<'_, Vec<(u64, Arc<Sealed>)>> {
+        self.sealed.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn keep_sealed(&self, seg: u64, sealed: Arc<Sealed>) {
+        let mut cached = self.cached();
+        cached.retain(|(s, _)| *s != seg);
+        cached.push((seg, sealed));
+        if cached.len() > SEALED_KEPT {
+            cached.remove(0);
+        }
+    }
+
+    /// The piece of segment `seg` of the execution under `key`.
+    fn piece(&self, view: &View, seg: u64, key: &[u8]) -> Result<Option<Piece>> {
+        if view.indexed.contains(&seg) {
+            Ok(self.sealed(seg)?.get(key).cloned())
+        } else {
+            snapshot::piece(&*self.tree, seg, key).map_err(StoreError::Other)
+        }
+    }
+
+    /// The frames of the execution under `key`: `memory`'s (written since
+    /// the last snapshot), after those of the segments, newest first, down
+    /// to the one holding its record. `None` once that one is gone, or if
+    /// there never was one: segments closed before the execution's id was
+    /// made (less [`CLOCK_SLACK_MS`]) cannot hold its record.
+    fn frames_in(
+        &self,
+        view: &View,
+        memory: Option<Frames>,
+        key: &[u8],
+    ) -> Result<Option<Vec<At>>> {
+        let mut frames = match memory {
+            Some(Frames::Whole(frames)) => return Ok(Some(frames)),
+            Some(Frames::More(frames)) => frames,
+            None => Vec::new(),
+        };
+        if view.all {
+            return Ok(None);
+        }
+        let made_ms = made_ms(key).map_or(0, |ms| ms.saturating_sub(CLOCK_SLACK_MS));
+        let newer = |(_, closed): &&(u64, Option<u64>)| closed.is_none_or(|c| c >= made_ms);
+        for (seg, _) in view.segments.iter().rev().take_while(newer) {
+            if let Some(piece) = self.piece(view, *seg, key)? {
+                frames = [piece.frames, frames].concat();
+                if piece.whole {
+                    return Ok(Some(frames));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// [`Journal::frames_in`], the locks taken.
+    fn frames(&self, key: &[u8]) -> Result<Option<Vec<At>>> {
+        let _history = self.history.read().unwrap_or_else(|p| p.into_inner());
+        let (view, memory) = {
+            let state = self.state();
+            (state.view(), state.index.executions.get(key).cloned())
+        };
+        self.frames_in(&view, memory, key)
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -211,8 +468,8 @@ impl Journal {
         self.state().index.inbox.contains_key(id)
     }
 
-    pub fn has_execution(&self, key: &[u8]) -> bool {
-        self.state().index.executions.contains_key(key)
+    pub fn has_execution(&self, key: &[u8]) -> Result<bool> {
+        Ok(self.frames(key)?.is_some())
     }
 
     /// See `DeliveryRecords::due_deliveries`; besides, the deliveries
@@ -273,31 +530,20 @@ impl Journal {
 
     /// The execution under `key`, its attempts applied.
     pub fn execution(&self, key: &[u8]) -> Result<Option<Execution>> {
-        let frames = {
-            let state = self.state();
-            let Some(frames) = state.index.executions.get(key) else {
-                return Ok(None);
-            };
-            state.with_headers(frames)
+        let Some(frames) = self.frames(key)? else {
+            return Ok(None);
         };
+        let frames = self.state().with_headers(&frames);
         read_execution(&*self.disk, &frames).map(Some)
     }
 
     /// The executions whose keys start with `prefix`, newest first.
     pub fn executions(&self, prefix: &[u8], limit: usize) -> Result<Vec<Execution>> {
+        let found = self.executions_under(prefix, limit)?;
         let found: Vec<Vec<(At, usize)>> = {
             let state = self.state();
-            let under = state
-                .index
-                .executions
-                .range(prefix.to_vec()..)
-                .take_while(|(k, _)| k.starts_with(prefix))
-                .map(|(_, frames)| frames)
-                .collect::<Vec<_>>();
-            under
-                .into_iter()
-                .rev()
-                .take(limit)
+            found
+                .iter()
                 .map(|frames| state.with_headers(frames))
                 .collect()
         };
@@ -313,6 +559,7 @@ impl Journal {
     /// need what they logged). Events and deliveries still waiting in them
     /// are written again, durably, first. Returns how many executions went.
     pub fn expire(&self, before_ms: u64, checkpoint: u64) -> Result<usize> {
+        let _history = self.history.write().unwrap_or_else(|p| p.into_inner());
         let mut state = self.state();
         state.usable()?;
         let old: BTreeSet<u64> = state
@@ -328,29 +575,162 @@ impl Journal {
         }
         // Under the same lock as the reading, so that nothing settles in
         // between and comes back.
-        let live: Vec<Entry> = state.still_waiting(&*self.disk, &old)?;
+        let live: Vec<Entry> = self.still_waiting(&state, &old)?;
+        let kept = live
+            .iter()
+            .filter(|e| matches!(e, Entry::Execution { .. }))
+            .count();
+        let view = state.view();
+        let mut gone = state
+            .index
+            .executions
+            .values()
+            .filter(|f| matches!(f, Frames::Whole(f) if old.contains(&f[0].seg)))
+            .count();
+        for seg in old.iter().filter(|_| !view.all) {
+            gone += self.records_in(&view, *seg)?;
+        }
         if !live.is_empty() {
             state.write(&*self.disk, live, false)?;
             state.sync_active(&*self.disk)?;
         }
-        let forgotten = state.index.forget_executions(&old);
+        state.index.forget_executions(&old);
         // Oldest first, each removal durable before the next: a crash
-        // leaves the history with a prefix gone, never a hole.
+        // leaves the history with a prefix gone, never a hole. An index
+        // goes before its segment, so none outlives it.
         for seg in &old {
             state.segments.remove(seg);
             state.legacy.remove(seg);
+            if state.indexed.remove(seg) {
+                self.cached().retain(|(s, _)| s != seg);
+                let name = sealed::name(*seg);
+                self.disk
+                    .remove(&name)
+                    .map_err(|e| io_error("removing", &name, e))?;
+            }
+            snapshot::forget_segment(&*self.tree, *seg).map_err(StoreError::Other)?;
             let name = segment_name(*seg);
             self.disk
                 .remove(&name)
                 .and_then(|()| self.disk.sync_dir())
                 .map_err(|e| state.fail("removing", &name, e))?;
         }
+        let forgotten = gone.saturating_sub(kept);
         tracing::info!(
             segments = old.len(),
             executions = forgotten,
             "dropped journal segments past the history's lifetime"
         );
         Ok(forgotten)
+    }
+
+    /// How many executions have their record in segment `seg`.
+    fn records_in(&self, view: &View, seg: u64) -> Result<usize> {
+        if view.indexed.contains(&seg) {
+            return Ok(self.sealed(seg)?.whole_under(b"").count());
+        }
+        let mut records = 0;
+        for found in snapshot::pieces_under(&*self.tree, seg, b"", false) {
+            let (_, piece) = found.map_err(StoreError::Other)?;
+            records += usize::from(piece.whole);
+        }
+        Ok(records)
+    }
+
+    /// The frames of up to `limit` executions under `prefix`, highest key
+    /// first. Execution ids sort by time, so the segments are read newest
+    /// first, and one more once `limit` are found (ids near a segment's
+    /// start may sort before a few at the end of the one before).
+    fn executions_under(&self, prefix: &[u8], limit: usize) -> Result<Vec<Vec<At>>> {
+        let _history = self.history.read().unwrap_or_else(|p| p.into_inner());
+        let (view, memory) = {
+            let state = self.state();
+            let memory: BTreeMap<Vec<u8>, Frames> = state
+                .index
+                .executions
+                .range(prefix.to_vec()..)
+                .take_while(|(k, _)| k.starts_with(prefix))
+                .map(|(k, f)| (k.clone(), f.clone()))
+                .collect();
+            (state.view(), memory)
+        };
+        let mut keys: BTreeSet<Vec<u8>> = memory
+            .iter()
+            .filter(|(_, f)| matches!(f, Frames::Whole(_)))
+            .map(|(k, _)| k.clone())
+            .collect();
+        let mut one_more = false;
+        for (seg, _) in view.segments.iter().rev().filter(|_| !view.all) {
+            if keys.len() >= limit {
+                if one_more {
+                    break;
+                }
+                one_more = true;
+            }
+            if view.indexed.contains(seg) {
+                keys.extend(self.sealed(*seg)?.whole_under(prefix).map(<[u8]>::to_vec));
+                continue;
+            }
+            for found in snapshot::pieces_under(&*self.tree, *seg, prefix, true) {
+                let (key, piece) = found.map_err(StoreError::Other)?;
+                if piece.whole {
+                    keys.insert(key);
+                }
+            }
+        }
+        let mut found = Vec::new();
+        for key in keys.iter().rev() {
+            if found.len() == limit {
+                break;
+            }
+            if let Some(frames) = self.frames_in(&view, memory.get(key).cloned(), key)? {
+                found.push(frames);
+            }
+        }
+        Ok(found)
+    }
+
+    /// What in `segments` still waits, as entries to write again, bodies
+    /// included: events in the inbox, deliveries in the outbox, and the
+    /// executions of those deliveries (their attempts are still to come).
+    fn still_waiting(&self, state: &State, segments: &BTreeSet<u64>) -> Result<Vec<Entry>> {
+        let disk = &*self.disk;
+        let view = state.view();
+        let old = |at: &At| segments.contains(&at.seg);
+        let mut executions = Vec::new();
+        let mut again = Vec::new();
+        for (event, at) in state.index.inbox.values() {
+            if old(at) {
+                again.push(Entry::Event {
+                    event: Box::new(event.clone()),
+                });
+            }
+        }
+        for w in state.index.outbox.values() {
+            let d = &w.delivery;
+            let key = execution_key(&d.execution, &d.execution_id).into_bytes();
+            let memory = state.index.executions.get(&key).cloned();
+            if let Some(frames) = self.frames_in(&view, memory, &key)?
+                && frames.iter().any(old)
+            {
+                let execution = read_execution(disk, &state.with_headers(&frames))?;
+                executions.push(Entry::Execution {
+                    execution: Box::new(execution),
+                    body: false,
+                });
+            }
+            if old(&w.frame) || old(&w.body) {
+                let mut delivery = d.clone();
+                let body = read_body(disk, w.body, state.header(w.body.seg))?;
+                delivery.body_sealed = hex::encode(body);
+                again.push(Entry::Queued {
+                    delivery,
+                    body: None,
+                });
+            }
+        }
+        executions.extend(again);
+        Ok(executions)
     }
 
     /// Every frame, raw, for `switchyard admin dump-records`.
@@ -495,44 +875,13 @@ impl State {
         frames.iter().map(|at| (*at, self.header(at.seg))).collect()
     }
 
-    /// What in `segments` still waits, as entries to write again, bodies
-    /// included: events in the inbox, deliveries in the outbox, and the
-    /// executions of those deliveries (their attempts are still to come).
-    fn still_waiting(&self, disk: &dyn Disk, segments: &BTreeSet<u64>) -> Result<Vec<Entry>> {
-        let old = |at: &At| segments.contains(&at.seg);
-        let mut executions = Vec::new();
-        let mut again = Vec::new();
-        for (event, at) in self.index.inbox.values() {
-            if old(at) {
-                again.push(Entry::Event {
-                    event: Box::new(event.clone()),
-                });
-            }
+    /// What a lookup in the history needs (see [`View`]).
+    fn view(&self) -> View {
+        View {
+            segments: self.segments.iter().map(|(s, c)| (*s, *c)).collect(),
+            indexed: self.indexed.clone(),
+            all: self.index.kept.all,
         }
-        for w in self.index.outbox.values() {
-            let d = &w.delivery;
-            let key = execution_key(&d.execution, &d.execution_id).into_bytes();
-            if let Some(frames) = self.index.executions.get(&key)
-                && frames.iter().any(old)
-            {
-                let execution = read_execution(disk, &self.with_headers(frames))?;
-                executions.push(Entry::Execution {
-                    execution: Box::new(execution),
-                    body: false,
-                });
-            }
-            if old(&w.frame) || old(&w.body) {
-                let mut delivery = d.clone();
-                let body = read_body(disk, w.body, self.header(w.body.seg))?;
-                delivery.body_sealed = hex::encode(body);
-                again.push(Entry::Queued {
-                    delivery,
-                    body: None,
-                });
-            }
-        }
-        executions.extend(again);
-        Ok(executions)
     }
 
     /// Closes the active segment when full or old: a `Closed` commit, a
@@ -609,6 +958,48 @@ fn take_body(
     }
 }
 
+/// The closed segments of `segments` that have an index of their own
+/// (`sealed.rs`): after a start from a snapshot standing in segment
+/// `snapshot_seg`, those before it whose index file is there, their pieces
+/// dropped from the tree (a crash may have left both); after a start that
+/// read everything, none, every index file removed (the journal may have
+/// been cut back since they were written).
+fn indexes(
+    disk: &dyn Disk,
+    segments: &BTreeMap<u64, Option<u64>>,
+    snapshot_seg: Option<u64>,
+    tree: &dyn Tree,
+) -> anyhow::Result<BTreeSet<u64>> {
+    let mut indexed = BTreeSet::new();
+    for name in disk.list().context("cannot list the journal's directory")? {
+        let Some(seg) = name
+            .strip_suffix(".idx")
+            .and_then(|n| n.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        if snapshot_seg.is_some_and(|before| seg < before) && segments.contains_key(&seg) {
+            snapshot::forget_segment(tree, seg)?;
+            indexed.insert(seg);
+        } else {
+            disk.remove(&name)
+                .with_context(|| format!("cannot remove the journal index {name}"))?;
+        }
+    }
+    Ok(indexed)
+}
+
+/// Whether the journal on `disk` still holds where `position` stands: its
+/// segment, at least that long, the frame there (if any) the one it names.
+/// A salvage may have cut it away; the start then reads everything.
+fn fits(disk: &dyn Disk, position: &Position) -> bool {
+    let Ok(bytes) = disk.read_from(&segment_name(position.seg), position.off) else {
+        return false;
+    };
+    bytes.is_empty()
+        || matches!(frame::decode(&bytes), frame::Read::Frame { seq, .. } if seq == position.next_seq)
+}
+
 fn unhex(sealed: &str) -> Result<Vec<u8>> {
     hex::decode(sealed)
         .context("a sealed body that is not hex")
@@ -651,7 +1042,7 @@ struct Replayed {
 /// does not read is damage, and an error naming the file and the offset.
 fn replay(
     disk: &dyn Disk,
-    seg: u64,
+    (seg, base): (u64, usize),
     newest: bool,
     replayed: &mut Replayed,
     index: &mut Index,
@@ -659,7 +1050,7 @@ fn replay(
 ) -> anyhow::Result<()> {
     let name = segment_name(seg);
     let bytes = disk
-        .read(&name)
+        .read_from(&name, base as u64)
         .with_context(|| format!("cannot read the journal segment {name}"))?;
     // Format 1 segments all come before the first of format 2.
     let legacy = replayed.next_seq == 0 && !bytes.is_empty() && !bytes.starts_with(&frame::MAGIC);
@@ -691,7 +1082,7 @@ fn replay(
         }
         let at = At {
             seg,
-            off: off as u64,
+            off: (base + off) as u64,
             len: len as u32,
         };
         off += len;
@@ -728,7 +1119,7 @@ fn replay(
         return Ok(());
     }
     let why = bad.unwrap_or("a commit without its end");
-    let at = if bad.is_some() { off } else { committed };
+    let at = base + if bad.is_some() { off } else { committed };
     if !newest || (!legacy && frame_after(&bytes[off..], replayed.next_seq)) {
         let without = if newest {
             format!(
@@ -742,7 +1133,7 @@ fn replay(
         return Err(Damaged {
             seg,
             at: at as u64,
-            kept: committed as u64,
+            kept: (base + committed) as u64,
             message: format!(
                 "the journal segment {name} is damaged at offset {at} ({why}), before the end of \
                  the journal: what follows was acknowledged, so switchyard will not start without \
@@ -755,11 +1146,11 @@ fn replay(
     }
     tracing::warn!(
         segment = %name,
-        kept = committed,
+        kept = base + committed,
         dropped = bytes.len() - committed,
         "the journal ends in a commit cut short (a crash mid-write); dropping it"
     );
-    disk.set_len(&name, committed as u64)?;
+    disk.set_len(&name, (base + committed) as u64)?;
     disk.sync(&name)?;
     replayed.next_seq = seq_at_commit;
     Ok(())
@@ -773,17 +1164,49 @@ struct Read {
     replayed: Replayed,
 }
 
+/// Reads the whole journal (`store check` and `salvage` do).
 fn read_all(disk: &dyn Disk) -> anyhow::Result<Read> {
+    read_from(disk, None)
+}
+
+/// Reads the journal from where the snapshot `start` stands, onto its
+/// index; from the beginning without one, the index then to be written
+/// whole at the next snapshot.
+fn read_from(disk: &dyn Disk, start: Option<(Position, Index)>) -> anyhow::Result<Read> {
+    let found = segments(disk)?;
+    let (from, index, replayed) = match start {
+        Some((position, index)) => {
+            let replayed = Replayed {
+                next_seq: position.next_seq,
+                legacy: position.legacy.into_iter().collect(),
+                closed: position
+                    .closed
+                    .into_iter()
+                    .filter_map(|(seg, closed)| Some((seg, closed?)))
+                    .collect(),
+            };
+            ((position.seg, position.off as usize), index, replayed)
+        }
+        None => {
+            let mut index = Index::default();
+            index.kept.all = true;
+            ((0, 0), index, Replayed::default())
+        }
+    };
     let mut read = Read {
-        found: segments(disk)?,
-        index: Index::default(),
+        found,
+        index,
         redo: Redo::default(),
-        replayed: Replayed::default(),
+        replayed,
     };
     for (i, &seg) in read.found.iter().enumerate() {
+        if seg < from.0 {
+            continue;
+        }
         let newest = i + 1 == read.found.len();
+        let base = if seg == from.0 { from.1 } else { 0 };
         let (replayed, index, redo) = (&mut read.replayed, &mut read.index, &mut read.redo);
-        replay(disk, seg, newest, replayed, index, redo)?;
+        replay(disk, (seg, base), newest, replayed, index, redo)?;
     }
     Ok(read)
 }
@@ -1003,8 +1426,11 @@ pub(super) mod tests {
             .collect()
     }
 
+    /// The journal on `disk`, with no index kept: it reads everything.
     fn open(disk: &Sim) -> Journal {
-        Journal::open(Arc::new(disk.clone())).unwrap().0
+        Journal::open(Arc::new(disk.clone()), Arc::new(tree::Memory::default()))
+            .unwrap()
+            .0
     }
 
     /// A journal of two segments, with a byte flipped in the middle of the
@@ -1201,5 +1627,214 @@ pub(super) mod tests {
         drop(journal);
         let journal = open(&disk);
         assert!(due(&journal).is_empty(), "a's delivery stays settled");
+    }
+
+    /// A journal that keeps its index in `tree`.
+    fn open_in(disk: &Sim, tree: &Arc<tree::Memory>) -> anyhow::Result<Journal> {
+        Ok(Journal::open(Arc::new(disk.clone()), tree.clone())?.0)
+    }
+
+    fn ids(executions: Vec<Execution>) -> Vec<String> {
+        executions.into_iter().map(|e| e.id).collect()
+    }
+
+    /// Issue 53, finding 7: a start reads the journal from the last
+    /// snapshot on. Damage in settled history before it does not stop the
+    /// start (nothing read it), and is reported when that history is read;
+    /// without the snapshot, the same start reads it and refuses.
+    #[test]
+    fn a_start_reads_only_what_came_after_the_snapshot() {
+        let disk = Sim::new();
+        let tree = Arc::new(tree::Memory::default());
+        let journal = open_in(&disk, &tree).unwrap();
+        for i in 0..10 {
+            journal.append(fired(&format!("a{i}"))).unwrap();
+            journal.append(attempted(&format!("a{i}"))).unwrap();
+        }
+        journal.append(fired("waits")).unwrap();
+        let snapshot_at = journal.snapshot().unwrap();
+        journal.append(fired("after")).unwrap();
+        journal.append(attempted("a3")).unwrap();
+        journal.append(vec![arrived("ev_late", 7)]).unwrap();
+        journal.sync().unwrap();
+        let all = ids(journal.executions(b"", usize::MAX).unwrap());
+        drop(journal);
+        assert_eq!(all.len(), 12);
+
+        // Damage a settled execution's record, before the snapshot.
+        let bytes = disk.read(&segment_name(1)).unwrap();
+        let record = br#""op":"execution""#;
+        let at = bytes
+            .windows(record.len())
+            .position(|w| w == record)
+            .expect("an execution's record");
+        assert!((at as u64) < snapshot_at.1);
+        disk.flip(&segment_name(1), at + 3);
+
+        let journal = open_in(&disk, &tree).expect("the start reads only after the snapshot");
+        let waiting: Vec<String> = due(&journal).into_iter().map(|d| d.id).collect();
+        assert_eq!(waiting, ["d_after", "d_waits"]);
+        assert_eq!(journal.inbox().len(), 1);
+        assert_eq!(
+            journal
+                .execution(&key("a3"))
+                .unwrap()
+                .unwrap()
+                .attempts
+                .len(),
+            2
+        );
+        let damaged = journal.executions(b"", usize::MAX).unwrap_err().to_string();
+        assert!(
+            damaged.contains("damaged journal record at 0000000000000001.log"),
+            "{damaged}"
+        );
+        assert!(journal.execution(&key("a5")).unwrap().is_some());
+        drop(journal);
+        let Err(e) = Journal::open(Arc::new(disk.clone()), Arc::new(tree::Memory::default()))
+        else {
+            panic!("a start that reads everything must refuse the damage");
+        };
+        assert!(format!("{e:#}").contains("is damaged at offset"), "{e:#}");
+    }
+
+    /// History listings merge what memory, the snapshot's tree and the
+    /// closed segments' indexes hold, newest first, whatever the limit,
+    /// attempts included (some made segments after their execution); a
+    /// reopened journal holds the same, and so does one whose segment
+    /// index was damaged (built again) or that is read whole.
+    #[test]
+    fn history_reads_the_same_across_the_snapshot() {
+        let disk = Sim::new();
+        let tree = Arc::new(tree::Memory::default());
+        let journal = open_in(&disk, &tree).unwrap();
+        let mut expected = Vec::new();
+        for i in 0..30 {
+            let id = format!("{:02}", i);
+            journal.append(fired(&id)).unwrap();
+            if i % 3 == 0 {
+                // Some attempts a segment or two later.
+                let late = format!("{:02}", i - i % 2 * 3);
+                journal.append(attempted(&late)).unwrap();
+            }
+            if i % 7 == 6 {
+                journal.rotate_soon();
+            }
+            if i % 5 == 4 {
+                journal.rotate_every(Duration::from_secs(3600));
+                journal.snapshot().unwrap();
+                journal.index_sealed().unwrap();
+            }
+            expected.push(execution(&id, 1).id);
+        }
+        let indexes = disk
+            .lengths()
+            .keys()
+            .filter(|n| n.ends_with(".idx"))
+            .count();
+        assert!(indexes >= 2, "{:?}", disk.lengths());
+        expected.sort();
+        expected.reverse();
+        let check = |journal: &Journal, what: &str| {
+            for limit in [1, 5, 29, 30, 100] {
+                let got = ids(journal.executions(b"", limit).unwrap());
+                let want: Vec<String> = expected.iter().take(limit).cloned().collect();
+                assert_eq!(got, want, "{what}, limit {limit}");
+            }
+            let attempts: Vec<usize> = journal
+                .executions(b"", usize::MAX)
+                .unwrap()
+                .iter()
+                .map(|e| e.attempts.len())
+                .collect();
+            assert_eq!(attempts.iter().sum::<usize>(), 10, "{what}");
+        };
+        check(&journal, "running");
+        journal.sync().unwrap();
+        drop(journal);
+        let reopened = open_in(&disk, &tree).unwrap();
+        // An execution made now is in no segment closed an hour ago: none
+        // is read.
+        for closed in reopened.state().segments.values_mut().flatten() {
+            *closed = crate::ids::now_ms() - 3_600_000;
+        }
+        reopened.cached().clear();
+        let fresh = execution("x", 1);
+        let fresh = execution_key(&fresh.automation, &crate::ids::ordered_id()).into_bytes();
+        assert!(!reopened.has_execution(&fresh).unwrap());
+        assert!(reopened.cached().is_empty(), "a closed segment was read");
+        check(&reopened, "reopened");
+        disk.flip(&sealed::name(1), 40);
+        check(&open_in(&disk, &tree).unwrap(), "an index damaged");
+        check(&open(&disk), "read whole");
+    }
+
+    /// A delivery still waiting whose record is damaged stops a start from
+    /// the snapshot too, naming the file and the offset.
+    #[test]
+    fn damage_in_a_waiting_record_stops_the_start() {
+        let disk = Sim::new();
+        let tree = Arc::new(tree::Memory::default());
+        let journal = open_in(&disk, &tree).unwrap();
+        journal.append(fired("waits")).unwrap();
+        journal.snapshot().unwrap();
+        drop(journal);
+        let bytes = disk.read(&segment_name(1)).unwrap();
+        let body = hex::decode(BODY).unwrap();
+        let at = bytes.windows(body.len()).position(|w| w == body).unwrap();
+        disk.flip(&segment_name(1), at);
+        let Err(e) = open_in(&disk, &tree) else {
+            panic!("a damaged waiting delivery was started over");
+        };
+        let e = format!("{e:#}");
+        assert!(
+            e.contains("0000000000000001.log is damaged at offset") && e.contains("d_waits"),
+            "{e}"
+        );
+    }
+
+    /// Expiry drops the executions the snapshot holds with their segments;
+    /// and a journal cut back by salvage (the snapshot past its end) is
+    /// read whole again.
+    #[test]
+    fn expiry_and_salvage_leave_the_snapshot_true() {
+        let disk = Sim::new();
+        let tree = Arc::new(tree::Memory::default());
+        let journal = open_in(&disk, &tree).unwrap();
+        journal.append(fired("old")).unwrap();
+        journal.append(attempted("old")).unwrap();
+        journal.append(fired("waits")).unwrap();
+        journal.snapshot().unwrap();
+        journal.rotate_soon();
+        journal.append(fired("new")).unwrap();
+        journal.rotate_every(Duration::from_secs(3600));
+        let (seg, _) = journal.snapshot().unwrap();
+        assert_eq!(seg, 2);
+        let later = crate::ids::now_ms() + 1000;
+        assert_eq!(journal.expire(later, seg).unwrap(), 1, "old went");
+        let left = |j: &Journal| {
+            let mut ids = ids(j.executions(b"", usize::MAX).unwrap());
+            ids.sort();
+            ids
+        };
+        let expected = vec![execution("new", 1).id, execution("waits", 1).id];
+        assert_eq!(left(&journal), expected);
+        journal.snapshot().unwrap();
+        journal.sync().unwrap();
+        drop(journal);
+        assert_eq!(left(&open_in(&disk, &tree).unwrap()), expected);
+
+        // Cut the journal back before where the snapshot stands, as
+        // salvage may: the start reads it whole, never the index's stale
+        // entries, and the next snapshot replaces them.
+        disk.set_len(&segment_name(2), 0).unwrap();
+        let journal = open_in(&disk, &tree).unwrap();
+        assert!(left(&journal).is_empty());
+        assert!(due(&journal).is_empty());
+        journal.snapshot().unwrap();
+        drop(journal);
+        let journal = open_in(&disk, &tree).unwrap();
+        assert!(left(&journal).is_empty());
+        assert_eq!(tree.flushed().keys().filter(|k| k[0] == b'x').count(), 0);
     }
 }

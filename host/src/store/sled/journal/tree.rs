@@ -1,0 +1,109 @@
+//! Where the journal keeps its index between starts (`snapshot.rs`): a
+//! sorted map that keeps what was last flushed. sled's tree in the store;
+//! a map in memory in tests, flushed by copying it.
+
+use std::collections::BTreeMap;
+
+use anyhow::Result;
+
+/// A change to a key: `None` removes it.
+pub type Batch = BTreeMap<Vec<u8>, Option<Vec<u8>>>;
+
+/// A key and its value.
+pub type Pair = (Vec<u8>, Vec<u8>);
+
+/// What the journal asks of the map its snapshot lives in.
+pub trait Tree: Send + Sync {
+    /// The value under `key`.
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>>;
+    /// The pairs under `prefix`, in key order, newest (highest) first
+    /// when `rev`.
+    fn scan<'a>(&'a self, prefix: &[u8], rev: bool) -> Box<dyn Iterator<Item = Result<Pair>> + 'a>;
+    /// Applies `batch`, all of it or none after a crash.
+    fn apply(&self, batch: &Batch) -> Result<()>;
+}
+
+impl Tree for sled::Tree {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(sled::Tree::get(self, key)?.map(|v| v.to_vec()))
+    }
+
+    fn scan<'a>(&'a self, prefix: &[u8], rev: bool) -> Box<dyn Iterator<Item = Result<Pair>> + 'a> {
+        let pairs = self.scan_prefix(prefix);
+        let pair = |p: sled::Result<(sled::IVec, sled::IVec)>| {
+            p.map(|(k, v)| (k.to_vec(), v.to_vec()))
+                .map_err(anyhow::Error::from)
+        };
+        if rev {
+            Box::new(pairs.rev().map(pair))
+        } else {
+            Box::new(pairs.map(pair))
+        }
+    }
+
+    fn apply(&self, batch: &Batch) -> Result<()> {
+        let mut writes = sled::Batch::default();
+        for (key, value) in batch {
+            match value {
+                Some(value) => writes.insert(key.as_slice(), value.as_slice()),
+                None => writes.remove(key.as_slice()),
+            }
+        }
+        Ok(self.apply_batch(writes)?)
+    }
+}
+
+/// A map in memory (tests): [`Memory::flushed`] is what a crash keeps.
+#[cfg(test)]
+#[derive(Default)]
+pub struct Memory {
+    map: std::sync::Mutex<BTreeMap<Vec<u8>, Vec<u8>>>,
+}
+
+#[cfg(test)]
+impl Memory {
+    /// A map holding `pairs`.
+    pub fn from(pairs: BTreeMap<Vec<u8>, Vec<u8>>) -> std::sync::Arc<Memory> {
+        std::sync::Arc::new(Memory {
+            map: std::sync::Mutex::new(pairs),
+        })
+    }
+
+    /// Everything it holds now: what it keeps if flushed now.
+    pub fn flushed(&self) -> BTreeMap<Vec<u8>, Vec<u8>> {
+        self.map.lock().unwrap().clone()
+    }
+}
+
+#[cfg(test)]
+impl Tree for Memory {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(self.map.lock().unwrap().get(key).cloned())
+    }
+
+    fn scan<'a>(&'a self, prefix: &[u8], rev: bool) -> Box<dyn Iterator<Item = Result<Pair>> + 'a> {
+        let mut pairs: Vec<Pair> = self
+            .map
+            .lock()
+            .unwrap()
+            .range(prefix.to_vec()..)
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        if rev {
+            pairs.reverse();
+        }
+        Box::new(pairs.into_iter().map(Ok))
+    }
+
+    fn apply(&self, batch: &Batch) -> Result<()> {
+        let mut map = self.map.lock().unwrap();
+        for (key, value) in batch {
+            match value {
+                Some(value) => map.insert(key.clone(), value.clone()),
+                None => map.remove(key),
+            };
+        }
+        Ok(())
+    }
+}
