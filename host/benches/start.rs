@@ -1,18 +1,22 @@
 //! Start-up against history (`just bench-start`): the embedded store's
 //! start time, RSS, open files and disk per retained event, with no
 //! history and with `BENCH_HISTORY` settled deliveries (1,000,000 by
-//! default), made through the event API (100 tags per request) and
-//! delivered to a local receiver before the host stops. Each store is
+//! default), made through the event API and delivered to a local receiver
+//! before the host stops. The events are aliases moving between versions
+//! (100 a request), so that what the store holds besides the history is
+//! the same size with and without it: a tag a delivery would leave a
+//! million tags behind, live data a start reads. Each store is
 //! started `STARTS` times; the median start (spawn to listening) is
 //! printed beside the empty store's, as a ratio. Asserts nothing about
-//! time.
+//! time. `BENCH_KEEP=1` keeps the stores and says where (to profile a
+//! start).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::load::{Arrivals, Labels, memory_mib, receiver, setup, tag, wait_for};
+use common::load::{Arrivals, PROJECT, VERSIONS, call, memory_mib, receiver, setup, wait_for};
 use common::{NO_MODEL, percentile, start_host_in};
 
 const STARTS: usize = 5;
@@ -67,19 +71,45 @@ async fn measure(events: usize) -> Figures {
     let host = start_host_in(dir.path(), &config, &[]);
     let http = reqwest::Client::new();
     setup(&http, &host.base, &sink).await;
+    let automation = serde_json::json!({"name": "on-move",
+        "event": {"type": "UPDATE_ARTIFACT_ALIAS", "alias_regex": ".*"},
+        "webhook": {"team": "bench", "name": "sink"}, "action": "Webhooks",
+        "payload": r#"{"event_type": "${event_type}", "tag": "${alias}@${artifact_version_string}", "from": "${previous_version_string}"}"#});
+    call(
+        &http,
+        &host.base,
+        "POST",
+        &format!("{PROJECT}/automations"),
+        automation,
+    )
+    .await;
     let made = Instant::now();
     let next = Arc::new(AtomicUsize::new(0));
     let clients: Vec<_> = (0..CLIENTS)
-        .map(|_| {
+        .map(|client| {
             let (http, base, next) = (http.clone(), host.base.clone(), next.clone());
             tokio::spawn(async move {
-                loop {
+                // Each client's aliases, placed on v0 (adding fires no move).
+                let aliases: Vec<String> = (0..BATCH).map(|i| format!("c{client}-{i}")).collect();
+                let to = |version: usize| {
+                    format!("{PROJECT}/collections/model/versions/v{version}/aliases")
+                };
+                let body = |n: usize| serde_json::json!({"aliases": &aliases[..n]});
+                call(&http, &base, "POST", &to(0), body(BATCH)).await;
+                for round in 1.. {
                     let first = next.fetch_add(BATCH, Ordering::SeqCst);
                     if first >= events {
                         break;
                     }
                     let n = BATCH.min(events - first);
-                    tag(&http, &base, Labels::Spread, first, n).await;
+                    call(
+                        &http,
+                        &base,
+                        "POST",
+                        &to(1 + round % (VERSIONS - 1)),
+                        body(n),
+                    )
+                    .await;
                 }
             })
         })
@@ -110,6 +140,15 @@ async fn measure(events: usize) -> Figures {
         stop(host);
     }
     starts.sort_by(f64::total_cmp);
+    if std::env::var_os("BENCH_KEEP").is_some() {
+        println!("kept the store in {}", dir.keep().display());
+        return Figures {
+            start_ms: percentile(&starts, 0.5),
+            rss_mib,
+            open_files,
+            disk_bytes: 0,
+        };
+    }
     Figures {
         start_ms: percentile(&starts, 0.5),
         rss_mib,

@@ -154,7 +154,8 @@ fn workload(seed: u64, fault: Option<(Call, u64, i32)>) -> Run {
                 let done = wal::checkpoint(&journal, || {
                     flushed.push((disk.steps(), snapshot, tree.flushed()));
                     Ok(())
-                });
+                })
+                .and_then(|frozen| journal.write_snapshot(frozen));
                 if let Ok((seg, _)) = done {
                     run.acked.push((disk.steps(), acked));
                     if rng.below(2) == 0 {

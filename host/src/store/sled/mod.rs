@@ -379,6 +379,8 @@ struct Shared {
     /// Whether sled has writes not yet flushed (checkpointed, `wal.rs`).
     sled_dirty: Arc<wal::Dirty>,
     writer: Arc<tokio::sync::Mutex<()>>,
+    /// Held by a checkpoint, from its sync to its snapshot written (`wal.rs`).
+    checkpointing: Mutex<()>,
     commits: GroupCommit,
     /// See [`Engine::config_epoch`]: bumped by every commit that writes a
     /// tree [`T::is_config`] names.
@@ -515,6 +517,7 @@ impl Sled {
             journal,
             sled_dirty: Arc::default(),
             writer: Arc::default(),
+            checkpointing: Mutex::default(),
             commits: GroupCommit::default(),
             config_epoch: AtomicU64::new(0),
             pace: Default::default(),

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 
-use super::journal::{Entry, Journal};
+use super::journal::{Entry, Frozen, Journal};
 use super::{Overlay, Shared, T};
 
 /// How long after a write the checkpointer flushes, so that a second's
@@ -102,36 +102,54 @@ pub(super) fn redo(shared: &Shared, logged: Vec<Vec<u8>>) -> anyhow::Result<()> 
 }
 
 /// Flushes sled, then records that everything logged before the position
-/// taken first is in it (see [`checkpoint`]). Holds the writer lock
-/// throughout, so that no commit is half applied at the position and none
-/// reaches sled between the journal's sync and sled's flush.
+/// taken first is in it (see [`checkpoint`]), then writes the journal's
+/// snapshot taken there. Holds the writer lock through the flush, so that
+/// no commit is half applied at the position and none reaches sled between
+/// the journal's sync and sled's flush; one checkpoint at a time.
 pub(super) fn checkpoint_now(shared: &Shared) -> crate::store::Result<(u64, u64)> {
+    let _one = shared
+        .checkpointing
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
     shared.sled_dirty.take();
-    // Uncontended at open, which may run on an async thread.
-    let _writer = match shared.writer.try_lock() {
-        Ok(writer) => writer,
-        Err(_) => shared.writer.blocking_lock(),
+    let frozen = {
+        // Uncontended at open, which may run on an async thread.
+        let _writer = match shared.writer.try_lock() {
+            Ok(writer) => writer,
+            Err(_) => shared.writer.blocking_lock(),
+        };
+        checkpoint(&shared.journal, || {
+            shared.db.flush().map(|_| ()).map_err(super::io)
+        })?
     };
-    checkpoint(&shared.journal, || {
-        shared.db.flush().map(|_| ()).map_err(super::io)
-    })
+    shared.journal.write_snapshot(frozen)
 }
 
 /// The checkpoint protocol, `flush` being sled's: the journal is synced
 /// before sled is flushed (write-ahead: sled never holds a write whose
-/// frame, and the rest of its commit, a crash could still take), with the
-/// journal's index as it stands there (`journal/snapshot.rs`), then a
-/// `Checkpoint` names that position. The caller keeps commits out
-/// meanwhile.
+/// frame, and the rest of its commit, a crash could still take), the
+/// journal's index frozen at that position (`journal/snapshot.rs`), then a
+/// `Checkpoint` names it. The caller keeps commits out meanwhile, then
+/// writes the frozen snapshot with commits going on (the next flush makes
+/// it durable).
 pub(super) fn checkpoint(
     journal: &Journal,
     flush: impl FnOnce() -> crate::store::Result<()>,
-) -> crate::store::Result<(u64, u64)> {
+) -> crate::store::Result<Frozen> {
     journal.sync()?;
-    let (seg, off) = journal.snapshot()?;
-    flush()?;
-    journal.append(vec![Entry::Checkpoint { seg, off }])?;
-    Ok((seg, off))
+    let frozen = journal.freeze()?;
+    let (seg, off) = frozen.position();
+    let done = flush().and_then(|()| {
+        journal.flushed(&frozen);
+        journal.append(vec![Entry::Checkpoint { seg, off }])
+    });
+    match done {
+        Ok(()) => Ok(frozen),
+        Err(e) => {
+            journal.discard(frozen);
+            Err(e)
+        }
+    }
 }
 
 /// Checkpoints [`EVERY`] after sled has unflushed writes, for as long as

@@ -109,10 +109,16 @@ pub struct Index {
     /// Delivery id → its due time, the outbox's other key.
     pub due_of: HashMap<String, u64>,
     /// Execution key → its frames, for executions written since the last
-    /// snapshot.
+    /// snapshot was taken.
     pub executions: BTreeMap<Vec<u8>, Frames>,
+    /// The same, taken by the snapshot being written (`snapshot.rs`):
+    /// older than `executions`, in memory until the tree holds them.
+    pub frozen: BTreeMap<Vec<u8>, Frames>,
     pub changed: Changed,
     pub kept: Kept,
+    /// A start read the whole journal and no snapshot has been written
+    /// since: memory holds the whole index, and the tree is stale.
+    pub whole: bool,
 }
 
 impl Index {
@@ -171,6 +177,22 @@ impl Index {
         }
     }
 
+    /// The frames memory holds of the execution under `key`: the frozen
+    /// ones, then those written since.
+    pub fn memory(&self, key: &[u8]) -> Option<Frames> {
+        combined(self.frozen.get(key), self.executions.get(key))
+    }
+
+    /// Moves what was written since the last snapshot to `frozen` (onto
+    /// what a snapshot that failed left there).
+    pub fn freeze(&mut self) {
+        let active = std::mem::take(&mut self.executions);
+        for (key, frames) in active {
+            let merged = combined(self.frozen.get(&key), Some(&frames));
+            self.frozen.insert(key, merged.expect("frames"));
+        }
+    }
+
     /// Notes a change for the next snapshot, unless it writes everything.
     fn changed_event(&mut self, id: &str) {
         if !self.kept.all {
@@ -197,14 +219,14 @@ impl Index {
     }
 
     /// Forgets every execution in memory with a record in `segments`.
-    pub fn forget_executions(&mut self, segments: &BTreeSet<u64>) -> usize {
-        let before = self.executions.len();
-        self.executions.retain(|_, frames| match frames {
+    pub fn forget_executions(&mut self, segments: &BTreeSet<u64>) {
+        let kept = |_: &Vec<u8>, frames: &mut Frames| match frames {
             Frames::Whole(frames) | Frames::More(frames) => {
                 !frames.iter().any(|at| segments.contains(&at.seg))
             }
-        });
-        before - self.executions.len()
+        };
+        self.executions.retain(kept);
+        self.frozen.retain(kept);
     }
 }
 
@@ -228,4 +250,19 @@ pub fn fold(execution: Execution, attempts: impl IntoIterator<Item = Entry>) -> 
             }
             execution
         })
+}
+
+/// `older` frames followed by `newer` ones: a newer record starts anew.
+pub fn combined(older: Option<&Frames>, newer: Option<&Frames>) -> Option<Frames> {
+    match (older, newer) {
+        (_, Some(Frames::Whole(f))) => Some(Frames::Whole(f.clone())),
+        (None, newer) => newer.cloned(),
+        (older, None) => older.cloned(),
+        (Some(Frames::Whole(o)), Some(Frames::More(n))) => {
+            Some(Frames::Whole([o.clone(), n.clone()].concat()))
+        }
+        (Some(Frames::More(o)), Some(Frames::More(n))) => {
+            Some(Frames::More([o.clone(), n.clone()].concat()))
+        }
+    }
 }

@@ -49,7 +49,8 @@ pub use index::Entry;
 use index::{At, Frames, Index, fold};
 use sealed::{Piece, Sealed};
 use snapshot::Position;
-pub use tree::Tree;
+
+pub use tree::{Batch, Tree};
 
 use super::shared::execution_key;
 
@@ -74,6 +75,22 @@ pub struct Journal {
     /// The closed segments' indexes read last, newest last.
     sealed: Mutex<Vec<(u64, Arc<Sealed>)>>,
     state: Mutex<State>,
+}
+
+/// A snapshot taken, to write ([`Journal::freeze`]).
+pub struct Frozen {
+    position: Position,
+    records: Batch,
+    whole: bool,
+    /// Where the snapshot written before this one stands.
+    written_seg: u64,
+}
+
+impl Frozen {
+    /// Where it stands: segment and offset.
+    pub fn position(&self) -> (u64, u64) {
+        (self.position.seg, self.position.off)
+    }
 }
 
 /// How many closed segments' indexes stay in memory.
@@ -113,9 +130,12 @@ struct State {
     legacy: BTreeSet<u64>,
     /// Closed segments with an index of their own (`sealed.rs`).
     indexed: BTreeSet<u64>,
-    /// The segment the last snapshot stands in: every segment before it
-    /// is closed, and its executions are in the tree, or indexed.
+    /// The segment the last snapshot written stands in: every segment
+    /// before it is closed, and its executions are in the tree, or indexed.
     snapshot_seg: u64,
+    /// The same for the last snapshot sled has flushed: a start may read
+    /// from there, so expiry keeps it.
+    durable_seg: u64,
     /// The segment written to.
     active_seg: u64,
     active_len: u64,
@@ -188,6 +208,7 @@ impl Journal {
             legacy: replayed.legacy,
             indexed,
             snapshot_seg,
+            durable_seg: snapshot_seg,
             active_seg,
             active_len: 0,
             active_since: Instant::now(),
@@ -222,7 +243,7 @@ impl Journal {
             for w in state.index.outbox.values() {
                 let d = &w.delivery;
                 let key = execution_key(&d.execution, &d.execution_id).into_bytes();
-                let memory = state.index.executions.get(&key).cloned();
+                let memory = state.index.memory(&key);
                 let frames = self.frames_in(&view, memory, &key)?.unwrap_or_default();
                 for at in [w.frame, w.body].into_iter().chain(frames) {
                     needed.push((d.id.clone(), at, state.header(at.seg)));
@@ -246,12 +267,14 @@ impl Journal {
         Ok(())
     }
 
-    /// Writes the index to the tree as it stands at the end of the
-    /// journal, synced first, and returns that position (see
-    /// `snapshot.rs`). Sled's flush, next, makes it durable; the caller
-    /// keeps commits out meanwhile.
-    pub fn snapshot(&self) -> Result<(u64, u64)> {
-        let _history = self.history.write().unwrap_or_else(|p| p.into_inner());
+    /// Takes a snapshot of the index as it stands at the end of the
+    /// journal, synced first (see `snapshot.rs`): its position and waiting
+    /// records, and the executions written since the last one, frozen in
+    /// memory until [`Journal::write_snapshot`] puts them in the tree.
+    /// Cheap: the caller holds commits out meanwhile, so that sled's flush
+    /// next holds every write before the position. That flush makes the
+    /// snapshot written before this one durable.
+    pub fn freeze(&self) -> Result<Frozen> {
         let mut state = self.state();
         state.usable()?;
         if state.synced < state.next_seq {
@@ -268,12 +291,63 @@ impl Journal {
                 .collect(),
             legacy: state.legacy.iter().copied().collect(),
         };
-        let batch =
-            snapshot::batch(&state.index, &*self.tree, &position).map_err(StoreError::Other)?;
-        self.tree.apply(&batch).map_err(StoreError::Other)?;
-        snapshot::written(&mut state.index, &batch);
-        state.snapshot_seg = position.seg;
-        Ok((position.seg, position.off))
+        let records =
+            snapshot::records(&state.index, &*self.tree, &position).map_err(StoreError::Other)?;
+        snapshot::written(&mut state.index, &records);
+        state.index.freeze();
+        Ok(Frozen {
+            position,
+            records,
+            whole: state.index.whole,
+            written_seg: state.snapshot_seg,
+        })
+    }
+
+    /// Notes that sled flushed after `frozen` was taken: the snapshot
+    /// written before it is durable.
+    pub fn flushed(&self, frozen: &Frozen) {
+        self.state().durable_seg = frozen.written_seg;
+    }
+
+    /// Drops `frozen` unwritten (its checkpoint failed): the next snapshot
+    /// writes every waiting record anew, and the frozen executions.
+    pub fn discard(&self, frozen: Frozen) {
+        drop(frozen);
+        self.state().index.kept.all = true;
+    }
+
+    /// Writes `frozen` to the tree, with commits going on: it is durable at
+    /// the next checkpoint's flush. Lookups of executions not in memory
+    /// wait meanwhile. After a failure, the next snapshot writes every
+    /// waiting record anew and the frozen executions with its own.
+    pub fn write_snapshot(&self, frozen: Frozen) -> Result<(u64, u64)> {
+        let _history = self.history.write().unwrap_or_else(|p| p.into_inner());
+        let executions = self.state().index.frozen.clone();
+        let mut records = frozen.records;
+        let position = records.remove(snapshot::POSITION).flatten();
+        let position = Batch::from([(snapshot::POSITION.to_vec(), position)]);
+        let written = snapshot::pieces(&executions, frozen.whole, &*self.tree)
+            .and_then(|batch| self.tree.apply(&batch))
+            .and_then(|()| self.tree.apply(&records))
+            // Last: what the snapshot holds is in before it says so.
+            .and_then(|()| self.tree.apply(&position));
+        let mut state = self.state();
+        if let Err(e) = written {
+            state.index.kept.all = true;
+            return Err(StoreError::Other(e));
+        }
+        state.index.frozen.clear();
+        state.index.whole &= !frozen.whole;
+        state.snapshot_seg = frozen.position.seg;
+        Ok((frozen.position.seg, frozen.position.off))
+    }
+
+    /// [`Journal::freeze`] then [`Journal::write_snapshot`], in one go
+    /// (tests).
+    #[cfg(test)]
+    pub fn snapshot(&self) -> Result<(u64, u64)> {
+        let frozen = self.freeze()?;
+        self.write_snapshot(frozen)
     }
 
     /// Writes the index of each closed segment that has none and whose
@@ -376,19 +450,23 @@ impl Journal {
             if let Some(piece) = self.piece(view, *seg, key)? {
                 frames = [piece.frames, frames].concat();
                 if piece.whole {
-                    return Ok(Some(frames));
+                    return Ok(Some(snapshot::in_order(frames)));
                 }
             }
         }
         Ok(None)
     }
 
-    /// [`Journal::frames_in`], the locks taken.
+    /// [`Journal::frames_in`], the locks taken: none when memory holds
+    /// the record (most lookups: attempts follow their execution closely).
     fn frames(&self, key: &[u8]) -> Result<Option<Vec<At>>> {
+        if let Some(Frames::Whole(frames)) = self.state().index.memory(key) {
+            return Ok(Some(frames));
+        }
         let _history = self.history.read().unwrap_or_else(|p| p.into_inner());
         let (view, memory) = {
             let state = self.state();
-            (state.view(), state.index.executions.get(key).cloned())
+            (state.view(), state.index.memory(key))
         };
         self.frames_in(&view, memory, key)
     }
@@ -562,11 +640,16 @@ impl Journal {
         let _history = self.history.write().unwrap_or_else(|p| p.into_inner());
         let mut state = self.state();
         state.usable()?;
+        // A start reads from the last durable snapshot, if any.
+        let durable = Some(state.durable_seg).filter(|seg| *seg > 0);
+        let kept_from = checkpoint
+            .min(state.active_seg)
+            .min(durable.unwrap_or(u64::MAX));
         let old: BTreeSet<u64> = state
             .segments
             .iter()
             .take_while(|(seg, closed)| {
-                **seg < checkpoint.min(state.active_seg) && closed.is_some_and(|at| at < before_ms)
+                **seg < kept_from && closed.is_some_and(|at| at < before_ms)
             })
             .map(|(seg, _)| *seg)
             .collect();
@@ -581,10 +664,8 @@ impl Journal {
             .filter(|e| matches!(e, Entry::Execution { .. }))
             .count();
         let view = state.view();
-        let mut gone = state
-            .index
-            .executions
-            .values()
+        let index = &state.index;
+        let mut gone = (index.executions.values().chain(index.frozen.values()))
             .filter(|f| matches!(f, Frames::Whole(f) if old.contains(&f[0].seg)))
             .count();
         for seg in old.iter().filter(|_| !view.all) {
@@ -645,13 +726,19 @@ impl Journal {
         let _history = self.history.read().unwrap_or_else(|p| p.into_inner());
         let (view, memory) = {
             let state = self.state();
-            let memory: BTreeMap<Vec<u8>, Frames> = state
-                .index
-                .executions
-                .range(prefix.to_vec()..)
-                .take_while(|(k, _)| k.starts_with(prefix))
-                .map(|(k, f)| (k.clone(), f.clone()))
-                .collect();
+            let index = &state.index;
+            let under = |map: &BTreeMap<Vec<u8>, Frames>| {
+                map.range(prefix.to_vec()..)
+                    .take_while(|(k, _)| k.starts_with(prefix))
+                    .map(|(k, _)| k.clone())
+                    .collect::<Vec<_>>()
+            };
+            let memory: BTreeMap<Vec<u8>, Frames> =
+                [under(&index.frozen), under(&index.executions)]
+                    .concat()
+                    .into_iter()
+                    .filter_map(|k| index.memory(&k).map(|f| (k, f)))
+                    .collect();
             (state.view(), memory)
         };
         let mut keys: BTreeSet<Vec<u8>> = memory
@@ -709,7 +796,7 @@ impl Journal {
         for w in state.index.outbox.values() {
             let d = &w.delivery;
             let key = execution_key(&d.execution, &d.execution_id).into_bytes();
-            let memory = state.index.executions.get(&key).cloned();
+            let memory = state.index.memory(&key);
             if let Some(frames) = self.frames_in(&view, memory, &key)?
                 && frames.iter().any(old)
             {
@@ -880,7 +967,7 @@ impl State {
         View {
             segments: self.segments.iter().map(|(s, c)| (*s, *c)).collect(),
             indexed: self.indexed.clone(),
-            all: self.index.kept.all,
+            all: self.index.whole,
         }
     }
 
@@ -1190,6 +1277,7 @@ fn read_from(disk: &dyn Disk, start: Option<(Position, Index)>) -> anyhow::Resul
         None => {
             let mut index = Index::default();
             index.kept.all = true;
+            index.whole = true;
             ((0, 0), index, Replayed::default())
         }
     };
@@ -1804,13 +1892,22 @@ pub(super) mod tests {
         journal.append(fired("old")).unwrap();
         journal.append(attempted("old")).unwrap();
         journal.append(fired("waits")).unwrap();
-        journal.snapshot().unwrap();
+        // As a checkpoint does: sled's flush between the two halves.
+        let checkpoint = |journal: &Journal| {
+            let frozen = journal.freeze().unwrap();
+            journal.flushed(&frozen);
+            journal.write_snapshot(frozen).unwrap()
+        };
+        checkpoint(&journal);
         journal.rotate_soon();
         journal.append(fired("new")).unwrap();
         journal.rotate_every(Duration::from_secs(3600));
-        let (seg, _) = journal.snapshot().unwrap();
+        let (seg, _) = checkpoint(&journal);
         assert_eq!(seg, 2);
         let later = crate::ids::now_ms() + 1000;
+        // A start would read from the first snapshot, in segment 1.
+        assert_eq!(journal.expire(later, seg).unwrap(), 0, "not durable yet");
+        checkpoint(&journal);
         assert_eq!(journal.expire(later, seg).unwrap(), 1, "old went");
         let left = |j: &Journal| {
             let mut ids = ids(j.executions(b"", usize::MAX).unwrap());

@@ -9,9 +9,12 @@
 //! frames in that segment ([`Piece`]), for segments whose own index
 //! (`sealed.rs`) is not written yet: the active one, mostly, so the tree
 //! stays the size of a segment's history. Only what changed since the last
-//! snapshot is written. The whole batch goes in together, and is flushed
-//! with sled after the journal is synced to the position, so a crash
-//! leaves the snapshot before or after it, whole.
+//! snapshot is written, key by key (sled's atomic batches stop the whole
+//! store while they apply), the position last, and flushed with sled at
+//! the next checkpoint. A crash may keep some of a snapshot's keys without
+//! its position: the start then reads from the older position and meets
+//! those changes again, which a waiting record takes as it is and an
+//! execution's frames take once ([`in_order`]).
 
 use std::collections::BTreeMap;
 
@@ -23,7 +26,8 @@ use super::sealed::Piece;
 use super::tree::{Batch, Tree};
 use crate::model::Event;
 
-const POSITION: &[u8] = b"p";
+/// The key of the snapshot's [`Position`].
+pub const POSITION: &[u8] = b"p";
 const INBOX: u8 = b'i';
 const OUTBOX: u8 = b'o';
 const EXECUTION: u8 = b'x';
@@ -112,42 +116,16 @@ pub fn load(tree: &dyn Tree) -> anyhow::Result<Option<(Position, Index)>> {
     Ok(Some((position, index)))
 }
 
-/// What to write for `index` to stand at `position` in the tree: what
-/// changed since the last snapshot, or, after a start that read the whole
-/// journal, everything (and nothing else the tree held).
-pub fn batch(index: &Index, tree: &dyn Tree, position: &Position) -> anyhow::Result<Batch> {
+/// What to write of the waiting records for `index` to stand at
+/// `position` in the tree: what changed since the last snapshot, or all of
+/// them (and no other) when `kept.all`; and the position.
+pub fn records(index: &Index, tree: &dyn Tree, position: &Position) -> anyhow::Result<Batch> {
     let mut batch = Batch::new();
     if index.kept.all {
-        for prefix in [INBOX, OUTBOX, EXECUTION] {
+        for prefix in [INBOX, OUTBOX] {
             for pair in tree.scan(&[prefix], false) {
                 batch.insert(pair?.0, None);
             }
-        }
-    }
-    for (key, frames) in &index.executions {
-        let (whole, frames) = match frames {
-            Frames::Whole(frames) => (true, frames),
-            Frames::More(frames) => (false, frames),
-        };
-        // One piece a segment; only the first can start with the record.
-        for (i, run) in frames.chunk_by(|a, b| a.seg == b.seg).enumerate() {
-            let pkey = piece_key(run[0].seg, key);
-            let mut piece = Piece {
-                whole: whole && i == 0,
-                frames: run.to_vec(),
-            };
-            let base = match index.kept.all || piece.whole {
-                true => None,
-                false => tree.get(&pkey)?,
-            };
-            if let Some(base) = base {
-                let base = decode_piece(&base)?;
-                piece = Piece {
-                    whole: base.whole,
-                    frames: [base.frames, piece.frames].concat(),
-                };
-            }
-            batch.insert(pkey, Some(encode_piece(&piece)));
         }
     }
     let events: Box<dyn Iterator<Item = &String>> = if index.kept.all {
@@ -184,13 +162,55 @@ pub fn batch(index: &Index, tree: &dyn Tree, position: &Position) -> anyhow::Res
     Ok(batch)
 }
 
-/// Notes that `batch` is in the tree: the executions and changes it
-/// holds leave memory.
-pub fn written(index: &mut Index, batch: &Batch) {
-    index.executions.clear();
+/// What to write of `executions` (frozen by a snapshot): one piece per
+/// execution and segment, added to the piece the tree holds, or, when
+/// memory holds the `whole` index, in place of every piece it holds.
+pub fn pieces(
+    executions: &BTreeMap<Vec<u8>, Frames>,
+    whole: bool,
+    tree: &dyn Tree,
+) -> anyhow::Result<Batch> {
+    let mut batch = Batch::new();
+    if whole {
+        for pair in tree.scan(&[EXECUTION], false) {
+            batch.insert(pair?.0, None);
+        }
+    }
+    for (key, frames) in executions {
+        let (record, frames) = match frames {
+            Frames::Whole(frames) => (true, frames),
+            Frames::More(frames) => (false, frames),
+        };
+        // One piece a segment; only the first can start with the record.
+        for (i, run) in frames.chunk_by(|a, b| a.seg == b.seg).enumerate() {
+            let pkey = piece_key(run[0].seg, key);
+            let mut piece = Piece {
+                whole: record && i == 0,
+                frames: run.to_vec(),
+            };
+            let base = match whole || piece.whole {
+                true => None,
+                false => tree.get(&pkey)?,
+            };
+            if let Some(base) = base {
+                let base = decode_piece(&base)?;
+                piece = Piece {
+                    whole: base.whole,
+                    frames: in_order([base.frames, piece.frames].concat()),
+                };
+            }
+            batch.insert(pkey, Some(encode_piece(&piece)));
+        }
+    }
+    Ok(batch)
+}
+
+/// Notes that the tree is to hold `records`: the changes they hold are
+/// no longer to write.
+pub fn written(index: &mut Index, records: &Batch) {
     index.changed = Default::default();
     index.kept.all = false;
-    for (key, value) in batch {
+    for (key, value) in records {
         let (kept, id) = match key.split_first() {
             Some((&INBOX, id)) => (&mut index.kept.events, id),
             Some((&OUTBOX, id)) => (&mut index.kept.deliveries, id),
@@ -233,4 +253,13 @@ pub fn forget_segment(tree: &dyn Tree, seg: u64) -> anyhow::Result<()> {
         gone.insert(pair?.0, None);
     }
     tree.apply(&gone)
+}
+
+/// `frames` in journal order, each once: a snapshot cut short by a crash
+/// may have written some of them already, before the position that says
+/// so, and the start reads them again.
+pub fn in_order(mut frames: Vec<At>) -> Vec<At> {
+    frames.sort_by_key(|at| (at.seg, at.off));
+    frames.dedup();
+    frames
 }

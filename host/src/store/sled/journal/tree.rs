@@ -19,7 +19,7 @@ pub trait Tree: Send + Sync {
     /// The pairs under `prefix`, in key order, newest (highest) first
     /// when `rev`.
     fn scan<'a>(&'a self, prefix: &[u8], rev: bool) -> Box<dyn Iterator<Item = Result<Pair>> + 'a>;
-    /// Applies `batch`, all of it or none after a crash.
+    /// Applies `batch`, key by key in order: a crash may keep any prefix.
     fn apply(&self, batch: &Batch) -> Result<()>;
 }
 
@@ -41,15 +41,16 @@ impl Tree for sled::Tree {
         }
     }
 
+    // Not sled's batches: one holds every other operation on the store
+    // (every request's) for as long as it takes.
     fn apply(&self, batch: &Batch) -> Result<()> {
-        let mut writes = sled::Batch::default();
         for (key, value) in batch {
             match value {
-                Some(value) => writes.insert(key.as_slice(), value.as_slice()),
-                None => writes.remove(key.as_slice()),
-            }
+                Some(value) => self.insert(key.as_slice(), value.as_slice())?,
+                None => self.remove(key.as_slice())?,
+            };
         }
-        Ok(self.apply_batch(writes)?)
+        Ok(())
     }
 }
 
