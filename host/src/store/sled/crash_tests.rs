@@ -3,7 +3,8 @@
 //! checkpoints and expiry, with faults on command; after each I/O step a
 //! few crash images are taken and reopened, and what comes back must be
 //! the state after some prefix of the commits, at least every acknowledged
-//! one. sled is modelled as a store that keeps only what it flushed.
+//! one. sled is modelled as a store that keeps what it flushed and any
+//! prefix of the writes to the journal's index since (its log's order).
 //!
 //! A failing seed is printed; `SWITCHYARD_CRASH_SEED=N` runs that one.
 
@@ -38,8 +39,12 @@ struct Run {
     /// (step after a sync, commits acknowledged).
     acked: Vec<(u64, usize)>,
     /// (step of a sled flush, what sled then held: its keys, and the
-    /// journal's index).
-    flushed: Vec<(u64, BTreeMap<u8, u64>, Index)>,
+    /// journal's index, after how many of the index's writes).
+    flushed: Vec<(u64, BTreeMap<u8, u64>, Index, usize)>,
+    /// (step, how many writes the index's tree had applied by then), and
+    /// those writes: sled may keep any prefix of them past its last flush.
+    tree_marks: Vec<(u64, usize)>,
+    tree_writes: Vec<super::journal::tree::Write>,
     history: Vec<State>,
 }
 
@@ -73,7 +78,9 @@ fn workload(seed: u64, fault: Option<(Call, u64, i32)>) -> Run {
         states: vec![Model::default()],
         written: vec![(disk.steps(), 0)],
         acked: vec![(disk.steps(), 0)],
-        flushed: vec![(0, BTreeMap::new(), BTreeMap::new())],
+        flushed: vec![(0, BTreeMap::new(), BTreeMap::new(), 0)],
+        tree_marks: vec![(0, 0)],
+        tree_writes: Vec::new(),
         history: Vec::new(),
     };
     // What sled holds, applied (not necessarily flushed).
@@ -152,10 +159,11 @@ fn workload(seed: u64, fault: Option<(Call, u64, i32)>) -> Run {
                 let snapshot = sled.clone();
                 let flushed = &mut run.flushed;
                 let done = wal::checkpoint(&journal, || {
-                    flushed.push((disk.steps(), snapshot, tree.flushed()));
+                    flushed.push((disk.steps(), snapshot, tree.flushed(), tree.written()));
                     Ok(())
                 })
                 .and_then(|frozen| journal.write_snapshot(frozen));
+                run.tree_marks.push((disk.steps(), tree.written()));
                 if let Ok((seg, _)) = done {
                     run.acked.push((disk.steps(), acked));
                     if rng.below(2) == 0 {
@@ -165,6 +173,7 @@ fn workload(seed: u64, fault: Option<(Call, u64, i32)>) -> Run {
                         let _ = journal.expire(u64::MAX, seg);
                     }
                 }
+                run.tree_marks.push((disk.steps(), tree.written()));
                 Vec::new()
             }
         };
@@ -197,6 +206,7 @@ fn workload(seed: u64, fault: Option<(Call, u64, i32)>) -> Run {
         }
     }
     run.history = disk.history();
+    run.tree_writes = tree.writes();
     run
 }
 
@@ -256,15 +266,25 @@ fn check(seed: u64, run: &Run, per_step: usize) -> Result<usize, String> {
         let step = i as u64 + 1;
         let acked = at(&run.acked, step);
         let written = at(&run.written, step);
-        let (_, flushed, index) = run
+        let (_, flushed, index, from) = run
             .flushed
             .iter()
             .rev()
-            .find(|(s, _, _)| *s <= step)
+            .find(|(s, _, _, _)| *s <= step)
             .expect("the empty flush");
+        let upto = at(&run.tree_marks, step).max(*from);
         for variant in 0..per_step {
             let image = state.crash(&mut rng);
-            let got = recovered(image, (flushed, index))
+            // sled's log past its flush, kept up to any write.
+            let kept = *from + rng.below((upto - from + 1) as u64) as usize;
+            let mut index = index.clone();
+            for (key, value) in &run.tree_writes[*from..kept] {
+                match value {
+                    Some(value) => index.insert(key.clone(), value.clone()),
+                    None => index.remove(key),
+                };
+            }
+            let got = recovered(image, (flushed, &index))
                 .map_err(|e| format!("seed {seed}, step {step}, image {variant}: {e}"))?;
             // Executions expire with their segments; compare the rest.
             let matches = |m: &Model| {

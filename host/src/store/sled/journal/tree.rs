@@ -54,11 +54,18 @@ impl Tree for sled::Tree {
     }
 }
 
-/// A map in memory (tests): [`Memory::flushed`] is what a crash keeps.
+/// One write of a batch: `None` removes the key (tests).
+#[cfg(test)]
+pub type Write = (Vec<u8>, Option<Vec<u8>>);
+
+/// A map in memory (tests): [`Memory::flushed`] is what a flush keeps;
+/// [`Memory::writes`] every write applied, in order, of which a crash
+/// after a flush may keep any prefix beyond it.
 #[cfg(test)]
 #[derive(Default)]
 pub struct Memory {
     map: std::sync::Mutex<BTreeMap<Vec<u8>, Vec<u8>>>,
+    writes: std::sync::Mutex<Vec<Write>>,
 }
 
 #[cfg(test)]
@@ -67,7 +74,18 @@ impl Memory {
     pub fn from(pairs: BTreeMap<Vec<u8>, Vec<u8>>) -> std::sync::Arc<Memory> {
         std::sync::Arc::new(Memory {
             map: std::sync::Mutex::new(pairs),
+            writes: Default::default(),
         })
+    }
+
+    /// Every write applied so far, in order.
+    pub fn writes(&self) -> Vec<Write> {
+        self.writes.lock().unwrap().clone()
+    }
+
+    /// How many writes were applied so far.
+    pub fn written(&self) -> usize {
+        self.writes.lock().unwrap().len()
     }
 
     /// Everything it holds now: what it keeps if flushed now.
@@ -99,7 +117,9 @@ impl Tree for Memory {
 
     fn apply(&self, batch: &Batch) -> Result<()> {
         let mut map = self.map.lock().unwrap();
+        let mut writes = self.writes.lock().unwrap();
         for (key, value) in batch {
+            writes.push((key.clone(), value.clone()));
             match value {
                 Some(value) => map.insert(key.clone(), value.clone()),
                 None => map.remove(key),
