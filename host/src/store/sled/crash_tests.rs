@@ -45,6 +45,9 @@ struct Run {
     /// those writes: sled may keep any prefix of them past its last flush.
     tree_marks: Vec<(u64, usize)>,
     tree_writes: Vec<super::journal::tree::Write>,
+    /// Executions the running journal's expiry dropped: the rest of those
+    /// committed must be there after a crash.
+    expired: BTreeSet<String>,
     history: Vec<State>,
 }
 
@@ -81,6 +84,7 @@ fn workload(seed: u64, fault: Option<(Call, u64, i32)>) -> Run {
         flushed: vec![(0, BTreeMap::new(), BTreeMap::new(), 0)],
         tree_marks: vec![(0, 0)],
         tree_writes: Vec::new(),
+        expired: BTreeSet::new(),
         history: Vec::new(),
     };
     // What sled holds, applied (not necessarily flushed).
@@ -170,7 +174,15 @@ fn workload(seed: u64, fault: Option<(Call, u64, i32)>) -> Run {
                         let _ = journal.index_sealed();
                     }
                     if rng.below(3) == 0 {
-                        let _ = journal.expire(u64::MAX, seg);
+                        let listed = |j: &Journal| -> BTreeSet<String> {
+                            let listing = j.executions(b"", usize::MAX).unwrap_or_default();
+                            listing.into_iter().map(|e| e.id).collect()
+                        };
+                        let before = listed(&journal);
+                        if journal.expire(u64::MAX, seg).is_ok() {
+                            run.expired
+                                .extend(before.difference(&listed(&journal)).cloned());
+                        }
                     }
                 }
                 run.tree_marks.push((disk.steps(), tree.written()));
@@ -295,6 +307,9 @@ fn check(seed: u64, run: &Run, per_step: usize) -> Result<usize, String> {
                         .executions
                         .iter()
                         .all(|(k, v)| m.executions.get(k) == Some(v))
+                    && m.executions
+                        .keys()
+                        .all(|k| got.executions.contains_key(k) || run.expired.contains(k))
             };
             if !run.states[acked..=written].iter().any(matches) {
                 return Err(format!(

@@ -17,8 +17,10 @@
 //! anywhere else stops the start, naming the file and the offset, since
 //! what follows it was acknowledged. In memory: the index (`index.rs`);
 //! bodies and executions stay on disk and are read where the index points.
-//! At every checkpoint the index goes to a tree (`snapshot.rs`), so that a
-//! start reads only what came after it, and the records still waiting.
+//! At every checkpoint the waiting records go to a tree (`snapshot.rs`)
+//! and where the executions are to a log per segment (`pieces.rs`), so
+//! that a start reads only what came after it, and the records still
+//! waiting.
 //!
 //! Any failed write or sync is fatal: the journal refuses every later
 //! write, since after a failed fsync the kernel may have dropped the
@@ -33,6 +35,7 @@ mod check;
 pub mod disk;
 mod frame;
 mod index;
+mod pieces;
 mod sealed;
 mod snapshot;
 pub mod tree;
@@ -47,6 +50,7 @@ pub use check::{Report, check, salvage};
 pub use disk::{Disk, Real};
 pub use index::Entry;
 use index::{At, Frames, Index, fold};
+use pieces::Pieces;
 use sealed::{Piece, Sealed};
 use snapshot::Position;
 
@@ -68,10 +72,12 @@ pub struct Journal {
     disk: Arc<dyn Disk>,
     /// Where the index is kept between starts (`snapshot.rs`).
     tree: Arc<dyn Tree>,
-    /// Held to read the history's index (the tree's pieces and the closed
+    /// Held to read the history's index (the piece logs and the closed
     /// segments' indexes, `sealed.rs`) outside the state's lock, and to
     /// change it: lookups then never hold up commits.
     history: RwLock<()>,
+    /// Where the executions of segments not indexed yet are.
+    pieces: Pieces,
     /// The closed segments' indexes read last, newest last.
     sealed: Mutex<Vec<(u64, Arc<Sealed>)>>,
     state: Mutex<State>,
@@ -164,6 +170,10 @@ impl Journal {
         tree: Arc<dyn Tree>,
     ) -> anyhow::Result<(Journal, Vec<Vec<u8>>)> {
         let start = match snapshot::load(&*tree)? {
+            Some((position, _)) if position.pieces.is_none() => {
+                tracing::info!("the journal's snapshot is an older build's: reading all of it");
+                None
+            }
             Some((position, index)) if fits(&*disk, &position) => Some((position, index)),
             Some(_) => {
                 tracing::warn!(
@@ -176,6 +186,10 @@ impl Journal {
         };
         let from_snapshot = start.is_some();
         let snapshot_seg = start.as_ref().map_or(0, |(p, _)| p.seg);
+        let mut lengths = start
+            .as_ref()
+            .and_then(|(p, _)| p.pieces.clone())
+            .unwrap_or_default();
         let Read {
             found,
             index,
@@ -196,12 +210,9 @@ impl Journal {
             .map(|seg| (*seg, replayed.closed.get(seg).copied()))
             .collect();
         segments.insert(active_seg, None);
-        let indexed = indexes(
-            &*disk,
-            &segments,
-            from_snapshot.then_some(snapshot_seg),
-            &*tree,
-        )?;
+        let indexed = indexes(&*disk, &segments, from_snapshot.then_some(snapshot_seg))?;
+        lengths.retain(|seg, _| segments.contains_key(seg) && !indexed.contains(seg));
+        let pieces = Pieces::open(&*disk, &lengths)?;
         let state = State {
             index,
             segments,
@@ -222,6 +233,7 @@ impl Journal {
             disk,
             tree,
             history: RwLock::default(),
+            pieces,
             sealed: Mutex::default(),
             state: Mutex::new(state),
         };
@@ -290,9 +302,9 @@ impl Journal {
                 .map(|(s, c)| (*s, *c))
                 .collect(),
             legacy: state.legacy.iter().copied().collect(),
+            pieces: None,
         };
-        let records =
-            snapshot::records(&state.index, &*self.tree, &position).map_err(StoreError::Other)?;
+        let records = snapshot::records(&state.index, &*self.tree).map_err(StoreError::Other)?;
         snapshot::written(&mut state.index, &records);
         state.index.freeze();
         Ok(Frozen {
@@ -323,14 +335,20 @@ impl Journal {
     pub fn write_snapshot(&self, frozen: Frozen) -> Result<(u64, u64)> {
         let _history = self.history.write().unwrap_or_else(|p| p.into_inner());
         let executions = self.state().index.frozen.clone();
-        let mut records = frozen.records;
-        let position = records.remove(snapshot::POSITION).flatten();
-        let position = Batch::from([(snapshot::POSITION.to_vec(), position)]);
-        let written = snapshot::pieces(&executions, frozen.whole, &*self.tree)
-            .and_then(|batch| self.tree.apply(&batch))
-            .and_then(|()| self.tree.apply(&records))
-            // Last: what the snapshot holds is in before it says so.
-            .and_then(|()| self.tree.apply(&position));
+        let mut position = frozen.position.clone();
+        let written = (self.pieces)
+            .write(&*self.disk, &executions, frozen.whole)
+            .map_err(anyhow::Error::from)
+            .and_then(|()| self.tree.apply(&frozen.records))
+            .and_then(|()| {
+                // Last: what the snapshot holds is in before it says so.
+                position.pieces = Some(self.pieces.lengths());
+                let position = serde_json::to_vec(&position)?;
+                self.tree.apply(&Batch::from([(
+                    snapshot::POSITION.to_vec(),
+                    Some(position),
+                )]))
+            });
         let mut state = self.state();
         if let Err(e) = written {
             state.index.kept.all = true;
@@ -351,9 +369,9 @@ impl Journal {
     }
 
     /// Writes the index of each closed segment that has none and whose
-    /// executions the last snapshot holds (`sealed.rs`), from the tree's
-    /// pieces, then drops them from the tree. Commits go on meanwhile. A
-    /// failure leaves the tree as it was, to try again.
+    /// executions the last snapshot holds (`sealed.rs`), from its piece
+    /// log, then removes the log. Commits go on meanwhile. A failure
+    /// leaves the log as it was, to try again.
     pub fn index_sealed(&self) -> Result<()> {
         let todo: Vec<u64> = {
             let state = self.state();
@@ -367,12 +385,9 @@ impl Journal {
         for seg in todo {
             let built = {
                 let _history = self.history.read().unwrap_or_else(|p| p.into_inner());
-                let pieces = snapshot::pieces_under(&*self.tree, seg, b"", false);
-                Sealed::from(
-                    pieces
-                        .collect::<anyhow::Result<Vec<_>>>()
-                        .map_err(StoreError::Other)?,
-                )
+                (self.pieces)
+                    .sealed(&*self.disk, seg)
+                    .map_err(StoreError::Other)?
             };
             sealed::write(&*self.disk, seg, &built)
                 .map_err(|e| io_error("writing the index of", &segment_name(seg), e))?;
@@ -387,7 +402,9 @@ impl Journal {
             // Lookups read the index from here on, and no snapshot writes
             // pieces of a segment before its own: no lock is needed.
             drop((state, _history));
-            snapshot::forget_segment(&*self.tree, seg).map_err(StoreError::Other)?;
+            (self.pieces)
+                .forget(&*self.disk, seg)
+                .map_err(|e| io_error("removing the piece log of", &segment_name(seg), e))?;
             self.keep_sealed(seg, Arc::new(built));
         }
         Ok(())
@@ -421,7 +438,9 @@ impl Journal {
         if view.indexed.contains(&seg) {
             Ok(self.sealed(seg)?.get(key).cloned())
         } else {
-            snapshot::piece(&*self.tree, seg, key).map_err(StoreError::Other)
+            (self.pieces)
+                .get(&*self.disk, seg, key)
+                .map_err(StoreError::Other)
         }
     }
 
@@ -689,7 +708,9 @@ impl Journal {
                     .remove(&name)
                     .map_err(|e| io_error("removing", &name, e))?;
             }
-            snapshot::forget_segment(&*self.tree, *seg).map_err(StoreError::Other)?;
+            (self.pieces)
+                .forget(&*self.disk, *seg)
+                .map_err(|e| io_error("removing the piece log of", &segment_name(*seg), e))?;
             let name = segment_name(*seg);
             self.disk
                 .remove(&name)
@@ -710,12 +731,10 @@ impl Journal {
         if view.indexed.contains(&seg) {
             return Ok(self.sealed(seg)?.whole_under(b"").count());
         }
-        let mut records = 0;
-        for found in snapshot::pieces_under(&*self.tree, seg, b"", false) {
-            let (_, piece) = found.map_err(StoreError::Other)?;
-            records += usize::from(piece.whole);
-        }
-        Ok(records)
+        let pieces = (self.pieces)
+            .under(&*self.disk, seg, b"")
+            .map_err(StoreError::Other)?;
+        Ok(pieces.iter().filter(|(_, p)| p.whole).count())
     }
 
     /// The frames of up to `limit` executions under `prefix`, highest key
@@ -758,12 +777,10 @@ impl Journal {
                 keys.extend(self.sealed(*seg)?.whole_under(prefix).map(<[u8]>::to_vec));
                 continue;
             }
-            for found in snapshot::pieces_under(&*self.tree, *seg, prefix, true) {
-                let (key, piece) = found.map_err(StoreError::Other)?;
-                if piece.whole {
-                    keys.insert(key);
-                }
-            }
+            let pieces = (self.pieces)
+                .under(&*self.disk, *seg, prefix)
+                .map_err(StoreError::Other)?;
+            keys.extend(pieces.into_iter().filter(|(_, p)| p.whole).map(|(k, _)| k));
         }
         let mut found = Vec::new();
         for key in keys.iter().rev() {
@@ -1047,15 +1064,14 @@ fn take_body(
 
 /// The closed segments of `segments` that have an index of their own
 /// (`sealed.rs`): after a start from a snapshot standing in segment
-/// `snapshot_seg`, those before it whose index file is there, their pieces
-/// dropped from the tree (a crash may have left both); after a start that
-/// read everything, none, every index file removed (the journal may have
-/// been cut back since they were written).
+/// `snapshot_seg`, those before it whose index file is there (a crash may
+/// have left their piece logs too, which go); after a start that read
+/// everything, none, every index file removed (the journal may have been
+/// cut back since they were written).
 fn indexes(
     disk: &dyn Disk,
     segments: &BTreeMap<u64, Option<u64>>,
     snapshot_seg: Option<u64>,
-    tree: &dyn Tree,
 ) -> anyhow::Result<BTreeSet<u64>> {
     let mut indexed = BTreeSet::new();
     for name in disk.list().context("cannot list the journal's directory")? {
@@ -1066,7 +1082,6 @@ fn indexes(
             continue;
         };
         if snapshot_seg.is_some_and(|before| seg < before) && segments.contains_key(&seg) {
-            snapshot::forget_segment(tree, seg)?;
             indexed.insert(seg);
         } else {
             disk.remove(&name)
@@ -1854,6 +1869,16 @@ pub(super) mod tests {
         check(&reopened, "reopened");
         disk.flip(&sealed::name(1), 40);
         check(&open_in(&disk, &tree).unwrap(), "an index damaged");
+        let logs: Vec<String> = disk
+            .lengths()
+            .into_keys()
+            .filter(|n| n.ends_with(".pcs"))
+            .collect();
+        assert!(!logs.is_empty(), "{:?}", disk.lengths());
+        for log in &logs {
+            disk.flip(log, 40);
+        }
+        check(&open_in(&disk, &tree).unwrap(), "a piece log damaged");
         check(&open(&disk), "read whole");
     }
 
@@ -1932,6 +1957,7 @@ pub(super) mod tests {
         drop(journal);
         let journal = open_in(&disk, &tree).unwrap();
         assert!(left(&journal).is_empty());
-        assert_eq!(tree.flushed().keys().filter(|k| k[0] == b'x').count(), 0);
+        let logs = disk.lengths().into_keys().filter(|n| n.ends_with(".pcs"));
+        assert_eq!(logs.count(), 0);
     }
 }

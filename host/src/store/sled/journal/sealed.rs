@@ -36,6 +36,11 @@ impl Sealed {
         Sealed { entries }
     }
 
+    /// Its entries, sorted by key.
+    pub fn into_entries(self) -> Vec<(Vec<u8>, Piece)> {
+        self.entries
+    }
+
     /// The piece of the execution under `key`.
     pub fn get(&self, key: &[u8]) -> Option<&Piece> {
         let i = self
@@ -97,17 +102,7 @@ pub fn build(disk: &dyn Disk, seg: u64) -> anyhow::Result<Sealed> {
 
 /// Writes `sealed` as segment `seg`'s index, durably.
 pub fn write(disk: &dyn Disk, seg: u64, sealed: &Sealed) -> std::io::Result<()> {
-    let mut body = Vec::with_capacity(sealed.entries.len() * 96);
-    for (key, piece) in &sealed.entries {
-        body.extend_from_slice(&(key.len() as u16).to_le_bytes());
-        body.extend_from_slice(key);
-        body.push(u8::from(piece.whole));
-        body.extend_from_slice(&(piece.frames.len() as u32).to_le_bytes());
-        for at in &piece.frames {
-            body.extend_from_slice(&at.off.to_le_bytes());
-            body.extend_from_slice(&at.len.to_le_bytes());
-        }
-    }
+    let body = encode_entries(&sealed.entries);
     let mut out = Vec::with_capacity(body.len() + frame::HEADER + 16);
     let json = format!(r#"{{"segment":{seg}}}"#);
     frame::encode(&mut out, 0, 0, json.as_bytes(), &body)
@@ -117,6 +112,43 @@ pub fn write(disk: &dyn Disk, seg: u64, sealed: &Sealed) -> std::io::Result<()> 
     disk.write_at(&name, 0, &out)?;
     disk.sync(&name)?;
     disk.sync_dir()
+}
+
+/// `entries` as bytes: per entry, the key's length (u16) and the key,
+/// whole (1 or 0), how many frames (u32), then each frame's offset (u64)
+/// and length (u32); little-endian. The segment is implied.
+pub fn encode_entries(entries: &[(Vec<u8>, Piece)]) -> Vec<u8> {
+    let mut body = Vec::with_capacity(entries.len() * 96);
+    for (key, piece) in entries {
+        body.extend_from_slice(&(key.len() as u16).to_le_bytes());
+        body.extend_from_slice(key);
+        body.push(u8::from(piece.whole));
+        body.extend_from_slice(&(piece.frames.len() as u32).to_le_bytes());
+        for at in &piece.frames {
+            body.extend_from_slice(&at.off.to_le_bytes());
+            body.extend_from_slice(&at.len.to_le_bytes());
+        }
+    }
+    body
+}
+
+/// The entries [`encode_entries`] wrote, their frames in segment `seg`.
+pub fn decode_entries(mut body: &[u8], seg: u64) -> anyhow::Result<Vec<(Vec<u8>, Piece)>> {
+    let mut entries = Vec::new();
+    while !body.is_empty() {
+        let key_len = number(take(&mut body, 2)?) as usize;
+        let key = take(&mut body, key_len)?.to_vec();
+        let whole = take(&mut body, 1)?[0] == 1;
+        let n = number(take(&mut body, 4)?) as usize;
+        let mut frames = Vec::with_capacity(n);
+        for _ in 0..n {
+            let off = number(take(&mut body, 8)?);
+            let len = number(take(&mut body, 4)?) as u32;
+            frames.push(At { seg, off, len });
+        }
+        entries.push((key, Piece { whole, frames }));
+    }
+    Ok(entries)
 }
 
 /// Reads segment `seg`'s index: `None` if it is missing or does not read
@@ -136,22 +168,10 @@ fn decode(bytes: &[u8], seg: u64) -> anyhow::Result<Sealed> {
     let frame::Read::Frame { payload, .. } = frame::decode(bytes) else {
         anyhow::bail!("not a whole index");
     };
-    let (_, mut body) = frame::split(payload).context("an index cut short")?;
-    let mut entries = Vec::new();
-    while !body.is_empty() {
-        let key_len = number(take(&mut body, 2)?) as usize;
-        let key = take(&mut body, key_len)?.to_vec();
-        let whole = take(&mut body, 1)?[0] == 1;
-        let n = number(take(&mut body, 4)?) as usize;
-        let mut frames = Vec::with_capacity(n);
-        for _ in 0..n {
-            let off = number(take(&mut body, 8)?);
-            let len = number(take(&mut body, 4)?) as u32;
-            frames.push(At { seg, off, len });
-        }
-        entries.push((key, Piece { whole, frames }));
-    }
-    Ok(Sealed { entries })
+    let (_, body) = frame::split(payload).context("an index cut short")?;
+    Ok(Sealed {
+        entries: decode_entries(body, seg)?,
+    })
 }
 
 /// The next `n` bytes of `body`.

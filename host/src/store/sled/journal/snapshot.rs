@@ -4,25 +4,21 @@
 //!
 //! The tree holds, under one-byte prefixes: `p`, where the snapshot stands
 //! in the journal ([`Position`]); `i` + event id, a waiting event and its
-//! frame; `o` + delivery id, a waiting delivery and where its frames are;
-//! `x` + segment (8 bytes, big-endian) + execution key, an execution's
-//! frames in that segment ([`Piece`]), for segments whose own index
-//! (`sealed.rs`) is not written yet: the active one, mostly, so the tree
-//! stays the size of a segment's history. Only what changed since the last
-//! snapshot is written, key by key (sled's atomic batches stop the whole
-//! store while they apply), the position last, and flushed with sled at
-//! the next checkpoint. A crash may keep some of a snapshot's keys without
-//! its position: the start then reads from the older position and meets
-//! those changes again, which a waiting record takes as it is and an
-//! execution's frames take once ([`in_order`]).
+//! frame; `o` + delivery id, a waiting delivery and where its frames are.
+//! Executions are not in the tree: the segments' piece logs and indexes
+//! hold where they are (`pieces.rs`, `sealed.rs`). Only what changed since
+//! the last snapshot is written, key by key (sled's atomic batches stop
+//! the whole store while they apply), the position last, and flushed with
+//! sled at the next checkpoint. A crash may keep some of a snapshot's keys
+//! without its position: the start then reads from the older position and
+//! meets those changes again, which a waiting record takes as it is.
 
 use std::collections::BTreeMap;
 
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
-use super::index::{At, Frames, Index, Waiting};
-use super::sealed::Piece;
+use super::index::{At, Index, Waiting};
 use super::tree::{Batch, Tree};
 use crate::model::Event;
 
@@ -30,6 +26,7 @@ use crate::model::Event;
 pub const POSITION: &[u8] = b"p";
 const INBOX: u8 = b'i';
 const OUTBOX: u8 = b'o';
+/// Where the snapshot of the build before piece logs kept executions.
 const EXECUTION: u8 = b'x';
 
 /// Where a snapshot stands: the index it holds is the journal's before
@@ -43,49 +40,14 @@ pub struct Position {
     pub closed: BTreeMap<u64, Option<u64>>,
     /// Segments of format 1.
     pub legacy: Vec<u64>,
-}
-
-/// The key of an execution's piece of segment `seg`.
-pub fn piece_key(seg: u64, key: &[u8]) -> Vec<u8> {
-    [&[EXECUTION][..], &seg.to_be_bytes(), key].concat()
+    /// How long each segment's piece log was (`pieces.rs`). `None` in a
+    /// snapshot of an older build, which a start does not use.
+    #[serde(default)]
+    pub pieces: Option<BTreeMap<u64, u64>>,
 }
 
 fn key(kind: u8, id: &str) -> Vec<u8> {
     [&[kind], id.as_bytes()].concat()
-}
-
-/// A piece as stored: whole (1 or 0), then 20 bytes a frame.
-fn encode_piece(piece: &Piece) -> Vec<u8> {
-    let mut out = Vec::with_capacity(1 + piece.frames.len() * 20);
-    out.push(u8::from(piece.whole));
-    for at in &piece.frames {
-        out.extend_from_slice(&at.seg.to_le_bytes());
-        out.extend_from_slice(&at.off.to_le_bytes());
-        out.extend_from_slice(&at.len.to_le_bytes());
-    }
-    out
-}
-
-pub fn decode_piece(bytes: &[u8]) -> anyhow::Result<Piece> {
-    let Some((whole, frames)) = bytes.split_first() else {
-        anyhow::bail!("an empty execution record in the journal's index");
-    };
-    anyhow::ensure!(
-        frames.len() % 20 == 0,
-        "an execution's frames in the journal's index are cut short"
-    );
-    let frames = frames
-        .chunks_exact(20)
-        .map(|c| At {
-            seg: u64::from_le_bytes(c[..8].try_into().expect("8 bytes")),
-            off: u64::from_le_bytes(c[8..16].try_into().expect("8 bytes")),
-            len: u32::from_le_bytes(c[16..].try_into().expect("4 bytes")),
-        })
-        .collect();
-    Ok(Piece {
-        whole: *whole == 1,
-        frames,
-    })
 }
 
 /// The snapshot in `tree`: where it stands, and the waiting records as an
@@ -116,13 +78,13 @@ pub fn load(tree: &dyn Tree) -> anyhow::Result<Option<(Position, Index)>> {
     Ok(Some((position, index)))
 }
 
-/// What to write of the waiting records for `index` to stand at
-/// `position` in the tree: what changed since the last snapshot, or all of
-/// them (and no other) when `kept.all`; and the position.
-pub fn records(index: &Index, tree: &dyn Tree, position: &Position) -> anyhow::Result<Batch> {
+/// What to write of the waiting records for `index` in the tree: what
+/// changed since the last snapshot, or all of them (and no other) when
+/// `kept.all`, when any executions an older build kept there go too.
+pub fn records(index: &Index, tree: &dyn Tree) -> anyhow::Result<Batch> {
     let mut batch = Batch::new();
     if index.kept.all {
-        for prefix in [INBOX, OUTBOX] {
+        for prefix in [INBOX, OUTBOX, EXECUTION] {
             for pair in tree.scan(&[prefix], false) {
                 batch.insert(pair?.0, None);
             }
@@ -158,50 +120,6 @@ pub fn records(index: &Index, tree: &dyn Tree, position: &Position) -> anyhow::R
         };
         batch.insert(key(OUTBOX, id), value);
     }
-    batch.insert(POSITION.to_vec(), Some(serde_json::to_vec(position)?));
-    Ok(batch)
-}
-
-/// What to write of `executions` (frozen by a snapshot): one piece per
-/// execution and segment, added to the piece the tree holds, or, when
-/// memory holds the `whole` index, in place of every piece it holds.
-pub fn pieces(
-    executions: &BTreeMap<Vec<u8>, Frames>,
-    whole: bool,
-    tree: &dyn Tree,
-) -> anyhow::Result<Batch> {
-    let mut batch = Batch::new();
-    if whole {
-        for pair in tree.scan(&[EXECUTION], false) {
-            batch.insert(pair?.0, None);
-        }
-    }
-    for (key, frames) in executions {
-        let (record, frames) = match frames {
-            Frames::Whole(frames) => (true, frames),
-            Frames::More(frames) => (false, frames),
-        };
-        // One piece a segment; only the first can start with the record.
-        for (i, run) in frames.chunk_by(|a, b| a.seg == b.seg).enumerate() {
-            let pkey = piece_key(run[0].seg, key);
-            let mut piece = Piece {
-                whole: record && i == 0,
-                frames: run.to_vec(),
-            };
-            let base = match whole || piece.whole {
-                true => None,
-                false => tree.get(&pkey)?,
-            };
-            if let Some(base) = base {
-                let base = decode_piece(&base)?;
-                piece = Piece {
-                    whole: base.whole,
-                    frames: in_order([base.frames, piece.frames].concat()),
-                };
-            }
-            batch.insert(pkey, Some(encode_piece(&piece)));
-        }
-    }
     Ok(batch)
 }
 
@@ -222,37 +140,6 @@ pub fn written(index: &mut Index, records: &Batch) {
             None => kept.remove(&id),
         };
     }
-}
-
-/// The pieces of segment `seg` under `prefix` in the tree, in key order
-/// (highest first when `rev`), keys without the tree's prefix.
-pub fn pieces_under<'a>(
-    tree: &'a dyn Tree,
-    seg: u64,
-    prefix: &[u8],
-    rev: bool,
-) -> impl Iterator<Item = anyhow::Result<(Vec<u8>, Piece)>> + 'a {
-    tree.scan(&piece_key(seg, prefix), rev).map(|pair| {
-        let (key, value) = pair?;
-        Ok((key[9..].to_vec(), decode_piece(&value)?))
-    })
-}
-
-/// The piece of segment `seg` of the execution under `key`.
-pub fn piece(tree: &dyn Tree, seg: u64, key: &[u8]) -> anyhow::Result<Option<Piece>> {
-    tree.get(&piece_key(seg, key))?
-        .map(|v| decode_piece(&v))
-        .transpose()
-}
-
-/// Removes every piece of segment `seg` (its own index now holds them, or
-/// it is gone).
-pub fn forget_segment(tree: &dyn Tree, seg: u64) -> anyhow::Result<()> {
-    let mut gone = Batch::new();
-    for pair in tree.scan(&piece_key(seg, b""), false) {
-        gone.insert(pair?.0, None);
-    }
-    tree.apply(&gone)
 }
 
 /// `frames` in journal order, each once: a snapshot cut short by a crash
