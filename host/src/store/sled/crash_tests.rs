@@ -3,8 +3,8 @@
 //! checkpoints and expiry, with faults on command; after each I/O step a
 //! few crash images are taken and reopened, and what comes back must be
 //! the state after some prefix of the commits, at least every acknowledged
-//! one. sled is modelled as a store that keeps what it flushed and any
-//! prefix of the writes to the journal's index since (its log's order).
+//! one. sled is modelled as a store that keeps what it flushed; the
+//! journal's snapshot and indexes are files on the simulated disk.
 //!
 //! A failing seed is printed; `SWITCHYARD_CRASH_SEED=N` runs that one.
 
@@ -14,7 +14,6 @@ use std::time::Duration;
 
 use super::journal::disk::sim::{Call, Rng, Sim, State};
 use super::journal::tests::attempted;
-use super::journal::tree::Memory;
 use super::journal::{Entry, Journal};
 use super::wal;
 use crate::store::contract::{delivery, event, execution};
@@ -38,13 +37,8 @@ struct Run {
     written: Vec<(u64, usize)>,
     /// (step after a sync, commits acknowledged).
     acked: Vec<(u64, usize)>,
-    /// (step of a sled flush, what sled then held: its keys, and the
-    /// journal's index, after how many of the index's writes).
-    flushed: Vec<(u64, BTreeMap<u8, u64>, Index, usize)>,
-    /// (step, how many writes the index's tree had applied by then), and
-    /// those writes: sled may keep any prefix of them past its last flush.
-    tree_marks: Vec<(u64, usize)>,
-    tree_writes: Vec<super::journal::tree::Write>,
+    /// (step of a sled flush, what sled then held).
+    flushed: Vec<(u64, BTreeMap<u8, u64>)>,
     /// Executions the running journal's expiry dropped: the rest of those
     /// committed must be there after a crash.
     expired: BTreeSet<String>,
@@ -53,17 +47,14 @@ struct Run {
 
 const BODY: &str = "0123456789abcdef";
 
-/// The journal's index tree, as flushed.
-type Index = BTreeMap<Vec<u8>, Vec<u8>>;
-
-/// The journal on `disk`, its index in `tree`.
-fn open(disk: &Sim, tree: Arc<Memory>) -> anyhow::Result<(Journal, Vec<Vec<u8>>)> {
-    Journal::open(Arc::new(disk.clone()), tree)
+/// The journal on `disk`.
+fn open(disk: &Sim) -> anyhow::Result<(Journal, Vec<Vec<u8>>)> {
+    Journal::open(Arc::new(disk.clone()))
 }
 
-/// The journal on `disk`, with no index kept: it reads everything.
+/// The journal on `disk`, unwrapped.
 fn open_fresh(disk: &Sim) -> Journal {
-    open(disk, Arc::default()).unwrap().0
+    open(disk).unwrap().0
 }
 
 /// One seeded workload against `disk`; a fault at `fault` if given.
@@ -74,16 +65,13 @@ fn workload(seed: u64, fault: Option<(Call, u64, i32)>) -> Run {
     if let Some((call, step, errno)) = fault {
         disk.fail(call, step, errno);
     }
-    let tree = Arc::new(Memory::default());
-    let journal = open(&disk, tree.clone()).unwrap().0;
+    let journal = open(&disk).unwrap().0;
     let mut model = Model::default();
     let mut run = Run {
         states: vec![Model::default()],
         written: vec![(disk.steps(), 0)],
         acked: vec![(disk.steps(), 0)],
-        flushed: vec![(0, BTreeMap::new(), BTreeMap::new(), 0)],
-        tree_marks: vec![(0, 0)],
-        tree_writes: Vec::new(),
+        flushed: vec![(0, BTreeMap::new())],
         expired: BTreeSet::new(),
         history: Vec::new(),
     };
@@ -163,11 +151,10 @@ fn workload(seed: u64, fault: Option<(Call, u64, i32)>) -> Run {
                 let snapshot = sled.clone();
                 let flushed = &mut run.flushed;
                 let done = wal::checkpoint(&journal, || {
-                    flushed.push((disk.steps(), snapshot, tree.flushed(), tree.written()));
+                    flushed.push((disk.steps(), snapshot));
                     Ok(())
                 })
                 .and_then(|frozen| journal.write_snapshot(frozen));
-                run.tree_marks.push((disk.steps(), tree.written()));
                 if let Ok((seg, _)) = done {
                     run.acked.push((disk.steps(), acked));
                     if rng.below(2) == 0 {
@@ -185,7 +172,6 @@ fn workload(seed: u64, fault: Option<(Call, u64, i32)>) -> Run {
                         }
                     }
                 }
-                run.tree_marks.push((disk.steps(), tree.written()));
                 Vec::new()
             }
         };
@@ -218,19 +204,14 @@ fn workload(seed: u64, fault: Option<(Call, u64, i32)>) -> Run {
         }
     }
     run.history = disk.history();
-    run.tree_writes = tree.writes();
     run
 }
 
-/// What a journal reopened on `image` holds, with the index sled had
-/// flushed, and sled's redo applied to the keys it had flushed.
-fn recovered(
-    image: State,
-    (flushed, index): (&BTreeMap<u8, u64>, &Index),
-) -> Result<Model, String> {
+/// What a journal reopened on `image` holds, and sled's redo applied to
+/// the keys it had `flushed`.
+fn recovered(image: State, flushed: &BTreeMap<u8, u64>) -> Result<Model, String> {
     let disk = Sim::from_state(image);
-    let tree = Memory::from(index.clone());
-    let (journal, redo) = open(&disk, tree).map_err(|e| format!("{e:#}"))?;
+    let (journal, redo) = open(&disk).map_err(|e| format!("{e:#}"))?;
     let mut sled = flushed.clone();
     for writes in redo {
         sled.insert(
@@ -278,25 +259,15 @@ fn check(seed: u64, run: &Run, per_step: usize) -> Result<usize, String> {
         let step = i as u64 + 1;
         let acked = at(&run.acked, step);
         let written = at(&run.written, step);
-        let (_, flushed, index, from) = run
+        let (_, flushed) = run
             .flushed
             .iter()
             .rev()
-            .find(|(s, _, _, _)| *s <= step)
+            .find(|(s, _)| *s <= step)
             .expect("the empty flush");
-        let upto = at(&run.tree_marks, step).max(*from);
         for variant in 0..per_step {
             let image = state.crash(&mut rng);
-            // sled's log past its flush, kept up to any write.
-            let kept = *from + rng.below((upto - from + 1) as u64) as usize;
-            let mut index = index.clone();
-            for (key, value) in &run.tree_writes[*from..kept] {
-                match value {
-                    Some(value) => index.insert(key.clone(), value.clone()),
-                    None => index.remove(key),
-                };
-            }
-            let got = recovered(image, (flushed, &index))
+            let got = recovered(image, flushed)
                 .map_err(|e| format!("seed {seed}, step {step}, image {variant}: {e}"))?;
             // Executions expire with their segments; compare the rest.
             let matches = |m: &Model| {
@@ -401,7 +372,7 @@ fn damage_before_the_end_is_refused_not_truncated() {
         for at in spots {
             let damaged = Sim::from_state(disk.state());
             damaged.flip(name, at);
-            let Err(e) = open(&damaged, Arc::default()) else {
+            let Err(e) = open(&damaged) else {
                 panic!("{name} damaged at {at} was opened");
             };
             let e = format!("{e:#}");
@@ -469,7 +440,7 @@ fn a_restart_after_a_kill_then_a_power_loss_keeps_what_the_restart_acknowledged(
         let mut rng = Rng::new(seed);
         for variant in 0..50 {
             let image = disk.state().crash(&mut rng);
-            let journal = open(&Sim::from_state(image), Arc::default())
+            let journal = open(&Sim::from_state(image))
                 .unwrap_or_else(|e| panic!("seed {seed}, image {variant}: {e:#}"))
                 .0;
             assert!(

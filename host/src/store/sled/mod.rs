@@ -28,8 +28,7 @@ pub use journal::disk::sim::Sim;
 #[cfg(test)]
 pub fn after_crash(disk: &Sim) -> (Vec<String>, Vec<Vec<u8>>) {
     let image = Sim::from_state(disk.state().durable());
-    let fresh = Arc::new(journal::tree::Memory::default());
-    let (journal, logged) = journal::Journal::open(Arc::new(image), fresh).unwrap();
+    let (journal, logged) = journal::Journal::open(Arc::new(image)).unwrap();
     (journal.inbox().into_iter().map(|e| e.id).collect(), logged)
 }
 mod delivery;
@@ -455,8 +454,7 @@ pub struct Sled {
     tx: Option<TxState>,
 }
 
-/// The tree the journal keeps its index in (`journal/snapshot.rs`); not a
-/// [`T`]: the journal writes it, at checkpoints, never a transaction.
+/// The sled tree an older build kept the journal's snapshot in.
 const JOURNAL_INDEX: &str = "journal_index";
 
 /// sled's page cache. Its default, 1 GiB, let a busy host's memory grow
@@ -509,8 +507,10 @@ impl Sled {
             .iter()
             .map(|t| db.open_tree(t.name()))
             .collect::<sled::Result<Vec<_>>>()?;
-        let index = Arc::new(db.open_tree(JOURNAL_INDEX)?);
-        let (journal, logged) = journal::Journal::open(disk, index)?;
+        // Where an older build kept the journal's snapshot (now in the
+        // journal's directory, `journal/tree.rs`).
+        db.drop_tree(JOURNAL_INDEX)?;
+        let (journal, logged) = journal::Journal::open(disk)?;
         let shared = Shared {
             db,
             trees,
@@ -1203,7 +1203,10 @@ mod tests {
             d.body_sealed = hex::encode(body);
         }
         store.insert_deliveries(&deliveries).await.unwrap();
-        let name = disk.list().unwrap().into_iter().last().unwrap();
+        let mut segments = disk.list().unwrap();
+        segments.retain(|n| n.ends_with(".log"));
+        segments.sort();
+        let name = segments.pop().unwrap();
         let bytes = disk.read(&name).unwrap();
         let at = bytes.windows(8).position(|w| w == b"bbbbbbbb").unwrap();
         disk.flip(&name, at);

@@ -130,8 +130,8 @@ pub(super) fn checkpoint_now(shared: &Shared) -> crate::store::Result<(u64, u64)
 /// frame, and the rest of its commit, a crash could still take), the
 /// journal's index frozen at that position (`journal/snapshot.rs`), then a
 /// `Checkpoint` names it. The caller keeps commits out meanwhile, then
-/// writes the frozen snapshot with commits going on (the next flush makes
-/// it durable).
+/// writes the frozen snapshot with commits going on: written after sled's
+/// flush, it never stands past what sled holds.
 pub(super) fn checkpoint(
     journal: &Journal,
     flush: impl FnOnce() -> crate::store::Result<()>,
@@ -139,10 +139,7 @@ pub(super) fn checkpoint(
     journal.sync()?;
     let frozen = journal.freeze()?;
     let (seg, off) = frozen.position();
-    let done = flush().and_then(|()| {
-        journal.flushed(&frozen);
-        journal.append(vec![Entry::Checkpoint { seg, off }])
-    });
+    let done = flush().and_then(|()| journal.append(vec![Entry::Checkpoint { seg, off }]));
     match done {
         Ok(()) => Ok(frozen),
         Err(e) => {

@@ -241,11 +241,7 @@ mod tests {
             names.contains(&"0000000000000001.log.salvaged".to_string()),
             "{names:?}"
         );
-        let (_journal, _) = super::super::Journal::open(
-            std::sync::Arc::new(disk.clone()),
-            std::sync::Arc::new(super::super::tree::Memory::default()),
-        )
-        .unwrap();
+        let (_journal, _) = super::super::Journal::open(std::sync::Arc::new(disk.clone())).unwrap();
         assert_eq!(
             salvage(&Sim::from_state(disk.state())).unwrap(),
             "the journal reads whole: nothing to salvage"

@@ -71,7 +71,7 @@ const SEGMENT_BYTES: u64 = 64 << 20;
 pub struct Journal {
     disk: Arc<dyn Disk>,
     /// Where the index is kept between starts (`snapshot.rs`).
-    tree: Arc<dyn Tree>,
+    tree: Tree,
     /// Held to read the history's index (the piece logs and the closed
     /// segments' indexes, `sealed.rs`) outside the state's lock, and to
     /// change it: lookups then never hold up commits.
@@ -88,8 +88,6 @@ pub struct Frozen {
     position: Position,
     records: Batch,
     whole: bool,
-    /// Where the snapshot written before this one stands.
-    written_seg: u64,
 }
 
 impl Frozen {
@@ -137,11 +135,9 @@ struct State {
     /// Closed segments with an index of their own (`sealed.rs`).
     indexed: BTreeSet<u64>,
     /// The segment the last snapshot written stands in: every segment
-    /// before it is closed, and its executions are in the tree, or indexed.
+    /// before it is closed, and its executions are in piece logs, or
+    /// indexed. A start may read from there, so expiry keeps it.
     snapshot_seg: u64,
-    /// The same for the last snapshot sled has flushed: a start may read
-    /// from there, so expiry keeps it.
-    durable_seg: u64,
     /// The segment written to.
     active_seg: u64,
     active_len: u64,
@@ -159,21 +155,14 @@ struct State {
 }
 
 impl Journal {
-    /// Opens (or creates) the journal on `disk`, its index kept in `tree`,
-    /// and reads what came after the last snapshot into memory (all of it
-    /// without one). Returns it with the sled writes logged after the last
+    /// Opens (or creates) the journal on `disk` and reads what came after
+    /// the last snapshot into memory (all of it without one). Returns it with the sled writes logged after the last
     /// checkpoint, in order, for sled to apply again (see [`Entry::Sled`]).
     /// Damage before the end of the newest segment, or in a record still
     /// waiting, is an error that says where.
-    pub fn open(
-        disk: Arc<dyn Disk>,
-        tree: Arc<dyn Tree>,
-    ) -> anyhow::Result<(Journal, Vec<Vec<u8>>)> {
-        let start = match snapshot::load(&*tree)? {
-            Some((position, _)) if position.pieces.is_none() => {
-                tracing::info!("the journal's snapshot is an older build's: reading all of it");
-                None
-            }
+    pub fn open(disk: Arc<dyn Disk>) -> anyhow::Result<(Journal, Vec<Vec<u8>>)> {
+        let tree = Tree::open(disk.clone())?;
+        let start = match snapshot::load(&tree)? {
             Some((position, index)) if fits(&*disk, &position) => Some((position, index)),
             Some(_) => {
                 tracing::warn!(
@@ -188,7 +177,7 @@ impl Journal {
         let snapshot_seg = start.as_ref().map_or(0, |(p, _)| p.seg);
         let mut lengths = start
             .as_ref()
-            .and_then(|(p, _)| p.pieces.clone())
+            .map(|(p, _)| p.pieces.clone())
             .unwrap_or_default();
         let Read {
             found,
@@ -219,7 +208,6 @@ impl Journal {
             legacy: replayed.legacy,
             indexed,
             snapshot_seg,
-            durable_seg: snapshot_seg,
             active_seg,
             active_len: 0,
             active_since: Instant::now(),
@@ -302,23 +290,16 @@ impl Journal {
                 .map(|(s, c)| (*s, *c))
                 .collect(),
             legacy: state.legacy.iter().copied().collect(),
-            pieces: None,
+            pieces: BTreeMap::new(),
         };
-        let records = snapshot::records(&state.index, &*self.tree).map_err(StoreError::Other)?;
+        let records = snapshot::records(&state.index, &self.tree).map_err(StoreError::Other)?;
         snapshot::written(&mut state.index, &records);
         state.index.freeze();
         Ok(Frozen {
             position,
             records,
             whole: state.index.whole,
-            written_seg: state.snapshot_seg,
         })
-    }
-
-    /// Notes that sled flushed after `frozen` was taken: the snapshot
-    /// written before it is durable.
-    pub fn flushed(&self, frozen: &Frozen) {
-        self.state().durable_seg = frozen.written_seg;
     }
 
     /// Drops `frozen` unwritten (its checkpoint failed): the next snapshot
@@ -328,26 +309,25 @@ impl Journal {
         self.state().index.kept.all = true;
     }
 
-    /// Writes `frozen` to the tree, with commits going on: it is durable at
-    /// the next checkpoint's flush. Lookups of executions not in memory
-    /// wait meanwhile. After a failure, the next snapshot writes every
-    /// waiting record anew and the frozen executions with its own.
+    /// Writes `frozen`, with commits going on: the frozen executions to
+    /// their piece logs, then the waiting records that changed and the
+    /// position, naming the logs' lengths, as one durable batch. Lookups
+    /// of executions not in memory wait meanwhile. After a failure, the
+    /// next snapshot writes every waiting record anew and the frozen
+    /// executions with its own.
     pub fn write_snapshot(&self, frozen: Frozen) -> Result<(u64, u64)> {
         let _history = self.history.write().unwrap_or_else(|p| p.into_inner());
         let executions = self.state().index.frozen.clone();
         let mut position = frozen.position.clone();
+        let mut records = frozen.records;
         let written = (self.pieces)
             .write(&*self.disk, &executions, frozen.whole)
             .map_err(anyhow::Error::from)
-            .and_then(|()| self.tree.apply(&frozen.records))
             .and_then(|()| {
-                // Last: what the snapshot holds is in before it says so.
-                position.pieces = Some(self.pieces.lengths());
+                position.pieces = self.pieces.lengths();
                 let position = serde_json::to_vec(&position)?;
-                self.tree.apply(&Batch::from([(
-                    snapshot::POSITION.to_vec(),
-                    Some(position),
-                )]))
+                records.insert(snapshot::POSITION.to_vec(), Some(position));
+                self.tree.apply(&records)
             });
         let mut state = self.state();
         if let Err(e) = written {
@@ -660,7 +640,7 @@ impl Journal {
         let mut state = self.state();
         state.usable()?;
         // A start reads from the last durable snapshot, if any.
-        let durable = Some(state.durable_seg).filter(|seg| *seg > 0);
+        let durable = Some(state.snapshot_seg).filter(|seg| *seg > 0);
         let kept_from = checkpoint
             .min(state.active_seg)
             .min(durable.unwrap_or(u64::MAX));
@@ -1531,9 +1511,7 @@ pub(super) mod tests {
 
     /// The journal on `disk`, with no index kept: it reads everything.
     fn open(disk: &Sim) -> Journal {
-        Journal::open(Arc::new(disk.clone()), Arc::new(tree::Memory::default()))
-            .unwrap()
-            .0
+        Journal::open(Arc::new(disk.clone())).unwrap().0
     }
 
     /// A journal of two segments, with a byte flipped in the middle of the
@@ -1732,9 +1710,17 @@ pub(super) mod tests {
         assert!(due(&journal).is_empty(), "a's delivery stays settled");
     }
 
-    /// A journal that keeps its index in `tree`.
-    fn open_in(disk: &Sim, tree: &Arc<tree::Memory>) -> anyhow::Result<Journal> {
-        Ok(Journal::open(Arc::new(disk.clone()), tree.clone())?.0)
+    fn open_in(disk: &Sim) -> anyhow::Result<Journal> {
+        Ok(Journal::open(Arc::new(disk.clone()))?.0)
+    }
+
+    /// Removes the snapshot: the next start reads the journal whole.
+    fn forget_snapshot(disk: &Sim) {
+        for name in disk.list().unwrap() {
+            if name.ends_with(".snap") {
+                disk.remove(&name).unwrap();
+            }
+        }
     }
 
     fn ids(executions: Vec<Execution>) -> Vec<String> {
@@ -1748,8 +1734,7 @@ pub(super) mod tests {
     #[test]
     fn a_start_reads_only_what_came_after_the_snapshot() {
         let disk = Sim::new();
-        let tree = Arc::new(tree::Memory::default());
-        let journal = open_in(&disk, &tree).unwrap();
+        let journal = open_in(&disk).unwrap();
         for i in 0..10 {
             journal.append(fired(&format!("a{i}"))).unwrap();
             journal.append(attempted(&format!("a{i}"))).unwrap();
@@ -1774,7 +1759,7 @@ pub(super) mod tests {
         assert!((at as u64) < snapshot_at.1);
         disk.flip(&segment_name(1), at + 3);
 
-        let journal = open_in(&disk, &tree).expect("the start reads only after the snapshot");
+        let journal = open_in(&disk).expect("the start reads only after the snapshot");
         let waiting: Vec<String> = due(&journal).into_iter().map(|d| d.id).collect();
         assert_eq!(waiting, ["d_after", "d_waits"]);
         assert_eq!(journal.inbox().len(), 1);
@@ -1794,8 +1779,8 @@ pub(super) mod tests {
         );
         assert!(journal.execution(&key("a5")).unwrap().is_some());
         drop(journal);
-        let Err(e) = Journal::open(Arc::new(disk.clone()), Arc::new(tree::Memory::default()))
-        else {
+        forget_snapshot(&disk);
+        let Err(e) = open_in(&disk) else {
             panic!("a start that reads everything must refuse the damage");
         };
         assert!(format!("{e:#}").contains("is damaged at offset"), "{e:#}");
@@ -1809,8 +1794,7 @@ pub(super) mod tests {
     #[test]
     fn history_reads_the_same_across_the_snapshot() {
         let disk = Sim::new();
-        let tree = Arc::new(tree::Memory::default());
-        let journal = open_in(&disk, &tree).unwrap();
+        let journal = open_in(&disk).unwrap();
         let mut expected = Vec::new();
         for i in 0..30 {
             let id = format!("{:02}", i);
@@ -1855,7 +1839,7 @@ pub(super) mod tests {
         check(&journal, "running");
         journal.sync().unwrap();
         drop(journal);
-        let reopened = open_in(&disk, &tree).unwrap();
+        let reopened = open_in(&disk).unwrap();
         // An execution made now is in no segment closed an hour ago: none
         // is read.
         for closed in reopened.state().segments.values_mut().flatten() {
@@ -1868,7 +1852,7 @@ pub(super) mod tests {
         assert!(reopened.cached().is_empty(), "a closed segment was read");
         check(&reopened, "reopened");
         disk.flip(&sealed::name(1), 40);
-        check(&open_in(&disk, &tree).unwrap(), "an index damaged");
+        check(&open_in(&disk).unwrap(), "an index damaged");
         let logs: Vec<String> = disk
             .lengths()
             .into_keys()
@@ -1878,7 +1862,7 @@ pub(super) mod tests {
         for log in &logs {
             disk.flip(log, 40);
         }
-        check(&open_in(&disk, &tree).unwrap(), "a piece log damaged");
+        check(&open_in(&disk).unwrap(), "a piece log damaged");
         check(&open(&disk), "read whole");
     }
 
@@ -1887,8 +1871,7 @@ pub(super) mod tests {
     #[test]
     fn damage_in_a_waiting_record_stops_the_start() {
         let disk = Sim::new();
-        let tree = Arc::new(tree::Memory::default());
-        let journal = open_in(&disk, &tree).unwrap();
+        let journal = open_in(&disk).unwrap();
         journal.append(fired("waits")).unwrap();
         journal.snapshot().unwrap();
         drop(journal);
@@ -1896,7 +1879,7 @@ pub(super) mod tests {
         let body = hex::decode(BODY).unwrap();
         let at = bytes.windows(body.len()).position(|w| w == body).unwrap();
         disk.flip(&segment_name(1), at);
-        let Err(e) = open_in(&disk, &tree) else {
+        let Err(e) = open_in(&disk) else {
             panic!("a damaged waiting delivery was started over");
         };
         let e = format!("{e:#}");
@@ -1912,27 +1895,19 @@ pub(super) mod tests {
     #[test]
     fn expiry_and_salvage_leave_the_snapshot_true() {
         let disk = Sim::new();
-        let tree = Arc::new(tree::Memory::default());
-        let journal = open_in(&disk, &tree).unwrap();
+        let journal = open_in(&disk).unwrap();
         journal.append(fired("old")).unwrap();
         journal.append(attempted("old")).unwrap();
         journal.append(fired("waits")).unwrap();
-        // As a checkpoint does: sled's flush between the two halves.
-        let checkpoint = |journal: &Journal| {
-            let frozen = journal.freeze().unwrap();
-            journal.flushed(&frozen);
-            journal.write_snapshot(frozen).unwrap()
-        };
-        checkpoint(&journal);
+        journal.snapshot().unwrap();
         journal.rotate_soon();
         journal.append(fired("new")).unwrap();
         journal.rotate_every(Duration::from_secs(3600));
-        let (seg, _) = checkpoint(&journal);
-        assert_eq!(seg, 2);
         let later = crate::ids::now_ms() + 1000;
-        // A start would read from the first snapshot, in segment 1.
-        assert_eq!(journal.expire(later, seg).unwrap(), 0, "not durable yet");
-        checkpoint(&journal);
+        // A start would read from the snapshot, in segment 1.
+        assert_eq!(journal.expire(later, 2).unwrap(), 0, "kept for the start");
+        let (seg, _) = journal.snapshot().unwrap();
+        assert_eq!(seg, 2);
         assert_eq!(journal.expire(later, seg).unwrap(), 1, "old went");
         let left = |j: &Journal| {
             let mut ids = ids(j.executions(b"", usize::MAX).unwrap());
@@ -1944,18 +1919,18 @@ pub(super) mod tests {
         journal.snapshot().unwrap();
         journal.sync().unwrap();
         drop(journal);
-        assert_eq!(left(&open_in(&disk, &tree).unwrap()), expected);
+        assert_eq!(left(&open_in(&disk).unwrap()), expected);
 
         // Cut the journal back before where the snapshot stands, as
         // salvage may: the start reads it whole, never the index's stale
         // entries, and the next snapshot replaces them.
         disk.set_len(&segment_name(2), 0).unwrap();
-        let journal = open_in(&disk, &tree).unwrap();
+        let journal = open_in(&disk).unwrap();
         assert!(left(&journal).is_empty());
         assert!(due(&journal).is_empty());
         journal.snapshot().unwrap();
         drop(journal);
-        let journal = open_in(&disk, &tree).unwrap();
+        let journal = open_in(&disk).unwrap();
         assert!(left(&journal).is_empty());
         let logs = disk.lengths().into_keys().filter(|n| n.ends_with(".pcs"));
         assert_eq!(logs.count(), 0);

@@ -1,17 +1,13 @@
-//! The index, kept in a tree (`tree.rs`, sled's in the store) at every
-//! checkpoint, so that a start reads the journal only from the checkpoint
-//! on: what it costs follows the records still waiting, not the history.
+//! The index, kept in a tree (`tree.rs`) at every checkpoint, so that a
+//! start reads the journal only from the checkpoint on: what it costs
+//! follows the records still waiting, not the history.
 //!
 //! The tree holds, under one-byte prefixes: `p`, where the snapshot stands
 //! in the journal ([`Position`]); `i` + event id, a waiting event and its
 //! frame; `o` + delivery id, a waiting delivery and where its frames are.
 //! Executions are not in the tree: the segments' piece logs and indexes
 //! hold where they are (`pieces.rs`, `sealed.rs`). Only what changed since
-//! the last snapshot is written, key by key (sled's atomic batches stop
-//! the whole store while they apply), the position last, and flushed with
-//! sled at the next checkpoint. A crash may keep some of a snapshot's keys
-//! without its position: the start then reads from the older position and
-//! meets those changes again, which a waiting record takes as it is.
+//! the last snapshot is written, the position with it, as one batch.
 
 use std::collections::BTreeMap;
 
@@ -26,8 +22,6 @@ use crate::model::Event;
 pub const POSITION: &[u8] = b"p";
 const INBOX: u8 = b'i';
 const OUTBOX: u8 = b'o';
-/// Where the snapshot of the build before piece logs kept executions.
-const EXECUTION: u8 = b'x';
 
 /// Where a snapshot stands: the index it holds is the journal's before
 /// the frame at (`seg`, `off`), numbered `next_seq`.
@@ -40,10 +34,8 @@ pub struct Position {
     pub closed: BTreeMap<u64, Option<u64>>,
     /// Segments of format 1.
     pub legacy: Vec<u64>,
-    /// How long each segment's piece log was (`pieces.rs`). `None` in a
-    /// snapshot of an older build, which a start does not use.
-    #[serde(default)]
-    pub pieces: Option<BTreeMap<u64, u64>>,
+    /// How long each segment's piece log was (`pieces.rs`).
+    pub pieces: BTreeMap<u64, u64>,
 }
 
 fn key(kind: u8, id: &str) -> Vec<u8> {
@@ -51,23 +43,21 @@ fn key(kind: u8, id: &str) -> Vec<u8> {
 }
 
 /// The snapshot in `tree`: where it stands, and the waiting records as an
-/// index (executions stay in the tree).
-pub fn load(tree: &dyn Tree) -> anyhow::Result<Option<(Position, Index)>> {
+/// index.
+pub fn load(tree: &Tree) -> anyhow::Result<Option<(Position, Index)>> {
     let Some(position) = tree.get(POSITION)? else {
         return Ok(None);
     };
     let position: Position =
         serde_json::from_slice(&position).context("reading the journal index's position")?;
     let mut index = Index::default();
-    for pair in tree.scan(&[INBOX], false) {
-        let (_, value) = pair?;
+    for (_, value) in tree.scan(&[INBOX]) {
         let (event, at): (Event, At) =
             serde_json::from_slice(&value).context("reading a waiting event in the index")?;
         index.kept.events.insert(event.id.clone());
         index.inbox.insert(event.id.clone(), (event, at));
     }
-    for pair in tree.scan(&[OUTBOX], false) {
-        let (_, value) = pair?;
+    for (_, value) in tree.scan(&[OUTBOX]) {
         let waiting: Waiting =
             serde_json::from_slice(&value).context("reading a waiting delivery in the index")?;
         let id = waiting.delivery.id.clone();
@@ -80,13 +70,13 @@ pub fn load(tree: &dyn Tree) -> anyhow::Result<Option<(Position, Index)>> {
 
 /// What to write of the waiting records for `index` in the tree: what
 /// changed since the last snapshot, or all of them (and no other) when
-/// `kept.all`, when any executions an older build kept there go too.
-pub fn records(index: &Index, tree: &dyn Tree) -> anyhow::Result<Batch> {
+/// `kept.all`.
+pub fn records(index: &Index, tree: &Tree) -> anyhow::Result<Batch> {
     let mut batch = Batch::new();
     if index.kept.all {
-        for prefix in [INBOX, OUTBOX, EXECUTION] {
-            for pair in tree.scan(&[prefix], false) {
-                batch.insert(pair?.0, None);
+        for prefix in [INBOX, OUTBOX] {
+            for (key, _) in tree.scan(&[prefix]) {
+                batch.insert(key, None);
             }
         }
     }

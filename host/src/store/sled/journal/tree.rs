@@ -1,10 +1,27 @@
-//! Where the journal keeps its index between starts (`snapshot.rs`): a
-//! sorted map that keeps what was last flushed. sled's tree in the store;
-//! a map in memory in tests, flushed by copying it.
+//! Where the journal keeps its snapshot between starts (`snapshot.rs`): a
+//! sorted map in memory, kept in the journal's directory as a log of the
+//! batches applied to it, `NNNN.snap`, each one checked frame
+//! (`frame.rs`), synced before `apply` returns. A crash keeps a prefix of
+//! whole batches, each an older snapshot, whole. Once the log is much
+//! larger than what it holds, the map is written whole as the next
+//! generation, synced, and the older one removed.
+//!
+//! Not a sled tree: the snapshot's keys are ids that come and go, and
+//! sled keeps a page for every range of keys it ever held, so its pages
+//! (and its start) grew with the history.
+//!
+//! Derived data: the journal holds everything in it. A log that does not
+//! read from its start is set aside (the start then reads the journal
+//! whole); one whose end does not read is cut back to its last whole
+//! batch, with a warning.
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
 
-use anyhow::Result;
+use anyhow::Context;
+
+use super::disk::Disk;
+use super::frame;
 
 /// A change to a key: `None` removes it.
 pub type Batch = BTreeMap<Vec<u8>, Option<Vec<u8>>>;
@@ -12,119 +29,290 @@ pub type Batch = BTreeMap<Vec<u8>, Option<Vec<u8>>>;
 /// A key and its value.
 pub type Pair = (Vec<u8>, Vec<u8>);
 
-/// What the journal asks of the map its snapshot lives in.
-pub trait Tree: Send + Sync {
-    /// The value under `key`.
-    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>>;
-    /// The pairs under `prefix`, in key order, newest (highest) first
-    /// when `rev`.
-    fn scan<'a>(&'a self, prefix: &[u8], rev: bool) -> Box<dyn Iterator<Item = Result<Pair>> + 'a>;
-    /// Applies `batch`, key by key in order: a crash may keep any prefix.
-    fn apply(&self, batch: &Batch) -> Result<()>;
+/// What the map holds.
+type Map = BTreeMap<Vec<u8>, Vec<u8>>;
+
+/// A key and its change, as [`Batch`] holds them.
+type Change = (Vec<u8>, Option<Vec<u8>>);
+
+/// A log this much larger than what it holds (plus [`SLACK`]) is
+/// written anew.
+const GROWTH: u64 = 4;
+const SLACK: u64 = 1 << 20;
+
+/// The map and its log.
+pub struct Tree {
+    disk: Arc<dyn Disk>,
+    state: Mutex<State>,
 }
 
-impl Tree for sled::Tree {
-    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        Ok(sled::Tree::get(self, key)?.map(|v| v.to_vec()))
-    }
-
-    fn scan<'a>(&'a self, prefix: &[u8], rev: bool) -> Box<dyn Iterator<Item = Result<Pair>> + 'a> {
-        let pairs = self.scan_prefix(prefix);
-        let pair = |p: sled::Result<(sled::IVec, sled::IVec)>| {
-            p.map(|(k, v)| (k.to_vec(), v.to_vec()))
-                .map_err(anyhow::Error::from)
-        };
-        if rev {
-            Box::new(pairs.rev().map(pair))
-        } else {
-            Box::new(pairs.map(pair))
-        }
-    }
-
-    // Not sled's batches: one holds every other operation on the store
-    // (every request's) for as long as it takes.
-    fn apply(&self, batch: &Batch) -> Result<()> {
-        for (key, value) in batch {
-            match value {
-                Some(value) => self.insert(key.as_slice(), value.as_slice())?,
-                None => self.remove(key.as_slice())?,
-            };
-        }
-        Ok(())
-    }
-}
-
-/// One write of a batch: `None` removes the key (tests).
-#[cfg(test)]
-pub type Write = (Vec<u8>, Option<Vec<u8>>);
-
-/// A map in memory (tests): [`Memory::flushed`] is what a flush keeps;
-/// [`Memory::writes`] every write applied, in order, of which a crash
-/// after a flush may keep any prefix beyond it.
-#[cfg(test)]
 #[derive(Default)]
-pub struct Memory {
-    map: std::sync::Mutex<BTreeMap<Vec<u8>, Vec<u8>>>,
-    writes: std::sync::Mutex<Vec<Write>>,
+struct State {
+    map: Map,
+    /// The log's generation (0: none yet) and length.
+    generation: u64,
+    len: u64,
+    /// A write or sync failed: the next batch starts a new generation
+    /// (after a failed sync, the file's pages may be gone).
+    broken: bool,
 }
 
-#[cfg(test)]
-impl Memory {
-    /// A map holding `pairs`.
-    pub fn from(pairs: BTreeMap<Vec<u8>, Vec<u8>>) -> std::sync::Arc<Memory> {
-        std::sync::Arc::new(Memory {
-            map: std::sync::Mutex::new(pairs),
-            writes: Default::default(),
+fn name(generation: u64) -> String {
+    format!("{generation:016}.snap")
+}
+
+impl Tree {
+    /// The map logged on `disk`, newest generation first: one whose first
+    /// batch does not read (a rewrite cut short) is removed, as are older
+    /// ones.
+    pub fn open(disk: Arc<dyn Disk>) -> anyhow::Result<Tree> {
+        let mut generations: Vec<u64> = disk
+            .list()
+            .context("cannot list the journal's directory")?
+            .iter()
+            .filter_map(|n| n.strip_suffix(".snap")?.parse().ok())
+            .collect();
+        generations.sort_unstable_by(|a, b| b.cmp(a));
+        let mut state = State::default();
+        for generation in generations {
+            let name = name(generation);
+            if state.generation == 0
+                && let Some((map, len)) = read(&*disk, &name)?
+            {
+                state = State {
+                    map,
+                    generation,
+                    len,
+                    broken: false,
+                };
+                continue;
+            }
+            disk.remove(&name)
+                .with_context(|| format!("cannot remove the journal snapshot {name}"))?;
+        }
+        Ok(Tree {
+            disk,
+            state: Mutex::new(state),
         })
     }
 
-    /// Every write applied so far, in order.
-    pub fn writes(&self) -> Vec<Write> {
-        self.writes.lock().unwrap().clone()
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// How many writes were applied so far.
-    pub fn written(&self) -> usize {
-        self.writes.lock().unwrap().len()
+    /// The value under `key`.
+    pub fn get(&self, key: &[u8]) -> anyhow::Result<Option<Vec<u8>>> {
+        Ok(self.state().map.get(key).cloned())
     }
 
-    /// Everything it holds now: what it keeps if flushed now.
-    pub fn flushed(&self) -> BTreeMap<Vec<u8>, Vec<u8>> {
-        self.map.lock().unwrap().clone()
+    /// The pairs under `prefix`, in key order.
+    pub fn scan(&self, prefix: &[u8]) -> Vec<Pair> {
+        self.state()
+            .map
+            .range(prefix.to_vec()..)
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
+    /// Applies `batch`, durably and whole: a crash keeps all of it or none.
+    pub fn apply(&self, batch: &Batch) -> anyhow::Result<()> {
+        let mut state = self.state();
+        for (key, value) in batch {
+            match value {
+                Some(value) => state.map.insert(key.clone(), value.clone()),
+                None => state.map.remove(key),
+            };
+        }
+        let held: u64 = state
+            .map
+            .iter()
+            .map(|(k, v)| (k.len() + v.len()) as u64)
+            .sum();
+        let frame = encode(batch, state.generation)?;
+        let grown = state.len + frame.len() as u64 > GROWTH * held + SLACK;
+        let written = if state.generation == 0 || state.broken || grown {
+            self.rewrite(&mut state)
+        } else {
+            let name = name(state.generation);
+            let len = state.len;
+            self.disk
+                .write_at(&name, len, &frame)
+                .and_then(|()| self.disk.sync(&name))
+                .map(|()| state.len += frame.len() as u64)
+                .with_context(|| format!("cannot write the journal snapshot {name}"))
+        };
+        state.broken = written.is_err();
+        written
+    }
+
+    /// Writes the map whole as the next generation, then removes the one
+    /// before.
+    fn rewrite(&self, state: &mut State) -> anyhow::Result<()> {
+        let generation = state.generation + 1;
+        let all: Batch = (state.map.iter())
+            .map(|(k, v)| (k.clone(), Some(v.clone())))
+            .collect();
+        let frame = encode(&all, generation)?;
+        let name = name(generation);
+        (self.disk.create(&name))
+            .and_then(|()| self.disk.write_at(&name, 0, &frame))
+            .and_then(|()| self.disk.sync(&name))
+            .and_then(|()| self.disk.sync_dir())
+            .with_context(|| format!("cannot write the journal snapshot {name}"))?;
+        let old = std::mem::replace(&mut state.generation, generation);
+        state.len = frame.len() as u64;
+        if old > 0 {
+            let name = self::name(old);
+            (self.disk.remove(&name))
+                .and_then(|()| self.disk.sync_dir())
+                .with_context(|| format!("cannot remove the journal snapshot {name}"))?;
+        }
+        Ok(())
+    }
+}
+
+/// `batch` as one frame: per change, the key's length (u32) and the key,
+/// then 0 (removed), or 1 and the value's length (u32) and the value.
+fn encode(batch: &Batch, generation: u64) -> anyhow::Result<Vec<u8>> {
+    let mut body = Vec::new();
+    for (key, value) in batch {
+        body.extend_from_slice(&(key.len() as u32).to_le_bytes());
+        body.extend_from_slice(key);
+        match value {
+            None => body.push(0),
+            Some(value) => {
+                body.push(1);
+                body.extend_from_slice(&(value.len() as u32).to_le_bytes());
+                body.extend_from_slice(value);
+            }
+        }
+    }
+    let json = format!(r#"{{"snapshot":{generation}}}"#);
+    let mut out = Vec::with_capacity(body.len() + frame::HEADER + json.len() + 4);
+    frame::encode(&mut out, 0, 0, json.as_bytes(), &body)
+        .context("the journal's snapshot is too large for one frame")?;
+    Ok(out)
+}
+
+/// The map the log `name` holds and the length of its whole batches;
+/// `None` if its first batch does not read. An end that does not read
+/// is cut off.
+fn read(disk: &dyn Disk, name: &str) -> anyhow::Result<Option<(Map, u64)>> {
+    let bytes = disk
+        .read(name)
+        .with_context(|| format!("cannot read the journal snapshot {name}"))?;
+    let mut map = BTreeMap::new();
+    let mut off = 0;
+    while off < bytes.len() {
+        let batch = match frame::decode(&bytes[off..]) {
+            frame::Read::Frame { payload, len, .. } => {
+                frame::split(payload).and_then(|(_, body)| decode(body).map(|b| (b, len)))
+            }
+            _ => None,
+        };
+        let Some((batch, len)) = batch else {
+            if off == 0 {
+                tracing::warn!(snapshot = %name, "the journal's snapshot does not read: reading the journal whole");
+                return Ok(None);
+            }
+            tracing::warn!(snapshot = %name, kept = off, dropped = bytes.len() - off, "the journal's snapshot ends in a batch that does not read; using the one before");
+            disk.set_len(name, off as u64)
+                .and_then(|()| disk.sync(name))
+                .with_context(|| format!("cannot cut back the journal snapshot {name}"))?;
+            break;
+        };
+        for (key, value) in batch {
+            match value {
+                Some(value) => map.insert(key, value),
+                None => map.remove(&key),
+            };
+        }
+        off += len;
+    }
+    Ok(Some((map, off as u64)))
+}
+
+/// The changes [`encode`] wrote; `None` if cut short.
+fn decode(mut body: &[u8]) -> Option<Vec<Change>> {
+    let mut take = |n: usize| -> Option<&[u8]> {
+        let (head, rest) = (body.get(..n)?, body.get(n..)?);
+        body = rest;
+        Some(head)
+    };
+    let mut changes = Vec::new();
+    loop {
+        let Some(len) = take(4) else {
+            return Some(changes);
+        };
+        let key = take(u32::from_le_bytes(len.try_into().ok()?) as usize)?.to_vec();
+        let value = match take(1)?[0] {
+            0 => None,
+            _ => {
+                let len = u32::from_le_bytes(take(4)?.try_into().ok()?) as usize;
+                Some(take(len)?.to_vec())
+            }
+        };
+        changes.push((key, value));
     }
 }
 
 #[cfg(test)]
-impl Tree for Memory {
-    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        Ok(self.map.lock().unwrap().get(key).cloned())
+mod tests {
+    use super::super::disk::sim::Sim;
+    use super::*;
+
+    fn batch(pairs: &[(&str, Option<&str>)]) -> Batch {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.as_bytes().to_vec(), v.map(|v| v.as_bytes().to_vec())))
+            .collect()
     }
 
-    fn scan<'a>(&'a self, prefix: &[u8], rev: bool) -> Box<dyn Iterator<Item = Result<Pair>> + 'a> {
-        let mut pairs: Vec<Pair> = self
-            .map
-            .lock()
+    /// What a reopened tree holds after batches, a rewrite, a torn last
+    /// batch and a first batch that does not read.
+    #[test]
+    fn a_reopened_tree_holds_its_whole_batches() {
+        let disk = Sim::new();
+        let open = || Tree::open(Arc::new(disk.clone())).unwrap();
+        let tree = open();
+        tree.apply(&batch(&[("a", Some("1")), ("b", Some("2"))]))
+            .unwrap();
+        tree.apply(&batch(&[("a", None), ("c", Some("3"))]))
+            .unwrap();
+        let pairs = |t: &Tree| t.scan(b"");
+        let want = vec![
+            (b"b".to_vec(), b"2".to_vec()),
+            (b"c".to_vec(), b"3".to_vec()),
+        ];
+        assert_eq!(pairs(&open()), want);
+
+        // A batch torn at the end: the one before stands.
+        let len = disk.lengths()[&name(1)];
+        tree.apply(&batch(&[("d", Some("4"))])).unwrap();
+        disk.set_len(&name(1), len as u64 + 10).unwrap();
+        assert_eq!(pairs(&open()), want);
+        assert_eq!(disk.lengths()[&name(1)], len, "cut back");
+
+        // Grown past what it holds: written anew, the old one gone.
+        let tree = open();
+        let big = "x".repeat(300 << 10);
+        for i in 0..8 {
+            let value = if i % 2 == 0 { Some(big.as_str()) } else { None };
+            tree.apply(&batch(&[("big", value)])).unwrap();
+        }
+        let names: Vec<String> = disk.lengths().into_keys().collect();
+        assert!(!names.contains(&name(1)), "{names:?}");
+        assert_eq!(pairs(&open()), want);
+
+        // A generation whose first batch does not read is not used.
+        let newest = names
+            .iter()
+            .rfind(|n| n.ends_with(".snap"))
             .unwrap()
-            .range(prefix.to_vec()..)
-            .take_while(|(k, _)| k.starts_with(prefix))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        if rev {
-            pairs.reverse();
-        }
-        Box::new(pairs.into_iter().map(Ok))
-    }
-
-    fn apply(&self, batch: &Batch) -> Result<()> {
-        let mut map = self.map.lock().unwrap();
-        let mut writes = self.writes.lock().unwrap();
-        for (key, value) in batch {
-            writes.push((key.clone(), value.clone()));
-            match value {
-                Some(value) => map.insert(key.clone(), value.clone()),
-                None => map.remove(key),
-            };
-        }
-        Ok(())
+            .clone();
+        disk.flip(&newest, 40);
+        assert!(pairs(&open()).is_empty());
+        assert!(!disk.lengths().contains_key(&newest));
     }
 }
