@@ -375,8 +375,8 @@ struct Shared {
     trees: Vec<sled::Tree>,
     /// The delivery path's records (see `journal/mod.rs`).
     journal: journal::Journal,
-    /// Whether sled has writes not yet flushed (checkpointed, `wal.rs`).
-    sled_dirty: Arc<wal::Dirty>,
+    /// Whether anything was written since the last checkpoint (`wal.rs`).
+    dirty: Arc<wal::Dirty>,
     writer: Arc<tokio::sync::Mutex<()>>,
     /// Held by a checkpoint, from its sync to its snapshot written (`wal.rs`).
     checkpointing: Mutex<()>,
@@ -401,7 +401,7 @@ impl Shared {
     fn noting_full<V>(&self, result: Result<V>) -> Result<V> {
         if let Err(StoreError::Full) = result {
             self.reserve.release();
-            self.sled_dirty.mark();
+            self.dirty.mark();
         }
         result
     }
@@ -515,7 +515,7 @@ impl Sled {
             db,
             trees,
             journal,
-            sled_dirty: Arc::default(),
+            dirty: Arc::default(),
             writer: Arc::default(),
             checkpointing: Mutex::default(),
             commits: GroupCommit::default(),
@@ -666,9 +666,9 @@ impl Sled {
         };
         if !overlay.is_empty() {
             logged.push(wal::entry(&overlay));
-            self.shared.sled_dirty.mark();
         }
         if !logged.is_empty() {
+            self.shared.dirty.mark();
             let appended = self.shared.journal.append(logged);
             self.shared.noting_full(appended)?;
         }
@@ -847,10 +847,14 @@ impl Engine for Sled {
         Ok(out)
     }
 
+    // A checkpoint: the next start reads nothing of the journal but its
+    // snapshot.
     async fn flush(&self) -> Result<()> {
-        self.journal().sync()?;
-        self.shared.db.flush_async().await.map_err(io)?;
-        Ok(())
+        let shared = self.shared.clone();
+        tokio::task::spawn_blocking(move || shared.noting_full(wal::checkpoint_now(&shared)))
+            .await
+            .map_err(|e| StoreError::Other(e.into()))?
+            .map(|_| ())
     }
 
     async fn expire_history(&self, keep: std::time::Duration) -> Result<usize> {
@@ -1184,6 +1188,36 @@ mod tests {
         drop(store);
         let store = Sled::open(dir.path()).unwrap();
         assert_eq!(store.inbox().await.unwrap().len(), 1, "moved once, kept");
+    }
+
+    /// Deliveries alone (no write to sled) wake the checkpointer, and a
+    /// clean stop checkpoints: the next start reads nothing of what they
+    /// wrote (it replayed all of it, and a backlog's snapshot, before).
+    #[tokio::test]
+    async fn a_start_after_a_clean_stop_reads_nothing_of_what_was_delivered() {
+        use crate::store::contract::delivery;
+        let dir = tempfile::tempdir().unwrap();
+        let store = Sled::open(dir.path()).unwrap();
+        let deliveries: Vec<_> = (0..200)
+            .map(|i| {
+                let mut d = delivery(&format!("d{i}"), 1);
+                d.body_sealed = hex::encode("a body");
+                d
+            })
+            .collect();
+        store.insert_deliveries(&deliveries).await.unwrap();
+        assert!(
+            store.shared.dirty.wait(std::time::Duration::ZERO),
+            "the checkpointer was not woken"
+        );
+        let finished: Vec<_> = deliveries.iter().map(|d| (d, None)).collect();
+        store.finish_deliveries(&finished).await.unwrap();
+        store.flush().await.unwrap();
+        drop(store);
+        let store = Sled::open(dir.path()).unwrap();
+        let read = store.shared.journal.read_at_start();
+        assert!(read < 1_000, "the start read {read} bytes of the journal");
+        assert_eq!(store.pending_deliveries().await.unwrap(), 0);
     }
 
     /// A body damaged on disk after the start read it (a bad sector) sets

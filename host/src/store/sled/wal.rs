@@ -24,8 +24,10 @@ use super::{Overlay, Shared, T};
 /// writes share one flush.
 const EVERY: Duration = Duration::from_secs(1);
 
-/// Whether sled has writes not yet flushed; the checkpointer sleeps until
-/// it has, so an idle store wakes no thread.
+/// Whether anything was written since the last checkpoint: sled's writes
+/// to flush, or the journal's, for its snapshot to follow (else a start
+/// after a burst of deliveries would replay them all). The checkpointer
+/// sleeps until then, so an idle store wakes no thread.
 #[derive(Default)]
 pub(super) struct Dirty {
     dirty: Mutex<bool>,
@@ -48,7 +50,7 @@ impl Dirty {
     }
 
     /// Waits until marked, or `limit` passes; says which.
-    fn wait(&self, limit: Duration) -> bool {
+    pub(super) fn wait(&self, limit: Duration) -> bool {
         let dirty = self.dirty.lock().unwrap_or_else(|p| p.into_inner());
         let (dirty, _) = self
             .marked
@@ -111,7 +113,7 @@ pub(super) fn checkpoint_now(shared: &Shared) -> crate::store::Result<(u64, u64)
         .checkpointing
         .lock()
         .unwrap_or_else(|p| p.into_inner());
-    shared.sled_dirty.take();
+    shared.dirty.take();
     let frozen = {
         // Uncontended at open, which may run on an async thread.
         let _writer = match shared.writer.try_lock() {
@@ -155,7 +157,7 @@ pub(super) fn checkpoint(
 pub(super) fn spawn_checkpointer(shared: Weak<Shared>) {
     let Some((dirty, reserve)) = shared
         .upgrade()
-        .map(|s| (s.sled_dirty.clone(), s.reserve.clone()))
+        .map(|s| (s.dirty.clone(), s.reserve.clone()))
     else {
         return;
     };
@@ -188,7 +190,7 @@ pub(super) fn spawn_checkpointer(shared: Weak<Shared>) {
                     Err(crate::store::StoreError::Failed(_)) => return,
                     Err(e) => {
                         tracing::error!(error = %e, "checkpointing the store failed; retrying");
-                        shared.sled_dirty.mark();
+                        shared.dirty.mark();
                     }
                 }
             }

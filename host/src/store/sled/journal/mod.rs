@@ -78,6 +78,8 @@ pub struct Journal {
     history: RwLock<()>,
     /// Where the executions of segments not indexed yet are.
     pieces: Pieces,
+    /// How many bytes of segments the start read.
+    read_at_start: u64,
     /// The closed segments' indexes read last, newest last.
     sealed: Mutex<Vec<(u64, Arc<Sealed>)>>,
     state: Mutex<State>,
@@ -185,6 +187,11 @@ impl Journal {
             redo,
             replayed,
         } = read_from(&*disk, start)?;
+        tracing::info!(
+            bytes = replayed.bytes,
+            from_snapshot,
+            "read the journal after its snapshot"
+        );
         // What was read may be a killed process's writes, still only in
         // the page cache: durable before anything is written after them.
         if let Some(newest) = found.last() {
@@ -222,6 +229,7 @@ impl Journal {
             tree,
             history: RwLock::default(),
             pieces,
+            read_at_start: replayed.bytes,
             sealed: Mutex::default(),
             state: Mutex::new(state),
         };
@@ -229,6 +237,12 @@ impl Journal {
             journal.check_waiting()?;
         }
         Ok((journal, redo.since_checkpoint()))
+    }
+
+    /// How many bytes of segments the start read: those after the
+    /// snapshot.
+    pub fn read_at_start(&self) -> u64 {
+        self.read_at_start
     }
 
     /// Reads every frame a waiting delivery needs (its record, its body,
@@ -1116,6 +1130,8 @@ struct Replayed {
     legacy: BTreeSet<u64>,
     /// When each segment was closed, where it says so.
     closed: HashMap<u64, u64>,
+    /// How many bytes of segments were read.
+    bytes: u64,
 }
 
 /// Applies the committed entries of one segment to `index` (and notes
@@ -1134,6 +1150,7 @@ fn replay(
     let bytes = disk
         .read_from(&name, base as u64)
         .with_context(|| format!("cannot read the journal segment {name}"))?;
+    replayed.bytes += bytes.len() as u64;
     // Format 1 segments all come before the first of format 2.
     let legacy = replayed.next_seq == 0 && !bytes.is_empty() && !bytes.starts_with(&frame::MAGIC);
     if legacy {
@@ -1259,6 +1276,7 @@ fn read_from(disk: &dyn Disk, start: Option<(Position, Index)>) -> anyhow::Resul
     let (from, index, replayed) = match start {
         Some((position, index)) => {
             let replayed = Replayed {
+                bytes: 0,
                 next_seq: position.next_seq,
                 legacy: position.legacy.into_iter().collect(),
                 closed: position
@@ -1864,6 +1882,39 @@ pub(super) mod tests {
         }
         check(&open_in(&disk).unwrap(), "a piece log damaged");
         check(&open(&disk), "read whole");
+    }
+
+    /// The snapshot holds what waits, and nothing that has gone, whatever
+    /// commits come between a snapshot's freezing and its writing.
+    #[test]
+    fn the_snapshot_holds_only_what_waits() {
+        let disk = Sim::new();
+        let journal = open_in(&disk).unwrap();
+        let waiting = |j: &Journal| -> Vec<String> {
+            let keys = j.tree.scan(b"o").into_iter().map(|(k, _)| k[1..].to_vec());
+            keys.map(|k| String::from_utf8(k).unwrap()).collect()
+        };
+        for id in ["a", "b", "c"] {
+            journal.append(fired(id)).unwrap();
+        }
+        journal.snapshot().unwrap();
+        assert_eq!(waiting(&journal), ["d_a", "d_b", "d_c"]);
+        journal.append(attempted("a")).unwrap();
+        journal.append(attempted("b")).unwrap();
+        journal.append(fired("d")).unwrap();
+        let frozen = journal.freeze().unwrap();
+        journal.append(attempted("c")).unwrap();
+        journal.append(fired("e")).unwrap();
+        journal.write_snapshot(frozen).unwrap();
+        assert_eq!(waiting(&journal), ["d_c", "d_d"]);
+        journal.snapshot().unwrap();
+        assert_eq!(waiting(&journal), ["d_d", "d_e"]);
+        journal.append(attempted("d")).unwrap();
+        journal.append(attempted("e")).unwrap();
+        journal.snapshot().unwrap();
+        assert!(waiting(&journal).is_empty());
+        drop(journal);
+        assert!(due(&open_in(&disk).unwrap()).is_empty());
     }
 
     /// A delivery still waiting whose record is damaged stops a start from
