@@ -78,7 +78,8 @@ pub struct Journal {
     history: RwLock<()>,
     /// Where the executions of segments not indexed yet are.
     pieces: Pieces,
-    /// How many bytes of segments the start read.
+    /// How many bytes of segments the start read (tests).
+    #[cfg(test)]
     read_at_start: u64,
     /// The closed segments' indexes read last, newest last.
     sealed: Mutex<Vec<(u64, Arc<Sealed>)>>,
@@ -229,6 +230,7 @@ impl Journal {
             tree,
             history: RwLock::default(),
             pieces,
+            #[cfg(test)]
             read_at_start: replayed.bytes,
             sealed: Mutex::default(),
             state: Mutex::new(state),
@@ -241,6 +243,7 @@ impl Journal {
 
     /// How many bytes of segments the start read: those after the
     /// snapshot.
+    #[cfg(test)]
     pub fn read_at_start(&self) -> u64 {
         self.read_at_start
     }
