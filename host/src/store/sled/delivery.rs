@@ -118,9 +118,12 @@ impl DeliveryRecords for Sled {
         let w = self.writer().await;
         let now = crate::ids::now_ms();
         let mut recorded = Vec::with_capacity(attempts.len());
+        let settling = w.settling();
         for new in attempts {
             let key = execution_key(new.automation, new.execution_id);
-            let there = w.wrote(new) || w.journal().has_execution(key.as_ref())?;
+            let there = w.wrote(new)
+                || settling.contains(key.as_ref() as &[u8])
+                || w.journal().has_execution(key.as_ref())?;
             if there {
                 w.log(Entry::Attempt {
                     automation: new.automation.clone(),
@@ -159,6 +162,20 @@ impl Sled {
         self.logged()
             .iter()
             .any(|e| matches!(e, Entry::Taken { id: taken } if taken == id))
+    }
+
+    /// The execution keys of the deliveries this transaction settles,
+    /// which wait until it commits: their executions are there (expiry
+    /// keeps those of waiting deliveries), and finding one so costs no
+    /// walk through the history (slow for a delivery made long ago).
+    fn settling(&self) -> std::collections::HashSet<Vec<u8>> {
+        let ids: Vec<String> = (self.logged().iter())
+            .filter_map(|e| match e {
+                Entry::Settled { id } => Some(id.clone()),
+                _ => None,
+            })
+            .collect();
+        self.journal().executions_waiting(&ids)
     }
 
     /// Whether this transaction wrote the execution `new` is for.

@@ -40,7 +40,7 @@ mod sealed;
 mod snapshot;
 pub mod tree;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
 
@@ -606,6 +606,19 @@ impl Journal {
             }
         }
         Ok(((due, next), unreadable))
+    }
+
+    /// The execution keys of those of the deliveries `ids` that wait.
+    pub fn executions_waiting(&self, ids: &[String]) -> HashSet<Vec<u8>> {
+        let state = self.state();
+        let index = &state.index;
+        ids.iter()
+            .filter_map(|id| {
+                let waiting = index.outbox.get(&(*index.due_of.get(id)?, id.clone()))?;
+                let d = &waiting.delivery;
+                Some(execution_key(&d.execution, &d.execution_id).into_bytes())
+            })
+            .collect()
     }
 
     /// Whether the delivery `id` still waits, due at `due_ms`.
