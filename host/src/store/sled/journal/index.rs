@@ -1,6 +1,7 @@
 //! What the journal holds, in memory: the inbox, the outbox in due order,
 //! and where the records of executions written since the last snapshot
-//! are (older ones are in the snapshot's tree, `snapshot.rs`). Rebuilt at
+//! are (older ones are in piece logs and segment indexes, `pieces.rs` and
+//! `sealed.rs`). Rebuilt at
 //! start from the snapshot and the segments after it, by applying every
 //! committed entry in order, as commits apply them.
 
@@ -112,12 +113,13 @@ pub struct Index {
     /// snapshot was taken.
     pub executions: BTreeMap<Vec<u8>, Frames>,
     /// The same, taken by the snapshot being written (`snapshot.rs`):
-    /// older than `executions`, in memory until the tree holds them.
+    /// older than `executions`, in memory until their piece logs hold
+    /// them (`pieces.rs`).
     pub frozen: BTreeMap<Vec<u8>, Frames>,
     pub changed: Changed,
     pub kept: Kept,
     /// A start read the whole journal and no snapshot has been written
-    /// since: memory holds the whole index, and the tree is stale.
+    /// since: memory holds the whole index, and the piece logs are stale.
     pub whole: bool,
 }
 

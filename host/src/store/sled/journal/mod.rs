@@ -124,7 +124,7 @@ struct View {
     /// Those with an index of their own.
     indexed: BTreeSet<u64>,
     /// A start read the whole journal and no snapshot followed: memory
-    /// holds the whole index, and the tree is stale.
+    /// holds the whole index, and the piece logs are stale.
     all: bool,
 }
 
@@ -287,10 +287,9 @@ impl Journal {
     /// Takes a snapshot of the index as it stands at the end of the
     /// journal, synced first (see `snapshot.rs`): its position and waiting
     /// records, and the executions written since the last one, frozen in
-    /// memory until [`Journal::write_snapshot`] puts them in the tree.
-    /// Cheap: the caller holds commits out meanwhile, so that sled's flush
-    /// next holds every write before the position. That flush makes the
-    /// snapshot written before this one durable.
+    /// memory until [`Journal::write_snapshot`] puts them in their piece
+    /// logs. Cheap: the caller holds commits out meanwhile, so that sled's
+    /// flush next holds every write before the position.
     pub fn freeze(&self) -> Result<Frozen> {
         let mut state = self.state();
         state.usable()?;
