@@ -1,8 +1,10 @@
 //! An answer to a write means the write is kept: every request that may
-//! write (POST, PUT, PATCH, DELETE) is answered only once what the store
-//! committed is durable. Concurrent requests share one fsync (the store's
-//! group commit), and a request whose writes a sync already covered (one
-//! that made its deliveries durable itself, or wrote nothing) costs none.
+//! write (POST, PUT, PATCH, DELETE) is answered only once what it
+//! committed is durable (`store/own.rs`). Concurrent requests share one
+//! fsync (the store's group commit), and a request whose commits a sync
+//! already covered (one that made its deliveries durable itself) costs
+//! none. One that committed nothing waits for every commit so far, since
+//! its answer may rest on another's.
 //!
 //! While the store's disk is full, such requests are refused at once (503
 //! `store_full`), and reads go on.
@@ -25,8 +27,10 @@ pub async fn acknowledge(State(store): State<Store>, request: Request, next: Nex
     if store.full() {
         return Error::StoreFull.into_response();
     }
-    let response = next.run(request).await;
-    let mark = store.commit_mark();
+    let (response, own) = crate::store::own::tracking(next.run(request)).await;
+    // One that committed nothing may still answer from another's
+    // commit (an idempotent replay): it waits for all so far.
+    let mark = own.unwrap_or_else(|| store.commit_mark());
     match store.durable_to(mark).await {
         Ok(()) => response,
         Err(e) => Error::from(e).into_response(),
@@ -85,5 +89,74 @@ mod tests {
             before.len(),
             after.len()
         );
+    }
+
+    fn user(id: &str, name: &str) -> crate::model::User {
+        crate::model::User {
+            id: id.into(),
+            name: name.into(),
+            operator: false,
+            created_at: 0,
+        }
+    }
+
+    fn logged(disk: &crate::store::sled::Sim, name: &str) -> bool {
+        let (_, after) = Store::after_crash(disk);
+        after
+            .iter()
+            .any(|writes| writes.windows(name.len()).any(|w| w == name.as_bytes()))
+    }
+
+    /// Two requests through the middleware: the first `own` (committing
+    /// alice and syncing, then leaving bob committed by another task),
+    /// the second committing nothing. Returns the I/O steps the first
+    /// one's answer cost after its handler.
+    async fn answers(own: bool) -> (tempfile::TempDir, crate::store::sled::Sim, u64) {
+        let (dir, store, disk) = Store::on_simulated_disk();
+        let (writes, steps) = (store.clone(), disk.clone());
+        let handler_steps = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let seen = handler_steps.clone();
+        let router = Router::new()
+            .route(
+                "/users",
+                post(move || async move {
+                    if own {
+                        writes.insert_user(&user("u_1", "alice")).await.unwrap();
+                        writes.durable().await.unwrap();
+                    }
+                    let other = writes.clone();
+                    tokio::spawn(async move { other.insert_user(&user("u_2", "bob")).await })
+                        .await
+                        .unwrap()
+                        .unwrap();
+                    seen.store(steps.steps(), std::sync::atomic::Ordering::SeqCst);
+                    "made"
+                }),
+            )
+            .layer(axum::middleware::from_fn_with_state(store, acknowledge));
+        let request = Request::post("/users").body(axum::body::Body::empty());
+        let response = router.oneshot(request.unwrap()).await.unwrap();
+        assert_eq!(response.status(), 200);
+        let cost = disk.steps() - handler_steps.load(std::sync::atomic::Ordering::SeqCst);
+        (dir, disk, cost)
+    }
+
+    /// An answer waits for its own commits, not for those other requests
+    /// made meanwhile: under load that cost a sync per answer.
+    #[tokio::test]
+    async fn an_answer_waits_for_its_own_commits_only() {
+        let (_dir, disk, cost) = answers(true).await;
+        assert!(logged(&disk, "alice"));
+        assert_eq!(cost, 0, "the answer synced for another's commit");
+        assert!(!logged(&disk, "bob"), "another's commit was synced");
+    }
+
+    /// One that committed nothing may answer from another's commit: it
+    /// waits for every commit so far.
+    #[tokio::test]
+    async fn an_answer_that_committed_nothing_waits_for_all() {
+        let (_dir, disk, cost) = answers(false).await;
+        assert!(cost > 0);
+        assert!(logged(&disk, "bob"), "answered before what it saw was kept");
     }
 }

@@ -24,6 +24,7 @@ mod contract;
 pub mod copy;
 mod error;
 mod kept;
+pub mod own;
 pub mod postgres;
 mod records;
 pub mod sled;

@@ -670,7 +670,7 @@ impl Sled {
         if !logged.is_empty() {
             self.shared.dirty.mark();
             let appended = self.shared.journal.append(logged);
-            self.shared.noting_full(appended)?;
+            crate::store::own::note(self.shared.noting_full(appended)?);
         }
         let config = overlay.keys().any(|(t, _)| t.is_config());
         let applied = self.apply_to_sled(&overlay);

@@ -141,7 +141,11 @@ pub(super) fn checkpoint(
     journal.sync()?;
     let frozen = journal.freeze()?;
     let (seg, off) = frozen.position();
-    let done = flush().and_then(|()| journal.append(vec![Entry::Checkpoint { seg, off }]));
+    let done = flush().and_then(|()| {
+        journal
+            .append(vec![Entry::Checkpoint { seg, off }])
+            .map(|_| ())
+    });
     match done {
         Ok(()) => Ok(frozen),
         Err(e) => {

@@ -504,9 +504,12 @@ impl Journal {
 
     /// Writes `entries` as one commit and applies them. Each sealed body is
     /// written once: a delivery whose body an execution of the same commit
-    /// carries, or which waits already (a retry), refers to it.
-    pub fn append(&self, entries: Vec<Entry>) -> Result<()> {
-        self.state().write(&*self.disk, entries, true)
+    /// carries, or which waits already (a retry), refers to it. Returns
+    /// the mark that covers the commit (see [`Journal::marks`]).
+    pub fn append(&self, entries: Vec<Entry>) -> Result<u64> {
+        let mut state = self.state();
+        state.write(&*self.disk, entries, true)?;
+        Ok(state.next_seq)
     }
 
     /// Makes every commit so far durable. A failure is fatal (see the
