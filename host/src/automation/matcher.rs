@@ -430,7 +430,7 @@ impl Matcher {
             Some(Err(uncarried)) => return failed(execution, uncarried.to_string()),
             None => None,
         };
-        let variables = event.variables(fired.as_ref());
+        let variables = super::variables::of(event, fired.as_ref());
         let body = match self.render(automation, template, variables, secrets).await {
             Ok(body) => body,
             Err(PluginError::Queue(message)) => return Err(Error::Unavailable(message)),
