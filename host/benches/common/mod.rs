@@ -1,8 +1,10 @@
 //! What the benches share: a runtime, the real `switchyard` binary started
 //! on a loopback port, and percentiles.
 
-// Each bench is its own crate and uses only part of this module.
-#![allow(dead_code)]
+#![allow(
+    dead_code,
+    reason = "each bench is its own crate and uses only part of this module"
+)]
 
 pub mod load;
 

@@ -165,7 +165,10 @@ mod tests {
 
     #[derive(Debug, serde::Deserialize)]
     #[serde(deny_unknown_fields)]
-    #[allow(dead_code)]
+    #[expect(
+        dead_code,
+        reason = "the fields are read by serde only, to test its refusals"
+    )]
     struct Body {
         name: String,
         inner: Option<Inner>,
@@ -173,7 +176,10 @@ mod tests {
 
     #[derive(Debug, serde::Deserialize)]
     #[serde(deny_unknown_fields)]
-    #[allow(dead_code)]
+    #[expect(
+        dead_code,
+        reason = "the fields are read by serde only, to test its refusals"
+    )]
     struct Inner {
         size: u32,
     }

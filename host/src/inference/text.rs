@@ -107,8 +107,7 @@ fn unsupported(model: &str, param: &str, what: &str) -> Error {
 }
 
 /// `POST /v1/completions`, the legacy text form. Every parameter OpenAI
-/// documents is known, so that one misspelt is refused; some are unused.
-#[allow(dead_code)]
+/// documents is known, so that one misspelt is refused.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct TextRequest {
@@ -188,7 +187,10 @@ impl TextRequest {
 
 /// `POST /v1/responses`. Every parameter OpenAI documents is known, so
 /// that one misspelt is refused; some are unused.
-#[allow(dead_code)]
+#[expect(
+    dead_code,
+    reason = "every documented field is known, so that a misspelt one is refused; some are unused"
+)]
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ResponsesRequest {
@@ -245,7 +247,7 @@ enum ItemContent {
     Parts(Vec<Value>),
 }
 
-#[allow(dead_code)]
+#[expect(dead_code, reason = "known so that it parses; not used yet")]
 #[derive(Debug, Deserialize)]
 struct TextConfig {
     format: Option<Value>,

@@ -2,7 +2,10 @@
 //! checked field by field, and the response and chunk bodies.
 //!
 //! Field names and meanings are OpenAI's, documented in its API reference.
-#![allow(missing_docs)]
+#![expect(
+    missing_docs,
+    reason = "the fields are OpenAI's, documented in its API reference"
+)]
 
 use serde::Deserialize;
 use serde_json::{Value, json};

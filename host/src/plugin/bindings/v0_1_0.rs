@@ -1,5 +1,4 @@
 //! Bindings for `switchyard:plugin@0.1.0` (`wit/v0.1.0`).
-#![allow(missing_docs)]
 
 /// The `payload-template` world.
 pub mod template {

@@ -2,7 +2,6 @@
 //! that passes OpenAI's tool calls, structured output, log probabilities and
 //! several choices through; and the event filter with change and z-score
 //! conditions. Templates stay at 0.1.0.
-#![allow(missing_docs)]
 
 /// The `model-backend` world. Exports are async (generation is long and
 /// yields to tokio); the `output` import is a plain function.

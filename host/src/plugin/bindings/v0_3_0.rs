@@ -2,7 +2,6 @@
 //! that also serves embeddings, text completions and the Responses API
 //! (`forward`, streamed through `output.emit-event`), and whose errors
 //! carry the upstream's HTTP status.
-#![allow(missing_docs)]
 
 /// The `model-backend` world at 0.3.0. Exports are async, as at 0.2.0.
 pub mod model {
