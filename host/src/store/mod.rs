@@ -1,8 +1,9 @@
 //! The store: every byte of state, behind one seam.
 //!
 //! Domain code sees [`Store`] and the [`Records`] it offers: typed reads and
-//! writes, one trait per aggregate (`records.rs`: users, sessions, groups,
-//! webhooks, automations, artifacts, runs, delivery, usage, plugins, meta),
+//! writes, one trait per aggregate (`records.rs`: meta, users, sessions,
+//! groups, webhooks, automations, artifacts, runs, delivery, usage,
+//! plugins, idempotency, receivers, limits),
 //! and [`Store::begin`] for writes that must hold together. No engine is
 //! named outside this folder; each engine lives in a folder of its own, one
 //! file per aggregate, and `contract.rs` holds both to the same cases.
