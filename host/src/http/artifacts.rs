@@ -53,15 +53,6 @@ pub fn routes(app: &App) -> Router<App> {
         )
 }
 
-/// A registry collection's links (only registries take them); whole
-/// paths, merged at the root. The POST takes an `Idempotency-Key`.
-pub fn registry_routes(app: &App) -> Router<App> {
-    Router::new().route(
-        "/v1/registries/{registry}/collections/{collection}/links",
-        keyed(app, post(link)),
-    )
-}
-
 pub async fn create_collection(
     at: InScope<AsMember>,
     Json(body): Json<super::Create>,
