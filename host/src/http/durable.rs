@@ -100,7 +100,7 @@ mod tests {
         }
     }
 
-    fn logged(disk: &crate::store::sled::Sim, name: &str) -> bool {
+    fn logged(disk: &crate::store::SimulatedDisk, name: &str) -> bool {
         let (_, after) = Store::after_crash(disk);
         after
             .iter()
@@ -111,7 +111,7 @@ mod tests {
     /// alice and syncing, then leaving bob committed by another task),
     /// the second committing nothing. Returns the I/O steps the first
     /// one's answer cost after its handler.
-    async fn answers(own: bool) -> (tempfile::TempDir, crate::store::sled::Sim, u64) {
+    async fn answers(own: bool) -> (tempfile::TempDir, crate::store::SimulatedDisk, u64) {
         let (dir, store, disk) = Store::on_simulated_disk();
         let (writes, steps) = (store.clone(), disk.clone());
         let handler_steps = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));

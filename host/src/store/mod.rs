@@ -38,6 +38,9 @@ use async_trait::async_trait;
 
 pub use error::{Result, StoreError};
 pub use kept::Kept;
+/// The simulated disk crash tests run the embedded store on.
+#[cfg(test)]
+pub use sled::Sim as SimulatedDisk;
 
 use crate::cfg::StoreConfig;
 
