@@ -143,6 +143,25 @@ pub enum Error {
     Internal(#[from] anyhow::Error),
 }
 
+impl Error {
+    /// Whether the same request may succeed later, unchanged: the store, a
+    /// queue or an upstream refused it for now. Background work keeps such
+    /// an item for its next pass; anything else is the item's own failure.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            Error::Unavailable(_)
+                | Error::StoreUnavailable
+                | Error::StoreFull
+                | Error::RateLimited(_)
+                | Error::OverLimit { .. }
+                | Error::RequestTimeout(_)
+                | Error::BadGateway(_)
+                | Error::GatewayTimeout(_)
+        )
+    }
+}
+
 impl From<crate::store::StoreError> for Error {
     fn from(e: crate::store::StoreError) -> Self {
         match e {
@@ -387,6 +406,24 @@ mod tests {
         );
         assert_eq!(Position::locate(text, 0).unwrap().column, 1);
         assert_eq!(Position::locate(text, 999), None);
+    }
+
+    #[test]
+    fn background_work_keeps_what_the_store_or_a_queue_refused_for_now() {
+        use crate::store::StoreError;
+        let queue = PluginError::Queue("the plugin queue is full".into());
+        assert!(queue.is_transient());
+        assert!(Error::from(queue).is_transient(), "and so at the edge");
+        assert!(Error::from(StoreError::Unavailable).is_transient());
+        assert!(Error::from(StoreError::Full).is_transient());
+        let failed = PluginError::Failed {
+            plugin: "p@1".into(),
+            what: "trapped".into(),
+        };
+        assert!(!failed.is_transient());
+        assert!(!Error::from(failed).is_transient());
+        assert!(!Error::invalid("name", "x").is_transient());
+        assert!(!Error::Internal(anyhow::anyhow!("a bug")).is_transient());
     }
 
     #[test]

@@ -182,10 +182,10 @@ impl Sender {
                 timeout_ms: self.timeout.as_millis() as u64,
             };
         }
-        let message = error_chain(&e);
-        if message.contains(REFUSED_MARK) {
-            return Failure::Refused(message);
+        if let Some(refusal) = find_source::<Refusal>(&e) {
+            return Failure::Refused(refusal.to_string());
         }
+        let message = error_chain(&e);
         if e.is_connect() {
             Failure::Connect { url, message }
         } else {
@@ -269,7 +269,29 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     message
 }
 
-const REFUSED_MARK: &str = "resolves only to internal addresses";
+/// The first cause in `e`'s source chain that is a `T`.
+fn find_source<'a, T: std::error::Error + 'static>(
+    e: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a T> {
+    let mut next = Some(e);
+    while let Some(cause) = next {
+        if let Some(found) = cause.downcast_ref::<T>() {
+            return Some(found);
+        }
+        next = cause.source();
+    }
+    None
+}
+
+/// The SSRF guard's refusal of a name, as the resolver reports it: found
+/// again by type in reqwest's error, never by its text.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "'{host}' resolves only to internal addresses; webhooks may only call public hosts (an operator can allow ranges with webhooks.allow_private)"
+)]
+struct Refusal {
+    host: String,
+}
 
 /// Resolves names, then drops every address the SSRF guard refuses.
 struct GuardedResolver {
@@ -286,10 +308,7 @@ impl reqwest::dns::Resolve for GuardedResolver {
                 .filter(|a| ssrf::allowed(a.ip(), &allow))
                 .collect();
             if addrs.is_empty() {
-                return Err(format!(
-                    "'{host}' {REFUSED_MARK}; webhooks may only call public hosts (an operator can allow ranges with webhooks.allow_private)"
-                )
-                .into());
+                return Err(Refusal { host }.into());
             }
             Ok(Box::new(addrs.into_iter()) as reqwest::dns::Addrs)
         })
@@ -300,6 +319,31 @@ impl reqwest::dns::Resolve for GuardedResolver {
 mod tests {
     use super::*;
     use std::time::SystemTime;
+
+    #[tokio::test]
+    async fn a_name_that_resolves_inside_is_a_refusal_found_by_type() {
+        use reqwest::dns::Resolve;
+        let resolver = GuardedResolver {
+            allow: Arc::new(Vec::new()),
+        };
+        let name = "localhost".parse().unwrap();
+        let Err(refused) = resolver.resolve(name).await else {
+            panic!("localhost resolved to a public address");
+        };
+        // As reqwest hands it on: the resolver's error is the source of
+        // the connector's, whatever that one says.
+        #[derive(Debug, thiserror::Error)]
+        #[error("client error (Connect): dns error")]
+        struct Wrapped(#[source] Box<dyn std::error::Error + Send + Sync>);
+        let wrapped = Wrapped(refused);
+        let found = find_source::<Refusal>(&wrapped).expect("found by type");
+        let message = found.to_string();
+        assert!(
+            message.starts_with("'localhost' resolves only to internal addresses"),
+            "{message}"
+        );
+        assert!(find_source::<Refusal>(&std::io::Error::other("refused")).is_none());
+    }
 
     #[test]
     fn retry_after_reads_seconds_and_dates_and_never_wraps() {

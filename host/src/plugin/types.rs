@@ -161,6 +161,14 @@ pub enum PluginError {
     Queue(String),
 }
 
+impl PluginError {
+    /// Whether the same call may succeed later: the work queue refused or
+    /// lost it. Anything else is the plugin's answer to this input.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, PluginError::Queue(_))
+    }
+}
+
 /// Why a kind may not have what it was refused.
 pub fn why_refused(kind: Kind) -> &'static str {
     match kind {
