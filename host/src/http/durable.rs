@@ -92,12 +92,7 @@ mod tests {
     }
 
     fn user(id: &str, name: &str) -> crate::model::User {
-        crate::model::User {
-            id: id.into(),
-            name: name.into(),
-            operator: false,
-            created_at: 0,
-        }
+        crate::store::contract::user(id, name, 0)
     }
 
     fn logged(disk: &crate::store::SimulatedDisk, name: &str) -> bool {

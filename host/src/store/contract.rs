@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use serde_json::json;
 
-use super::{AttemptFor, MetricAt, RunAt, Store, VersionAt};
+use super::{AttemptFor, LimitClaim, MetricAt, RunAt, Store, VersionAt};
 use crate::cfg::StoreConfig;
 use crate::model::{
     Action, ApiKey, Attempt, Automation, Collection, Delivery, Event, EventConfig, EventType,
@@ -116,7 +116,8 @@ contract!(
     firings_are_admitted_one_at_a_time,
 );
 
-fn user(id: &str, name: &str, created_at: u64) -> User {
+/// A user to store, for tests anywhere in the crate.
+pub(crate) fn user(id: &str, name: &str, created_at: u64) -> User {
     User {
         id: id.into(),
         name: name.into(),
@@ -182,7 +183,7 @@ fn handle() -> Handle {
 pub(super) fn delivery(id: &str, due_ms: u64) -> Delivery {
     Delivery {
         id: id.into(),
-        execution: handle(),
+        automation: handle(),
         execution_id: format!("x_{id}"),
         webhook: WebhookRef {
             team: "ml".into(),
@@ -444,11 +445,28 @@ async fn groups_members_and_projects(store: &Store) {
     assert!(!store.delete_project("ml", "audio").await.unwrap());
 }
 
+/// A claim on `bucket`'s `limit` in `window`, for `(need, want)`.
+fn limit_claim(
+    bucket: &str,
+    limit: u64,
+    window: (u64, u64),
+    (need, want): (u64, u64),
+) -> LimitClaim<'_> {
+    LimitClaim {
+        bucket,
+        limit,
+        window,
+        need,
+        want,
+    }
+}
+
 async fn rate_limit_claims(store: &Store) {
     // A limit of 10 in the window (1000, 2000]: claims take what is left,
     // at least what is needed, or nothing.
-    let claim =
-        |need, want, now: u64| store.claim_limit("k:1:rpm", (now - 1_000, now), need, want, 10);
+    let claim = |need, want, now: u64| {
+        store.claim_limit(limit_claim("k:1:rpm", 10, (now - 1_000, now), (need, want)))
+    };
     let first = claim(1, 4, 1_500).await.unwrap();
     assert_eq!((first.granted, first.used, first.oldest_ms), (4, 0, None));
     let second = claim(1, 4, 1_600).await.unwrap();
@@ -479,13 +497,13 @@ async fn rate_limit_claims(store: &Store) {
     );
     // Other buckets are apart.
     let other = store
-        .claim_limit("p:ml/a:rpm", (650, 1_650), 1, 10, 10)
+        .claim_limit(limit_claim("p:ml/a:rpm", 10, (650, 1_650), (1, 10)))
         .await
         .unwrap();
     assert_eq!(other.granted, 10);
     // Claims and corrections dated alike add up in one row (a daily
     // budget's are all dated at the day's start).
-    let day = || store.claim_limit("k:1:tpd", (999, 1_000), 1, 5, 100);
+    let day = || store.claim_limit(limit_claim("k:1:tpd", 100, (999, 1_000), (1, 5)));
     day().await.unwrap();
     store
         .adjust_limits(&[("k:1:tpd".into(), 1_000, -2)])
@@ -1283,7 +1301,13 @@ async fn circuits_and_pace(store: &Store) {
         .unwrap();
     assert_eq!(store.circuit("ml", "ci").await.unwrap(), Some(open));
     // Slots 100 µs apart, never before now, and per webhook.
-    let slot = |name, now| store.pace_slot("ml", name, 100, now);
+    let slot = |name: &str, now| {
+        let webhook = WebhookRef {
+            team: "ml".into(),
+            name: name.into(),
+        };
+        async move { store.pace_slot(&webhook, 100, now).await }
+    };
     assert_eq!(slot("ci", 1_000).await.unwrap(), 1_000);
     assert_eq!(slot("ci", 1_000).await.unwrap(), 1_100);
     assert_eq!(slot("ci", 1_050).await.unwrap(), 1_200);

@@ -7,7 +7,7 @@ use anyhow::{Context, bail};
 
 use super::{MASTER_KEY_CHECK, MetricAt, Records, Store, VersionAt};
 use crate::cfg::StoreConfig;
-use crate::model::{GroupKind, Scope};
+use crate::model::{GroupKind, Scope, User};
 
 /// Copies the embedded store in `from` (its host stopped) into the empty
 /// PostgreSQL database at `to`. Returns how many records were copied.
@@ -38,51 +38,14 @@ pub async fn copy(from: &Store, to: &dyn Records) -> anyhow::Result<usize> {
         n += 1;
     }
     let users = from.users().await?;
-    for user in &users {
-        to.insert_user(user).await?;
-        n += 1;
-    }
-    for user in &users {
-        for key in from.keys_of(&user.id).await? {
-            // Only the hash is stored, so the copy reads it back by id.
-            let hash = key_hash(from, &key.user_id, &key.id).await?;
-            to.insert_key(&hash, &key).await?;
-            n += 1;
-        }
-    }
+    n += copy_users(from, to, &users).await?;
     let mut scopes = Vec::new();
-    for kind in [GroupKind::Team, GroupKind::Registry] {
-        for group in from.groups(kind).await? {
-            let members = from.members(kind, &group.name).await?;
-            let Some((first, rest)) = members.split_first() else {
-                bail!("{} '{}' has no members", kind.noun(), group.name);
-            };
-            to.insert_group(kind, &group, first).await?;
-            for member in rest {
-                to.put_member(kind, &group.name, member).await?;
-            }
-            n += members.len() + 1;
-            match kind {
-                GroupKind::Registry => scopes.push(Scope::Registry {
-                    registry: group.name.clone(),
-                }),
-                GroupKind::Team => n += copy_team(from, to, &group.name, &mut scopes).await?,
-            }
-        }
-    }
+    n += copy_groups(from, to, &mut scopes).await?;
     for scope in &scopes {
         n += copy_scope(from, to, scope).await?;
     }
     to.insert_events(&from.inbox().await?).await?;
-    let (waiting, _) = from
-        .due_deliveries(u64::MAX, usize::MAX, &|_| false)
-        .await?;
-    for delivery in &waiting {
-        to.insert_delivery(delivery).await?;
-        // Held by no host: whichever host runs first sends it.
-        to.finish_delivery(delivery, Some(delivery)).await?;
-    }
-    n += waiting.len();
+    n += copy_outbox(from, to).await?;
     for (name, _) in from.plugin_digests().await? {
         if let Some(plugin) = from.plugin(&name).await? {
             to.put_plugin(&plugin).await?;
@@ -101,6 +64,67 @@ pub async fn copy(from: &Store, to: &dyn Records) -> anyhow::Result<usize> {
         }
     }
     Ok(n)
+}
+
+/// Users, and their keys.
+async fn copy_users(from: &Store, to: &dyn Records, users: &[User]) -> anyhow::Result<usize> {
+    let mut n = 0;
+    for user in users {
+        to.insert_user(user).await?;
+        n += 1;
+    }
+    for user in users {
+        for key in from.keys_of(&user.id).await? {
+            // Only the hash is stored, so the copy reads it back by id.
+            let hash = key_hash(from, &key.user_id, &key.id).await?;
+            to.insert_key(&hash, &key).await?;
+            n += 1;
+        }
+    }
+    Ok(n)
+}
+
+/// Teams and registries with their members, and what each team holds;
+/// adds their scopes to `scopes`.
+async fn copy_groups(
+    from: &Store,
+    to: &dyn Records,
+    scopes: &mut Vec<Scope>,
+) -> anyhow::Result<usize> {
+    let mut n = 0;
+    for kind in [GroupKind::Team, GroupKind::Registry] {
+        for group in from.groups(kind).await? {
+            let members = from.members(kind, &group.name).await?;
+            let Some((first, rest)) = members.split_first() else {
+                bail!("{} '{}' has no members", kind.noun(), group.name);
+            };
+            to.insert_group(kind, &group, first).await?;
+            for member in rest {
+                to.put_member(kind, &group.name, member).await?;
+            }
+            n += members.len() + 1;
+            match kind {
+                GroupKind::Registry => scopes.push(Scope::Registry {
+                    registry: group.name.clone(),
+                }),
+                GroupKind::Team => n += copy_team(from, to, &group.name, scopes).await?,
+            }
+        }
+    }
+    Ok(n)
+}
+
+/// The deliveries waiting in the outbox, held by no host.
+async fn copy_outbox(from: &Store, to: &dyn Records) -> anyhow::Result<usize> {
+    let (waiting, _) = from
+        .due_deliveries(u64::MAX, usize::MAX, &|_| false)
+        .await?;
+    for delivery in &waiting {
+        to.insert_delivery(delivery).await?;
+        // Held by no host: whichever host runs first sends it.
+        to.finish_delivery(delivery, Some(delivery)).await?;
+    }
+    Ok(waiting.len())
 }
 
 /// A team's projects (added to `scopes`), runs, secrets and webhooks.

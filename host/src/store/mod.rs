@@ -21,7 +21,7 @@
 //! [`Transaction::commit`], and dropping it uncommitted discards it.
 
 #[cfg(test)]
-mod contract;
+pub(crate) mod contract;
 pub mod copy;
 mod error;
 mod kept;

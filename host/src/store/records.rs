@@ -10,6 +10,7 @@ use crate::model::{
     ApiKey, Attempt, Automation, Circuit, Collection, Delivery, Event, EventType, Execution, Group,
     GroupKind, Handle, Idempotent, LabelledVersion, Member, Project, RateLimits, Run, RunState,
     Scope, Secret, Session, Skipped, Status, StoredPlugin, UsageRow, User, Version, Webhook,
+    WebhookRef,
 };
 
 use super::Result;
@@ -501,13 +502,24 @@ pub trait ReceiverRecords: Send + Sync {
     /// Takes the next send slot of a webhook paced to one send per
     /// `interval_us`: the unix µs its send may start (not before `now_us`).
     /// Shared by every host on the store.
-    async fn pace_slot(
-        &self,
-        team: &str,
-        webhook: &str,
-        interval_us: u64,
-        now_us: u64,
-    ) -> Result<u64>;
+    async fn pace_slot(&self, webhook: &WebhookRef, interval_us: u64, now_us: u64) -> Result<u64>;
+}
+
+/// A claim on a rate limit: up to `want`, and at least `need` or nothing,
+/// of `bucket`'s `limit`, counting the claims made in `window` (unix ms,
+/// after its start, up to its end); the claim is made at the window's end.
+#[derive(Debug, Clone, Copy)]
+pub struct LimitClaim<'a> {
+    /// The limit's bucket, e.g. `k:<key>:rpm`.
+    pub bucket: &'a str,
+    /// What the limit allows in a window.
+    pub limit: u64,
+    /// The window counted (unix ms): after its start, up to its end.
+    pub window: (u64, u64),
+    /// The least worth having.
+    pub need: u64,
+    /// The most to take.
+    pub want: u64,
 }
 
 /// What a claim on a rate limit got.
@@ -525,18 +537,8 @@ pub struct Granted {
 /// by every host on the store.
 #[async_trait]
 pub trait LimitRecords: Send + Sync {
-    /// Claims up to `want`, and at least `need` or nothing, of `bucket`'s
-    /// `limit`, counting the claims made in `window` (unix ms, after its
-    /// start, up to its end); the claim is made at the window's end.
-    /// Atomic across hosts.
-    async fn claim_limit(
-        &self,
-        bucket: &str,
-        window: (u64, u64),
-        need: u64,
-        want: u64,
-        limit: u64,
-    ) -> Result<Granted>;
+    /// Makes `claim`, atomically across hosts.
+    async fn claim_limit(&self, claim: LimitClaim<'_>) -> Result<Granted>;
 
     /// Corrects claims: `(bucket, made at ms, amount)`, the amount negative
     /// for what was given back.

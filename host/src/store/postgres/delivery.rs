@@ -95,8 +95,8 @@ impl DeliveryRecords for Postgres {
                  lease_until_ms = excluded.lease_until_ms",
             )
             .bind(column(|d| d.id.clone()))
-            .bind(column(|d| scope_key(&d.execution.scope)))
-            .bind(column(|d| d.execution.name.clone()))
+            .bind(column(|d| scope_key(&d.automation.scope)))
+            .bind(column(|d| d.automation.name.clone()))
             .bind(column(|d| d.execution_id.clone()))
             .bind(column(|d| d.webhook.team.clone()))
             .bind(column(|d| d.webhook.name.clone()))

@@ -12,14 +12,14 @@ use crate::store::records::*;
 
 #[async_trait]
 impl LimitRecords for Postgres {
-    async fn claim_limit(
-        &self,
-        bucket: &str,
-        window: (u64, u64),
-        need: u64,
-        want: u64,
-        limit: u64,
-    ) -> Result<Granted> {
+    async fn claim_limit(&self, claim: LimitClaim<'_>) -> Result<Granted> {
+        let LimitClaim {
+            bucket,
+            limit,
+            window,
+            need,
+            want,
+        } = claim;
         let mut c = self.conn().await?;
         let row = sqlx::query("SELECT * FROM switchyard_claim_limit($1, $2, $3, $4, $5, $6)")
             .bind(bucket)

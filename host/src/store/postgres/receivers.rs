@@ -5,7 +5,7 @@ use async_trait::async_trait;
 
 use super::Postgres;
 use super::shared::{Db, from_json, i, to_json, u};
-use crate::model::Circuit;
+use crate::model::{Circuit, WebhookRef};
 use crate::store::Result;
 use crate::store::records::*;
 
@@ -33,13 +33,7 @@ impl ReceiverRecords for Postgres {
         self.execute(query).await.map(drop)
     }
 
-    async fn pace_slot(
-        &self,
-        team: &str,
-        webhook: &str,
-        interval_us: u64,
-        now_us: u64,
-    ) -> Result<u64> {
+    async fn pace_slot(&self, webhook: &WebhookRef, interval_us: u64, now_us: u64) -> Result<u64> {
         let mut c = self.conn().await?;
         let slot: i64 = sqlx::query_scalar(
             "INSERT INTO webhook_pace (team, name, next_us) VALUES ($1, $2, $3 + $4) \
@@ -47,8 +41,8 @@ impl ReceiverRecords for Postgres {
              SET next_us = greatest(webhook_pace.next_us, $3) + $4 \
              RETURNING next_us - $4",
         )
-        .bind(team)
-        .bind(webhook)
+        .bind(&webhook.team)
+        .bind(&webhook.name)
         .bind(i(now_us))
         .bind(i(interval_us))
         .fetch_one(&mut *c)

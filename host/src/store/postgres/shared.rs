@@ -247,7 +247,7 @@ pub(super) fn run(row: &PgRow) -> Result<Run> {
 pub(super) fn delivery(row: &PgRow) -> Result<Delivery> {
     Ok(Delivery {
         id: get(row, "id")?,
-        execution: Handle {
+        automation: Handle {
             scope: parse_scope(&get::<String>(row, "scope")?)?,
             name: get(row, "automation")?,
         },

@@ -38,15 +38,14 @@ fn made_at(key: &[u8]) -> Option<u64> {
 
 #[async_trait]
 impl LimitRecords for Sled {
-    async fn claim_limit(
-        &self,
-        bucket: &str,
-        window: (u64, u64),
-        need: u64,
-        want: u64,
-        limit: u64,
-    ) -> Result<Granted> {
-        let (since_ms, now_ms) = window;
+    async fn claim_limit(&self, claim: LimitClaim<'_>) -> Result<Granted> {
+        let LimitClaim {
+            bucket,
+            limit,
+            window: (since_ms, now_ms),
+            need,
+            want,
+        } = claim;
         let w = self.writer().await;
         let (mut used, mut oldest_ms) = (0i64, None);
         let end = [bucket.as_bytes(), b"\x01"].concat();

@@ -1023,10 +1023,8 @@ mod tests {
         {
             let store = Sled::open(dir.path()).unwrap();
             let user = crate::model::User {
-                id: "u1".into(),
-                name: "operator".into(),
                 operator: true,
-                created_at: 0,
+                ..crate::store::contract::user("u1", "operator", 0)
             };
             assert!(store.insert_user(&user).await.unwrap());
             store.tree(T::UserNames).clear().unwrap();

@@ -5,7 +5,7 @@ use async_trait::async_trait;
 use super::Sled;
 use super::T;
 use super::keys::prefix;
-use crate::model::Circuit;
+use crate::model::{Circuit, WebhookRef};
 use crate::store::Result;
 use crate::store::records::*;
 
@@ -21,15 +21,10 @@ impl ReceiverRecords for Sled {
         w.finish()
     }
 
-    async fn pace_slot(
-        &self,
-        team: &str,
-        webhook: &str,
-        interval_us: u64,
-        now_us: u64,
-    ) -> Result<u64> {
+    async fn pace_slot(&self, webhook: &WebhookRef, interval_us: u64, now_us: u64) -> Result<u64> {
         let mut pace = self.shared.pace.lock().unwrap_or_else(|p| p.into_inner());
-        let next = pace.entry(format!("{team}\0{webhook}")).or_default();
+        let key = format!("{}\0{}", webhook.team, webhook.name);
+        let next = pace.entry(key).or_default();
         let slot = (*next).max(now_us);
         *next = slot + interval_us;
         Ok(slot)

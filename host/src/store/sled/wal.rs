@@ -256,12 +256,7 @@ mod tests {
     async fn a_durable_commit_survives_a_crash_before_sled_flushes() {
         let dir = tempfile::tempdir().unwrap();
         let store = super::super::Sled::open(&dir.path().join("a")).unwrap();
-        let user = crate::model::User {
-            id: "u1".into(),
-            name: "operator".into(),
-            operator: true,
-            created_at: 0,
-        };
+        let user = crate::store::contract::user("u1", "operator", 0);
         assert!(store.insert_user(&user).await.unwrap());
         store.durable().await.unwrap();
         let crashed = dir.path().join("b");
