@@ -157,6 +157,40 @@ struct State {
     failed: tokio::sync::watch::Sender<Option<String>>,
 }
 
+/// The last snapshot, if the journal still holds where it stands.
+fn usable_snapshot(disk: &dyn Disk, tree: &Tree) -> anyhow::Result<Option<(Position, Index)>> {
+    Ok(match snapshot::load(tree)? {
+        Some((position, index)) if fits(disk, &position) => Some((position, index)),
+        Some(_) => {
+            tracing::warn!(
+                "the journal no longer holds where its last snapshot stands (salvaged?): \
+                 reading all of it"
+            );
+            None
+        }
+        None => None,
+    })
+}
+
+/// Logs what a start read (`bytes`, after a snapshot or not), and syncs
+/// the newest segment found: what was read may be a killed process's
+/// writes, still only in the page cache, and must be durable before
+/// anything is written after them.
+fn settle_read(
+    disk: &dyn Disk,
+    found: &[u64],
+    bytes: u64,
+    from_snapshot: bool,
+) -> anyhow::Result<()> {
+    tracing::info!(bytes, from_snapshot, "read the journal after its snapshot");
+    let Some(newest) = found.last() else {
+        return Ok(());
+    };
+    let name = segment_name(*newest);
+    disk.sync(&name)
+        .with_context(|| format!("cannot sync the journal segment {name}"))
+}
+
 impl Journal {
     /// Opens (or creates) the journal on `disk` and reads what came after
     /// the last snapshot into memory (all of it without one). Returns it with the sled writes logged after the last
@@ -165,17 +199,7 @@ impl Journal {
     /// waiting, is an error that says where.
     pub fn open(disk: Arc<dyn Disk>) -> anyhow::Result<(Journal, Vec<Vec<u8>>)> {
         let tree = Tree::open(disk.clone())?;
-        let start = match snapshot::load(&tree)? {
-            Some((position, index)) if fits(&*disk, &position) => Some((position, index)),
-            Some(_) => {
-                tracing::warn!(
-                    "the journal no longer holds where its last snapshot stands (salvaged?): \
-                     reading all of it"
-                );
-                None
-            }
-            None => None,
-        };
+        let start = usable_snapshot(&*disk, &tree)?;
         let from_snapshot = start.is_some();
         let snapshot_seg = start.as_ref().map_or(0, |(p, _)| p.seg);
         let mut lengths = start
@@ -188,18 +212,7 @@ impl Journal {
             redo,
             replayed,
         } = read_from(&*disk, start)?;
-        tracing::info!(
-            bytes = replayed.bytes,
-            from_snapshot,
-            "read the journal after its snapshot"
-        );
-        // What was read may be a killed process's writes, still only in
-        // the page cache: durable before anything is written after them.
-        if let Some(newest) = found.last() {
-            let name = segment_name(*newest);
-            disk.sync(&name)
-                .with_context(|| format!("cannot sync the journal segment {name}"))?;
-        }
+        settle_read(&*disk, &found, replayed.bytes, from_snapshot)?;
         let active_seg = found.last().map_or(1, |last| last + 1);
         create_segment(&*disk, active_seg)?;
         let mut segments: BTreeMap<u64, Option<u64>> = found
@@ -259,7 +272,7 @@ impl Journal {
             let mut needed = Vec::new();
             for w in state.index.outbox.values() {
                 let d = &w.delivery;
-                let key = execution_key(&d.execution, &d.execution_id).into_bytes();
+                let key = execution_key(&d.automation, &d.execution_id).into_bytes();
                 let memory = state.index.memory(&key);
                 let frames = self.frames_in(&view, memory, &key)?.unwrap_or_default();
                 for at in [w.frame, w.body].into_iter().chain(frames) {
@@ -618,7 +631,7 @@ impl Journal {
             .filter_map(|id| {
                 let waiting = index.outbox.get(&(*index.due_of.get(id)?, id.clone()))?;
                 let d = &waiting.delivery;
-                Some(execution_key(&d.execution, &d.execution_id).into_bytes())
+                Some(execution_key(&d.automation, &d.execution_id).into_bytes())
             })
             .collect()
     }
@@ -671,19 +684,7 @@ impl Journal {
         let _history = self.history.write().unwrap_or_else(|p| p.into_inner());
         let mut state = self.state();
         state.usable()?;
-        // A start reads from the last durable snapshot, if any.
-        let durable = Some(state.snapshot_seg).filter(|seg| *seg > 0);
-        let kept_from = checkpoint
-            .min(state.active_seg)
-            .min(durable.unwrap_or(u64::MAX));
-        let old: BTreeSet<u64> = state
-            .segments
-            .iter()
-            .take_while(|(seg, closed)| {
-                **seg < kept_from && closed.is_some_and(|at| at < before_ms)
-            })
-            .map(|(seg, _)| *seg)
-            .collect();
+        let old = state.expirable(before_ms, checkpoint);
         if old.is_empty() {
             return Ok(0);
         }
@@ -711,23 +712,7 @@ impl Journal {
         // leaves the history with a prefix gone, never a hole. An index
         // goes before its segment, so none outlives it.
         for seg in &old {
-            state.segments.remove(seg);
-            state.legacy.remove(seg);
-            if state.indexed.remove(seg) {
-                self.cached().retain(|(s, _)| s != seg);
-                let name = sealed::name(*seg);
-                self.disk
-                    .remove(&name)
-                    .map_err(|e| io_error("removing", &name, e))?;
-            }
-            (self.pieces)
-                .forget(&*self.disk, *seg)
-                .map_err(|e| io_error("removing the piece log of", &segment_name(*seg), e))?;
-            let name = segment_name(*seg);
-            self.disk
-                .remove(&name)
-                .and_then(|()| self.disk.sync_dir())
-                .map_err(|e| state.fail("removing", &name, e))?;
+            self.remove_segment(&mut state, *seg)?;
         }
         let forgotten = gone.saturating_sub(kept);
         tracing::info!(
@@ -736,6 +721,27 @@ impl Journal {
             "dropped journal segments past the history's lifetime"
         );
         Ok(forgotten)
+    }
+
+    /// Removes segment `seg`, its index and its piece log, durably.
+    fn remove_segment(&self, state: &mut State, seg: u64) -> Result<()> {
+        state.segments.remove(&seg);
+        state.legacy.remove(&seg);
+        if state.indexed.remove(&seg) {
+            self.cached().retain(|(s, _)| *s != seg);
+            let name = sealed::name(seg);
+            self.disk
+                .remove(&name)
+                .map_err(|e| io_error("removing", &name, e))?;
+        }
+        (self.pieces)
+            .forget(&*self.disk, seg)
+            .map_err(|e| io_error("removing the piece log of", &segment_name(seg), e))?;
+        let name = segment_name(seg);
+        self.disk
+            .remove(&name)
+            .and_then(|()| self.disk.sync_dir())
+            .map_err(|e| state.fail("removing", &name, e))
     }
 
     /// How many executions have their record in segment `seg`.
@@ -824,7 +830,7 @@ impl Journal {
         }
         for w in state.index.outbox.values() {
             let d = &w.delivery;
-            let key = execution_key(&d.execution, &d.execution_id).into_bytes();
+            let key = execution_key(&d.automation, &d.execution_id).into_bytes();
             let memory = state.index.memory(&key);
             if let Some(frames) = self.frames_in(&view, memory, &key)?
                 && frames.iter().any(old)
@@ -880,6 +886,24 @@ impl Journal {
 }
 
 impl State {
+    /// The oldest closed segments closed before `before_ms`, in order up
+    /// to the first younger one, and none at or after `checkpoint` (sled
+    /// may still need what they logged) or the last durable snapshot (a
+    /// start reads from it).
+    fn expirable(&self, before_ms: u64, checkpoint: u64) -> BTreeSet<u64> {
+        let durable = Some(self.snapshot_seg).filter(|seg| *seg > 0);
+        let kept_from = checkpoint
+            .min(self.active_seg)
+            .min(durable.unwrap_or(u64::MAX));
+        self.segments
+            .iter()
+            .take_while(|(seg, closed)| {
+                **seg < kept_from && closed.is_some_and(|at| at < before_ms)
+            })
+            .map(|(seg, _)| *seg)
+            .collect()
+    }
+
     /// `Ok` unless the journal has failed.
     fn usable(&self) -> Result<()> {
         match &*self.failed.borrow() {
@@ -1174,17 +1198,58 @@ fn replay(
     if legacy {
         replayed.legacy.insert(seg);
     }
-    let decode = if legacy {
-        frame::decode_v1
-    } else {
-        frame::decode
+    let segment = Segment {
+        name,
+        seg,
+        base,
+        bytes,
+        legacy,
+        newest,
     };
-    let mut off = 0;
-    let mut committed = 0;
-    let mut seq_at_commit = replayed.next_seq;
+    let read = read_frames(&segment, replayed, index, redo);
+    if read.committed == segment.bytes.len() {
+        return Ok(());
+    }
+    segment.cut_or_refuse(disk, read, replayed)
+}
+
+/// One segment as replay reads it, from offset `base` on.
+struct Segment {
+    name: String,
+    seg: u64,
+    base: usize,
+    bytes: Vec<u8>,
+    /// Written in format 1 (no magic, no sequence numbers).
+    legacy: bool,
+    /// The journal's last segment, whose end a crash may have cut short.
+    newest: bool,
+}
+
+/// How far [`read_frames`] got in a segment.
+struct FramesRead {
+    /// Where reading stopped.
+    off: usize,
+    /// The end of the last commit.
+    committed: usize,
+    /// The next sequence number after that commit.
+    seq_at_commit: u64,
+    /// Why reading stopped before the end, if a frame did not read.
+    bad: Option<&'static str>,
+}
+
+/// Applies every committed entry of `segment` to `index` (sled's writes to
+/// `redo`), in order, up to the first frame that does not read.
+fn read_frames(
+    segment: &Segment,
+    replayed: &mut Replayed,
+    index: &mut Index,
+    redo: &mut Redo,
+) -> FramesRead {
+    let legacy = segment.legacy;
+    let (mut off, mut committed, mut seq_at_commit) = (0, 0, replayed.next_seq);
     let mut pending = Vec::new();
     let bad = loop {
-        let (seq, payload, len) = match decode(&bytes[off..]) {
+        let (seq, payload, len) = match segment.decode(off) {
             frame::Read::End => break None,
             frame::Read::Bad(why) => break Some(why),
             frame::Read::Frame {
@@ -1198,8 +1263,8 @@ fn replay(
             replayed.next_seq = seq + 1;
         }
         let at = At {
-            seg,
-            off: (base + off) as u64,
+            seg: segment.seg,
+            off: (segment.base + off) as u64,
             len: len as u32,
         };
         off += len;
@@ -1207,16 +1272,7 @@ fn replay(
         let entry = split.and_then(|(json, _)| serde_json::from_slice::<Entry>(json).ok());
         match entry {
             Some(Entry::Commit) => {
-                for (entry, at) in pending.drain(..) {
-                    match entry {
-                        Entry::Sled { writes } => redo.writes.push((at, writes)),
-                        Entry::Checkpoint { seg, off } => redo.checkpoint = (seg, off),
-                        Entry::Closed { at_ms } => {
-                            replayed.closed.insert(seg, at_ms);
-                        }
-                        entry => index.apply(entry, at),
-                    }
-                }
+                apply_commit(pending.drain(..), segment.seg, replayed, index, redo);
                 committed = off;
                 seq_at_commit = replayed.next_seq;
             }
@@ -1232,13 +1288,81 @@ fn replay(
             }
         }
     };
-    if committed == bytes.len() {
-        return Ok(());
+    FramesRead {
+        off,
+        committed,
+        seq_at_commit,
+        bad,
     }
-    let why = bad.unwrap_or("a commit without its end");
-    let at = base + if bad.is_some() { off } else { committed };
-    if !newest || (!legacy && frame_after(&bytes[off..], replayed.next_seq)) {
-        let without = if newest {
+}
+
+/// Applies the entries of one commit, read from segment `seg`.
+fn apply_commit(
+    entries: impl Iterator<Item = (Entry, At)>,
+    seg: u64,
+    replayed: &mut Replayed,
+    index: &mut Index,
+    redo: &mut Redo,
+) {
+    for (entry, at) in entries {
+        match entry {
+            Entry::Sled { writes } => redo.writes.push((at, writes)),
+            Entry::Checkpoint { seg, off } => redo.checkpoint = (seg, off),
+            Entry::Closed { at_ms } => {
+                replayed.closed.insert(seg, at_ms);
+            }
+            entry => index.apply(entry, at),
+        }
+    }
+}
+
+impl Segment {
+    /// The frame at `off`, in the segment's format.
+    fn decode(&self, off: usize) -> frame::Read<'_> {
+        match self.legacy {
+            true => frame::decode_v1(&self.bytes[off..]),
+            false => frame::decode(&self.bytes[off..]),
+        }
+    }
+
+    /// A segment that does not read to its end: the newest one's torn
+    /// tail is cut off, with a warning; anything else is damage, and an
+    /// error naming the file and the offset.
+    fn cut_or_refuse(
+        &self,
+        disk: &dyn Disk,
+        read: FramesRead,
+        replayed: &mut Replayed,
+    ) -> anyhow::Result<()> {
+        let (name, base, bytes) = (&self.name, self.base, &self.bytes);
+        let why = read.bad.unwrap_or("a commit without its end");
+        let at = base
+            + if read.bad.is_some() {
+                read.off
+            } else {
+                read.committed
+            };
+        let later = !self.legacy && frame_after(&bytes[read.off..], replayed.next_seq);
+        if !self.newest || later {
+            return Err(self.damaged(at, why, read.committed).into());
+        }
+        tracing::warn!(
+            segment = %name,
+            kept = base + read.committed,
+            dropped = bytes.len() - read.committed,
+            "the journal ends in a commit cut short (a crash mid-write); dropping it"
+        );
+        disk.set_len(name, (base + read.committed) as u64)?;
+        disk.sync(name)?;
+        replayed.next_seq = read.seq_at_commit;
+        Ok(())
+    }
+
+    /// The error for damage at offset `at` (the last commit ends at
+    /// `committed`), saying how to start without what follows.
+    fn damaged(&self, at: usize, why: &str, committed: usize) -> Damaged {
+        let name = &self.name;
+        let without = if self.newest {
             format!(
                 "to start without what it holds from offset {at} on, cut it there \
                  (truncate -s {at} {name})"
@@ -1247,10 +1371,10 @@ fn replay(
             "to start without it, move it and every later segment out of the journal's directory"
                 .to_string()
         };
-        return Err(Damaged {
-            seg,
+        Damaged {
+            seg: self.seg,
             at: at as u64,
-            kept: (base + committed) as u64,
+            kept: (self.base + committed) as u64,
             message: format!(
                 "the journal segment {name} is damaged at offset {at} ({why}), before the end of \
                  the journal: what follows was acknowledged, so switchyard will not start without \
@@ -1259,18 +1383,7 @@ fn replay(
                  store is damaged\")"
             ),
         }
-        .into());
     }
-    tracing::warn!(
-        segment = %name,
-        kept = base + committed,
-        dropped = bytes.len() - committed,
-        "the journal ends in a commit cut short (a crash mid-write); dropping it"
-    );
-    disk.set_len(&name, (base + committed) as u64)?;
-    disk.sync(&name)?;
-    replayed.next_seq = seq_at_commit;
-    Ok(())
 }
 
 /// Everything the segments hold, read in order.
