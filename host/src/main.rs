@@ -300,8 +300,17 @@ fn main() -> ExitCode {
             switchyard_components::TARGET_DISCORD,
         ],
     });
-    let cli = Cli::parse();
-    let result = match cli.command {
+    match run(Cli::parse().command) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(command: Command) -> anyhow::Result<()> {
+    match command {
         Command::Serve(args) => serve(args),
         Command::Admin(AdminCommand::CreateUser {
             name,
@@ -309,21 +318,28 @@ fn main() -> ExitCode {
             store,
         }) => create_user(&name, operator, &store),
         Command::Admin(AdminCommand::DumpRecords { store }) => dump_records(&store),
+        Command::Admin(AdminCommand::Users { remote }) => remote_call(&remote, users),
         Command::Store(StoreCommand::Copy { from, to }) => copy_store(&from, &to),
         Command::Store(StoreCommand::Check { data_dir }) => check_store(&data_dir),
         Command::Store(StoreCommand::Salvage { data_dir }) => {
             switchyard::store::Store::salvage_embedded(&data_dir).map(|said| println!("{said}"))
         }
         Command::Config(ConfigCommand::Check { config }) => check_config(config.as_deref()),
-        Command::Admin(AdminCommand::Users { remote }) => remote_call(&remote, users),
-        Command::Plugin(PluginCommand::List { remote }) => remote_call(&remote, plugins),
-        Command::Plugin(PluginCommand::New {
+        Command::Plugin(command) => plugin_command(command),
+        Command::Model(ModelCommand::Pull { to }) => switchyard::inference::pull::pull(&to),
+    }
+}
+
+fn plugin_command(command: PluginCommand) -> anyhow::Result<()> {
+    match command {
+        PluginCommand::List { remote } => remote_call(&remote, plugins),
+        PluginCommand::New {
             name,
             lang,
             kind,
             dir,
-        }) => new_plugin(&name, lang, kind, dir),
-        Command::Plugin(PluginCommand::Upload {
+        } => new_plugin(&name, lang, kind, dir),
+        PluginCommand::Upload {
             name,
             wasm,
             kind,
@@ -332,69 +348,46 @@ fn main() -> ExitCode {
             cpu_ms,
             timeout_ms,
             remote,
-        }) => {
-            let mut query = vec![("kind", kind), ("version", version)];
-            for (key, value) in [
+        } => {
+            let limits = [
                 ("memory_mb", memory_mb),
                 ("cpu_ms", cpu_ms),
                 ("timeout_ms", timeout_ms),
-            ] {
-                if let Some(value) = value {
-                    query.push((key, value.to_string()));
-                }
-            }
-            remote_call(&remote, async |api| {
-                let plugin = api.upload(&name, &wasm, &query).await?;
-                Ok(Shown(
-                    format!(
-                        "loaded {}@{} ({}, sha256 {})",
-                        name,
-                        plugin["version"].as_str().unwrap_or("?"),
-                        plugin["kind"].as_str().unwrap_or("?"),
-                        plugin["sha256"].as_str().unwrap_or("?")
-                    ),
-                    plugin,
-                ))
-            })
+            ];
+            let mut query = vec![("kind", kind), ("version", version)];
+            query.extend(
+                limits
+                    .into_iter()
+                    .filter_map(|(k, v)| Some((k, v?.to_string()))),
+            );
+            remote_call(&remote, async |api| upload(api, &name, &wasm, &query).await)
         }
-        Command::Plugin(PluginCommand::Remove { name, remote }) => {
-            remote_call(&remote, async |api| {
-                api.remove(&name).await?;
-                Ok(Shown(
-                    format!("removed {name}"),
-                    serde_json::json!({"removed": name}),
-                ))
-            })
-        }
-        Command::Plugin(PluginCommand::Invoke {
+        PluginCommand::Remove { name, remote } => remote_call(&remote, async |api| {
+            api.remove(&name).await?;
+            let removed = serde_json::json!({"removed": name});
+            Ok(Shown(format!("removed {name}"), removed))
+        }),
+        PluginCommand::Invoke {
             name,
             input,
             remote,
-        }) => remote_call(&remote, async |api| {
+        } => remote_call(&remote, async |api| {
             let output = api.invoke(&name, &input).await?;
             Ok(Shown(serde_json::to_string_pretty(&output)?, output))
         }),
-        Command::Model(ModelCommand::Pull { to }) => switchyard::inference::pull::pull(&to),
-        Command::Plugin(PluginCommand::Check {
+        PluginCommand::Check {
             wasm,
             kind,
             manifest,
             input,
             cache_dir,
-        }) => check_plugin(
+        } => check_plugin(
             &wasm,
             kind,
             manifest.as_deref(),
             input.as_deref(),
             &cache_dir,
         ),
-    };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::FAILURE
-        }
     }
 }
 
@@ -496,6 +489,19 @@ async fn users(api: &switchyard::remote::Api) -> anyhow::Result<Shown> {
         &rows(&listing, &["name", "id", "operator", "created_at"]),
     );
     Ok(Shown(text, listing))
+}
+
+async fn upload(
+    api: &switchyard::remote::Api,
+    name: &str,
+    wasm: &std::path::Path,
+    query: &[(&str, String)],
+) -> anyhow::Result<Shown> {
+    let plugin = api.upload(name, wasm, query).await?;
+    let field = |key: &str| plugin[key].as_str().unwrap_or("?").to_string();
+    let (version, kind, sha256) = (field("version"), field("kind"), field("sha256"));
+    let text = format!("loaded {name}@{version} ({kind}, sha256 {sha256})");
+    Ok(Shown(text, plugin))
 }
 
 fn check_config(path: Option<&std::path::Path>) -> anyhow::Result<()> {

@@ -329,32 +329,10 @@ pub(super) async fn account(
     headers: &HeaderMap,
     model: &str,
 ) -> Result<Account> {
-    if !may_use(key, model) {
-        return Err(Error::OutOfScope {
-            message: format!(
-                "the {} may not use the model '{model}'; it may use {}",
-                key_label(key),
-                key.models.as_deref().unwrap_or_default().join(", ")
-            ),
-            param: "model".into(),
-        });
-    }
+    may_use_model(key, model)?;
     let key_limits = (!key.limits.is_none()).then(|| (key.id.clone(), key_label(key), key.limits));
-    let Some((name, value)) = PROJECT_HEADERS
-        .iter()
-        .find_map(|h| headers.get(*h).map(|v| (*h, v)))
-    else {
-        if let Some(projects) = &key.projects {
-            return Err(Error::OutOfScope {
-                message: format!(
-                    "the {} may only bill the projects {}; name one in the header '{}: <team>/<project>'",
-                    key_label(key),
-                    projects.join(", "),
-                    PROJECT_HEADERS[0]
-                ),
-                param: PROJECT_HEADERS[0].into(),
-            });
-        }
+    let Some(billed) = billed_project(headers)? else {
+        may_bill(key, None)?;
         return Ok(Account {
             scope: usage::personal_scope(&user.name),
             key_id: key.id.clone(),
@@ -364,27 +342,8 @@ pub(super) async fn account(
             },
         });
     };
-    let value = value
-        .to_str()
-        .map_err(|_| Error::invalid(name, format!("the {name} header is not valid text")))?;
-    let (team, project) = value.split_once('/').ok_or_else(|| {
-        Error::invalid(
-            name,
-            format!("the {name} header must be '<team>/<project>', got '{value}'"),
-        )
-    })?;
-    if let Some(projects) = &key.projects
-        && !projects.iter().any(|p| p == value)
-    {
-        return Err(Error::OutOfScope {
-            message: format!(
-                "the {} may not bill the project '{value}'; it may bill {}",
-                key_label(key),
-                projects.join(", ")
-            ),
-            param: name.into(),
-        });
-    }
+    may_bill(key, Some(&billed))?;
+    let (team, project) = (billed.team, billed.project);
     if app
         .access
         .require_team(user, team, Role::Member)
@@ -396,13 +355,92 @@ pub(super) async fn account(
         )));
     }
     let found = app.access.project(team, project).await?;
+    let project_limits = Some((format!("{team}/{project}"), found.limits));
     Ok(Account {
         scope: usage::project_scope(team, project),
         key_id: key.id.clone(),
         limits: Owners {
             key: key_limits,
-            project: Some((value.to_string(), found.limits)).filter(|(_, l)| !l.is_none()),
+            project: project_limits.filter(|(_, l)| !l.is_none()),
         },
+    })
+}
+
+/// A project named in a request's header.
+struct Billed<'a> {
+    /// The header that named it.
+    header: &'static str,
+    team: &'a str,
+    project: &'a str,
+}
+
+/// The project a request's header names, if one does.
+fn billed_project(headers: &HeaderMap) -> Result<Option<Billed<'_>>> {
+    let Some((header, value)) = PROJECT_HEADERS
+        .iter()
+        .find_map(|h| headers.get(*h).map(|v| (*h, v)))
+    else {
+        return Ok(None);
+    };
+    let value = value
+        .to_str()
+        .map_err(|_| Error::invalid(header, format!("the {header} header is not valid text")))?;
+    let (team, project) = value.split_once('/').ok_or_else(|| {
+        Error::invalid(
+            header,
+            format!("the {header} header must be '<team>/<project>', got '{value}'"),
+        )
+    })?;
+    Ok(Some(Billed {
+        header,
+        team,
+        project,
+    }))
+}
+
+/// A 403 unless `key` may use `model`.
+fn may_use_model(key: &ApiKey, model: &str) -> Result<()> {
+    if may_use(key, model) {
+        return Ok(());
+    }
+    Err(Error::OutOfScope {
+        message: format!(
+            "the {} may not use the model '{model}'; it may use {}",
+            key_label(key),
+            key.models.as_deref().unwrap_or_default().join(", ")
+        ),
+        param: "model".into(),
+    })
+}
+
+/// A 403 unless `key` may bill `billed` (`None`: the caller's own
+/// default project, which a key with a list of projects may not).
+fn may_bill(key: &ApiKey, billed: Option<&Billed<'_>>) -> Result<()> {
+    let Some(projects) = &key.projects else {
+        return Ok(());
+    };
+    let Some(billed) = billed else {
+        return Err(Error::OutOfScope {
+            message: format!(
+                "the {} may only bill the projects {}; name one in the header '{}: <team>/<project>'",
+                key_label(key),
+                projects.join(", "),
+                PROJECT_HEADERS[0]
+            ),
+            param: PROJECT_HEADERS[0].into(),
+        });
+    };
+    let value = format!("{}/{}", billed.team, billed.project);
+    if projects.contains(&value) {
+        return Ok(());
+    }
+    Err(Error::OutOfScope {
+        message: format!(
+            "the {} may not bill the project '{value}'; it may bill {}",
+            key_label(key),
+            projects.join(", ")
+        ),
+        param: billed.header.into(),
     })
 }
 

@@ -19,8 +19,15 @@ pub trait Ask: Clone + Send + Sync + 'static {
     /// The model asked for.
     fn model(&self) -> &str;
 
+    /// The model asked for, to change.
+    fn model_mut(&mut self) -> &mut String;
+
     /// The same request for a route's deployment serving it as `model`.
-    fn for_model(&self, model: &str) -> Self;
+    fn for_model(&self, model: &str) -> Self {
+        let mut asked = self.clone();
+        *asked.model_mut() = model.to_string();
+        asked
+    }
 
     /// The tokens an answer used: prompt, completion.
     fn tokens(answer: &Self::Answer) -> (u32, u32);
@@ -42,11 +49,8 @@ impl Ask for ChatRequest {
         &self.model
     }
 
-    fn for_model(&self, model: &str) -> Self {
-        ChatRequest {
-            model: model.to_string(),
-            ..self.clone()
-        }
+    fn model_mut(&mut self) -> &mut String {
+        &mut self.model
     }
 
     fn tokens(answer: &ChatResult) -> (u32, u32) {
@@ -71,11 +75,8 @@ impl Ask for ForwardRequest {
         &self.model
     }
 
-    fn for_model(&self, model: &str) -> Self {
-        ForwardRequest {
-            model: model.to_string(),
-            ..self.clone()
-        }
+    fn model_mut(&mut self) -> &mut String {
+        &mut self.model
     }
 
     fn tokens(answer: &ForwardResult) -> (u32, u32) {

@@ -24,17 +24,7 @@ pub async fn check(
     cache_dir: &Path,
 ) -> anyhow::Result<Value> {
     let bytes = std::fs::read(wasm).with_context(|| format!("cannot read {}", wasm.display()))?;
-    let manifest = match manifest {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("cannot read {}", path.display()))?;
-            Some(
-                Manifest::parse(&text)
-                    .map_err(|e| anyhow::anyhow!("invalid manifest {}: {e}", path.display()))?,
-            )
-        }
-        None => None,
-    };
+    let manifest = manifest.map(read_manifest).transpose()?;
     let kind = match (kind, &manifest) {
         (Some(kind), _) => Some(kind),
         (None, Some(m)) => Some(m.kind().map_err(anyhow::Error::msg)?),
@@ -45,14 +35,11 @@ pub async fn check(
         .and_then(|s| s.to_str())
         .unwrap_or("plugin")
         .to_string();
-    let plugins = Plugins::new(
-        cache_dir,
-        &QueueConfig {
-            workers: 1,
-            capacity: 1,
-        },
-    )
-    .await?;
+    let queue = QueueConfig {
+        workers: 1,
+        capacity: 1,
+    };
+    let plugins = Plugins::new(cache_dir, &queue).await?;
     let candidates = kind.map_or_else(
         || vec![Kind::PayloadTemplate, Kind::EventFilter, Kind::ModelBackend],
         |k| vec![k],
@@ -71,26 +58,40 @@ pub async fn check(
             bytes: bytes.clone(),
         };
         match plugins.check(spec).await {
-            Ok(plugin) => {
-                let mut report = json!({
-                    "ok": true,
-                    "name": plugin.name,
-                    "kind": plugin.kind,
-                    "sha256": plugin.sha256,
-                    "limits": plugin.limits,
-                });
-                if let Some(served) = plugin.served() {
-                    report["models"] = json!(served.model_ids());
-                }
-                if let Some(input) = input {
-                    report["result"] = run(&plugins, &plugin, input).await?;
-                }
-                return Ok(report);
-            }
+            Ok(plugin) => return report(&plugins, &plugin, input).await,
             Err(e) => failures.push(e.to_string()),
         }
     }
     bail!("{}", failures.join("\n"))
+}
+
+fn read_manifest(path: &Path) -> anyhow::Result<Manifest> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    Manifest::parse(&text).map_err(|e| anyhow::anyhow!("invalid manifest {}: {e}", path.display()))
+}
+
+/// What `check` says of a component that loaded: its name, kind, digest,
+/// limits and models, and what it made of `input` if given.
+async fn report(
+    plugins: &Plugins,
+    plugin: &super::Plugin,
+    input: Option<&Path>,
+) -> anyhow::Result<Value> {
+    let mut report = json!({
+        "ok": true,
+        "name": plugin.name,
+        "kind": plugin.kind,
+        "sha256": plugin.sha256,
+        "limits": plugin.limits,
+    });
+    if let Some(served) = plugin.served() {
+        report["models"] = json!(served.model_ids());
+    }
+    if let Some(input) = input {
+        report["result"] = run(plugins, plugin, input).await?;
+    }
+    Ok(report)
 }
 
 async fn run(plugins: &Plugins, plugin: &super::Plugin, input: &Path) -> anyhow::Result<Value> {

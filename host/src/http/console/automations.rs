@@ -193,7 +193,33 @@ impl AutomationForm {
 
     /// The definition the API would receive, or the field that is wrong.
     fn definition(&self) -> Result<Definition, Error> {
-        let event = match self.event.as_str() {
+        let event = self.event_config()?;
+        let payload = Some(self.payload.trim().to_string()).filter(|p| !p.is_empty());
+        let (team, webhook) = self.webhook.split_once('/').ok_or_else(|| {
+            Error::invalid(
+                "webhook",
+                "choose a webhook; a team admin creates them in team settings",
+            )
+        })?;
+        Ok(Definition {
+            name: self.name.clone(),
+            description: self.description.trim().to_string(),
+            event,
+            webhook: WebhookRef {
+                team: team.to_string(),
+                name: webhook.to_string(),
+            },
+            action: Action::Webhooks,
+            payload,
+            template_plugin: Some(self.template_plugin.clone()),
+            cooldown_s: optional_number("cooldown_s", &self.cooldown_s)?,
+            max_per_hour: optional_number("max_per_hour", &self.max_per_hour)?,
+        })
+    }
+
+    /// The event chosen, with the fields its kind reads.
+    fn event_config(&self) -> Result<EventConfig, Error> {
+        Ok(match self.event.as_str() {
             "ADD_ARTIFACT_ALIAS" => EventConfig::AddArtifactAlias {
                 alias_regex: self.alias_regex.trim().to_string(),
             },
@@ -232,27 +258,6 @@ impl AutomationForm {
                 run_filters: RunFilters::default(),
             },
             other => return Err(Error::invalid("event", format!("unknown event '{other}'"))),
-        };
-        let payload = Some(self.payload.trim().to_string()).filter(|p| !p.is_empty());
-        let (team, webhook) = self.webhook.split_once('/').ok_or_else(|| {
-            Error::invalid(
-                "webhook",
-                "choose a webhook; a team admin creates them in team settings",
-            )
-        })?;
-        Ok(Definition {
-            name: self.name.clone(),
-            description: self.description.trim().to_string(),
-            event,
-            webhook: WebhookRef {
-                team: team.to_string(),
-                name: webhook.to_string(),
-            },
-            action: Action::Webhooks,
-            payload,
-            template_plugin: Some(self.template_plugin.clone()),
-            cooldown_s: optional_number("cooldown_s", &self.cooldown_s)?,
-            max_per_hour: optional_number("max_per_hour", &self.max_per_hour)?,
         })
     }
 

@@ -109,34 +109,38 @@ pub fn describe_event(event: &EventConfig) -> String {
             "{} of the last {} {} {} {}",
             metric.aggregation, metric.window, metric.name, metric.comparison, metric.threshold
         ),
-        EventConfig::RunMetricChange { metric, .. } => {
-            let by = match metric.change_type.as_str() {
-                "relative" => format!("{}%", metric.amount * 100.0),
-                _ => metric.amount.to_string(),
-            };
-            let moves = match metric.direction.as_str() {
-                "increase" => "rises",
-                "decrease" => "falls",
-                _ => "moves",
-            };
-            format!(
-                "{} of the last {} {} {moves} by {by} against the {} before",
-                metric.aggregation, metric.window, metric.name, metric.prior_window
-            )
-        }
-        EventConfig::RunMetricZscore { metric, .. } => {
-            let t = metric.threshold;
-            let bound = match metric.direction.as_str() {
-                "above" => format!("≥ {t}"),
-                "below" => format!("≤ -{t}"),
-                _ => format!("beyond ±{t}"),
-            };
-            format!(
-                "the z-score of {} over the last {} values is {bound}",
-                metric.name, metric.window
-            )
-        }
+        EventConfig::RunMetricChange { metric, .. } => describe_change(metric),
+        EventConfig::RunMetricZscore { metric, .. } => describe_zscore(metric),
     }
+}
+
+fn describe_change(metric: &crate::model::MetricChangeSpec) -> String {
+    let by = match metric.change_type.as_str() {
+        "relative" => format!("{}%", metric.amount * 100.0),
+        _ => metric.amount.to_string(),
+    };
+    let moves = match metric.direction.as_str() {
+        "increase" => "rises",
+        "decrease" => "falls",
+        _ => "moves",
+    };
+    format!(
+        "{} of the last {} {} {moves} by {by} against the {} before",
+        metric.aggregation, metric.window, metric.name, metric.prior_window
+    )
+}
+
+fn describe_zscore(metric: &crate::model::MetricZscoreSpec) -> String {
+    let t = metric.threshold;
+    let bound = match metric.direction.as_str() {
+        "above" => format!("≥ {t}"),
+        "below" => format!("≤ -{t}"),
+        _ => format!("beyond ±{t}"),
+    };
+    format!(
+        "the z-score of {} over the last {} values is {bound}",
+        metric.name, metric.window
+    )
 }
 
 /// An automation's state in words.
@@ -165,32 +169,10 @@ async fn place_page(app: &App, viewer: &Viewer, place: &Place, error: Option<Err
         .await
         .is_ok();
     let automations = automations::list(store, scope).await.map_err(failed)?;
-    let mut collections = Vec::new();
-    for c in artifacts::collections(store, scope).await.map_err(failed)? {
-        let versions = artifacts::versions(store, scope, &c.name)
-            .await
-            .map_err(failed)?;
-        collections.push(CollectionRow {
-            name: c.name,
-            versions: versions
-                .into_iter()
-                .map(|v| VersionRow {
-                    version: v.version.version,
-                    aliases: v.aliases.join(", "),
-                    tags: v.tags.join(", "),
-                })
-                .collect(),
-        });
-    }
+    let collections = collection_rows(store, scope).await.map_err(failed)?;
     let (runs, chart, limits) = match scope {
         Scope::Project { team, project } => {
-            let runs = runs::list(store, team, project).await.map_err(failed)?;
-            let usage = usage::rows(store, &usage::project_scope(team, project))
-                .await
-                .map_err(failed)?;
-            let chart = Chart::of(&usage, Some(format!("{team}/{project}")));
-            let found = projects::get(store, team, project).await.map_err(failed)?;
-            (runs, Some(chart), Some(found.limits))
+            project_parts(store, team, project).await.map_err(failed)?
         }
         Scope::Registry { .. } | Scope::Collection { .. } | Scope::Team { .. } => {
             (Vec::new(), None, None)
@@ -225,6 +207,41 @@ async fn place_page(app: &App, viewer: &Viewer, place: &Place, error: Option<Err
         artifact_error: error.map(|e| e.to_string()),
         chart,
     })
+}
+
+/// Each collection of `scope`, with its versions.
+async fn collection_rows(
+    store: &crate::store::Store,
+    scope: &Scope,
+) -> crate::error::Result<Vec<CollectionRow>> {
+    let mut rows = Vec::new();
+    for c in artifacts::collections(store, scope).await? {
+        let versions = artifacts::versions(store, scope, &c.name).await?;
+        let version = |v: crate::model::LabelledVersion| VersionRow {
+            version: v.version.version,
+            aliases: v.aliases.join(", "),
+            tags: v.tags.join(", "),
+        };
+        rows.push(CollectionRow {
+            name: c.name,
+            versions: versions.into_iter().map(version).collect(),
+        });
+    }
+    Ok(rows)
+}
+
+/// What only a project's page shows: its runs, its usage chart and its
+/// limits.
+async fn project_parts(
+    store: &crate::store::Store,
+    team: &str,
+    project: &str,
+) -> crate::error::Result<(Vec<Run>, Option<Chart>, Option<RateLimits>)> {
+    let runs = runs::list(store, team, project).await?;
+    let usage = usage::rows(store, &usage::project_scope(team, project)).await?;
+    let chart = Chart::of(&usage, Some(format!("{team}/{project}")));
+    let found = projects::get(store, team, project).await?;
+    Ok((runs, Some(chart), Some(found.limits)))
 }
 
 /// Runs an action of a member of the place (on artifacts or runs),

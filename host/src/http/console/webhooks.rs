@@ -30,7 +30,6 @@ pub fn routes() -> Router<App> {
 
 /// `POST /teams/{team}/webhooks`.
 pub async fn create(form: AdminForm) -> Shown {
-    let (app, team) = (&form.app, &form.team);
     let (name, url) = (form.field("name"), form.field("url"));
     let settings = webhooks::Settings {
         url: url.to_string(),
@@ -44,18 +43,7 @@ pub async fn create(form: AdminForm) -> Shown {
         max_per_second: None,
         circuit_breaker: None,
     };
-    let allow = &app.cfg.webhooks.allow_private;
-    let named = (team.as_str(), name);
-    match webhooks::save(
-        &app.store,
-        &app.sealer,
-        named,
-        settings,
-        allow,
-        Save::Create,
-    )
-    .await
-    {
+    match save(&form, name, settings, Save::Create).await {
         Ok(webhook) => {
             let page = format!("/webhooks/{}", webhook.name);
             Ok(form.done("webhook created", &webhook.name, &page))
@@ -65,6 +53,19 @@ pub async fn create(form: AdminForm) -> Shown {
         }
         Err(e) => Err(form.failed(e)),
     }
+}
+
+/// Saves `settings` as the team's webhook `name`, checked as the API
+/// checks them (the SSRF guard included).
+async fn save(
+    form: &AdminForm,
+    name: &str,
+    settings: webhooks::Settings,
+    how: Save,
+) -> crate::error::Result<webhooks::Webhook> {
+    let app = &form.app;
+    let (allow, named) = (&app.cfg.webhooks.allow_private, (form.team.as_str(), name));
+    webhooks::save(&app.store, &app.sealer, named, settings, allow, how).await
 }
 
 #[derive(Template)]
@@ -265,18 +266,7 @@ pub async fn update(form: AdminForm) -> Shown {
         },
         circuit_breaker: current.circuit_breaker,
     };
-    let allow = &app.cfg.webhooks.allow_private;
-    let named = (team.as_str(), name.as_str());
-    match webhooks::save(
-        &app.store,
-        &app.sealer,
-        named,
-        settings,
-        allow,
-        Save::Update,
-    )
-    .await
-    {
+    match save(&form, &name, settings, Save::Update).await {
         Ok(_) => Ok(form.done("webhook updated", &name, &format!("/webhooks/{name}"))),
         Err(e @ Error::InvalidRequest { .. }) => edit_refused(app, &form, team, &name, e).await,
         Err(e) => Err(form.failed(e)),

@@ -153,100 +153,6 @@ impl From<v3::ForwardResult> for ForwardResult {
     }
 }
 
-impl From<v3::ModelInfo> for ModelInfo {
-    fn from(m: v3::ModelInfo) -> Self {
-        ModelInfo {
-            id: m.id,
-            owned_by: m.owned_by,
-            created: m.created,
-        }
-    }
-}
-
-impl From<ChatRequest> for v3::ChatRequest {
-    fn from(r: ChatRequest) -> Self {
-        v3::ChatRequest {
-            model: r.model,
-            messages: r
-                .messages
-                .into_iter()
-                .map(|m| v3::Message {
-                    role: m.role,
-                    content: m.content,
-                    extra: m.extra,
-                })
-                .collect(),
-            max_tokens: r.max_tokens,
-            temperature: r.temperature,
-            top_p: r.top_p,
-            seed: r.seed,
-            stop: r.stop,
-            streamed: r.streamed,
-            extra: r.extra,
-        }
-    }
-}
-
-impl From<v3::ChatResult> for ChatResult {
-    fn from(r: v3::ChatResult) -> Self {
-        ChatResult {
-            finish_reason: match r.finish_reason {
-                v3::FinishReason::Stop => FinishReason::Stop,
-                v3::FinishReason::Length => FinishReason::Length,
-                v3::FinishReason::ToolCalls => FinishReason::ToolCalls,
-                v3::FinishReason::ContentFilter => FinishReason::ContentFilter,
-            },
-            prompt_tokens: r.prompt_tokens,
-            completion_tokens: r.completion_tokens,
-            choices: r.choices,
-        }
-    }
-}
-
-impl From<v1::ModelInfo> for ModelInfo {
-    fn from(m: v1::ModelInfo) -> Self {
-        ModelInfo {
-            id: m.id,
-            owned_by: m.owned_by,
-            created: m.created,
-        }
-    }
-}
-
-impl From<v2::ModelInfo> for ModelInfo {
-    fn from(m: v2::ModelInfo) -> Self {
-        ModelInfo {
-            id: m.id,
-            owned_by: m.owned_by,
-            created: m.created,
-        }
-    }
-}
-
-impl From<ChatRequest> for v2::ChatRequest {
-    fn from(r: ChatRequest) -> Self {
-        v2::ChatRequest {
-            model: r.model,
-            messages: r
-                .messages
-                .into_iter()
-                .map(|m| v2::Message {
-                    role: m.role,
-                    content: m.content,
-                    extra: m.extra,
-                })
-                .collect(),
-            max_tokens: r.max_tokens,
-            temperature: r.temperature,
-            top_p: r.top_p,
-            seed: r.seed,
-            stop: r.stop,
-            streamed: r.streamed,
-            extra: r.extra,
-        }
-    }
-}
-
 /// 0.1.0 carries no `extra`: the host refuses requests that use it before
 /// they reach such a backend.
 impl From<ChatRequest> for v1::ChatRequest {
@@ -270,22 +176,6 @@ impl From<ChatRequest> for v1::ChatRequest {
     }
 }
 
-impl From<v2::ChatResult> for ChatResult {
-    fn from(r: v2::ChatResult) -> Self {
-        ChatResult {
-            finish_reason: match r.finish_reason {
-                v2::FinishReason::Stop => FinishReason::Stop,
-                v2::FinishReason::Length => FinishReason::Length,
-                v2::FinishReason::ToolCalls => FinishReason::ToolCalls,
-                v2::FinishReason::ContentFilter => FinishReason::ContentFilter,
-            },
-            prompt_tokens: r.prompt_tokens,
-            completion_tokens: r.completion_tokens,
-            choices: r.choices,
-        }
-    }
-}
-
 impl From<v1::ChatResult> for ChatResult {
     fn from(r: v1::ChatResult) -> Self {
         ChatResult {
@@ -299,3 +189,63 @@ impl From<v1::ChatResult> for ChatResult {
         }
     }
 }
+
+/// A model's description, alike in every interface version.
+macro_rules! model_info_from {
+    ($($v:ident),*) => {$(
+        impl From<$v::ModelInfo> for ModelInfo {
+            fn from(m: $v::ModelInfo) -> Self {
+                ModelInfo {
+                    id: m.id,
+                    owned_by: m.owned_by,
+                    created: m.created,
+                }
+            }
+        }
+    )*};
+}
+model_info_from!(v1, v2, v3);
+
+/// A chat's request and result in the versions where they have the same
+/// shape (0.2.0 on; 0.1.0 lacks `extra` and two finish reasons).
+macro_rules! chat_from {
+    ($($v:ident),*) => {$(
+        impl From<ChatRequest> for $v::ChatRequest {
+            fn from(r: ChatRequest) -> Self {
+                let message = |m: Message| $v::Message {
+                    role: m.role,
+                    content: m.content,
+                    extra: m.extra,
+                };
+                $v::ChatRequest {
+                    model: r.model,
+                    messages: r.messages.into_iter().map(message).collect(),
+                    max_tokens: r.max_tokens,
+                    temperature: r.temperature,
+                    top_p: r.top_p,
+                    seed: r.seed,
+                    stop: r.stop,
+                    streamed: r.streamed,
+                    extra: r.extra,
+                }
+            }
+        }
+
+        impl From<$v::ChatResult> for ChatResult {
+            fn from(r: $v::ChatResult) -> Self {
+                ChatResult {
+                    finish_reason: match r.finish_reason {
+                        $v::FinishReason::Stop => FinishReason::Stop,
+                        $v::FinishReason::Length => FinishReason::Length,
+                        $v::FinishReason::ToolCalls => FinishReason::ToolCalls,
+                        $v::FinishReason::ContentFilter => FinishReason::ContentFilter,
+                    },
+                    prompt_tokens: r.prompt_tokens,
+                    completion_tokens: r.completion_tokens,
+                    choices: r.choices,
+                }
+            }
+        }
+    )*};
+}
+chat_from!(v2, v3);

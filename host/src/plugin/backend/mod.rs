@@ -675,6 +675,20 @@ impl Backend {
             let stopped = format!("{name}: stopped, as nobody reads the reply any more");
             return (Err(CallError::Failed(stopped)), true);
         };
+        self.judge(outcome, live, &stderr)
+    }
+
+    /// What a finished call comes to, and whether its instance must go.
+    fn judge<R>(
+        &self,
+        outcome: std::result::Result<
+            wasmtime::Result<Result<R, Reported>>,
+            tokio::time::error::Elapsed,
+        >,
+        live: &BackendInstance,
+        stderr: &[u8],
+    ) -> (Result<R, CallError>, bool) {
+        let name = &self.setup.name;
         match outcome {
             Ok(Ok(Ok(value))) => (Ok(value), false),
             Ok(Ok(Err(reported))) => (
@@ -692,7 +706,7 @@ impl Backend {
                     cpu_ms: 0,
                     timeout_ms: self.setup.timeout.as_millis() as u64,
                 };
-                let what = failure(&trap, &live.store.data().base, &limits, &stderr);
+                let what = failure(&trap, &live.store.data().base, &limits, stderr);
                 (Err(CallError::Failed(format!("{name}: {what}"))), true)
             }
             Err(_) => (
