@@ -31,6 +31,7 @@ pub mod server;
 pub mod ids;
 pub mod nesting;
 pub mod queue;
+pub mod tasks;
 pub mod telemetry;
 
 // The command line's client of a running host.

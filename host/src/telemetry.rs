@@ -244,7 +244,7 @@ pub fn http_request(method: &str, route: &str, status: u16, took: Duration) {
 
 /// What a delivery attempt came to.
 #[derive(Debug, Clone, Copy)]
-pub enum Delivery {
+pub enum Attempted {
     /// Acknowledged.
     Delivered,
     /// Failed, and due again.
@@ -257,15 +257,15 @@ pub enum Delivery {
 
 /// One delivery attempt; `since_event` is from the event's acceptance to
 /// now, recorded when the delivery was acknowledged.
-pub fn delivery(outcome: Delivery, since_event: Duration) {
+pub fn delivery(outcome: Attempted, since_event: Duration) {
     let label = match outcome {
-        Delivery::Delivered => "delivered",
-        Delivery::Retried => "retried",
-        Delivery::Failed => "failed",
-        Delivery::Disabled => "disabled",
+        Attempted::Delivered => "delivered",
+        Attempted::Retried => "retried",
+        Attempted::Failed => "failed",
+        Attempted::Disabled => "disabled",
     };
     // The histogram first: a scrape that counts a delivery sees its time.
-    if let Delivery::Delivered = outcome {
+    if let Attempted::Delivered = outcome {
         histogram!("switchyard_delivery_duration_seconds").record(since_event.as_secs_f64());
     }
     counter!("switchyard_deliveries_total", "outcome" => label).increment(1);

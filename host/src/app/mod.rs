@@ -17,6 +17,7 @@ use crate::plugin::Plugins;
 use crate::plugin::Watcher;
 use crate::queue::WorkQueue;
 use crate::store::Store;
+use crate::tasks::{Stage, Tasks};
 
 /// Everything a handler may use: one pointer, so that the extractors and
 /// middleware that clone it per request copy one `Arc`, not eleven.
@@ -53,13 +54,16 @@ pub struct Parts {
     pub matcher: Matcher,
     /// What lets a request's caller in, kept.
     pub access: Arc<Access>,
+    /// The host's loops, stopped in order by [`App::stop`].
+    pub tasks: Tasks,
 }
 
 impl App {
     /// Starts the plugin host (loading the built-ins and the plugins
-    /// directory) and the queues. Needs a tokio runtime.
+    /// directory), the queues and the loops. Needs a tokio runtime.
     pub async fn start(cfg: Config, store: Store, sealer: Sealer) -> anyhow::Result<App> {
         crate::telemetry::install();
+        let tasks = Tasks::default();
         let cache_dir = cfg
             .plugins
             .cache_dir
@@ -69,37 +73,34 @@ impl App {
             Plugins::start(&cache_dir, &cfg.queues.plugin, crate::plugin::builtins()).await?;
         // Built-in backends first: they reserve their model ids before any
         // backend plugin in the directory is loaded.
-        let inference = Inference::start(
-            &cfg,
-            store.clone(),
-            WorkQueue::start("inference", &cfg.queues.inference),
-            plugins.clone(),
-        )
-        .await;
+        let queue = WorkQueue::start("inference", &cfg.queues.inference);
+        let inference = Inference::start(&cfg, store.clone(), queue, plugins.clone(), &tasks).await;
         let watcher = Watcher::new(&cfg.plugins_dir, plugins.clone());
-        watcher
-            .start(Duration::from_millis(cfg.plugins.watch_interval_ms))
-            .await;
+        let interval = Duration::from_millis(cfg.plugins.watch_interval_ms);
+        watcher.start(&tasks, interval).await;
         // Uploads last: an upload replaces a plugin of the same name.
-        crate::automation::uploads::Sync::start(store.clone(), plugins.clone()).await;
+        crate::automation::uploads::Sync::start(&tasks, store.clone(), plugins.clone()).await;
         let sender = Sender::new(
             cfg.webhooks.allow_private.clone(),
             Duration::from_millis(cfg.webhooks.timeout_ms),
             cfg.webhooks.max_response_bytes,
         )?;
-        let dispatcher = Dispatcher::start(
+        let delivery = cfg.delivery.clone();
+        let dispatching = Dispatcher::start(
             store.clone(),
             sealer.clone(),
             sender.clone(),
-            cfg.delivery.clone(),
+            delivery,
+            &tasks,
         );
-        let matcher = Matcher::new(
+        let dispatcher = dispatching.0.clone();
+        let matcher = Matcher::start(
             store.clone(),
             sealer.clone(),
             plugins.clone(),
-            dispatcher.clone(),
+            dispatching,
+            &tasks,
         );
-        dispatcher.set_events(Arc::new(matcher.clone()));
         let app = App(Arc::new(Parts {
             access: Arc::new(Access::new(store.clone())),
             matcher,
@@ -111,29 +112,51 @@ impl App {
             sealer,
             plugins,
             watcher,
+            tasks,
         }));
-        // Events a crash left unmatched; the dispatcher's first scan picks up
-        // the outbox.
-        let recovered = app.matcher.sweep_inbox(0).await?.matched;
+        app.recover().await?;
+        app.spawn_upkeep();
+        Ok(app)
+    }
+
+    /// Matches the events a crash left in the inbox (the dispatcher's first
+    /// scan picks up the outbox), then sweeps for events whose matching
+    /// hit a full plugin queue.
+    async fn recover(&self) -> anyhow::Result<()> {
+        let recovered = self.matcher.sweep_inbox(0).await?.matched;
         if recovered > 0 {
             tracing::info!(
                 events = recovered,
                 "matched events left over from the last run"
             );
         }
-        // Later, events whose matching hit a full plugin queue.
-        app.matcher.spawn_sweeper(Duration::from_millis(
-            app.cfg.delivery.poll_interval_ms.max(10),
-        ));
-        crate::automation::outbox::spawn_expiry(app.store.clone(), app.cfg.history.keep());
-        crate::domain::auth::spawn_session_sweeper(
-            app.store.clone(),
-            crate::domain::auth::SESSION_SWEEP,
-        );
-        crate::domain::idempotency::spawn_sweeper(
-            app.store.clone(),
-            crate::domain::idempotency::SWEEP,
-        );
-        Ok(app)
+        let interval = Duration::from_millis(self.cfg.delivery.poll_interval_ms.max(10));
+        self.matcher.spawn_sweeper(&self.tasks, interval);
+        Ok(())
+    }
+
+    /// Expiry of history, sessions and idempotency keys.
+    fn spawn_upkeep(&self) {
+        let (tasks, store) = (&self.tasks, &self.store);
+        crate::automation::outbox::spawn_expiry(tasks, store.clone(), self.cfg.history.keep());
+        let sessions = crate::domain::auth::SESSION_SWEEP;
+        crate::domain::auth::spawn_session_sweeper(tasks, store.clone(), sessions);
+        let keys = crate::domain::idempotency::SWEEP;
+        crate::domain::idempotency::spawn_sweeper(tasks, store.clone(), keys);
+    }
+
+    /// Stops the host's loops in order, each awaited before the next:
+    /// intake (the inbox sweep, plugin watching), matching (what it holds
+    /// is written), sending (the sends under way finish, until `until`),
+    /// recording (every attempt handed over is written), upkeep. The
+    /// caller flushes the store after. Returns how many sends were cut off
+    /// at `until`; they go again after a restart.
+    pub async fn stop(&self, until: tokio::time::Instant) -> usize {
+        self.tasks.stop(Stage::Intake).await;
+        self.tasks.stop(Stage::Matching).await;
+        let cut_off = self.dispatcher.stop(until).await;
+        self.tasks.stop(Stage::Recording).await;
+        self.tasks.stop(Stage::Upkeep).await;
+        cut_off
     }
 }

@@ -27,7 +27,7 @@ pub struct Opened {
 }
 
 /// The automations an event type triggers in a scope.
-pub type Listening = Arc<Vec<Automation>>;
+pub type Triggered = Arc<Vec<Automation>>;
 
 /// A template with its `$NAME` secret references as `${NAME}` variables,
 /// or the reference its webhook cannot carry.
@@ -38,7 +38,7 @@ pub type Resolved = Arc<std::result::Result<String, Uncarried>>;
 pub struct ConfigCache {
     store: Store,
     sealer: Sealer,
-    triggered: Arc<Kept<(Scope, EventType), Listening>>,
+    triggered: Arc<Kept<(Scope, EventType), Triggered>>,
     webhooks: Arc<Kept<(String, String), Arc<Opened>>>,
     templates: Arc<Kept<(Scope, String), Resolved>>,
 }
@@ -56,7 +56,7 @@ impl ConfigCache {
     }
 
     /// The active automations of `scope` that listen for `event`.
-    pub async fn triggered(&self, scope: &Scope, event: EventType) -> Result<Listening> {
+    pub async fn triggered(&self, scope: &Scope, event: EventType) -> Result<Triggered> {
         let (key, epoch) = ((scope.clone(), event), self.store.config_epoch());
         if let Some(hit) = self.triggered.get(&key, epoch) {
             return Ok(hit);

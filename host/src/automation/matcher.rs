@@ -13,14 +13,15 @@ use super::automations::{Automation, FILTER_PLUGIN};
 use super::config::ConfigCache;
 use super::outbox::{Delivery, Execution, Status};
 use super::throttle::{self, Throttle};
-use super::worker::Dispatcher;
+use super::worker::{Caused, Dispatcher};
 use crate::domain::seal::Sealer;
 use crate::error::{Error, Result};
 use crate::ids;
 use crate::model::{Event, Scope};
 use crate::plugin::Variable;
-use crate::plugin::{PluginError, Plugins, Verdict};
+use crate::plugin::{MetricFired, PluginError, Plugins, Verdict};
 use crate::store::Store;
+use crate::tasks::{Stage, Tasks};
 
 /// A run automation fires at most once per run in this long.
 pub const RUN_REFIRE_MS: u64 = 24 * 60 * 60 * 1000;
@@ -54,6 +55,16 @@ pub struct Matcher {
     written: Arc<tokio::sync::Notify>,
 }
 
+/// What matching a batch of events came to.
+pub struct Processed {
+    /// Events taken out of the inbox (by this call, or before it).
+    pub matched: usize,
+    /// The deliveries queued, for the dispatcher once durable.
+    pub queued: Vec<Delivery>,
+    /// Events that stay in the inbox, by id, and why.
+    pub left: Vec<(String, Error)>,
+}
+
 /// What one sweep of the inbox did.
 pub struct Swept {
     /// Events matched.
@@ -84,10 +95,15 @@ const MATCH_BATCH: usize = 256;
 /// Writes matched events as they come, every batch matched while one
 /// transaction committed going into the next, so that concurrent actions
 /// share a transaction. Answers each batch with the deliveries each of its
-/// events queued, or `None` if the transaction failed.
-async fn write_loop(store: Store, mut queued: mpsc::UnboundedReceiver<(Vec<Matched>, Written)>) {
+/// events queued, or `None` if the transaction failed. Told to stop, it
+/// takes no more and ends once it has written what it holds.
+async fn write_loop(
+    store: Store,
+    mut queued: mpsc::UnboundedReceiver<(Vec<Matched>, Written)>,
+    stop: tokio_util::sync::CancellationToken,
+) {
     let mut batch = Vec::new();
-    while queued.recv_many(&mut batch, WRITE_BATCH).await > 0 {
+    while crate::tasks::recv_many_until(&mut queued, &mut batch, WRITE_BATCH, &stop).await > 0 {
         let sizes: Vec<usize> = batch.iter().map(|(m, _)| m.len()).collect();
         let (matched, answers): (Vec<Vec<Matched>>, Vec<_>) = batch.drain(..).unzip();
         match write_matched(&store, matched.into_iter().flatten().collect()).await {
@@ -153,16 +169,20 @@ async fn write_matched(store: &Store, matched: Vec<Matched>) -> Result<Vec<Vec<D
 }
 
 impl Matcher {
-    /// A matcher that hands its deliveries to `dispatcher`.
-    pub fn new(
+    /// A matcher that hands its deliveries to `dispatcher`, and matches the
+    /// operational events the dispatcher wrote (`caused`) as they come.
+    /// Its loops run on `tasks` as [`Stage::Matching`].
+    pub fn start(
         store: Store,
         sealer: Sealer,
         plugins: Arc<Plugins>,
-        dispatcher: Dispatcher,
+        (dispatcher, caused): (Dispatcher, Caused),
+        tasks: &Tasks,
     ) -> Matcher {
         let (writes, queued) = mpsc::unbounded_channel();
-        tokio::spawn(write_loop(store.clone(), queued));
-        Matcher {
+        let writer = store.clone();
+        tasks.spawn_draining(Stage::Matching, |stop| write_loop(writer, queued, stop));
+        let matcher = Matcher {
             config: dispatcher.config().clone(),
             store,
             sealer,
@@ -170,20 +190,33 @@ impl Matcher {
             dispatcher,
             writes,
             written: Arc::default(),
+        };
+        tasks.spawn(Stage::Matching, matcher.clone().match_caused(caused));
+        matcher
+    }
+
+    /// Matches the operational events the dispatcher wrote; what fails (or
+    /// is still on its way at shutdown) is in the inbox for the sweep.
+    async fn match_caused(self, mut caused: Caused) {
+        use crate::domain::Matching;
+        while let Some(events) = caused.recv().await {
+            if let Err(e) = self.match_committed(&events).await {
+                tracing::warn!(error = %e, "matching operational events failed; they stay in the inbox");
+            }
         }
     }
 
     /// Matches `events` and queues their deliveries; each event leaves the
     /// inbox in the same transaction, which writes nothing if it already
     /// left, so an event matched twice (by its request and by the sweep, or
-    /// by two hosts) fires once. Returns, per event, the deliveries queued
-    /// (for the dispatcher once they are durable) or why the event stays in
-    /// the inbox; an error leaves every event there.
+    /// by two hosts) fires once. Returns the deliveries queued (for the
+    /// dispatcher once they are durable) and the events that stay in the
+    /// inbox, with why; an error leaves every event there.
     ///
     /// The batch is one job on the plugin queue, one place in its backlog
     /// and one worker however many events it holds: a job per plugin call
     /// filled the backlog under load and left events to the sweep.
-    pub async fn process(&self, events: &[Event]) -> Result<Vec<Result<Vec<Delivery>>>> {
+    pub async fn process(&self, events: &[Event]) -> Result<Processed> {
         let matched = self
             .plugins
             .batch(async {
@@ -195,21 +228,20 @@ impl Matcher {
             })
             .await
             .map_err(|e| Error::Unavailable(e.to_string()))?;
-        let (mut outcomes, mut to_write) = (Vec::with_capacity(events.len()), Vec::new());
-        for m in matched {
+        let (mut to_write, mut left) = (Vec::new(), Vec::new());
+        for (event, m) in events.iter().zip(matched) {
             match m {
-                Ok(m) => {
-                    to_write.push(m);
-                    outcomes.push(None);
-                }
-                Err(e) => outcomes.push(Some(Err(e))),
+                Ok(m) => to_write.push(m),
+                Err(e) => left.push((event.id.clone(), e)),
             }
         }
-        let mut written = self.write(to_write).await?.into_iter();
-        Ok(outcomes
-            .into_iter()
-            .map(|o| o.unwrap_or_else(|| Ok(written.next().unwrap_or_default())))
-            .collect())
+        let matched = to_write.len();
+        let queued = self.write(to_write).await?.into_iter().flatten().collect();
+        Ok(Processed {
+            matched,
+            queued,
+            left,
+        })
     }
 
     /// What `event` fires: its automations, filtered and rendered.
@@ -268,30 +300,25 @@ impl Matcher {
         let mut again = old.len() < waiting;
         let (mut matched, mut deliveries) = (0, Vec::new());
         for chunk in old.chunks(MATCH_BATCH) {
-            let outcomes = match self.process(chunk).await {
-                Ok(outcomes) => outcomes,
+            let processed = match self.process(chunk).await {
+                Ok(processed) => processed,
                 Err(e) => {
                     tracing::warn!(events = old.len() - matched, error = %e, "events left in the inbox for the next sweep");
                     again = true;
                     break;
                 }
             };
+            matched += processed.matched;
+            deliveries.extend(processed.queued);
+            // A store or queue that refuses for now holds the later chunks
+            // back too, in order; anything else is the event's own.
             let mut held = false;
-            for (event, outcome) in chunk.iter().zip(outcomes) {
-                match outcome {
-                    Ok(queued) => {
-                        deliveries.extend(queued);
-                        matched += 1;
-                    }
-                    // An unavailable store holds the later chunks back too, in order.
-                    Err(e @ (Error::Unavailable(_) | Error::StoreUnavailable)) => {
-                        tracing::warn!(event = %event.id, error = %e, "event left in the inbox for the next sweep");
-                        held = true;
-                    }
-                    // Anything else is this event's own: the others go on.
-                    Err(e) => {
-                        tracing::error!(event = %event.id, error = %e, "matching an event failed; it stays in the inbox");
-                    }
+            for (event, e) in processed.left {
+                if e.is_transient() {
+                    tracing::warn!(event = %event, error = %e, "event left in the inbox for the next sweep");
+                    held = true;
+                } else {
+                    tracing::error!(event = %event, error = %e, "matching an event failed; it stays in the inbox");
                 }
             }
             if held {
@@ -308,9 +335,9 @@ impl Matcher {
     /// [`super::SAFETY_POLL`], for what another host left when it stopped.
     /// An action's own request takes its events, so a sweep mostly finds
     /// nothing, and an idle host does not read the inbox at all.
-    pub fn spawn_sweeper(&self, interval: std::time::Duration) {
+    pub fn spawn_sweeper(&self, tasks: &Tasks, interval: std::time::Duration) {
         let this = self.clone();
-        tokio::spawn(async move {
+        tasks.spawn(Stage::Intake, async move {
             loop {
                 tokio::select! {
                     () = this.written.notified() => {}
@@ -332,137 +359,160 @@ impl Matcher {
 }
 
 #[async_trait::async_trait]
-impl crate::domain::Dispatch for Matcher {
+impl crate::domain::Matching for Matcher {
     /// Matches the events an action just wrote, makes the outcome durable,
     /// and hands the deliveries to the dispatcher. An event that cannot be
     /// matched now (the plugin queue is full) stays in the inbox for the
     /// sweep: the action has happened, and its event is not lost.
-    async fn dispatch(&self, events: &[Event]) -> Result<()> {
+    async fn match_committed(&self, events: &[Event]) -> Result<()> {
         // Whatever happens below (a full queue, a request dropped midway),
         // the sweep looks in a moment.
         self.written.notify_one();
-        let mut deliveries = Vec::new();
-        match self.process(events).await {
-            Ok(outcomes) => {
-                for (event, outcome) in events.iter().zip(outcomes) {
-                    match outcome {
-                        Ok(queued) => deliveries.extend(queued),
-                        Err(e) => {
-                            tracing::warn!(event = %event.id, error = %e, "event left in the inbox for the sweep");
-                        }
-                    }
+        let deliveries = match self.process(events).await {
+            Ok(processed) => {
+                for (event, e) in processed.left {
+                    tracing::warn!(event = %event, error = %e, "event left in the inbox for the sweep");
                 }
+                processed.queued
             }
             Err(e) => {
                 tracing::warn!(events = events.len(), error = %e, "events left in the inbox for the sweep");
+                Vec::new()
             }
-        }
+        };
         // Durable either way: the action's events are in the inbox.
         self.dispatcher.send_when_durable(deliveries).await
     }
 }
 
+/// Why a firing stopped short of its delivery.
+enum Stop {
+    /// For now (a full queue, a store that failed): the event stays in
+    /// the inbox.
+    Held(Error),
+    /// For good: the execution is written as failed, saying why.
+    Failed(String),
+}
+
+impl From<Error> for Stop {
+    fn from(e: Error) -> Stop {
+        Stop::Held(e)
+    }
+}
+
+/// A plugin's failure in step `what`: transient ones hold the event.
+fn plugin_stop(what: &str) -> impl FnOnce(PluginError) -> Stop + '_ {
+    move |e| match e.is_transient() {
+        true => Stop::Held(e.into()),
+        false => Stop::Failed(format!("{what} failed: {e}")),
+    }
+}
+
 impl Matcher {
-    /// Whether `automation` fires for `event`, and what to write if it does.
+    /// Whether `automation` fires for `event`, and what to write if it
+    /// does: filtered, the webhook opened, the payload rendered and sealed.
     async fn fire(&self, automation: &Automation, event: &Event) -> Result<Option<Fired>> {
         if !automation.event.accepts(event) {
             return Ok(None);
         }
+        let ids = (ids::ordered_id(), format!("dlv_{}", ids::random_hex(12)));
+        let (handle, webhook) = (automation.handle(), automation.webhook.clone());
+        let execution = Execution::pending(ids, handle, webhook, event.clone(), ids::now_ms());
+        let fired = match self.filter(automation, event).await {
+            Ok(Some(fired)) => fired,
+            Ok(None) => return Ok(None),
+            Err(stop) => return stopped(execution, stop),
+        };
+        match self.render(automation, event, fired.as_ref()).await {
+            Ok(body) => Ok(Some(self.seal(automation, event, execution, body)?)),
+            Err(stop) => stopped(execution, stop),
+        }
+    }
+
+    /// The filter plugin's verdict: `None` if the event does not match,
+    /// else the values that made it fire (for `${fired_*}`).
+    async fn filter(
+        &self,
+        automation: &Automation,
+        event: &Event,
+    ) -> Result<Option<Option<MetricFired>>, Stop> {
+        let team = &automation.webhook.team;
+        let view = event.filter_view();
         let filter = automation.event.filter();
-        let handle = automation.handle();
-        let mut execution = Execution {
-            id: ids::ordered_id(),
-            delivery_id: format!("dlv_{}", ids::random_hex(12)),
-            automation: handle.clone(),
-            webhook: automation.webhook.clone(),
-            status: Status::Pending,
-            error: None,
-            skipped: None,
-            event: event.clone(),
-            payload: None,
-            attempts: Vec::new(),
-            body_sealed: None,
-            created_at_ms: event.at_ms,
-            updated_at_ms: ids::now_ms(),
-        };
-        let failed = |mut execution: Execution, why: String| {
-            execution.status = Status::Failed;
-            execution.error = Some(why);
-            Ok(Some(Fired {
-                execution,
-                delivery: None,
-                run: None,
-                throttle: Throttle::default(),
-            }))
-        };
-        let fired = match self
-            .plugins
-            .matches_in_batch(
-                FILTER_PLUGIN,
-                &automation.webhook.team,
-                &filter,
-                &event.filter_view(),
-            )
+        let verdict = (self.plugins)
+            .matches_in_batch(FILTER_PLUGIN, team, &filter, &view)
             .await
-        {
-            Ok(Verdict::Matched(fired)) => fired,
-            Ok(Verdict::NoMatch) => return Ok(None),
-            // A full queue is transient: the event stays in the inbox for the sweep.
-            Err(PluginError::Queue(message)) => return Err(Error::Unavailable(message)),
-            Err(e) => return failed(execution, format!("the filter failed: {e}")),
-        };
+            .map_err(plugin_stop("the filter"))?;
+        Ok(match verdict {
+            Verdict::Matched(fired) => Some(fired),
+            Verdict::NoMatch => None,
+        })
+    }
+
+    /// The payload, with the secrets that went into it: the webhook must
+    /// be enabled and its secrets open, the template's references carried.
+    async fn render(
+        &self,
+        automation: &Automation,
+        event: &Event,
+        fired: Option<&MetricFired>,
+    ) -> Result<Rendered, Stop> {
         let (team, name) = (&automation.webhook.team, &automation.webhook.name);
-        let opened = match self.config.webhook(team, name).await {
-            Ok(opened) => opened,
-            Err(e) => return failed(execution, e.to_string()),
-        };
+        let opened =
+            (self.config.webhook(team, name).await).map_err(|e| Stop::Failed(e.to_string()))?;
         let (Some(revealed), None) = (&opened.secrets, &opened.webhook.disabled_reason) else {
             let reason = opened
                 .webhook
                 .disabled_reason
                 .as_deref()
                 .unwrap_or_default();
-            return failed(execution, format!("webhook '{name}' is disabled: {reason}"));
+            return Err(Stop::Failed(format!(
+                "webhook '{name}' is disabled: {reason}"
+            )));
         };
         let secrets = &revealed.by_name;
         let template = match self.config.template(automation, secrets).await?.as_deref() {
             Some(Ok(template)) => Some(template.clone()),
-            Some(Err(uncarried)) => return failed(execution, uncarried.to_string()),
+            Some(Err(uncarried)) => return Err(Stop::Failed(uncarried.to_string())),
             None => None,
         };
-        let variables = super::variables::of(event, fired.as_ref());
-        let body = match self.render(automation, template, variables, secrets).await {
-            Ok(body) => body,
-            Err(PluginError::Queue(message)) => return Err(Error::Unavailable(message)),
-            Err(e) => return failed(execution, format!("rendering the payload failed: {e}")),
-        };
-        execution.payload = Some(redact(&body, secrets));
-        let sealed = hex::encode(
-            self.sealer
-                .seal(execution.delivery_id.as_bytes(), body.as_bytes())?,
-        );
-        execution.body_sealed = Some(sealed.clone());
-        let delivery = Delivery {
-            id: execution.delivery_id.clone(),
-            execution: handle,
-            execution_id: execution.id.clone(),
-            webhook: automation.webhook.clone(),
-            body_sealed: sealed,
-            attempts: 0,
-            due_ms: ids::now_ms(),
-            event_at_ms: event.at_ms,
-        };
-        Ok(Some(Fired {
+        let variables = super::variables::of(event, fired);
+        let body = (self
+            .run_template(automation, template, variables, secrets)
+            .await)
+            .map_err(plugin_stop("rendering the payload"))?;
+        Ok(Rendered {
+            redacted: redact(&body, secrets),
+            body,
+        })
+    }
+
+    /// The firing to write: the body sealed under the delivery id into the
+    /// execution (for replays) and its first delivery.
+    fn seal(
+        &self,
+        automation: &Automation,
+        event: &Event,
+        mut execution: Execution,
+        rendered: Rendered,
+    ) -> Result<Fired> {
+        let sealed =
+            (self.sealer).seal(execution.delivery_id.as_bytes(), rendered.body.as_bytes())?;
+        let sealed = hex::encode(sealed);
+        let delivery = Delivery::first(&execution, sealed.clone(), ids::now_ms(), event.at_ms);
+        execution.payload = Some(rendered.redacted);
+        execution.body_sealed = Some(sealed);
+        Ok(Fired {
             execution,
             delivery: Some(delivery),
             run: event.run.as_ref().map(|r| r.id.clone()),
             throttle: automation.throttle(),
-        }))
+        })
     }
 
     /// The payload: the automation's template rendered by its plugin, or, with no
     /// template, every variable as one JSON object.
-    async fn render(
+    async fn run_template(
         &self,
         automation: &Automation,
         template: Option<String>,
@@ -491,6 +541,27 @@ impl Matcher {
                 vars,
             )
             .await
+    }
+}
+
+/// A payload rendered, and as the history shows it.
+struct Rendered {
+    body: String,
+    /// With every secret value replaced by `[REDACTED]`.
+    redacted: String,
+}
+
+/// What a firing that stopped short comes to: a failed execution, or the
+/// event held in the inbox.
+fn stopped(execution: Execution, stop: Stop) -> Result<Option<Fired>> {
+    match stop {
+        Stop::Held(e) => Err(e),
+        Stop::Failed(why) => Ok(Some(Fired {
+            execution: execution.failed(why),
+            delivery: None,
+            run: None,
+            throttle: Throttle::default(),
+        })),
     }
 }
 

@@ -10,6 +10,7 @@ use crate::error::{Error, Result};
 use crate::model::Handle;
 pub use crate::model::{Attempt, Delivery, Execution, Status};
 use crate::store::Store;
+use crate::tasks::{Stage, Tasks};
 
 /// The status named `text`, in any case: `Pending`, `Finished`, `Failed`
 /// or `Skipped`.
@@ -63,19 +64,11 @@ pub async fn replay(store: &Store, handle: &Handle, id: &str) -> Result<(Executi
             "execution '{id}' is still pending; wait for it to finish or fail"
         )));
     }
+    let now = crate::ids::now_ms();
     execution.status = Status::Pending;
     execution.error = None;
-    execution.updated_at_ms = crate::ids::now_ms();
-    let delivery = Delivery {
-        id: execution.delivery_id.clone(),
-        execution: handle.clone(),
-        execution_id: execution.id.clone(),
-        webhook: execution.webhook.clone(),
-        body_sealed,
-        attempts: 0,
-        due_ms: crate::ids::now_ms(),
-        event_at_ms: crate::ids::now_ms(),
-    };
+    execution.updated_at_ms = now;
+    let delivery = Delivery::first(&execution, body_sealed, now, now);
     tx.put_execution(&execution).await?;
     tx.insert_delivery(&delivery).await?;
     tx.commit().await?;
@@ -103,12 +96,12 @@ pub async fn replay_failed(
 
 /// Removes the history older than `keep`, at start and then every quarter
 /// of it (at most hourly), for as long as the process runs.
-pub fn spawn_expiry(store: Store, keep: std::time::Duration) {
+pub fn spawn_expiry(tasks: &Tasks, store: Store, keep: std::time::Duration) {
     let every = (keep / 4).clamp(
         std::time::Duration::from_secs(1),
         std::time::Duration::from_secs(3600),
     );
-    tokio::spawn(async move {
+    tasks.spawn(Stage::Upkeep, async move {
         loop {
             match store.expire_history(keep).await {
                 Ok(0) => {}

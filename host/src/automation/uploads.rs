@@ -17,6 +17,7 @@ use crate::plugin::BackendGrant;
 use crate::plugin::{Kind, Limits, Plugin, PluginError, Plugins, is_builtin};
 use crate::plugin::{Source, Spec};
 use crate::store::Store;
+use crate::tasks::{Stage, Tasks};
 
 /// The grant an upload's fields describe (`None` when none is given), for
 /// the operator API and the console alike: `allow_hosts` comma-separated
@@ -177,7 +178,7 @@ pub struct Sync {
 impl Sync {
     /// Loads every stored upload now, then again whenever the store says
     /// another host changed them (or every [`super::SAFETY_POLL`]).
-    pub async fn start(store: Store, plugins: Arc<Plugins>) -> Arc<Sync> {
+    pub async fn start(tasks: &Tasks, store: Store, plugins: Arc<Plugins>) -> Arc<Sync> {
         let sync = Arc::new(Sync {
             store,
             plugins,
@@ -187,7 +188,7 @@ impl Sync {
             tracing::error!(error = %e, "loading the uploaded plugins failed");
         }
         let polling = sync.clone();
-        tokio::spawn(async move {
+        tasks.spawn(Stage::Intake, async move {
             loop {
                 tokio::select! {
                     () = polling.store.plugins_changed() => {}

@@ -21,7 +21,6 @@ use super::config::{ConfigCache, Opened};
 use super::send::{Answer, Failure, Outgoing, Sender};
 use super::webhooks;
 use crate::cfg::DeliveryConfig;
-use crate::domain::Dispatch;
 use crate::domain::seal::Sealer;
 use crate::error::Result;
 use crate::ids;
@@ -29,7 +28,13 @@ use crate::model::{
     Attempt, Circuit, Delivery, Event, EventType, Scope, Status, WebhookEventRef, WebhookRef,
 };
 use crate::store::{AttemptFor, Store};
+use crate::tasks::{Stage, Tasks};
 use crate::telemetry;
+
+/// Operational events the dispatcher wrote to the inbox, on their way to
+/// matching: a channel, so that the dispatcher needs nothing of the
+/// matcher. Whatever does not get through is in the inbox for the sweep.
+pub type Caused = mpsc::UnboundedReceiver<Vec<Event>>;
 
 /// Most deliveries one scan of the outbox takes up.
 const SCAN_BATCH: usize = 1000;
@@ -39,7 +44,7 @@ const SCAN_BATCH: usize = 1000;
 const MAX_IN_FLIGHT: usize = 4 * SCAN_BATCH;
 
 /// What one attempt came to.
-enum Verdict {
+enum Judgement {
     /// Acknowledged.
     Done,
     /// Try again, no sooner than the given delay (from `Retry-After`).
@@ -81,20 +86,28 @@ struct Inner {
     held: Mutex<HashMap<String, HashMap<String, Delivery>>>,
     /// Held deliveries whose circuit closed, for the scan loop to send.
     released: Mutex<Vec<Delivery>>,
-    /// Where the operational events this dispatcher causes go, once they
-    /// are written (the matcher, set after it is made).
-    events: std::sync::OnceLock<Arc<dyn Dispatch>>,
-    /// Set by [`Dispatcher::stop`]: nothing more is sent.
-    stopping: std::sync::atomic::AtomicBool,
+    /// Where the operational events this dispatcher wrote go (see [`Caused`]).
+    caused: mpsc::UnboundedSender<Vec<Event>>,
+    /// The host's loops: the scan and the sends are [`Stage::Sending`],
+    /// writing what they came to is [`Stage::Recording`].
+    tasks: Tasks,
 }
 
 /// Most held deliveries remembered per webhook; the rest go when due.
 const MAX_REMEMBERED: usize = 10_000;
 
 impl Dispatcher {
-    /// Starts the dispatcher's scan loop.
-    pub fn start(store: Store, sealer: Sealer, sender: Sender, cfg: DeliveryConfig) -> Dispatcher {
+    /// Starts the dispatcher's scan and record loops on `tasks`; returns it
+    /// with the operational events it will write, for matching.
+    pub fn start(
+        store: Store,
+        sealer: Sealer,
+        sender: Sender,
+        cfg: DeliveryConfig,
+        tasks: &Tasks,
+    ) -> (Dispatcher, Caused) {
         let (records, queued) = mpsc::unbounded_channel();
+        let (caused, events) = mpsc::unbounded_channel();
         let inner = Arc::new(Inner {
             config: ConfigCache::new(store.clone(), sealer.clone()),
             records,
@@ -111,12 +124,13 @@ impl Dispatcher {
             breakers: Breakers::default(),
             held: Mutex::default(),
             released: Mutex::default(),
-            events: std::sync::OnceLock::new(),
-            stopping: Default::default(),
+            caused,
+            tasks: tasks.clone(),
         });
-        tokio::spawn(scan_loop(inner.clone()));
-        tokio::spawn(record_loop(Arc::downgrade(&inner), queued));
-        Dispatcher { inner }
+        tasks.spawn(Stage::Sending, scan_loop(inner.clone()));
+        let weak = Arc::downgrade(&inner);
+        tasks.spawn_draining(Stage::Recording, |stop| record_loop(weak, queued, stop));
+        (Dispatcher { inner }, events)
     }
 
     /// Sends deliveries just queued (by the matcher, or a replay) once
@@ -134,31 +148,25 @@ impl Dispatcher {
         Ok(())
     }
 
-    /// Where the events about webhooks go once written: the matcher.
-    pub fn set_events(&self, events: Arc<dyn Dispatch>) {
-        let _ = self.inner.events.set(events);
-    }
-
     /// The configuration the delivery path reads, cached; the matcher
     /// shares it.
     pub fn config(&self) -> &ConfigCache {
         &self.inner.config
     }
 
-    /// Stops sending: what has not started stays in the outbox, and what
-    /// is being sent finishes and is recorded, within `grace`. Returns how
-    /// many sends were still unrecorded when the grace ran out (those go
-    /// again after a restart).
-    pub async fn stop(&self, grace: Duration) -> usize {
-        self.inner.stopping.store(true, Ordering::SeqCst);
-        let until = tokio::time::Instant::now() + grace;
-        loop {
-            let left = self.inner.in_flight_count();
-            if left == 0 || tokio::time::Instant::now() >= until {
-                return left;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
+    /// Stops sending: the scan ends, what has not started stays in the
+    /// outbox, and the sends under way finish and hand their attempts to
+    /// the recorder, until `until`. Returns how many sends were still under
+    /// way then (those go again after a restart).
+    pub async fn stop(&self, until: tokio::time::Instant) -> usize {
+        let tasks = &self.inner.tasks;
+        if tokio::time::timeout_at(until, tasks.stop(Stage::Sending))
+            .await
+            .is_err()
+        {
+            return tasks.running(Stage::Sending);
         }
+        0
     }
 
     /// How many sends are running or waiting for a slot.
@@ -183,28 +191,24 @@ impl Dispatcher {
     }
 }
 
-/// Hands written events to the matcher; without one (or if matching
-/// fails) the matcher's sweep finds them in the inbox.
-async fn hand_on(matcher: Option<Arc<dyn Dispatch>>, events: &[Event]) {
-    if let (Some(matcher), false) = (matcher, events.is_empty())
-        && let Err(e) = matcher.dispatch(events).await
-    {
-        tracing::warn!(error = %e, "matching operational events failed; they stay in the inbox");
-    }
-}
-
 fn breaker_key(team: &str, name: &str) -> String {
     format!("{team}/{name}")
 }
 
-/// A webhook an event may be about: its reference, its URL, and whether
-/// what happens to it causes events (not for a delivery an operational
-/// event caused).
-type About<'a> = (&'a WebhookRef, &'a str, bool);
+/// The webhook a send went to, as its operational events name it.
+#[derive(Clone, Copy)]
+struct About<'a> {
+    webhook: &'a WebhookRef,
+    url: &'a str,
+    /// Whether what happens to it causes events: not for a delivery an
+    /// operational event caused, so that a failing alert webhook cannot
+    /// feed on its own failures.
+    loud: bool,
+}
 
 /// An operational event about a team's webhook.
 fn operational(event_type: EventType, about: About<'_>, reason: &str, attempts: u32) -> Event {
-    let (webhook, url, _) = about;
+    let About { webhook, url, .. } = about;
     Event {
         id: ids::ordered_id(),
         event_type,
@@ -283,7 +287,7 @@ struct Outcome {
     /// `None` for a delivery held back unsent (its circuit is open).
     attempt: Option<Attempt>,
     /// What the metrics count once it is written.
-    counted: Option<(telemetry::Delivery, Duration)>,
+    counted: Option<(telemetry::Attempted, Duration)>,
     /// The event it caused (`DELIVERY_EXHAUSTED`), written with it.
     caused: Option<Event>,
 }
@@ -297,9 +301,16 @@ const RECORD_BATCH: usize = 256;
 /// stays in flight until its attempt is written (or failed to be), so a
 /// scan cannot send it again meanwhile; its send task is long gone, and
 /// nobody waits for the write but the batch.
-async fn record_loop(inner: std::sync::Weak<Inner>, mut queued: mpsc::UnboundedReceiver<Outcome>) {
+///
+/// Told to stop, it takes no more attempts and ends once it has written
+/// those it holds.
+async fn record_loop(
+    inner: std::sync::Weak<Inner>,
+    mut queued: mpsc::UnboundedReceiver<Outcome>,
+    stop: tokio_util::sync::CancellationToken,
+) {
     let mut batch = Vec::new();
-    while queued.recv_many(&mut batch, RECORD_BATCH).await > 0 {
+    while crate::tasks::recv_many_until(&mut queued, &mut batch, RECORD_BATCH, &stop).await > 0 {
         let Some(inner) = inner.upgrade() else { return };
         let written = match write_outcomes(&inner.store, &batch).await {
             Ok(()) => true,
@@ -347,7 +358,7 @@ async fn write_outcomes(store: &Store, batch: &[Outcome]) -> Result<()> {
         .iter()
         .filter_map(|o| {
             Some(AttemptFor {
-                automation: &o.delivery.execution,
+                automation: &o.delivery.automation,
                 execution_id: &o.delivery.execution_id,
                 status: o.status,
                 error: o.error.as_deref(),
@@ -403,7 +414,7 @@ impl Inner {
     }
 
     fn submit(self: Arc<Self>, delivery: Delivery) {
-        if self.stopping.load(Ordering::SeqCst) {
+        if self.tasks.stopping(Stage::Sending) {
             return; // it stays in the outbox
         }
         if let Ok(mut set) = self.in_flight.lock()
@@ -414,7 +425,10 @@ impl Inner {
         if self.resting.swap(false, Ordering::SeqCst) {
             self.wake.notify_one();
         }
-        tokio::spawn(async move {
+        // Not cancelled when sending stops: a send under way finishes,
+        // and its stop waits for it (within the grace period).
+        let tasks = self.tasks.clone();
+        tasks.spawn_draining(Stage::Sending, |_| async move {
             let id = delivery.id.clone();
             match self.deliver_holding(delivery).await {
                 Ok(Sent::Recording) => {}
@@ -499,55 +513,46 @@ impl Inner {
         let Ok(_slot) = self.slots.acquire().await else {
             return Ok(Sent::Not);
         };
-        if self.stopping.load(Ordering::SeqCst) {
+        if self.tasks.stopping(Stage::Sending) {
             return Ok(Sent::Not);
         }
-        let started = ids::now_ms();
-        let (verdict, attempt) = match self.attempt(&delivery, opened.as_deref()).await {
-            Ok(answer) => (judge(&answer), attempt_from(started, Some(&answer), None)),
-            Err(failure) => {
-                let verdict = match failure {
-                    Failure::Refused(_) => Verdict::Fail,
-                    _ => Verdict::Retry(None),
-                };
-                (
-                    verdict,
-                    attempt_from(started, None, Some(failure.to_string())),
-                )
-            }
-        };
+        let (verdict, attempt) = self.attempt(&delivery, opened.as_deref()).await;
         // The receiver failing (no answer, 408, 429, 5xx) counts against
         // its circuit; a refusal of ours or a 4xx does not.
-        let failed = matches!(verdict, Verdict::Retry(_));
+        let failed = matches!(verdict, Judgement::Retry(_));
         let probe = gate == Gate::Probe;
         let changed = (self.breakers).record(&key, &settings, failed, probe, ids::now_ms());
         let url = webhook.map_or_else(String::new, |w| w.url.clone());
         // A delivery an operational event caused causes none itself, so
         // that a failing alert webhook cannot feed on its own failures.
-        let quiet = matches!(delivery.execution.scope, Scope::Team { .. });
+        let quiet = matches!(delivery.automation.scope, Scope::Team { .. });
         let target = delivery.webhook.clone();
-        let about = (&target, url.as_str(), !quiet);
+        let about = About {
+            webhook: &target,
+            url: &url,
+            loud: !quiet,
+        };
         self.circuit_changed(about, changed);
-        if matches!(verdict, Verdict::Gone) {
-            let reason = format!("the endpoint answered 410 Gone at unix ms {started}");
-            let caused: Vec<Event> = (!quiet)
-                .then(|| {
-                    operational(
-                        EventType::WebhookDisabled,
-                        about,
-                        &reason,
-                        delivery.attempts + 1,
-                    )
-                })
-                .into_iter()
-                .collect();
-            let (team, name) = (&delivery.webhook.team, &delivery.webhook.name);
-            match webhooks::disable(&self.store, team, name, &reason, &caused).await {
-                Ok(()) => self.dispatch_events(caused),
-                Err(e) => tracing::warn!(error = %e, "disabling a gone webhook failed"),
-            }
+        if matches!(verdict, Judgement::Gone) {
+            self.disable_gone(&delivery, about, attempt.at_ms).await;
         }
         self.record(delivery, verdict, attempt, about)
+    }
+
+    /// Disables a webhook whose endpoint answered 410 Gone at `at_ms`,
+    /// with the `WEBHOOK_DISABLED` event that causes.
+    async fn disable_gone(&self, delivery: &Delivery, about: About<'_>, at_ms: u64) {
+        let reason = format!("the endpoint answered 410 Gone at unix ms {at_ms}");
+        let attempts = delivery.attempts + 1;
+        let caused: Vec<Event> = (about.loud)
+            .then(|| operational(EventType::WebhookDisabled, about, &reason, attempts))
+            .into_iter()
+            .collect();
+        let (team, name) = (&delivery.webhook.team, &delivery.webhook.name);
+        match webhooks::disable(&self.store, team, name, &reason, &caused).await {
+            Ok(()) => self.dispatch_events(caused),
+            Err(e) => tracing::warn!(error = %e, "disabling a gone webhook failed"),
+        }
     }
 
     /// What the webhook's circuit says of a delivery due now. The first
@@ -569,17 +574,20 @@ impl Inner {
             .breakers
             .gate(key, settings, ids::now_ms(), probe_wait + 1000);
         // Opening a probe causes no event: no URL needed.
-        self.circuit_changed((webhook, "", true), changed);
+        let about = About {
+            webhook,
+            url: "",
+            loud: true,
+        };
+        self.circuit_changed(about, changed);
         gate
     }
 
-    /// Hands events this dispatcher wrote to the matcher, off the send path.
+    /// Hands events this dispatcher wrote on to matching (see [`Caused`]).
     fn dispatch_events(&self, events: Vec<Event>) {
-        if events.is_empty() {
-            return;
+        if !events.is_empty() {
+            let _ = self.caused.send(events);
         }
-        let matcher = self.events.get().cloned();
-        tokio::spawn(async move { hand_on(matcher, &events).await });
     }
 
     /// Writes a circuit that changed to the store (for the API, the console
@@ -587,7 +595,7 @@ impl Inner {
     /// counts it.
     fn circuit_changed(&self, about: About<'_>, changed: Option<Circuit>) {
         let Some(circuit) = changed else { return };
-        let (webhook, _, loud) = about;
+        let About { webhook, loud, .. } = about;
         let state = match &circuit {
             Circuit::Open { reason, .. } => {
                 tracing::warn!(team = %webhook.team, webhook = %webhook.name, reason = %reason, "webhook circuit opened");
@@ -616,8 +624,8 @@ impl Inner {
             _ => Vec::new(),
         };
         let (store, webhook) = (self.store.clone(), webhook.clone());
-        let matcher = self.events.get().cloned();
-        tokio::spawn(async move {
+        let hand_on = self.caused.clone();
+        self.tasks.spawn_draining(Stage::Recording, |_| async move {
             let written = async {
                 let tx = store.begin().await?;
                 tx.put_circuit(&webhook.team, &webhook.name, &circuit)
@@ -629,7 +637,9 @@ impl Inner {
                 tracing::warn!(error = %e, webhook = %webhook.name, "writing a webhook's circuit failed");
                 return;
             }
-            hand_on(matcher, &caused).await;
+            if !caused.is_empty() {
+                let _ = hand_on.send(caused);
+            }
         });
     }
 
@@ -638,9 +648,7 @@ impl Inner {
     async fn pace(&self, webhook: &WebhookRef, rate: f64) -> Result<()> {
         let interval_us = (1e6 / rate).round().max(1.0) as u64;
         let now_us = ids::now_ms() * 1000;
-        let slot = (self.store)
-            .pace_slot(&webhook.team, &webhook.name, interval_us, now_us)
-            .await?;
+        let slot = (self.store).pace_slot(webhook, interval_us, now_us).await?;
         if slot > now_us {
             tokio::time::sleep(Duration::from_micros(slot - now_us)).await;
         }
@@ -651,10 +659,7 @@ impl Inner {
     /// circuit is open. It keeps its attempt count, and is remembered so
     /// that it goes as soon as the circuit closes.
     fn hold(&self, key: &str, delivery: Delivery, until_ms: u64) -> Result<Sent> {
-        let held = Delivery {
-            due_ms: until_ms,
-            ..delivery.clone()
-        };
+        let held = delivery.held(until_ms);
         {
             let mut map = self.held.lock().unwrap_or_else(|p| p.into_inner());
             let remembered = map.entry(key.to_string()).or_default();
@@ -693,8 +698,29 @@ impl Inner {
         self.wake.notify_one();
     }
 
-    /// One send, with the webhook's current secrets.
+    /// One send, with the webhook's current secrets, and what its answer
+    /// (or its failure) is judged to be.
     async fn attempt(
+        &self,
+        delivery: &Delivery,
+        opened: std::result::Result<&Opened, &crate::error::Error>,
+    ) -> (Judgement, Attempt) {
+        let started = ids::now_ms();
+        match self.send(delivery, opened).await {
+            Ok(answer) => (judge(&answer), attempt_from(started, Some(&answer), None)),
+            Err(failure) => {
+                let verdict = match failure {
+                    Failure::Refused(_) => Judgement::Fail,
+                    _ => Judgement::Retry(None),
+                };
+                let error = Some(failure.to_string());
+                (verdict, attempt_from(started, None, error))
+            }
+        }
+    }
+
+    /// Sends a delivery's body, signed with the webhook's current secrets.
+    async fn send(
         &self,
         delivery: &Delivery,
         opened: std::result::Result<&Opened, &crate::error::Error>,
@@ -731,24 +757,20 @@ impl Inner {
     fn record(
         &self,
         delivery: Delivery,
-        verdict: Verdict,
+        verdict: Judgement,
         mut attempt: Attempt,
         about: About<'_>,
     ) -> Result<Sent> {
         let attempts = delivery.attempts + 1;
         let next_due = match verdict {
-            Verdict::Retry(after) => self.next_due(attempts, after),
+            Judgement::Retry(after) => self.next_due(attempts, after),
             _ => None,
         };
         attempt.next_attempt_at_ms = next_due;
-        let rescheduled = next_due.map(|due_ms| Delivery {
-            attempts,
-            due_ms,
-            ..delivery.clone()
-        });
+        let rescheduled = next_due.map(|due_ms| delivery.retried(due_ms));
         let status = match (&verdict, next_due) {
-            (Verdict::Done, _) => Status::Finished,
-            (Verdict::Retry(_), Some(_)) => Status::Pending,
+            (Judgement::Done, _) => Status::Finished,
+            (Judgement::Retry(_), Some(_)) => Status::Pending,
             _ => Status::Failed,
         };
         let error = match status {
@@ -759,18 +781,18 @@ impl Inner {
                 .or_else(|| attempt.status.map(|s| format!("the endpoint answered {s}"))),
         };
         let outcome = match (&verdict, status) {
-            (Verdict::Gone, _) => telemetry::Delivery::Disabled,
-            (_, Status::Finished) => telemetry::Delivery::Delivered,
-            (_, Status::Pending) => telemetry::Delivery::Retried,
+            (Judgement::Gone, _) => telemetry::Attempted::Disabled,
+            (_, Status::Finished) => telemetry::Attempted::Delivered,
+            (_, Status::Pending) => telemetry::Attempted::Retried,
             // (A send is never skipped: only the matcher skips, before any.)
-            (_, Status::Failed | Status::Skipped) => telemetry::Delivery::Failed,
+            (_, Status::Failed | Status::Skipped) => telemetry::Attempted::Failed,
         };
         let since_event = ids::now_ms().saturating_sub(delivery.event_at_ms);
         // The receiver was tried and failed for good (not refused by us,
         // and not gone: that is WEBHOOK_DISABLED).
-        let tried = matches!(verdict, Verdict::Retry(_)) || attempt.status.is_some();
-        let exhausted = status == Status::Failed && tried && !matches!(verdict, Verdict::Gone);
-        let caused = (exhausted && about.2).then(|| {
+        let tried = matches!(verdict, Judgement::Retry(_)) || attempt.status.is_some();
+        let exhausted = status == Status::Failed && tried && !matches!(verdict, Judgement::Gone);
+        let caused = (exhausted && about.loud).then(|| {
             let reason = error.clone().unwrap_or_default();
             operational(EventType::DeliveryExhausted, about, &reason, attempts)
         });
@@ -819,12 +841,12 @@ fn retry_delay(
 }
 
 /// Retries on 408, 429 and 5xx; 410 disables; other statuses are final.
-fn judge(answer: &Answer) -> Verdict {
+fn judge(answer: &Answer) -> Judgement {
     match answer.status {
-        200..=299 => Verdict::Done,
-        410 => Verdict::Gone,
-        408 | 429 | 500..=599 => Verdict::Retry(answer.retry_after),
-        _ => Verdict::Fail,
+        200..=299 => Judgement::Done,
+        410 => Judgement::Gone,
+        408 | 429 | 500..=599 => Judgement::Retry(answer.retry_after),
+        _ => Judgement::Fail,
     }
 }
 
@@ -880,18 +902,24 @@ mod tests {
             retry_after: None,
         };
         for status in [200, 204, 299] {
-            assert!(matches!(judge(&answer(status)), Verdict::Done), "{status}");
+            assert!(
+                matches!(judge(&answer(status)), Judgement::Done),
+                "{status}"
+            );
         }
         for status in [408, 429, 500, 503, 599] {
             assert!(
-                matches!(judge(&answer(status)), Verdict::Retry(_)),
+                matches!(judge(&answer(status)), Judgement::Retry(_)),
                 "{status}"
             );
         }
         for status in [301, 400, 401, 404, 422] {
-            assert!(matches!(judge(&answer(status)), Verdict::Fail), "{status}");
+            assert!(
+                matches!(judge(&answer(status)), Judgement::Fail),
+                "{status}"
+            );
         }
-        assert!(matches!(judge(&answer(410)), Verdict::Gone));
+        assert!(matches!(judge(&answer(410)), Judgement::Gone));
     }
 
     #[test]

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
-use crate::domain::Dispatch;
+use crate::domain::Matching;
 use crate::domain::auth::User;
 use crate::domain::names::{self, Named};
 use crate::error::{Error, Result};
@@ -122,7 +122,7 @@ fn check_metadata(metadata: &BTreeMap<String, Value>) -> Result<()> {
 /// caused (as do the other changes here).
 pub async fn create_version(
     store: &Store,
-    events: &dyn Dispatch,
+    events: &dyn Matching,
     scope: &Scope,
     user: &User,
     collection_name: &str,
@@ -137,7 +137,7 @@ pub async fn create_version(
 /// emits `LINK_ARTIFACT`.
 pub async fn link(
     store: &Store,
-    events: &dyn Dispatch,
+    events: &dyn Matching,
     registry: &Scope,
     user: &User,
     collection_name: &str,
@@ -163,7 +163,7 @@ pub async fn link(
 /// Adds the next version to `into`, a collection of a scope.
 async fn add_version(
     store: &Store,
-    events: &dyn Dispatch,
+    events: &dyn Matching,
     into: (&Scope, &str),
     user: &User,
     metadata: BTreeMap<String, Value>,
@@ -194,7 +194,7 @@ async fn add_version(
     caused.extend(link_events(scope, user, &version));
     tx.insert_events(&caused).await?;
     tx.commit().await?;
-    events.dispatch(&caused).await?;
+    events.match_committed(&caused).await?;
     Ok(version)
 }
 
@@ -304,7 +304,7 @@ fn check_label(field: &str, value: &str) -> Result<()> {
 /// whichever version held it.
 pub async fn add_labels(
     store: &Store,
-    events: &dyn Dispatch,
+    events: &dyn Matching,
     target: Target<'_>,
     kind: Label,
     labels: Vec<String>,
@@ -325,7 +325,7 @@ pub async fn add_labels(
 /// the answer and the events name.
 async fn add_aliases(
     store: &Store,
-    events: &dyn Dispatch,
+    events: &dyn Matching,
     target: Target<'_>,
     at: VersionAt<'_>,
     aliases: Vec<String>,
@@ -351,7 +351,7 @@ async fn add_aliases(
     }
     tx.insert_events(&caused).await?;
     tx.commit().await?;
-    events.dispatch(&caused).await?;
+    events.match_committed(&caused).await?;
     Ok(Labelled {
         version,
         labels: aliases,
@@ -384,7 +384,7 @@ fn alias_event(added: &Event, moved: Option<u64>) -> Event {
 /// events, and the write only checks it is still there.
 async fn add_tags(
     store: &Store,
-    events: &dyn Dispatch,
+    events: &dyn Matching,
     target: Target<'_>,
     at: VersionAt<'_>,
     tags: Vec<String>,
@@ -405,7 +405,7 @@ async fn add_tags(
     if !store.tag_version(at, &tags, &caused).await? {
         return Err(target.gone());
     }
-    events.dispatch(&caused).await?;
+    events.match_committed(&caused).await?;
     Ok(Labelled {
         version,
         labels: tags,

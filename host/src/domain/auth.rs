@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 use crate::ids;
 pub use crate::model::{ApiKey, RateLimits, Session, User};
 use crate::store::{Records, Store};
+use crate::tasks::{Stage, Tasks};
 
 /// Every key starts with this, so leaked keys are easy to scan for.
 pub const KEY_PREFIX: &str = "sy_";
@@ -320,8 +321,8 @@ pub const SESSION_SWEEP: Duration = Duration::from_secs(600);
 
 /// Removes expired sessions every `every`, from now on: one that is never
 /// used again would otherwise stay in the store for good.
-pub fn spawn_session_sweeper(store: Store, every: Duration) {
-    tokio::spawn(async move {
+pub fn spawn_session_sweeper(tasks: &Tasks, store: Store, every: Duration) {
+    tasks.spawn(Stage::Upkeep, async move {
         loop {
             match store.delete_expired_sessions(ids::now()).await {
                 Ok(0) => {}

@@ -7,6 +7,7 @@ use crate::error::{Error, Result};
 use crate::ids;
 use crate::model::Idempotent;
 use crate::store::{Claim, Store};
+use crate::tasks::{Stage, Tasks};
 
 /// How long a key holds its answer.
 pub const KEEP_MS: u64 = 24 * 60 * 60 * 1000;
@@ -100,8 +101,8 @@ pub const SWEEP: std::time::Duration = std::time::Duration::from_secs(3600);
 
 /// Forgets lapsed keys every `every`, from now on: a claim takes over a
 /// lapsed key anyway, so this only keeps the store from growing.
-pub fn spawn_sweeper(store: Store, every: std::time::Duration) {
-    tokio::spawn(async move {
+pub fn spawn_sweeper(tasks: &Tasks, store: Store, every: std::time::Duration) {
+    tasks.spawn(Stage::Upkeep, async move {
         loop {
             let before = ids::now_ms().saturating_sub(KEEP_MS);
             match store.purge_idempotency(before).await {

@@ -6,7 +6,7 @@
 //! do what ([`groups::authorize`]), what a valid name is ([`names`]), and
 //! what each action writes to the store, in one transaction. An action that
 //! causes events hands them on itself, once they are committed, through
-//! [`Dispatch`]: no caller can forget to.
+//! [`Matching`]: no caller can forget to.
 
 pub mod access;
 pub mod artifacts;
@@ -23,7 +23,7 @@ pub mod secrets;
 /// (`automation::matcher::Matcher`). It returns once the deliveries the
 /// events caused are durable, so the action's answer means they will go.
 #[async_trait::async_trait]
-pub trait Dispatch: Send + Sync {
+pub trait Matching: Send + Sync {
     /// Matches `events`, which the caller has committed.
-    async fn dispatch(&self, events: &[crate::model::Event]) -> crate::error::Result<()>;
+    async fn match_committed(&self, events: &[crate::model::Event]) -> crate::error::Result<()>;
 }

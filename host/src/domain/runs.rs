@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use crate::domain::auth::User;
-use crate::domain::{Dispatch, names};
+use crate::domain::{Matching, names};
 use crate::error::{Error, Result};
 use crate::ids;
 use crate::model::{Event, EventType, RunRef, Scope};
@@ -61,7 +61,7 @@ pub async fn list(store: &Store, team: &str, project: &str) -> Result<Vec<Run>> 
 /// `RUN_STATE` event (none for `killed`, which never fires, as in W&B).
 pub async fn end(
     store: &Store,
-    events: &dyn Dispatch,
+    events: &dyn Matching,
     at: RunAt<'_>,
     user: &User,
     to: RunState,
@@ -89,7 +89,7 @@ pub async fn end(
     }
     tx.insert_events(&caused).await?;
     tx.commit().await?;
-    events.dispatch(&caused).await?;
+    events.match_committed(&caused).await?;
     Ok(run)
 }
 
@@ -97,30 +97,14 @@ pub async fn end(
 /// many values each metric keeps.
 pub async fn log(
     store: &Store,
-    events: &dyn Dispatch,
+    events: &dyn Matching,
     team: &str,
     project: &str,
     run_id: &str,
     user: &User,
     metrics: &BTreeMap<String, f64>,
 ) -> Result<BTreeMap<String, usize>> {
-    if metrics.is_empty() || metrics.len() > MAX_METRICS_PER_CALL {
-        return Err(Error::invalid(
-            "metrics",
-            format!("log 1 to {MAX_METRICS_PER_CALL} metrics per call"),
-        ));
-    }
-    for (name, value) in metrics {
-        if name.is_empty() || name.len() > names::MAX_LEN || !value.is_finite() {
-            return Err(Error::invalid(
-                "metrics",
-                format!(
-                    "metric '{name}' needs a name of 1 to {} bytes and a finite value",
-                    names::MAX_LEN
-                ),
-            ));
-        }
-    }
+    check_metrics(metrics)?;
     let run = get(store, team, project, run_id).await?;
     let scope = Scope::project(team, project);
     let at = RunAt {
@@ -158,8 +142,32 @@ pub async fn log(
     }
     tx.insert_events(&caused).await?;
     tx.commit().await?;
-    events.dispatch(&caused).await?;
+    events.match_committed(&caused).await?;
     Ok(counts)
+}
+
+/// A 400 unless `metrics` holds 1 to [`MAX_METRICS_PER_CALL`] metrics,
+/// each named and finite.
+fn check_metrics(metrics: &BTreeMap<String, f64>) -> Result<()> {
+    if metrics.is_empty() || metrics.len() > MAX_METRICS_PER_CALL {
+        return Err(Error::invalid(
+            "metrics",
+            format!("log 1 to {MAX_METRICS_PER_CALL} metrics per call"),
+        ));
+    }
+    let bad = metrics
+        .iter()
+        .find(|(name, value)| name.is_empty() || name.len() > names::MAX_LEN || !value.is_finite());
+    match bad {
+        Some((name, _)) => Err(Error::invalid(
+            "metrics",
+            format!(
+                "metric '{name}' needs a name of 1 to {} bytes and a finite value",
+                names::MAX_LEN
+            ),
+        )),
+        None => Ok(()),
+    }
 }
 
 /// An event about `run` (at `at`) by `user`: a state change, or, with

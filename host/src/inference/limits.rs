@@ -19,7 +19,8 @@ use axum::http::{HeaderMap, HeaderValue};
 use crate::error::{Error, Result};
 use crate::ids;
 use crate::model::RateLimits;
-use crate::store::{Granted, Store};
+use crate::store::{Granted, LimitClaim, Store};
+use crate::tasks::{Stage, Tasks};
 
 /// How long a host may admit from one lease.
 const LEASE_MS: u64 = 1_000;
@@ -185,6 +186,42 @@ pub struct Limiter {
     busy: Arc<tokio::sync::Notify>,
 }
 
+/// The limiter's loop (see [`Limiter::start`]); it ends with its limiter,
+/// or when told to stop, after a last flush.
+async fn upkeep(
+    weak: std::sync::Weak<Limiter>,
+    busy: Arc<tokio::sync::Notify>,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut purged: Option<std::time::Instant> = None;
+    loop {
+        let Some(idle) = weak.upgrade().map(|l| l.idle()) else {
+            return;
+        };
+        let stopped = tokio::select! {
+            () = stop.cancelled() => true,
+            () = busy.notified(), if idle => false,
+            _ = tick.tick(), if !idle => false,
+        };
+        let Some(limiter) = weak.upgrade() else {
+            return;
+        };
+        let _ = off_the_workers(async move { limiter.flush().await }).await;
+        if stopped {
+            return;
+        }
+        let Some(limiter) = weak.upgrade() else {
+            return;
+        };
+        if purged.is_none_or(|at| at.elapsed() >= Duration::from_secs(3600)) {
+            purged = Some(std::time::Instant::now());
+            limiter.purge().await;
+        }
+    }
+}
+
 /// What remains of one limit after an admission.
 struct Remaining {
     check: Check,
@@ -194,8 +231,9 @@ struct Remaining {
 impl Limiter {
     /// A limiter over `store`. While it holds leases or corrections, it
     /// writes the corrections and returns stale leases each second, and
-    /// forgets claims two days old each hour; idle, it sleeps.
-    pub fn start(store: Store) -> Arc<Limiter> {
+    /// forgets claims two days old each hour; idle, it sleeps. Its loop is
+    /// upkeep on `tasks`, and writes what it holds once more as it stops.
+    pub fn start(store: Store, tasks: &Tasks) -> Arc<Limiter> {
         let busy = Arc::new(tokio::sync::Notify::new());
         let limiter = Arc::new(Limiter {
             store,
@@ -204,31 +242,7 @@ impl Limiter {
             busy: busy.clone(),
         });
         let weak = Arc::downgrade(&limiter);
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_secs(1));
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            let mut purged: Option<std::time::Instant> = None;
-            loop {
-                let idle = weak.upgrade().map(|l| l.idle());
-                match idle {
-                    None => return,
-                    Some(true) => busy.notified().await,
-                    Some(false) => {}
-                }
-                tick.tick().await;
-                let Some(limiter) = weak.upgrade() else {
-                    return;
-                };
-                let _ = off_the_workers(async move { limiter.flush().await }).await;
-                let Some(limiter) = weak.upgrade() else {
-                    return;
-                };
-                if purged.is_none_or(|at| at.elapsed() >= Duration::from_secs(3600)) {
-                    purged = Some(std::time::Instant::now());
-                    limiter.purge().await;
-                }
-            }
-        });
+        tasks.spawn_draining(Stage::Upkeep, |stop| upkeep(weak, busy, stop));
         limiter
     }
 
@@ -348,12 +362,14 @@ impl Limiter {
     /// Claims a lease of `check`'s limit from the store: 1% of it, and at
     /// least `need`.
     async fn claim(&self, check: &Check, need: u64, now: u64) -> Result<Granted> {
-        let want = need.max(check.limit / LEASE_SHARE);
-        let window = check.window(now);
-        Ok(self
-            .store
-            .claim_limit(&check.bucket, window, need, want, check.limit)
-            .await?)
+        let claim = LimitClaim {
+            bucket: &check.bucket,
+            limit: check.limit,
+            window: check.window(now),
+            need,
+            want: need.max(check.limit / LEASE_SHARE),
+        };
+        Ok(self.store.claim_limit(claim).await?)
     }
 
     /// Claims the successor of `check`'s lease while the current one still
@@ -636,17 +652,26 @@ mod tests {
             key: Some(("k1".into(), "API key 'ci'".into(), limits)),
             project: None,
         };
-        (dir, store.clone(), Limiter::start(store), owners)
+        (
+            dir,
+            store.clone(),
+            Limiter::start(store, &Tasks::default()),
+            owners,
+        )
     }
 
     /// What the store counts for the key's rpm now.
     async fn counted(store: &Store) -> i64 {
         let now = ids::now_ms();
         let window = (now - MINUTE_MS, now);
-        let probe = store
-            .claim_limit("k:k1:rpm", window, u64::MAX, 0, 1)
-            .await
-            .unwrap();
+        let claim = LimitClaim {
+            bucket: "k:k1:rpm",
+            limit: 1,
+            window,
+            need: u64::MAX,
+            want: 0,
+        };
+        let probe = store.claim_limit(claim).await.unwrap();
         assert_eq!(probe.granted, 0);
         probe.used
     }

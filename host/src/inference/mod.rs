@@ -96,6 +96,24 @@ pub struct Running<T = ChatResult> {
     pub deployment: Arc<std::sync::OnceLock<String>>,
 }
 
+/// The backends the configuration asks for: the embedded model and each
+/// upstream, by model id, with how to set each up and its component.
+fn built_in_backends(cfg: &Config) -> Vec<(String, Setup, &'static [u8])> {
+    let embedded = crate::plugin::components();
+    let mut specs = Vec::new();
+    if cfg.inference.embedded {
+        let id = cfg.inference.model_id.clone();
+        specs.push((id, smollm(cfg), embedded.model_smollm));
+    }
+    for upstream in &cfg.inference.upstreams {
+        match proxy(upstream) {
+            Ok(setup) => specs.push((upstream.name.clone(), setup, embedded.model_openai)),
+            Err(e) => tracing::error!(upstream = %upstream.name, "upstream not served: {e}"),
+        }
+    }
+    specs
+}
+
 impl Inference {
     /// Loads the embedded backend; fetches the model first if it is missing
     /// and `auto_pull` is on. A missing model leaves inference unavailable,
@@ -105,22 +123,8 @@ impl Inference {
         store: Store,
         queue: WorkQueue,
         plugins: Arc<Plugins>,
+        tasks: &crate::tasks::Tasks,
     ) -> Inference {
-        let embedded = crate::plugin::components();
-        let mut specs = Vec::new();
-        if cfg.inference.embedded {
-            specs.push((
-                cfg.inference.model_id.clone(),
-                smollm(cfg),
-                embedded.model_smollm,
-            ));
-        }
-        for upstream in &cfg.inference.upstreams {
-            match proxy(upstream) {
-                Ok(setup) => specs.push((upstream.name.clone(), setup, embedded.model_openai)),
-                Err(e) => tracing::error!(upstream = %upstream.name, "upstream not served: {e}"),
-            }
-        }
         let store_for_limits = store.clone();
         let mut inference = Inference {
             backends: Vec::new(),
@@ -133,29 +137,11 @@ impl Inference {
             upstream_per_project: cfg.inference.upstream_per_project_concurrency.max(1),
             running: Arc::default(),
             plugins,
-            limiter: limits::Limiter::start(store_for_limits),
+            limiter: limits::Limiter::start(store_for_limits, tasks),
             router: Arc::new(routes::Routes::new(&cfg.inference.routes)),
         };
-        let auto_pull = cfg.inference.auto_pull;
-        for (id, setup, wasm) in specs {
-            let model_file =
-                std::ptr::eq(wasm, embedded.model_smollm).then(|| cfg.inference.model_path.clone());
-            let plugins = inference.plugins.clone();
-            let loaded = tokio::task::spawn_blocking(move || {
-                load(setup, wasm, model_file, auto_pull, plugins.runtime())
-            })
-            .await
-            .map_err(|e| e.to_string())
-            .and_then(|r| r);
-            let listed = match loaded {
-                Ok(backend) => backend
-                    .models()
-                    .await
-                    .map(|m| (backend, m))
-                    .map_err(|e| e.to_string()),
-                Err(e) => Err(e),
-            };
-            match listed {
+        for (id, setup, wasm) in built_in_backends(cfg) {
+            match inference.load_built_in(cfg, setup, wasm).await {
                 Ok((backend, models)) => inference.add(backend, models),
                 Err(why) => {
                     tracing::error!("inference backend for {id} is unavailable: {why}");
@@ -182,6 +168,27 @@ impl Inference {
             .chain(inference.routes.keys().cloned());
         inference.plugins.reserve_models(ids);
         inference
+    }
+
+    /// Loads a built-in backend (off the async workers: it compiles, and
+    /// may fetch the model) and lists its models.
+    async fn load_built_in(
+        &self,
+        cfg: &Config,
+        setup: Setup,
+        wasm: &'static [u8],
+    ) -> std::result::Result<(Arc<Backend>, Vec<ModelInfo>), String> {
+        let embedded = crate::plugin::components();
+        let model_file =
+            std::ptr::eq(wasm, embedded.model_smollm).then(|| cfg.inference.model_path.clone());
+        let (plugins, auto_pull) = (self.plugins.clone(), cfg.inference.auto_pull);
+        let backend = tokio::task::spawn_blocking(move || {
+            load(setup, wasm, model_file, auto_pull, plugins.runtime())
+        })
+        .await
+        .map_err(|e| e.to_string())??;
+        let models = backend.models().await.map_err(|e| e.to_string())?;
+        Ok((backend, models))
     }
 
     /// Logs each route deployment or fallback no backend serves (yet: a

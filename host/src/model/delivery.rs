@@ -72,8 +72,10 @@ pub struct Execution {
 pub struct Delivery {
     /// The delivery id.
     pub id: String,
-    /// The execution it belongs to.
-    pub execution: Handle,
+    /// The automation whose execution it belongs to. (Stored under its
+    /// old name.)
+    #[serde(rename = "execution")]
+    pub automation: Handle,
     /// Its execution id.
     pub execution_id: String,
     /// The webhook to call.
@@ -88,4 +90,83 @@ pub struct Delivery {
     /// ms): the start of its delivery time.
     #[serde(default)]
     pub event_at_ms: u64,
+}
+
+impl Execution {
+    /// `automation` fired on `event` at `now_ms`, to `webhook`: pending
+    /// until its payload is rendered and its delivery written. `id` orders
+    /// it; `delivery_id` goes with every attempt.
+    pub fn pending(
+        (id, delivery_id): (String, String),
+        automation: Handle,
+        webhook: WebhookRef,
+        event: Event,
+        now_ms: u64,
+    ) -> Execution {
+        Execution {
+            id,
+            delivery_id,
+            automation,
+            webhook,
+            status: Status::Pending,
+            error: None,
+            skipped: None,
+            created_at_ms: event.at_ms,
+            event,
+            payload: None,
+            attempts: Vec::new(),
+            body_sealed: None,
+            updated_at_ms: now_ms,
+        }
+    }
+
+    /// Given up before anything was sent, saying why.
+    pub fn failed(self, why: String) -> Execution {
+        Execution {
+            status: Status::Failed,
+            error: Some(why),
+            ..self
+        }
+    }
+}
+
+impl Delivery {
+    /// The first attempt of `execution`'s delivery, of the body it sealed,
+    /// due at `due_ms`; its delivery time runs from `since_ms` (the event's
+    /// acceptance, or a replay's).
+    pub fn first(
+        execution: &Execution,
+        body_sealed: String,
+        due_ms: u64,
+        since_ms: u64,
+    ) -> Delivery {
+        Delivery {
+            id: execution.delivery_id.clone(),
+            automation: execution.automation.clone(),
+            execution_id: execution.id.clone(),
+            webhook: execution.webhook.clone(),
+            body_sealed,
+            attempts: 0,
+            due_ms,
+            event_at_ms: since_ms,
+        }
+    }
+
+    /// The next attempt after a failed one, due at `due_ms`.
+    pub fn retried(&self, due_ms: u64) -> Delivery {
+        Delivery {
+            attempts: self.attempts + 1,
+            due_ms,
+            ..self.clone()
+        }
+    }
+
+    /// The same attempt held back unsent until `due_ms` (its webhook's
+    /// circuit is open): its attempt count stays.
+    pub fn held(&self, due_ms: u64) -> Delivery {
+        Delivery {
+            due_ms,
+            ..self.clone()
+        }
+    }
 }

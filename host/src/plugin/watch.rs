@@ -17,6 +17,7 @@ use sha2::{Digest, Sha256};
 use super::loaded::{Source, Spec};
 use super::manifest::{Manifest, validate_name};
 use super::registry::Plugins;
+use crate::tasks::{Stage, Tasks};
 
 /// How long after a change the directory is scanned.
 const SETTLE: Duration = Duration::from_millis(100);
@@ -41,16 +42,16 @@ impl Watcher {
     }
 
     /// Watches the directory, scans it once now, then again on every
-    /// change until the process ends (every `interval` while it cannot be
+    /// change until intake stops (every `interval` while it cannot be
     /// watched). A missing directory is watched for through its parent.
     /// Watching starts before the first scan, so a change made meanwhile
     /// is either seen by that scan or wakes the next.
-    pub async fn start(self: &Arc<Self>, interval: Duration) {
+    pub async fn start(self: &Arc<Self>, tasks: &Tasks, interval: Duration) {
         let changed = Arc::new(tokio::sync::Notify::new());
         let mut watching = self.watch(changed.clone()).map(|w| (w, self.dir.is_dir()));
         self.scan().await;
         let this = self.clone();
-        tokio::spawn(async move {
+        tasks.spawn(Stage::Intake, async move {
             loop {
                 match watching {
                     Some(_) => changed.notified().await,

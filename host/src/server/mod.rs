@@ -68,13 +68,72 @@ pub async fn prepare(mut cfg: Config, secrets: StartSecrets) -> anyhow::Result<(
 }
 
 /// Serves until `shutdown` resolves, then stops accepting, lets in-flight
-/// requests and webhook sends finish within the grace period, and flushes
-/// the store.
+/// requests and webhook sends finish within the grace period, stops the
+/// host's loops in order and flushes the store.
 pub async fn serve(
     app: App,
     listener: TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
+    if let Some(addr) = app.cfg.metrics.listen {
+        serve_metrics(&app, addr).await?;
+    }
+    let graceful = GracefulShutdown::new();
+    let failure = accept(&app, listener, &graceful, shutdown).await;
+    let limits = &app.cfg.limits;
+    tracing::info!("shutting down: draining in-flight requests and deliveries");
+    let until = tokio::time::Instant::now() + limits.shutdown_grace();
+    if tokio::time::timeout_at(until, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            grace_ms = limits.shutdown_grace_ms,
+            "requests still running after the grace period were cut off"
+        );
+    }
+    // The loops stop in order: sends under way finish and are recorded,
+    // so that none goes twice.
+    let left = app.stop(until).await;
+    if left > 0 {
+        tracing::warn!(
+            deliveries = left,
+            grace_ms = limits.shutdown_grace_ms,
+            "deliveries still being sent after the grace period were cut off; they go again after a restart"
+        );
+    }
+    if let Some(why) = failure {
+        anyhow::bail!("stopped because the store failed: {why}");
+    }
+    app.store.flush().await.context("flushing the store")?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Serves `/metrics` on a listener of its own, until intake stops.
+async fn serve_metrics(app: &App, addr: std::net::SocketAddr) -> anyhow::Result<()> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr} for [metrics] listen"))?;
+    let bound = listener.local_addr()?;
+    tracing::info!(addr = %bound, "serving /metrics");
+    let router = http::metrics_router(app.clone());
+    app.tasks.spawn(crate::tasks::Stage::Intake, async move {
+        if let Err(e) = axum::serve(listener, router).await {
+            tracing::error!(error = %e, "the metrics listener stopped");
+        }
+    });
+    Ok(())
+}
+
+/// Accepts connections until `shutdown` resolves or the store fails (then
+/// returns why), each served by hyper under `graceful`.
+async fn accept(
+    app: &App,
+    listener: TcpListener,
+    graceful: &GracefulShutdown,
+    shutdown: impl Future<Output = ()>,
+) -> Option<String> {
     let limits = app.cfg.limits.clone();
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
@@ -86,27 +145,11 @@ pub async fn serve(
         .timer(TokioTimer::new())
         .keep_alive_interval(Some(Duration::from_secs(30)));
     let service = TowerToHyperService::new(http::router(app.clone()));
-    if let Some(addr) = app.cfg.metrics.listen {
-        let listener = TcpListener::bind(addr)
-            .await
-            .with_context(|| format!("cannot listen on {addr} for [metrics] listen"))?;
-        let bound = listener.local_addr()?;
-        tracing::info!(addr = %bound, "serving /metrics");
-        let router = http::metrics_router(app.clone());
-        tokio::spawn(async move {
-            if let Err(e) = axum::serve(listener, router).await {
-                tracing::error!(error = %e, "the metrics listener stopped");
-            }
-        });
-    }
-    let graceful = GracefulShutdown::new();
     let admission = Admission::new(limits.max_connections.unwrap_or(connections::FALLBACK_CAP));
     let builder = std::sync::Arc::new(builder);
     tokio::pin!(shutdown);
-    let store = app.store.clone();
-    let failed = store.failed();
+    let failed = app.store.failed();
     tokio::pin!(failed);
-    let mut failure = None;
     loop {
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -118,11 +161,8 @@ pub async fn serve(
                     continue;
                 }
             },
-            () = &mut shutdown => break,
-            why = &mut failed => {
-                failure = Some(why);
-                break;
-            }
+            () = &mut shutdown => return None,
+            why = &mut failed => return Some(why),
         };
         let Some(ticket) = admission.admit() else {
             tracing::warn!(%peer, open = admission.open(), "connection refused: every connection is in use (limits.max_connections)");
@@ -145,36 +185,6 @@ pub async fn serve(
             drop(ticket);
         });
     }
-    drop(listener);
-    tracing::info!("shutting down: draining in-flight requests and deliveries");
-    let until = tokio::time::Instant::now() + limits.shutdown_grace();
-    if tokio::time::timeout_at(until, graceful.shutdown())
-        .await
-        .is_err()
-    {
-        tracing::warn!(
-            grace_ms = limits.shutdown_grace_ms,
-            "requests still running after the grace period were cut off"
-        );
-    }
-    // Sends under way finish and are recorded, so that none goes twice.
-    let left = app
-        .dispatcher
-        .stop(until.saturating_duration_since(tokio::time::Instant::now()))
-        .await;
-    if left > 0 {
-        tracing::warn!(
-            deliveries = left,
-            grace_ms = limits.shutdown_grace_ms,
-            "deliveries still being sent after the grace period were cut off; they go again after a restart"
-        );
-    }
-    if let Some(why) = failure {
-        anyhow::bail!("stopped because the store failed: {why}");
-    }
-    app.store.flush().await.context("flushing the store")?;
-    tracing::info!("stopped");
-    Ok(())
 }
 
 /// Installs SIGINT and SIGTERM handlers now, and returns a future that
