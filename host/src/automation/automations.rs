@@ -16,7 +16,7 @@ use super::secret_refs::{self, Rewrite};
 use super::throttle::{self, Throttle};
 use super::{variables, webhooks};
 use crate::domain::auth::User;
-use crate::domain::groups::{self, Role};
+use crate::domain::groups::{self, GroupKind, Role};
 use crate::domain::{artifacts, names, secrets};
 use crate::error::{Error, Result};
 use crate::ids;
@@ -321,7 +321,7 @@ async fn usable_webhook(store: &Store, user: &User, wh: &WebhookRef) -> Result<w
             ),
         )
     };
-    groups::require_team(store, user, &wh.team, Role::Member)
+    groups::require(store, GroupKind::Team, user, &wh.team, Role::Member)
         .await
         .map_err(|_| missing())?;
     webhooks::get(store, &wh.team, &wh.name)

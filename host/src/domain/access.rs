@@ -44,7 +44,11 @@ impl Access {
         Ok(found)
     }
 
-    /// [`groups::authorize`], kept.
+    /// Requires `need` of `user` in a scope: the registry role, or the
+    /// role in the project's team (and the project must exist). A scope
+    /// the user cannot see is 404. The one way a scope is authorised, for
+    /// the API and the console alike; the role itself is
+    /// [`groups::require`]'s.
     pub async fn authorize(&self, user: &User, scope: &Scope, need: Role) -> Result<()> {
         match scope {
             Scope::Registry { registry } => {
@@ -81,14 +85,20 @@ impl Access {
         Ok(project)
     }
 
-    /// [`groups::require_team`], kept.
+    /// [`groups::require`] for a team, kept.
     pub async fn require_team(&self, user: &User, team: &str, need: Role) -> Result<Role> {
         self.require(GroupKind::Team, user, team, need).await
     }
 
     /// [`groups::require`], kept: a role kept that falls short asks the
     /// store again, for its exact answer.
-    async fn require(&self, kind: GroupKind, user: &User, name: &str, need: Role) -> Result<Role> {
+    pub async fn require(
+        &self,
+        kind: GroupKind,
+        user: &User,
+        name: &str,
+        need: Role,
+    ) -> Result<Role> {
         let key = (kind, name.to_string(), user.id.clone());
         let epoch = self.store.config_epoch();
         if let Some(role) = self.roles.get(&key, epoch)

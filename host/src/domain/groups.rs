@@ -9,7 +9,6 @@ use crate::domain::auth::User;
 use crate::domain::names::Named;
 use crate::error::{Error, Result};
 use crate::ids;
-use crate::model::Scope;
 pub use crate::model::{Group, GroupKind, Member, Role};
 use crate::store::Store;
 
@@ -83,28 +82,6 @@ pub async fn require(
         )));
     }
     Ok(role)
-}
-
-/// Requires `need` of `user` in a scope: the registry role, or the role in
-/// the project's team. A scope the user cannot see is 404.
-pub async fn authorize(store: &Store, user: &User, scope: &Scope, need: Role) -> Result<()> {
-    match scope {
-        Scope::Registry { registry } => {
-            require(store, GroupKind::Registry, user, registry, need).await?;
-        }
-        Scope::Project { team, project } => {
-            require(store, GroupKind::Team, user, team, need).await?;
-            crate::domain::projects::get(store, team, project).await?;
-        }
-        // As in `access`: a deleted collection's automations stay readable.
-        Scope::Collection { .. } => {
-            Box::pin(authorize(store, user, &scope.parent(), need)).await?;
-        }
-        Scope::Team { team } => {
-            require(store, GroupKind::Team, user, team, need).await?;
-        }
-    }
-    Ok(())
 }
 
 /// The groups the user belongs to, with their role (operators: every
@@ -188,9 +165,4 @@ fn ensure_another_admin(all: &[Member], kind: GroupKind, name: &str, leaving: &s
         )));
     }
     Ok(())
-}
-
-/// [`require`] for a team.
-pub async fn require_team(store: &Store, user: &User, team: &str, need: Role) -> Result<Role> {
-    require(store, GroupKind::Team, user, team, need).await
 }

@@ -3,7 +3,7 @@
 //! runs (the event sources), and uploaded plugins.
 //!
 //! Every rule lives here once, for the API and the console alike: who may
-//! do what ([`groups::authorize`]), what a valid name is ([`names`]), and
+//! do what ([`access::Access::authorize`], over [`groups::require`]), what a valid name is ([`names`]), and
 //! what each action writes to the store, in one transaction. An action that
 //! causes events hands them on itself, once they are committed, through
 //! [`Matching`]: no caller can forget to.

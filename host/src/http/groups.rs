@@ -77,7 +77,10 @@ pub async fn show<K: Kind>(
     Caller(user): Caller,
     Path(name): Path<String>,
 ) -> Reply<Value> {
-    let role = groups::require(&app.store, K::GROUP, &user, &name, Role::Member).await?;
+    let role = app
+        .access
+        .require(K::GROUP, &user, &name, Role::Member)
+        .await?;
     Ok(axum::Json(shown(
         groups::get(&app.store, K::GROUP, &name).await?,
         role,
@@ -89,7 +92,9 @@ pub async fn members<K: Kind>(
     Caller(user): Caller,
     Path(name): Path<String>,
 ) -> Reply<Value> {
-    groups::require(&app.store, K::GROUP, &user, &name, Role::Member).await?;
+    app.access
+        .require(K::GROUP, &user, &name, Role::Member)
+        .await?;
     Ok(super::list_of(
         groups::members(&app.store, K::GROUP, &name).await?,
     ))
@@ -107,7 +112,9 @@ pub async fn set_member<K: Kind>(
     Path((name, member)): Path<(String, String)>,
     Json(body): Json<SetMember>,
 ) -> Reply<Member> {
-    groups::require(&app.store, K::GROUP, &user, &name, Role::Admin).await?;
+    app.access
+        .require(K::GROUP, &user, &name, Role::Admin)
+        .await?;
     let target = auth::find_user(&app.store, &member).await?;
     Ok(axum::Json(
         groups::set_member(&app.store, K::GROUP, &name, &target, body.role).await?,
@@ -119,7 +126,9 @@ pub async fn remove_member<K: Kind>(
     Caller(user): Caller,
     Path((name, member)): Path<(String, String)>,
 ) -> Result<StatusCode> {
-    groups::require(&app.store, K::GROUP, &user, &name, Role::Admin).await?;
+    app.access
+        .require(K::GROUP, &user, &name, Role::Admin)
+        .await?;
     let target = auth::find_user(&app.store, &member).await?;
     groups::remove_member(&app.store, K::GROUP, &name, &target).await?;
     Ok(StatusCode::NO_CONTENT)

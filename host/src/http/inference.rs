@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 use super::{Caller, Json, KeyedCaller};
 use crate::app::App;
 use crate::domain::auth::{ApiKey, User};
-use crate::domain::groups::{self, Role};
+use crate::domain::groups::Role;
 use crate::domain::projects;
 use crate::error::{Error, Result};
 use crate::ids;
@@ -451,7 +451,7 @@ pub async fn project_usage(
     Caller(user): Caller,
     Path((team, project)): Path<(String, String)>,
 ) -> Reply<Value> {
-    groups::require_team(&app.store, &user, &team, Role::Member).await?;
+    app.access.require_team(&user, &team, Role::Member).await?;
     projects::get(&app.store, &team, &project).await?;
     let rows = usage::rows(&app.store, &usage::project_scope(&team, &project)).await?;
     let mut report = usage_report(rows);

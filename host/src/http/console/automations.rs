@@ -375,7 +375,9 @@ async fn for_admin(
 ) -> Result<Automation, Failed> {
     let found = async {
         let handle = handle(place, params)?;
-        groups::authorize(&app.store, &viewer.user, &place.scope, Role::Admin).await?;
+        app.access
+            .authorize(&viewer.user, &place.scope, Role::Admin)
+            .await?;
         automations::get(&app.store, &place.scope, &handle.name).await
     };
     found.await.map_err(|e| Failed::new(e, viewer))
@@ -423,7 +425,8 @@ async fn form_page(
     outcome: Result<Option<String>, Error>,
 ) -> Shown {
     let failed = |e| Failed::new(e, viewer);
-    groups::authorize(&app.store, &viewer.user, &place.scope, Role::Admin)
+    app.access
+        .authorize(&viewer.user, &place.scope, Role::Admin)
         .await
         .map_err(failed)?;
     let webhooks = webhook_choices(app, viewer, place).await.map_err(failed)?;
@@ -502,7 +505,9 @@ async fn save(app: &App, place: &Place, editing: Option<&str>, posted: &Posted) 
     let scope = &place.scope;
     let preview = posted.field("intent") == "preview";
     let outcome = async {
-        groups::authorize(&app.store, &viewer.user, scope, Role::Admin).await?;
+        app.access
+            .authorize(&viewer.user, scope, Role::Admin)
+            .await?;
         if let Some(name) = editing {
             automations::get(&app.store, scope, name).await?;
         }
@@ -690,10 +695,8 @@ async fn automation_page(
     let scope = &place.scope;
     let (store, user) = (&app.store, &viewer.user);
     let loaded = async {
-        groups::authorize(store, user, scope, Role::Member).await?;
-        let admin = groups::authorize(store, user, scope, Role::Admin)
-            .await
-            .is_ok();
+        app.access.authorize(user, scope, Role::Member).await?;
+        let admin = app.access.authorize(user, scope, Role::Admin).await.is_ok();
         let automation = automations::get(store, scope, name).await?;
         let status = match shown.status {
             "" => None,
@@ -731,7 +734,9 @@ pub async fn replay_one(State(app): State<App>, Path(params): Params, posted: Po
     let replay = async {
         let handle = handle(&place, &params)?;
         let id = param(&params, "execution")?;
-        groups::authorize(&app.store, &viewer.user, &handle.scope, Role::Admin).await?;
+        app.access
+            .authorize(&viewer.user, &handle.scope, Role::Admin)
+            .await?;
         let (_, delivery) = outbox::replay(&app.store, &handle, &id).await?;
         app.dispatcher.send_when_durable(vec![delivery]).await?;
         Ok::<_, Error>((handle.name, id))
@@ -750,7 +755,9 @@ pub async fn replay_failed(State(app): State<App>, Path(params): Params, posted:
     let since_ms = crate::ids::now_ms().saturating_sub(seconds * 1000);
     let replay = async {
         let handle = handle(&place, &params)?;
-        groups::authorize(&app.store, &viewer.user, &handle.scope, Role::Admin).await?;
+        app.access
+            .authorize(&viewer.user, &handle.scope, Role::Admin)
+            .await?;
         automations::get(&app.store, &handle.scope, &handle.name).await?;
         let (ids, deliveries) = outbox::replay_failed(&app.store, &handle, since_ms).await?;
         app.dispatcher.send_when_durable(deliveries).await?;
@@ -785,7 +792,9 @@ pub async fn delete(State(app): State<App>, Path(params): Params, posted: Posted
     let place = place(&params, viewer)?;
     let delete = async {
         let handle = handle(&place, &params)?;
-        groups::authorize(&app.store, &viewer.user, &place.scope, Role::Admin).await?;
+        app.access
+            .authorize(&viewer.user, &place.scope, Role::Admin)
+            .await?;
         automations::delete(&app.store, &place.scope, &handle.name).await?;
         Ok::<_, Error>(handle.name)
     };

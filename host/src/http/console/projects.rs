@@ -162,10 +162,13 @@ async fn place_page(app: &App, viewer: &Viewer, place: &Place, error: Option<Err
     let failed = |e| Failed::new(e, viewer);
     let store = &app.store;
     let scope = &place.scope;
-    groups::authorize(store, &viewer.user, scope, Role::Member)
+    app.access
+        .authorize(&viewer.user, scope, Role::Member)
         .await
         .map_err(failed)?;
-    let admin = groups::authorize(store, &viewer.user, scope, Role::Admin)
+    let admin = app
+        .access
+        .authorize(&viewer.user, scope, Role::Admin)
         .await
         .is_ok();
     let automations = automations::list(store, scope).await.map_err(failed)?;
@@ -260,7 +263,9 @@ where
     let viewer = &posted.viewer;
     let place = Place::of(params).map_err(|e| Failed::new(e, viewer))?;
     let done = async {
-        groups::authorize(&app.store, &viewer.user, &place.scope, Role::Member).await?;
+        app.access
+            .authorize(&viewer.user, &place.scope, Role::Member)
+            .await?;
         act(&place.scope).await
     };
     match done.await {
@@ -281,7 +286,7 @@ pub async fn set_limits(State(app): State<App>, Path(params): Params, posted: Po
         let Scope::Project { team, project } = scope else {
             return Err(Error::invalid("rpm", "limits belong to projects"));
         };
-        groups::require_team(&app.store, user, team, Role::Admin).await?;
+        app.access.require_team(user, team, Role::Admin).await?;
         let limits = RateLimits {
             rpm: number("rpm")?,
             tpm: number("tpm")?,
@@ -370,7 +375,7 @@ pub async fn link(State(app): State<App>, Path(params): Params, posted: Posted) 
                 "only a project's versions are linked",
             ));
         };
-        groups::authorize(&app.store, user, &registry, Role::Member).await?;
+        app.access.authorize(user, &registry, Role::Member).await?;
         let source = crate::model::Source {
             team: team.clone(),
             project: project.clone(),

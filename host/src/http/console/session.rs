@@ -204,7 +204,7 @@ impl FromRequest<App> for AdminForm {
             let params = params?;
             let team = crate::http::scope::param(&params, "team")?;
             let user = &posted.viewer.user;
-            crate::domain::groups::require_team(&app.store, user, &team, Role::Admin).await?;
+            app.access.require_team(user, &team, Role::Admin).await?;
             Ok((team, params))
         };
         match admin.await {

@@ -243,7 +243,9 @@ impl Forms {
 async fn team_page(app: &App, viewer: &Viewer, team: &str, forms: Forms) -> Shown {
     let failed = |e| Failed::new(e, viewer);
     let store = &app.store;
-    let role = groups::require_team(store, &viewer.user, team, Role::Member)
+    let role = app
+        .access
+        .require_team(&viewer.user, team, Role::Member)
         .await
         .map_err(failed)?;
     let members = groups::members(store, GroupKind::Team, team)
@@ -306,7 +308,8 @@ pub async fn create_project(
     posted: Posted,
 ) -> Shown {
     let viewer = &posted.viewer;
-    groups::require_team(&app.store, &viewer.user, &team, Role::Member)
+    app.access
+        .require_team(&viewer.user, &team, Role::Member)
         .await
         .map_err(|e| Failed::new(e, viewer))?;
     let named = posted.named();

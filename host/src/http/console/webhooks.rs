@@ -13,7 +13,7 @@ use crate::app::App;
 use crate::automation::automations;
 use crate::automation::webhook_test::{self, Outcome};
 use crate::automation::webhooks::{self, Save};
-use crate::domain::groups::{self, Role};
+use crate::domain::groups::Role;
 use crate::error::Error;
 use crate::model::Circuit;
 
@@ -113,7 +113,9 @@ struct Tested {
 
 async fn webhook_page(app: &App, viewer: &Viewer, team: &str, name: &str, tested: Tested) -> Shown {
     let failed = |e| Failed::new(e, viewer);
-    let role = groups::require_team(&app.store, &viewer.user, team, Role::Member)
+    let role = app
+        .access
+        .require_team(&viewer.user, team, Role::Member)
         .await
         .map_err(failed)?;
     let webhook = webhooks::get(&app.store, team, name)
@@ -206,7 +208,8 @@ pub async fn confirm_delete(
     Path((team, name)): Path<(String, String)>,
 ) -> Shown {
     let failed = |e| Failed::new(e, &viewer);
-    groups::require_team(&app.store, &viewer.user, &team, Role::Admin)
+    app.access
+        .require_team(&viewer.user, &team, Role::Admin)
         .await
         .map_err(failed)?;
     webhooks::get(&app.store, &team, &name)
