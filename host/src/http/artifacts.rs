@@ -10,8 +10,8 @@ use axum::routing::{get, post};
 use std::collections::BTreeMap;
 
 use axum::http::StatusCode;
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use super::Json;
 use super::idempotency::keyed;
@@ -22,7 +22,7 @@ use crate::automation::automations;
 use crate::domain::artifacts::{
     self, Collection, Label, Labelled, LabelledVersion, Source, Target,
 };
-use crate::domain::groups::{self, Role};
+use crate::domain::groups::Role;
 use crate::error::{Error, Result};
 use crate::model::Scope;
 
@@ -53,6 +53,25 @@ pub fn routes(app: &App) -> Router<App> {
         )
 }
 
+/// `…/collections/{collection}`.
+#[derive(Deserialize)]
+struct CollectionPath {
+    collection: String,
+}
+
+/// `…/collections/{collection}/versions/{version}`.
+#[derive(Deserialize)]
+struct VersionPath {
+    collection: String,
+    version: String,
+}
+
+/// What only a registry's collections have, nested under
+/// `/v1/registries/{registry}/collections`: links from project versions.
+pub fn registry_routes(app: &App) -> Router<App> {
+    Router::new().route("/{collection}/links", keyed(app, post(link)))
+}
+
 pub async fn create_collection(
     at: InScope<AsMember>,
     Json(body): Json<super::Create>,
@@ -71,7 +90,7 @@ pub async fn list_collections(at: InScope<AsMember>) -> Reply<Value> {
 
 pub async fn show_collection(at: InScope<AsMember>) -> Reply<Collection> {
     let scope = &at.place;
-    let name = at.param("collection")?;
+    let CollectionPath { collection: name } = at.path()?;
     Ok(axum::Json(
         artifacts::collection(&at.app.store, scope, &name).await?,
     ))
@@ -81,7 +100,7 @@ pub async fn show_collection(at: InScope<AsMember>) -> Reply<Collection> {
 /// on it alone are disabled, saying why.
 pub async fn delete_collection(at: InScope<AsAdmin>) -> Result<StatusCode> {
     let (user, scope) = (&at.user, &at.place);
-    let name = at.param("collection")?;
+    let CollectionPath { collection: name } = at.path()?;
     automations::delete_collection(&at.app.store, scope, &name).await?;
     super::audit(
         &user.name,
@@ -93,7 +112,7 @@ pub async fn delete_collection(at: InScope<AsAdmin>) -> Result<StatusCode> {
 
 pub async fn list_versions(at: InScope<AsMember>) -> Reply<Value> {
     let scope = &at.place;
-    let name = at.param("collection")?;
+    let CollectionPath { collection: name } = at.path()?;
     Ok(super::list_of(
         artifacts::versions(&at.app.store, scope, &name).await?,
     ))
@@ -101,7 +120,10 @@ pub async fn list_versions(at: InScope<AsMember>) -> Reply<Value> {
 
 pub async fn show_version(at: InScope<AsMember>) -> Reply<LabelledVersion> {
     let scope = &at.place;
-    let (collection, version) = (at.param("collection")?, at.param("version")?);
+    let VersionPath {
+        collection,
+        version,
+    } = at.path()?;
     Ok(axum::Json(
         artifacts::version(&at.app.store, scope, &collection, &version).await?,
     ))
@@ -128,7 +150,7 @@ pub async fn create_version(
             ),
         ));
     }
-    let (collection, metadata) = (at.param("collection")?, body.metadata);
+    let (CollectionPath { collection }, metadata) = (at.path()?, body.metadata);
     let (store, events) = (&at.app.store, &at.app.matcher);
     let created = artifacts::create_version(store, events, scope, user, &collection, metadata);
     let version = created.await?;
@@ -172,33 +194,52 @@ fn one_or_many(
     }
 }
 
-pub async fn add_alias(at: InScope<AsMember>, Json(body): Json<AddAliases>) -> Reply<Value> {
+pub async fn add_alias(at: InScope<AsMember>, Json(body): Json<AddAliases>) -> Reply<LabelsAdded> {
     let aliases = one_or_many((body.alias, "alias"), (body.aliases, "aliases"))?;
     labelled(&at, Label::Alias, aliases).await
 }
 
-pub async fn add_tag(at: InScope<AsMember>, Json(body): Json<AddTags>) -> Reply<Value> {
+pub async fn add_tag(at: InScope<AsMember>, Json(body): Json<AddTags>) -> Reply<LabelsAdded> {
     let tags = one_or_many((body.tag, "tag"), (body.tags, "tags"))?;
     labelled(&at, Label::Tag, tags).await
 }
 
+/// What adding labels answers: the version, the labels added (under
+/// `aliases` or `tags`), and for aliases which version each was taken
+/// from.
+#[derive(Serialize)]
+pub struct LabelsAdded {
+    collection: String,
+    version: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    aliases: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tags: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    moved_from: Option<BTreeMap<String, String>>,
+}
+
 /// Adds the labels; the answer names the version and the labels it holds
 /// now, and for aliases which version each was taken from (`moved_from`).
-async fn labelled(at: &InScope<AsMember>, kind: Label, labels: Vec<String>) -> Reply<Value> {
+async fn labelled(at: &InScope<AsMember>, kind: Label, labels: Vec<String>) -> Reply<LabelsAdded> {
     let done = add_labels(at, kind, labels).await?;
-    let (collection, version) = (done.version.collection, done.version.version);
-    let mut body = json!({"collection": collection, "version": version});
-    body[kind.plural()] = json!(done.labels);
-    if kind == Label::Alias {
-        body["moved_from"] = json!(done.moved_from);
-    }
-    Ok(axum::Json(body))
+    let alias = kind == Label::Alias;
+    Ok(axum::Json(LabelsAdded {
+        collection: done.version.collection,
+        version: done.version.version,
+        aliases: alias.then(|| done.labels.clone()),
+        tags: (!alias).then_some(done.labels),
+        moved_from: alias.then_some(done.moved_from),
+    }))
 }
 
 /// Labels the version the path names.
 async fn add_labels(at: &InScope<AsMember>, kind: Label, labels: Vec<String>) -> Result<Labelled> {
     let app = &at.app;
-    let (collection, version) = (at.param("collection")?, at.param("version")?);
+    let VersionPath {
+        collection,
+        version,
+    } = at.path()?;
     let target = Target {
         scope: &at.place,
         user: &at.user,
@@ -214,8 +255,11 @@ pub async fn link(at: InScope<AsMember>, Json(source): Json<Source>) -> ReplyWit
     let (user, registry) = (&at.user, &at.place);
     let project = Scope::project(&source.team, &source.project);
     let (store, events) = (&at.app.store, &at.app.matcher);
-    groups::authorize(store, user, &project, Role::Member).await?;
-    let into = at.param("collection")?;
+    at.app
+        .access
+        .authorize(user, &project, Role::Member)
+        .await?;
+    let CollectionPath { collection: into } = at.path()?;
     let version = artifacts::link(store, events, registry, user, &into, source).await?;
     Ok((
         StatusCode::CREATED,

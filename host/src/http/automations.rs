@@ -53,9 +53,21 @@ pub async fn create(
     Ok((StatusCode::CREATED, axum::Json(automation)))
 }
 
+/// `…/automations/{name}`.
+#[derive(serde::Deserialize)]
+struct AutomationPath {
+    name: String,
+}
+
+/// `…/automations/{name}/executions/{execution}`.
+#[derive(serde::Deserialize)]
+struct ExecutionPath {
+    execution: String,
+}
+
 pub async fn show(at: InListening<AsMember>) -> Reply<Automation> {
     let scope = &at.place;
-    let name = at.param("name")?;
+    let AutomationPath { name } = at.path()?;
     Ok(axum::Json(
         automations::get(&at.app.store, scope, &name).await?,
     ))
@@ -64,7 +76,7 @@ pub async fn show(at: InListening<AsMember>) -> Reply<Automation> {
 /// Replaces the whole definition, re-validated; a new `name` renames it.
 pub async fn update(at: InListening<AsAdmin>, Json(def): Json<Definition>) -> Reply<Automation> {
     let (user, scope) = (&at.user, &at.place);
-    let name = at.param("name")?;
+    let AutomationPath { name } = at.path()?;
     automations::get(&at.app.store, scope, &name).await?;
     automations::check(&at.app.store, &at.app.plugins, user, scope, &def).await?;
     let automation = automations::update(&at.app.store, scope, &name, def, user).await?;
@@ -78,7 +90,7 @@ pub async fn update(at: InListening<AsAdmin>, Json(def): Json<Definition>) -> Re
 
 pub async fn delete(at: InListening<AsAdmin>) -> Result<StatusCode> {
     let (user, scope) = (&at.user, &at.place);
-    let name = at.param("name")?;
+    let AutomationPath { name } = at.path()?;
     automations::delete(&at.app.store, scope, &name).await?;
     super::audit(
         &user.name,
@@ -100,7 +112,7 @@ fn shown(mut execution: outbox::Execution) -> outbox::Execution {
 fn handle<N: Need>(at: &InListening<N>) -> Result<Handle> {
     Ok(Handle {
         scope: at.place.0.clone(),
-        name: at.param("name")?,
+        name: at.path::<AutomationPath>()?.name,
     })
 }
 
@@ -130,7 +142,7 @@ pub async fn executions(at: InListening<AsMember>, Query(q): Query<History>) -> 
 
 pub async fn execution(at: InListening<AsMember>) -> Reply<outbox::Execution> {
     let handle = handle(&at)?;
-    let id = at.param("execution")?;
+    let ExecutionPath { execution: id } = at.path()?;
     Ok(axum::Json(shown(
         outbox::execution(&at.app.store, &handle, &id).await?,
     )))
@@ -139,7 +151,7 @@ pub async fn execution(at: InListening<AsMember>) -> Reply<outbox::Execution> {
 /// Sends one execution's payload again, with the same delivery id.
 pub async fn replay_one(at: InListening<AsAdmin>) -> ReplyWith<outbox::Execution> {
     let handle = handle(&at)?;
-    let id = at.param("execution")?;
+    let ExecutionPath { execution: id } = at.path()?;
     let (execution, delivery) = outbox::replay(&at.app.store, &handle, &id).await?;
     at.app.dispatcher.send_when_durable(vec![delivery]).await?;
     Ok((StatusCode::ACCEPTED, axum::Json(shown(execution))))

@@ -90,9 +90,9 @@ pub fn router(app: App) -> Router {
         )
         .nest("/v1/teams/{team}/projects/{project}", scoped(&app))
         .nest("/v1/registries/{registry}", scoped(&app))
-        .route(
-            "/v1/registries/{registry}/collections/{collection}/links",
-            idempotency::keyed(&app, post(artifacts::link)),
+        .nest(
+            "/v1/registries/{registry}/collections",
+            artifacts::registry_routes(&app),
         )
         .route("/v1/admin/plugins", get(admin::list))
         .route(

@@ -11,7 +11,7 @@ use super::{Caller, Json};
 use super::{Reply, ReplyWith};
 use crate::app::App;
 use crate::automation::automations;
-use crate::domain::groups::{self, Role};
+use crate::domain::groups::Role;
 use crate::domain::projects::{self, Project};
 use crate::error::{Error, Result};
 use crate::model::{RateLimits, Scope};
@@ -42,8 +42,14 @@ pub async fn list(at: InTeam<AsMember>) -> Reply<Value> {
     ))
 }
 
+/// `…/projects/{name}`.
+#[derive(serde::Deserialize)]
+struct ProjectPath {
+    name: String,
+}
+
 pub async fn show(at: InTeam<AsMember>) -> Reply<Project> {
-    let (team, name) = (&at.place, at.param("name")?);
+    let (team, ProjectPath { name }) = (&at.place, at.path()?);
     Ok(axum::Json(projects::get(&at.app.store, team, &name).await?))
 }
 
@@ -67,7 +73,7 @@ pub async fn set_limits(
     Path((team, project)): Path<(String, String)>,
     Json(body): Json<SetLimits>,
 ) -> Reply<RateLimits> {
-    groups::require_team(&app.store, &user, &team, Role::Admin).await?;
+    app.access.require_team(&user, &team, Role::Admin).await?;
     let limits = RateLimits {
         rpm: body.rpm,
         tpm: body.tpm,
@@ -85,7 +91,7 @@ pub async fn set_limits(
 /// A team admin deletes a project; one with automations needs `?force=true`,
 /// which deletes them too.
 pub async fn delete(at: InTeam<AsAdmin>, Query(f): Query<Force>) -> Result<StatusCode> {
-    let (user, team, name) = (&at.user, &at.place, at.param("name")?);
+    let (user, team, ProjectPath { name }) = (&at.user, &at.place, at.path()?);
     projects::get(&at.app.store, team, &name).await?;
     let scope = Scope::project(team, &name);
     let dependants = automations::list(&at.app.store, &scope).await?;

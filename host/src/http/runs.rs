@@ -25,9 +25,23 @@ pub fn routes(app: &App) -> Router<App> {
         .route("/{run}/metrics", keyed(app, post(log)))
 }
 
+/// `/v1/teams/{team}/projects/{project}/runs`.
+#[derive(Deserialize)]
+struct ProjectPath {
+    team: String,
+    project: String,
+}
+
+/// `…/runs/{run}`.
+#[derive(Deserialize)]
+struct RunPath {
+    run: String,
+}
+
 /// The project's team and name, from a project-scoped route.
 fn project(at: &InScope<AsMember>) -> Result<(String, String)> {
-    Ok((at.param("team")?, at.param("project")?))
+    let ProjectPath { team, project } = at.path()?;
+    Ok((team, project))
 }
 
 #[derive(Deserialize)]
@@ -50,7 +64,7 @@ pub async fn list(at: InScope<AsMember>) -> Reply<Value> {
 }
 
 pub async fn show(at: InScope<AsMember>) -> Reply<Run> {
-    let ((team, project), run) = (project(&at)?, at.param("run")?);
+    let ((team, project), run) = (project(&at)?, at.path::<RunPath>()?.run);
     Ok(axum::Json(
         runs::get(&at.app.store, &team, &project, &run).await?,
     ))
@@ -65,7 +79,7 @@ pub struct EndRun {
 /// Ends a run (`{"state": "finished"}`); answers once the deliveries its
 /// `RUN_STATE` event caused are durable.
 pub async fn end(at: InScope<AsMember>, Json(body): Json<EndRun>) -> Reply<Run> {
-    let ((team, project), id) = (project(&at)?, at.param("run")?);
+    let ((team, project), id) = (project(&at)?, at.path::<RunPath>()?.run);
     let to = RunState::parse(&body.state).ok_or_else(|| {
         Error::invalid(
             "state",
@@ -93,7 +107,7 @@ pub struct LogMetrics {
 
 /// Logs metric values; answers once any deliveries they caused are durable.
 pub async fn log(at: InScope<AsMember>, Json(body): Json<LogMetrics>) -> Reply<Value> {
-    let ((team, project), run) = (project(&at)?, at.param("run")?);
+    let ((team, project), run) = (project(&at)?, at.path::<RunPath>()?.run);
     let (app, user) = (&at.app, &at.user);
     let kept = runs::log(
         &app.store,

@@ -150,9 +150,15 @@ pub type InScope<N> = In<Scope, N>;
 pub type InTeam<N> = In<Team, N>;
 
 impl<P: Place, N: Need> In<P, N> {
-    /// A named path parameter of the route (`collection`, `name`, …).
-    pub fn param(&self, name: &str) -> Result<String> {
-        param(&self.params, name)
+    /// The route's path parameters as `T`: a struct naming those the
+    /// handler reads (`collection`, `version`, …); the place's own are
+    /// in [`In::place`].
+    pub fn path<T: serde::de::DeserializeOwned>(&self) -> Result<T> {
+        let pairs = self.params.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+        let params = serde::de::value::MapDeserializer::<_, serde::de::value::Error>::new(pairs);
+        // The routes name what the handlers read: a mismatch is a bug.
+        T::deserialize(params)
+            .map_err(|e| Error::Internal(anyhow::anyhow!("route parameters: {e}")))
     }
 }
 

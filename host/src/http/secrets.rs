@@ -22,6 +22,12 @@ pub fn routes() -> Router<App> {
         .route("/{name}", put(put_secret).delete(delete_secret))
 }
 
+/// `…/secrets/{name}`.
+#[derive(serde::Deserialize)]
+struct SecretPath {
+    name: String,
+}
+
 pub async fn list_secrets(at: InTeam<AsMember>) -> Reply<Value> {
     Ok(super::list_of(
         secrets::list(&at.app.store, &at.place).await?,
@@ -39,7 +45,7 @@ pub struct PutSecret {
 }
 
 pub async fn put_secret(at: InTeam<AsAdmin>, Json(body): Json<PutSecret>) -> ReplyWith<Value> {
-    let (user, team, name) = (&at.user, &at.place, at.param("name")?);
+    let (user, team, name) = (&at.user, &at.place, at.path::<SecretPath>()?.name);
     let (store, sealer) = (&at.app.store, &at.app.sealer);
     let (info, created, public_key) = match (body.value, body.generate.as_deref()) {
         (Some(value), None) => {
@@ -79,7 +85,7 @@ pub async fn put_secret(at: InTeam<AsAdmin>, Json(body): Json<PutSecret>) -> Rep
 
 /// Deleting a secret that webhooks use is refused, naming them, unless `?force=true`.
 pub async fn delete_secret(at: InTeam<AsAdmin>, Query(f): Query<Force>) -> Result<StatusCode> {
-    let (user, team, name) = (&at.user, &at.place, at.param("name")?);
+    let (user, team, name) = (&at.user, &at.place, at.path::<SecretPath>()?.name);
     webhooks::delete_secret(&at.app.store, team, &name, f.force).await?;
     super::audit(&user.name, "secret deleted", &format!("{team}/{name}"));
     Ok(StatusCode::NO_CONTENT)

@@ -29,6 +29,12 @@ pub fn routes() -> Router<App> {
         .route("/{name}/public-key", get(public_key))
 }
 
+/// `…/webhooks/{name}`.
+#[derive(serde::Deserialize)]
+struct WebhookPath {
+    name: String,
+}
+
 pub async fn list_webhooks(at: InTeam<AsMember>) -> Reply<Value> {
     Ok(super::list_of(
         webhooks::list(&at.app.store, &at.place).await?,
@@ -98,7 +104,7 @@ pub struct Shown {
 }
 
 pub async fn show_webhook(at: InTeam<AsMember>) -> Reply<Shown> {
-    let (team, name) = (&at.place, at.param("name")?);
+    let (team, name) = (&at.place, at.path::<WebhookPath>()?.name);
     let webhook = webhooks::get(&at.app.store, team, &name).await?;
     let circuit = at.app.dispatcher.circuit(team, &name).await?;
     Ok(axum::Json(Shown { webhook, circuit }))
@@ -108,7 +114,7 @@ pub async fn update_webhook(
     at: InTeam<AsAdmin>,
     Json(settings): Json<webhooks::Settings>,
 ) -> Reply<webhooks::Webhook> {
-    let (team, name) = (&at.place, at.param("name")?);
+    let (team, name) = (&at.place, at.path::<WebhookPath>()?.name);
     let allow = &at.app.cfg.webhooks.allow_private;
     let named = (team.as_str(), name.as_str());
     let (store, sealer) = (&at.app.store, &at.app.sealer);
@@ -122,7 +128,7 @@ pub async fn rotate_webhook(
     at: InTeam<AsAdmin>,
     Json(rotation): Json<webhooks::Rotation>,
 ) -> Reply<webhooks::Webhook> {
-    let (user, team, name) = (&at.user, &at.place, at.param("name")?);
+    let (user, team, name) = (&at.user, &at.place, at.path::<WebhookPath>()?.name);
     let allow = &at.app.cfg.webhooks.allow_private;
     let named = (team.as_str(), name.as_str());
     let (store, sealer) = (&at.app.store, &at.app.sealer);
@@ -137,7 +143,7 @@ pub async fn rotate_webhook(
 
 /// The Ed25519 public keys receivers verify `v1a` signatures with.
 pub async fn public_key(at: InTeam<AsMember>) -> Reply<webhooks::PublicKeys> {
-    let (team, name) = (&at.place, at.param("name")?);
+    let (team, name) = (&at.place, at.path::<WebhookPath>()?.name);
     let keys = webhooks::public_keys(&at.app.store, &at.app.sealer, team, &name).await?;
     Ok(axum::Json(keys))
 }
@@ -145,7 +151,7 @@ pub async fn public_key(at: InTeam<AsMember>) -> Reply<webhooks::PublicKeys> {
 /// Deleting a webhook that automations call is refused, naming them, unless
 /// `?force=true`, which disables those automations.
 pub async fn delete_webhook(at: InTeam<AsAdmin>, Query(f): Query<Force>) -> Result<StatusCode> {
-    let (user, team, name) = (&at.user, &at.place, at.param("name")?);
+    let (user, team, name) = (&at.user, &at.place, at.path::<WebhookPath>()?.name);
     automations::delete_webhook(&at.app.store, team, &name, f.force).await?;
     super::audit(&user.name, "webhook deleted", &format!("{team}/{name}"));
     Ok(StatusCode::NO_CONTENT)
@@ -165,7 +171,7 @@ pub async fn test_webhook(
     at: InTeam<AsAdmin>,
     body: Option<Json<TestRequest>>,
 ) -> Reply<webhook_test::Outcome> {
-    let (user, team, name) = (&at.user, &at.place, at.param("name")?);
+    let (user, team, name) = (&at.user, &at.place, at.path::<WebhookPath>()?.name);
     let webhook = webhooks::get(&at.app.store, team, &name).await?;
     let request = body.map(|Json(b)| b).unwrap_or_default();
     let outcome = webhook_test::run(
