@@ -5,8 +5,7 @@ use std::time::Instant;
 
 use wasmtime::Store;
 
-use super::bindings::v0_1_0::{filter, template};
-use super::bindings::v0_2_0::filter as filter2;
+use super::bindings::{FilterPre, TemplatePre};
 use super::engine::Runtime;
 use super::loaded::{Bound, Instance, Plugin, Prepared};
 use super::state::{Pace, State, arm};
@@ -25,8 +24,7 @@ fn pace(plugin: &Plugin) -> Pace {
 async fn instantiate(plugin: &Plugin, store: &mut Store<State>) -> wasmtime::Result<Bound> {
     Ok(match &plugin.pre {
         Prepared::Template(pre) => Bound::Template(pre.instantiate_async(store).await?),
-        Prepared::Filter(pre) => Bound::Filter(pre.instantiate_async(store).await?),
-        Prepared::Filter2(pre) => Bound::Filter2(pre.instantiate_async(store).await?),
+        Prepared::Filter(pre) => Bound::Filter(pre.instantiate(store).await?),
         Prepared::Backend(_) => wasmtime::bail!("{} is a model backend", plugin.id()),
     })
 }
@@ -112,20 +110,17 @@ pub fn prepare(
         detail: format!("{e:#}"),
     };
     Ok(match kind {
-        Kind::PayloadTemplate => {
-            Prepared::Template(template::PayloadTemplatePre::new(instance_pre).map_err(world)?)
-        }
+        Kind::PayloadTemplate => Prepared::Template(TemplatePre::new(instance_pre).map_err(world)?),
         // The newest version the component exports.
-        Kind::EventFilter => match filter2::EventFilterPre::new(instance_pre.clone()) {
-            Ok(pre) => Prepared::Filter2(pre),
-            Err(_) => Prepared::Filter(filter::EventFilterPre::new(instance_pre).map_err(|e| {
-                LoadError::WrongWorld {
+        Kind::EventFilter => {
+            Prepared::Filter(
+                FilterPre::new(instance_pre).map_err(|e| LoadError::WrongWorld {
                     kind,
                     versions: "0.1.0 or 0.2.0",
                     detail: format!("{e:#}"),
-                }
-            })?),
-        },
+                })?,
+            )
+        }
         Kind::ModelBackend => {
             return Err(LoadError::Host(
                 "model backends are loaded by the inference service".into(),
@@ -153,7 +148,7 @@ mod tests {
         let runtime = Runtime::new(cache.path()).unwrap();
         let filter = compiled(&runtime, "filter_default");
         let prepared = prepare(&runtime, Kind::EventFilter, &filter).unwrap();
-        assert!(matches!(prepared, Prepared::Filter2(_)));
+        assert!(matches!(prepared, Prepared::Filter(FilterPre::V0_2_0(_))));
         let template = compiled(&runtime, "template_default");
         let Err(refused) = prepare(&runtime, Kind::EventFilter, &template) else {
             panic!("a template is not a filter");

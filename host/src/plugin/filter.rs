@@ -5,8 +5,9 @@
 use std::sync::Arc;
 
 use super::backend::v2_error;
-use super::bindings::v0_1_0::filter::exports::switchyard::plugin::filter as wit;
-use super::bindings::v0_2_0::filter::exports::switchyard::plugin::filter as wit2;
+use super::bindings::Filter;
+use super::bindings::since_v0_1_0::filter::exports::switchyard::plugin::filter as wit;
+use super::bindings::since_v0_2_0::filter::exports::switchyard::plugin::filter as wit2;
 use super::call::call;
 use super::input::{EventSpec, FilterSpec};
 use super::loaded::{Bound, Plugin};
@@ -89,7 +90,7 @@ impl Plugins {
         self.on_queue(async move {
             call(&this.runtime, &plugin, &team, async |store, bound| {
                 let checked = match bound {
-                    Bound::Filter(instance) => match v1(&plugin, &config) {
+                    Bound::Filter(Filter::V0_1_0(instance)) => match v1(&plugin, &config) {
                         Ok(config) => instance
                             .switchyard_plugin_filter()
                             .call_validate(&mut *store, &config)
@@ -97,7 +98,7 @@ impl Plugins {
                             .map_err(|e| plugin.reported(e)),
                         Err(e) => Err(e),
                     },
-                    Bound::Filter2(instance) => match v2(&plugin, &config) {
+                    Bound::Filter(Filter::V0_2_0(instance)) => match v2(&plugin, &config) {
                         Ok(config) => instance
                             .switchyard_plugin_filter()
                             .call_validate(&mut *store, &config)
@@ -125,7 +126,7 @@ impl Plugins {
     ) -> Result<Verdict, PluginError> {
         call(&self.runtime, plugin, team, async |store, bound| {
             let matched = match bound {
-                Bound::Filter(instance) => match v1(plugin, config) {
+                Bound::Filter(Filter::V0_1_0(instance)) => match v1(plugin, config) {
                     Ok(config) => instance
                         .switchyard_plugin_filter()
                         .call_matches(&mut *store, &config, &event.to_wit())
@@ -137,7 +138,7 @@ impl Plugins {
                         .map_err(|e| plugin.reported(e)),
                     Err(e) => Err(e),
                 },
-                Bound::Filter2(instance) => match v2(plugin, config) {
+                Bound::Filter(Filter::V0_2_0(instance)) => match v2(plugin, config) {
                     Ok(config) => instance
                         .switchyard_plugin_filter()
                         .call_matches(&mut *store, &config, &event.to_wit2())

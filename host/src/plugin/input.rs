@@ -6,10 +6,10 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::bindings::v0_1_0::filter::exports::switchyard::plugin::filter::{
+use super::bindings::since_v0_1_0::filter::exports::switchyard::plugin::filter::{
     Aggregation, Comparison, Event, FilterConfig, MetricCondition,
 };
-use super::bindings::v0_2_0::filter::exports::switchyard::plugin::filter as wit2;
+use super::bindings::since_v0_2_0::filter::exports::switchyard::plugin::filter as wit2;
 use super::template::Variable;
 pub use crate::model::{MetricChangeSpec, MetricSpec, MetricZscoreSpec};
 use crate::nesting;

@@ -10,8 +10,7 @@ use serde::Serialize;
 use wasmtime::Store;
 
 use super::backend::Served;
-use super::bindings::v0_1_0::{filter, template};
-use super::bindings::v0_2_0::filter as filter2;
+use super::bindings::{Filter, FilterPre, Template, TemplatePre};
 use super::limits::Limits;
 use super::manifest::BackendGrant;
 use super::state::State;
@@ -33,11 +32,9 @@ pub enum Source {
 /// A component checked against its world, ready to instantiate.
 pub enum Prepared {
     /// A `payload-template`.
-    Template(template::PayloadTemplatePre<State>),
-    /// An `event-filter` built against 0.1.0.
-    Filter(filter::EventFilterPre<State>),
-    /// An `event-filter` built against 0.2.0.
-    Filter2(filter2::EventFilterPre<State>),
+    Template(TemplatePre<State>),
+    /// An `event-filter`, at the version it was built against.
+    Filter(FilterPre<State>),
     /// A `model-backend`, instantiated, with the models it serves.
     Backend(Served),
 }
@@ -157,7 +154,7 @@ impl Plugin {
 
     pub(super) fn reported(
         &self,
-        e: super::bindings::v0_1_0::template::switchyard::plugin::types::PluginError,
+        e: super::bindings::since_v0_1_0::template::switchyard::plugin::types::PluginError,
     ) -> PluginError {
         PluginError::Reported {
             plugin: self.id(),
@@ -182,9 +179,7 @@ pub struct Instance {
 /// The exports of an instance, by kind.
 pub enum Bound {
     /// A `payload-template`'s.
-    Template(template::PayloadTemplate),
-    /// An `event-filter`'s, at 0.1.0.
-    Filter(filter::EventFilter),
-    /// An `event-filter`'s, at 0.2.0.
-    Filter2(filter2::EventFilter),
+    Template(Template),
+    /// An `event-filter`'s, at the version it was built against.
+    Filter(Filter),
 }

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use super::bindings::v0_1_0::template::exports::switchyard::plugin::template as wit;
+use super::bindings::since_v0_1_0::template::exports::switchyard::plugin::template as wit;
 use super::call::call;
 use super::loaded::{Bound, Plugin};
 use super::registry::Plugins;

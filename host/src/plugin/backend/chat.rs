@@ -2,9 +2,9 @@
 //! passed through whole): all that inference and the HTTP layer see of them. The WIT bindings' types stay inside `plugin::backend`
 //! and are converted here, so an interface version changes nothing above.
 
-use crate::plugin::bindings::v0_1_0::model::exports::switchyard::plugin::backend as v1;
-use crate::plugin::bindings::v0_2_0::model::exports::switchyard::plugin::backend as v2;
-use crate::plugin::bindings::v0_3_0::model::exports::switchyard::plugin::backend as v3;
+use crate::plugin::bindings::since_v0_1_0::model::exports::switchyard::plugin::backend as v1;
+use crate::plugin::bindings::since_v0_2_0::model::exports::switchyard::plugin::backend as v2;
+use crate::plugin::bindings::since_v0_3_0::model::exports::switchyard::plugin::backend as v3;
 
 /// A model a backend serves.
 #[derive(Debug, Clone, PartialEq, Eq)]

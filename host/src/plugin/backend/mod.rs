@@ -13,12 +13,13 @@ use wasmtime::{Engine, Store};
 use wasmtime_wasi::{WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
-use crate::plugin::bindings::v0_1_0::model as v1;
-use crate::plugin::bindings::v0_1_0::model_parallel::{
+use crate::plugin::bindings::BackendPre;
+use crate::plugin::bindings::since_v0_1_0::model as v1;
+use crate::plugin::bindings::since_v0_1_0::model_parallel::{
     ModelBackendParallel, ModelBackendParallelPre,
 };
-use crate::plugin::bindings::v0_2_0::model as v2;
-use crate::plugin::bindings::v0_3_0::model as v3;
+use crate::plugin::bindings::since_v0_2_0::model as v2;
+use crate::plugin::bindings::since_v0_3_0::model as v3;
 use crate::plugin::engine::{Runtime, compile_cached, model_engine};
 use crate::plugin::failure::{failure, log_output};
 use crate::plugin::manifest::BackendGrant;
@@ -33,7 +34,8 @@ pub mod parallel;
 use self::egress::Egress;
 use self::parallel::Parallel;
 
-type GuestError = crate::plugin::bindings::v0_1_0::template::switchyard::plugin::types::PluginError;
+type GuestError =
+    crate::plugin::bindings::since_v0_1_0::template::switchyard::plugin::types::PluginError;
 
 pub use self::chat::{
     ChatRequest, ChatResult, Endpoint, FinishReason, ForwardRequest, ForwardResult, Message,
@@ -135,17 +137,7 @@ pub async fn serve(
 }
 
 /// A backend's bindings, by the WIT version it was built against.
-enum Bindings {
-    V1(v1::ModelBackend),
-    V2(v2::ModelBackend),
-    V3(v3::ModelBackend),
-}
-
-enum VersionedPre {
-    V1(v1::ModelBackendPre<BackendState>),
-    V2(v2::ModelBackendPre<BackendState>),
-    V3(v3::ModelBackendPre<BackendState>),
-}
+type Bindings = crate::plugin::bindings::Backend;
 
 /// Where and how a backend runs: everything it is granted.
 #[derive(Clone)]
@@ -260,7 +252,10 @@ impl WasiHttpView for BackendState {
     }
 }
 
-impl crate::plugin::bindings::v0_1_0::template::switchyard::plugin::types::Host for BackendState {}
+impl crate::plugin::bindings::since_v0_1_0::template::switchyard::plugin::types::Host
+    for BackendState
+{
+}
 
 impl BackendState {
     fn send(&mut self, piece: Piece) -> bool {
@@ -304,7 +299,7 @@ impl v2::switchyard::plugin::output::Host for BackendState {
     }
 }
 
-impl crate::plugin::bindings::v0_1_0::model_parallel::switchyard::plugin::parallel::Host
+impl crate::plugin::bindings::since_v0_1_0::model_parallel::switchyard::plugin::parallel::Host
     for BackendState
 {
     async fn start(&mut self, task: Vec<u8>) -> bool {
@@ -374,7 +369,7 @@ struct BackendInstance {
 pub struct Backend {
     setup: Setup,
     engine: Engine,
-    pre: VersionedPre,
+    pre: BackendPre<BackendState>,
     /// The same, for a backend that exports `worker` and is given a second
     /// instance.
     pre_parallel: Option<ModelBackendParallelPre<BackendState>>,
@@ -437,11 +432,17 @@ impl Backend {
             component.get_export_index(None, &name).is_some()
         };
         let pre = if exports("0.3.0") {
-            VersionedPre::V3(v3::ModelBackendPre::new(instance_pre.clone()).map_err(not_a_backend)?)
+            BackendPre::V0_3_0(
+                v3::ModelBackendPre::new(instance_pre.clone()).map_err(not_a_backend)?,
+            )
         } else if exports("0.2.0") {
-            VersionedPre::V2(v2::ModelBackendPre::new(instance_pre.clone()).map_err(not_a_backend)?)
+            BackendPre::V0_2_0(
+                v2::ModelBackendPre::new(instance_pre.clone()).map_err(not_a_backend)?,
+            )
         } else {
-            VersionedPre::V1(v1::ModelBackendPre::new(instance_pre.clone()).map_err(not_a_backend)?)
+            BackendPre::V0_1_0(
+                v1::ModelBackendPre::new(instance_pre.clone()).map_err(not_a_backend)?,
+            )
         };
         let exports_worker = component
             .get_export_index(None, "switchyard:plugin/worker@0.1.0")
@@ -476,27 +477,27 @@ impl Backend {
     /// response formats, log probabilities, several choices): built against
     /// 0.2.0 or later.
     pub fn passes_through(&self) -> bool {
-        !matches!(self.pre, VersionedPre::V1(_))
+        !matches!(self.pre, BackendPre::V0_1_0(_))
     }
 
     /// Whether it has `forward`, for the endpoints besides chat: built
     /// against 0.3.0.
     pub fn forwards(&self) -> bool {
-        matches!(self.pre, VersionedPre::V3(_))
+        matches!(self.pre, BackendPre::V0_3_0(_))
     }
 
     /// The models the backend serves.
     pub async fn models(&self) -> Result<Vec<ModelInfo>, CallError> {
         self.call(HOST, None, async |b, s| match b {
-            Bindings::V1(b) => {
+            Bindings::V0_1_0(b) => {
                 let models = b.switchyard_plugin_backend().call_list_models(s).await?;
                 Ok(Ok(models.into_iter().map(ModelInfo::from).collect()))
             }
-            Bindings::V2(b) => {
+            Bindings::V0_2_0(b) => {
                 let models = b.switchyard_plugin_backend().call_list_models(s).await?;
                 Ok(Ok(models.into_iter().map(ModelInfo::from).collect()))
             }
-            Bindings::V3(b) => {
+            Bindings::V0_3_0(b) => {
                 let models = b.switchyard_plugin_backend().call_list_models(s).await?;
                 Ok(Ok(models.into_iter().map(ModelInfo::from).collect()))
             }
@@ -510,17 +511,17 @@ impl Backend {
             return Ok(());
         }
         self.call(HOST, None, async |b, s| match b {
-            Bindings::V1(b) => Ok(b
+            Bindings::V0_1_0(b) => Ok(b
                 .switchyard_plugin_backend()
                 .call_health(s)
                 .await?
                 .map_err(Reported::from)),
-            Bindings::V2(b) => Ok(b
+            Bindings::V0_2_0(b) => Ok(b
                 .switchyard_plugin_backend()
                 .call_health(s)
                 .await?
                 .map_err(Reported::from)),
-            Bindings::V3(b) => Ok(b
+            Bindings::V0_3_0(b) => Ok(b
                 .switchyard_plugin_backend()
                 .call_health(s)
                 .await?
@@ -538,19 +539,19 @@ impl Backend {
         output: mpsc::UnboundedSender<Piece>,
     ) -> Result<ChatResult, CallError> {
         self.call(team, Some(output), async move |b, s| match b {
-            Bindings::V3(b) => Ok(b
+            Bindings::V0_3_0(b) => Ok(b
                 .switchyard_plugin_backend()
                 .call_chat(s, &request.into())
                 .await?
                 .map(ChatResult::from)
                 .map_err(Reported::from)),
-            Bindings::V2(b) => Ok(b
+            Bindings::V0_2_0(b) => Ok(b
                 .switchyard_plugin_backend()
                 .call_chat(s, &request.into())
                 .await?
                 .map(ChatResult::from)
                 .map_err(Reported::from)),
-            Bindings::V1(b) => {
+            Bindings::V0_1_0(b) => {
                 // The host refused what 0.1.0 cannot carry (`extra`) before.
                 let result = b
                     .switchyard_plugin_backend()
@@ -583,13 +584,13 @@ impl Backend {
         };
         let request = v3::exports::switchyard::plugin::backend::ForwardRequest::from(request);
         self.call(team, Some(output), async move |b, s| match b {
-            Bindings::V3(b) => Ok(b
+            Bindings::V0_3_0(b) => Ok(b
                 .switchyard_plugin_backend()
                 .call_forward(s, &request)
                 .await?
                 .map(ForwardResult::from)
                 .map_err(Reported::from)),
-            Bindings::V1(_) | Bindings::V2(_) => Ok(Err(unsupported)),
+            Bindings::V0_1_0(_) | Bindings::V0_2_0(_) => Ok(Err(unsupported)),
         })
         .await
     }
@@ -735,11 +736,7 @@ impl Backend {
             };
             store.data_mut().parallel = Some(Parallel::spawn(&self.setup.name, worker));
         }
-        let bindings = match &self.pre {
-            VersionedPre::V1(pre) => Bindings::V1(pre.instantiate_async(&mut store).await?),
-            VersionedPre::V2(pre) => Bindings::V2(pre.instantiate_async(&mut store).await?),
-            VersionedPre::V3(pre) => Bindings::V3(pre.instantiate_async(&mut store).await?),
-        };
+        let bindings = self.pre.instantiate(&mut store).await?;
         Ok(BackendInstance { store, bindings })
     }
 
@@ -769,7 +766,7 @@ fn linker(engine: &Engine, http: bool) -> anyhow::Result<Linker<BackendState>> {
     v1::ModelBackend::add_to_linker::<_, HasSelf<BackendState>>(&mut linker, |s| s)?;
     v2::ModelBackend::add_to_linker::<_, HasSelf<BackendState>>(&mut linker, |s| s)?;
     v3::ModelBackend::add_to_linker::<_, HasSelf<BackendState>>(&mut linker, |s| s)?;
-    crate::plugin::bindings::v0_1_0::model_parallel::switchyard::plugin::parallel::add_to_linker::<
+    crate::plugin::bindings::since_v0_1_0::model_parallel::switchyard::plugin::parallel::add_to_linker::<
         _,
         HasSelf<BackendState>,
     >(&mut linker, |s| s)?;
