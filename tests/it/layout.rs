@@ -189,3 +189,72 @@ fn the_check_sees_a_cycle_through_a_braced_import() {
     let found = cycles(dir.path());
     assert_eq!(found, ["in crate: a → b, a → c, b → c, c → a"]);
 }
+
+/// Where `tokio::spawn` may stand outside `tasks.rs`, and why each task
+/// ends by itself: none of them is a loop the host must stop.
+const SPAWNS_OWNED_ELSEWHERE: &[(&str, &str)] = &[
+    (
+        "server/mod.rs",
+        "a connection: hyper's graceful shutdown drains it",
+    ),
+    (
+        "http/inference.rs",
+        "a reply's stream: it ends with its request or client",
+    ),
+    (
+        "http/forwarded.rs",
+        "a reply's stream: it ends with its request or client",
+    ),
+    ("queue.rs", "a queued job: it ends when its work does"),
+    (
+        "store/postgres/mod.rs",
+        "the store's NOTIFY listener: it ends with the store",
+    ),
+];
+
+/// Every `tokio::spawn(` in the non-test code under `src`, by file.
+fn spawns(src: &Path) -> Vec<(String, usize)> {
+    let mut found = Vec::new();
+    for file in modules(src).into_values() {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let code = text.split("#[cfg(test)]\nmod tests").next().unwrap_or("");
+        let count = code.matches("tokio::spawn(").count();
+        if count > 0 {
+            let rel = file
+                .strip_prefix(src)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            found.push((rel, count));
+        }
+    }
+    found
+}
+
+#[test]
+fn every_loop_runs_on_a_stage_the_app_stops() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let detached: Vec<String> = spawns(&src)
+        .into_iter()
+        .filter(|(file, _)| !SPAWNS_OWNED_ELSEWHERE.iter().any(|(f, _)| f == file))
+        .map(|(file, n)| format!("{file}: {n}"))
+        .collect();
+    assert!(
+        detached.is_empty(),
+        "tasks spawned outside tasks::Tasks (run a loop on its Stage with \
+         tasks.spawn or tasks.spawn_draining, so that shutdown stops it in order):\n{}",
+        detached.join("\n")
+    );
+}
+
+#[test]
+fn the_spawn_check_sees_a_detached_loop() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| std::fs::write(dir.path().join(name), text).unwrap();
+    write("lib.rs", "mod a;\n");
+    write(
+        "a.rs",
+        "fn f() { tokio::spawn(async { loop {} }); }\n#[cfg(test)]\nmod tests { fn t() { tokio::spawn(async {}); } }\n",
+    );
+    assert_eq!(spawns(dir.path()), [("a.rs".to_string(), 1)]);
+}

@@ -136,20 +136,8 @@ mod tests {
             .await
             .unwrap();
         let webhook = |url: &str| Webhook {
-            name: "ci".into(),
-            url: url.into(),
             access_token_secret: Some("TOKEN".into()),
-            signing_secret: None,
-            standard_webhooks: false,
-            signing_key_secret: None,
-            previous_signing_secret: None,
-            previous_signing_key_secret: None,
-            previous_until: None,
-            max_per_second: None,
-            circuit_breaker: None,
-            disabled_reason: None,
-            created_at: 1,
-            updated_at: 1,
+            ..crate::store::contract::webhook("ci", url)
         };
         store
             .put_webhook("ml", &webhook("http://a/"))

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use serde_json::json;
 
-use super::{AttemptFor, LimitClaim, MetricAt, RunAt, Store, VersionAt};
+use super::{AttemptFor, LimitClaim, MetricAt, Records, RunAt, Store, VersionAt};
 use crate::cfg::StoreConfig;
 use crate::model::{
     Action, ApiKey, Attempt, Automation, Collection, Delivery, Event, EventConfig, EventType,
@@ -124,6 +124,33 @@ pub(crate) fn user(id: &str, name: &str, created_at: u64) -> User {
         operator: false,
         created_at,
     }
+}
+
+/// A plain webhook to store, for tests anywhere in the crate: no secrets,
+/// no limits, enabled.
+pub(crate) fn webhook(name: &str, url: &str) -> Webhook {
+    Webhook {
+        name: name.into(),
+        url: url.into(),
+        access_token_secret: None,
+        signing_secret: None,
+        standard_webhooks: false,
+        signing_key_secret: None,
+        previous_signing_secret: None,
+        previous_signing_key_secret: None,
+        previous_until: None,
+        max_per_second: None,
+        circuit_breaker: None,
+        disabled_reason: None,
+        created_at: 1,
+        updated_at: 1,
+    }
+}
+
+/// The ids of the events in the inbox, in order.
+pub(crate) async fn inbox_ids(store: &(impl Records + ?Sized)) -> Vec<String> {
+    let events = store.inbox().await.unwrap();
+    events.into_iter().map(|e| e.id).collect()
 }
 
 fn project_scope() -> Scope {
@@ -772,14 +799,7 @@ async fn collections_versions_and_labels(store: &Store) {
     );
     let v1 = store.labelled_version(&scope, "det", 1).await.unwrap();
     assert_eq!(v1.unwrap().tags, ["b", "a", "c", "d"]);
-    let inbox: Vec<String> = store
-        .inbox()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|e| e.id)
-        .collect();
-    assert_eq!(inbox, ["ev_c", "ev_d"]);
+    assert_eq!(inbox_ids(&**store).await, ["ev_c", "ev_d"]);
     let lost = [event("ev_lost", 3)];
     assert!(
         !store
@@ -1123,22 +1143,7 @@ async fn config_writes_move_the_epoch(store: &Store) {
         created_at: 1,
         updated_at: 1,
     };
-    let webhook = Webhook {
-        name: "ci".into(),
-        url: "http://a/".into(),
-        access_token_secret: None,
-        signing_secret: None,
-        standard_webhooks: false,
-        signing_key_secret: None,
-        previous_signing_secret: None,
-        previous_signing_key_secret: None,
-        previous_until: None,
-        max_per_second: None,
-        circuit_breaker: None,
-        disabled_reason: None,
-        created_at: 1,
-        updated_at: 1,
-    };
+    let webhook = webhook("ci", "http://a/");
     let on_tag = automation("on-tag", tag_event(), "ci");
     let before = epoch();
     store.put_secret("ml", &secret).await.unwrap();

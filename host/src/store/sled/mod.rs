@@ -1158,14 +1158,7 @@ mod tests {
         }
         let store = Sled::open(dir.path()).unwrap();
         assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
-        let inbox: Vec<String> = store
-            .inbox()
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|e| e.id)
-            .collect();
-        assert_eq!(inbox, ["ev1"]);
+        assert_eq!(crate::store::contract::inbox_ids(&store).await, ["ev1"]);
         let (due, _) = store
             .due_deliveries(u64::MAX, 10, &|_| false)
             .await
