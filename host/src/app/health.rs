@@ -13,6 +13,7 @@ use crate::app::App;
 use crate::store::StoreError;
 
 /// The outcome of one check.
+#[cfg_attr(test, derive(serde::Deserialize))]
 #[derive(Debug, Clone, Serialize)]
 pub struct Check {
     /// Whether the check passed.
@@ -24,6 +25,7 @@ pub struct Check {
 }
 
 /// The body of `GET /v1/system-check`.
+#[cfg_attr(test, derive(serde::Deserialize))]
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     /// Always true: the API answered.

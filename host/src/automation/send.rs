@@ -37,6 +37,7 @@ pub struct Outgoing<'a> {
 }
 
 /// What the endpoint answered.
+#[cfg_attr(test, derive(serde::Deserialize))]
 #[derive(Debug, Clone, Serialize)]
 pub struct Answer {
     /// HTTP status.

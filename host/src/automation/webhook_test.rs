@@ -17,6 +17,7 @@ use crate::ids;
 use crate::store::Store;
 
 /// What the caller sees.
+#[cfg_attr(test, derive(serde::Deserialize))]
 #[derive(Debug, Serialize)]
 pub struct Outcome {
     /// Whether the endpoint answered 2xx.

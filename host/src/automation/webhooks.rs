@@ -462,6 +462,7 @@ pub async fn rotate(
 }
 
 /// A webhook's Ed25519 public keys, for receivers that verify `v1a`.
+#[cfg_attr(test, derive(serde::Deserialize))]
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct PublicKeys {
     /// The current key: `whpk_` and its base64.

@@ -17,6 +17,7 @@ use crate::store::Store;
 pub const MAX_VALUE_BYTES: usize = 8 * 1024;
 
 /// What clients see of a secret.
+#[cfg_attr(test, derive(serde::Deserialize))]
 #[derive(Debug, Clone, Serialize)]
 pub struct SecretInfo {
     /// The name, referenced as `${NAME}` in payloads.
@@ -25,6 +26,10 @@ pub struct SecretInfo {
     pub created_at: u64,
     /// Unix seconds of the last replacement.
     pub updated_at: u64,
+    /// For a signing key the host generated: its public key, shown once,
+    /// as the answer to the request that made it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub public_key: Option<String>,
 }
 
 /// What a sealed value is bound to: its team and name, so a sealed value
@@ -114,6 +119,7 @@ fn info(secret: &Secret) -> SecretInfo {
         name: secret.name.clone(),
         created_at: secret.created_at,
         updated_at: secret.updated_at,
+        public_key: None,
     }
 }
 

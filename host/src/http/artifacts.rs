@@ -207,6 +207,7 @@ pub async fn add_tag(at: InScope<AsMember>, Json(body): Json<AddTags>) -> Reply<
 /// What adding labels answers: the version, the labels added (under
 /// `aliases` or `tags`), and for aliases which version each was taken
 /// from.
+#[cfg_attr(test, derive(serde::Deserialize))]
 #[derive(Serialize)]
 pub struct LabelsAdded {
     collection: String,

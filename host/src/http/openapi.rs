@@ -192,4 +192,157 @@ mod tests {
             );
         }
     }
+
+    /// The field names serde reads for `T`: what serde_derive hands
+    /// `deserialize_struct`, renames applied. (A struct with a flattened
+    /// field is read as a map and names none: `None`.)
+    fn fields<T: serde::de::DeserializeOwned>() -> Option<BTreeSet<String>> {
+        use serde::de::{Error as _, Visitor};
+        struct Introspect<'a>(&'a mut Option<&'static [&'static str]>);
+        impl<'de> serde::Deserializer<'de> for Introspect<'_> {
+            type Error = serde::de::value::Error;
+            fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Self::Error> {
+                Err(Self::Error::custom("not a struct"))
+            }
+            fn deserialize_struct<V: Visitor<'de>>(
+                self,
+                _: &'static str,
+                fields: &'static [&'static str],
+                _: V,
+            ) -> Result<V::Value, Self::Error> {
+                *self.0 = Some(fields);
+                Err(Self::Error::custom("read"))
+            }
+            serde::forward_to_deserialize_any! {
+                bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes
+                byte_buf option unit unit_struct newtype_struct seq tuple tuple_struct map
+                enum identifier ignored_any
+            }
+        }
+        let mut found = None;
+        let _ = T::deserialize(Introspect(&mut found));
+        found.map(|f| f.iter().map(|s| s.to_string()).collect())
+    }
+
+    /// The properties the document gives schema `name`.
+    fn documented_fields(name: &str) -> BTreeSet<String> {
+        let doc: serde_json::Value = serde_json::from_str(DOCUMENT).unwrap();
+        let schema = &doc["components"]["schemas"][name]["properties"];
+        let properties = schema.as_object();
+        let properties = properties.unwrap_or_else(|| panic!("schema {name} has no properties"));
+        properties.keys().cloned().collect()
+    }
+
+    /// Each schema of a record the API answers with has exactly the fields
+    /// of the Rust type behind it, less those never shown (sealed bodies,
+    /// hashes) and plus those the answer adds (a listing's `role`): a field
+    /// added to a type without the document, or the other way round,
+    /// fails here.
+    #[test]
+    fn each_schema_has_the_fields_of_its_type() {
+        use crate::model;
+        let none: &[&str] = &[];
+        let checks: Vec<(&str, Option<BTreeSet<String>>, &[&str], &[&str])> = vec![
+            ("User", fields::<model::User>(), none, none),
+            ("RateLimits", fields::<model::RateLimits>(), none, none),
+            ("Project", fields::<model::Project>(), none, none),
+            ("Webhook", fields::<model::Webhook>(), none, none),
+            (
+                "BreakerSettings",
+                fields::<model::BreakerSettings>(),
+                none,
+                none,
+            ),
+            ("Automation", fields::<model::Automation>(), none, none),
+            ("Collection", fields::<model::Collection>(), none, none),
+            ("Run", fields::<model::Run>(), none, none),
+            ("Attempt", fields::<model::Attempt>(), none, none),
+            (
+                "Execution",
+                fields::<model::Execution>(),
+                &["body_sealed"],
+                none,
+            ),
+            ("Usage", fields::<model::Totals>(), none, none),
+            ("Group", fields::<model::Group>(), none, &["role"]),
+            ("Member", fields::<model::Member>(), none, none),
+            (
+                "SecretInfo",
+                fields::<crate::domain::secrets::SecretInfo>(),
+                none,
+                none,
+            ),
+            ("Check", fields::<crate::app::health::Check>(), none, none),
+            (
+                "SystemCheck",
+                fields::<crate::app::health::Report>(),
+                none,
+                none,
+            ),
+            (
+                "PublicKeys",
+                fields::<crate::automation::webhooks::PublicKeys>(),
+                none,
+                none,
+            ),
+            (
+                "WebhookTestOutcome",
+                fields::<crate::automation::webhook_test::Outcome>(),
+                none,
+                none,
+            ),
+            (
+                "AliasesAdded",
+                fields::<super::super::artifacts::LabelsAdded>(),
+                &["tags"],
+                none,
+            ),
+            (
+                "TagsAdded",
+                fields::<super::super::artifacts::LabelsAdded>(),
+                &["aliases", "moved_from"],
+                none,
+            ),
+        ];
+        let mut wrong = Vec::new();
+        for (schema, fields, hidden, added) in checks {
+            let fields = fields.unwrap_or_else(|| panic!("{schema}'s type names no fields"));
+            let shown: BTreeSet<String> = fields
+                .into_iter()
+                .filter(|f| !hidden.contains(&f.as_str()))
+                .chain(added.iter().map(|f| f.to_string()))
+                .collect();
+            let documented = documented_fields(schema);
+            let missing: Vec<_> = shown.difference(&documented).collect();
+            let stale: Vec<_> = documented.difference(&shown).collect();
+            if !missing.is_empty() || !stale.is_empty() {
+                wrong.push(format!(
+                    "{schema}: undocumented {missing:?}, not in the type {stale:?}"
+                ));
+            }
+        }
+        assert!(
+            wrong.is_empty(),
+            "openapi.json and the types disagree:\n{}",
+            wrong.join("\n")
+        );
+    }
+
+    #[test]
+    fn the_field_reader_names_renamed_fields_and_sees_no_flattened_ones() {
+        #[derive(serde::Deserialize)]
+        #[allow(dead_code, reason = "read by serde only")]
+        struct Plain {
+            #[serde(rename = "b")]
+            a: u8,
+        }
+        #[derive(serde::Deserialize)]
+        #[allow(dead_code, reason = "read by serde only")]
+        struct Flat {
+            #[serde(flatten)]
+            plain: Plain,
+        }
+        assert_eq!(fields::<Plain>(), Some(BTreeSet::from(["b".to_string()])));
+        assert_eq!(fields::<Flat>(), None);
+    }
 }

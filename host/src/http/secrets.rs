@@ -12,7 +12,7 @@ use super::scope::{AsAdmin, AsMember, InTeam};
 use super::{Reply, ReplyWith};
 use crate::app::App;
 use crate::automation::webhooks;
-use crate::domain::secrets;
+use crate::domain::secrets::{self, SecretInfo};
 use crate::error::{Error, Result};
 
 /// Nested under `/v1/teams/{team}/secrets`.
@@ -44,18 +44,16 @@ pub struct PutSecret {
     generate: Option<String>,
 }
 
-pub async fn put_secret(at: InTeam<AsAdmin>, Json(body): Json<PutSecret>) -> ReplyWith<Value> {
+pub async fn put_secret(at: InTeam<AsAdmin>, Json(body): Json<PutSecret>) -> ReplyWith<SecretInfo> {
     let (user, team, name) = (&at.user, &at.place, at.path::<SecretPath>()?.name);
     let (store, sealer) = (&at.app.store, &at.app.sealer);
-    let (info, created, public_key) = match (body.value, body.generate.as_deref()) {
-        (Some(value), None) => {
-            let (info, created) = secrets::put(store, sealer, team, &name, &value).await?;
-            (info, created, None)
-        }
+    let (info, created) = match (body.value, body.generate.as_deref()) {
+        (Some(value), None) => secrets::put(store, sealer, team, &name, &value).await?,
         (None, Some("ed25519")) => {
             let (info, created, public) =
                 webhooks::generate_signing_key(store, sealer, team, &name).await?;
-            (info, created, Some(public))
+            let public_key = Some(public);
+            (SecretInfo { public_key, ..info }, created)
         }
         (None, Some(other)) => {
             return Err(Error::invalid(
@@ -76,11 +74,7 @@ pub async fn put_secret(at: InTeam<AsAdmin>, Json(body): Json<PutSecret>) -> Rep
     } else {
         StatusCode::OK
     };
-    let mut shown = serde_json::to_value(info).map_err(anyhow::Error::from)?;
-    if let Some(public_key) = public_key {
-        shown["public_key"] = public_key.into();
-    }
-    Ok((status, axum::Json(shown)))
+    Ok((status, axum::Json(info)))
 }
 
 /// Deleting a secret that webhooks use is refused, naming them, unless `?force=true`.
