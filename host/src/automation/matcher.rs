@@ -498,7 +498,7 @@ impl Matcher {
     ) -> Result<Fired> {
         let sealed =
             (self.sealer).seal(execution.delivery_id.as_bytes(), rendered.body.as_bytes())?;
-        let sealed = hex::encode(sealed);
+        let sealed = crate::model::SealedBody::new(sealed);
         let delivery = Delivery::first(&execution, sealed.clone(), ids::now_ms(), event.at_ms);
         execution.payload = Some(rendered.redacted);
         execution.body_sealed = Some(sealed);

@@ -733,9 +733,8 @@ impl Inner {
             let reason = webhook.disabled_reason.as_deref().unwrap_or_default();
             return Err(refused(format!("webhook '{name}' is disabled: {reason}")));
         };
-        let body = hex::decode(&delivery.body_sealed)
-            .ok()
-            .and_then(|sealed| self.sealer.open(delivery.id.as_bytes(), &sealed).ok())
+        let sealed = delivery.body_sealed.bytes();
+        let body = (self.sealer.open(delivery.id.as_bytes(), sealed).ok())
             .ok_or_else(|| refused("the stored payload could not be opened".into()))?;
         self.sender
             .send(&Outgoing {

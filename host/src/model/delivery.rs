@@ -1,6 +1,8 @@
 //! Deliveries waiting in the outbox, and executions: the user-visible record
 //! of one automation firing.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use super::automation::{Handle, Skipped, WebhookRef};
@@ -60,7 +62,7 @@ pub struct Execution {
     pub attempts: Vec<Attempt>,
     /// The body sent, sealed under the delivery id, for replays. Never shown.
     #[serde(default)]
-    pub body_sealed: Option<String>,
+    pub body_sealed: Option<SealedBody>,
     /// Unix milliseconds.
     pub created_at_ms: u64,
     /// Unix milliseconds.
@@ -80,8 +82,8 @@ pub struct Delivery {
     pub execution_id: String,
     /// The webhook to call.
     pub webhook: WebhookRef,
-    /// The body, sealed (hex) under the delivery id.
-    pub body_sealed: String,
+    /// The body, sealed under the delivery id.
+    pub body_sealed: SealedBody,
     /// Attempts made so far.
     pub attempts: u32,
     /// When it is due (unix ms).
@@ -136,7 +138,7 @@ impl Delivery {
     /// acceptance, or a replay's).
     pub fn first(
         execution: &Execution,
-        body_sealed: String,
+        body_sealed: SealedBody,
         due_ms: u64,
         since_ms: u64,
     ) -> Delivery {
@@ -168,5 +170,53 @@ impl Delivery {
             due_ms,
             ..self.clone()
         }
+    }
+}
+
+/// A payload sealed under its delivery id: bytes, shared by an execution
+/// and its delivery without a copy, and opened for each attempt without a
+/// decode; hex only where a record is stored as text.
+#[derive(Clone, Default, PartialEq, Eq, Hash)]
+pub struct SealedBody(Arc<[u8]>);
+
+impl SealedBody {
+    /// The sealed bytes.
+    pub fn new(bytes: Vec<u8>) -> SealedBody {
+        SealedBody(bytes.into())
+    }
+
+    /// As sealed.
+    pub fn bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    /// As hex, the form records hold as text.
+    pub fn to_hex(&self) -> String {
+        hex::encode(&self.0)
+    }
+
+    /// From [`SealedBody::to_hex`]'s form.
+    pub fn from_hex(text: &str) -> Result<SealedBody, hex::FromHexError> {
+        hex::decode(text).map(SealedBody::new)
+    }
+}
+
+/// Its length only: a sealed body says nothing useful in a log.
+impl std::fmt::Debug for SealedBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SealedBody({} bytes)", self.0.len())
+    }
+}
+
+impl Serialize for SealedBody {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.to_hex())
+    }
+}
+
+impl<'de> Deserialize<'de> for SealedBody {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<SealedBody, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        SealedBody::from_hex(&text).map_err(serde::de::Error::custom)
     }
 }

@@ -25,7 +25,7 @@ pub use automation::{
     Action, Automation, EventConfig, Handle, MetricChangeSpec, MetricSpec, MetricZscoreSpec,
     RunFilters, SkipReason, Skipped, State, Throttle, WebhookRef,
 };
-pub use delivery::{Attempt, Delivery, Execution, Status};
+pub use delivery::{Attempt, Delivery, Execution, SealedBody, Status};
 pub use event::{ArtifactRef, Event, EventType, RunRef, WebhookEventRef};
 pub use idempotency::Idempotent;
 pub use plugin::StoredPlugin;

@@ -216,7 +216,7 @@ pub(super) fn delivery(id: &str, due_ms: u64) -> Delivery {
             team: "ml".into(),
             name: "ci".into(),
         },
-        body_sealed: "00ff".into(),
+        body_sealed: crate::model::SealedBody::from_hex("00ff").unwrap(),
         attempts: 0,
         due_ms,
         event_at_ms: 1,
@@ -238,7 +238,7 @@ pub(super) fn execution(id: &str, at_ms: u64) -> Execution {
         event: event(&format!("ev_{id}"), at_ms),
         payload: Some("{\"x\":1}".into()),
         attempts: Vec::new(),
-        body_sealed: Some("00ff".into()),
+        body_sealed: Some(crate::model::SealedBody::from_hex("00ff").unwrap()),
         created_at_ms: at_ms,
         updated_at_ms: at_ms,
     }

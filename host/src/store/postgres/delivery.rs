@@ -100,7 +100,7 @@ impl DeliveryRecords for Postgres {
             .bind(column(|d| d.execution_id.clone()))
             .bind(column(|d| d.webhook.team.clone()))
             .bind(column(|d| d.webhook.name.clone()))
-            .bind(column(|d| d.body_sealed.clone()))
+            .bind(column(|d| d.body_sealed.to_hex()))
             .bind(attempts)
             .bind(number(|d| d.due_ms))
             .bind(&self.shared.host_id)

@@ -10,7 +10,7 @@ use sqlx::postgres::PgRow;
 use super::Postgres;
 use crate::model::{
     ApiKey, Automation, Collection, Delivery, Execution, Group, GroupKind, Handle, LabelledVersion,
-    Member, Project, RateLimits, Role, Run, RunState, Scope, Secret, Session, Status, User,
+    Member, Project, RateLimits, Role, Run, RunState, Scope, SealedBody, Secret, Session, Status, User,
     Version, Webhook, WebhookRef,
 };
 use crate::store::{Result, StoreError};
@@ -106,6 +106,11 @@ pub(super) fn get<'r, T: sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Pos
 ) -> Result<T> {
     row.try_get(column)
         .map_err(|e| StoreError::Other(anyhow::anyhow!("reading column {column}: {e}")))
+}
+
+/// A sealed body from its hex column.
+fn sealed(text: &str) -> Result<SealedBody> {
+    SealedBody::from_hex(text).map_err(|e| StoreError::Other(anyhow::anyhow!("a sealed body that is not hex: {e}")))
 }
 
 /// Builds a record from a row whose columns are named as its fields; a field
@@ -256,7 +261,7 @@ pub(super) fn delivery(row: &PgRow) -> Result<Delivery> {
             team: get(row, "webhook_team")?,
             name: get(row, "webhook_name")?,
         },
-        body_sealed: get(row, "body_sealed")?,
+        body_sealed: sealed(&get::<String>(row, "body_sealed")?)?,
         attempts: u32::try_from(get::<i32>(row, "attempts")?).unwrap_or(0),
         due_ms: u(get(row, "due_ms")?),
         event_at_ms: u(get(row, "event_at_ms")?),
@@ -287,7 +292,9 @@ pub(super) fn execution(row: &PgRow) -> Result<Execution> {
         event: from_json(&get::<String>(row, "event")?)?,
         payload: get(row, "payload")?,
         attempts: from_json(&get::<String>(row, "attempts")?)?,
-        body_sealed: get(row, "body_sealed")?,
+        body_sealed: get::<Option<String>>(row, "body_sealed")?
+            .map(|text| sealed(&text))
+            .transpose()?,
         created_at_ms: u(get(row, "created_at_ms")?),
         updated_at_ms: u(get(row, "updated_at_ms")?),
     })

@@ -95,8 +95,8 @@ fn workload(seed: u64, fault: Option<(Call, u64, i32)>) -> Run {
                 let mut exec = execution(&id, 1);
                 let mut d = delivery(&format!("d_{id}"), 5);
                 d.execution_id = exec.id.clone();
-                d.body_sealed = BODY.into();
-                exec.body_sealed = Some(BODY.into());
+                d.body_sealed = crate::model::SealedBody::from_hex(BODY).unwrap();
+                exec.body_sealed = Some(crate::model::SealedBody::from_hex(BODY).unwrap());
                 after.outbox.insert(d.id.clone(), 5);
                 after.executions.insert(id, 0);
                 vec![
@@ -123,7 +123,7 @@ fn workload(seed: u64, fault: Option<(Call, u64, i32)>) -> Run {
                 let (id, due) = model.outbox.iter().next().unwrap();
                 let mut d = delivery(id, due + 10);
                 d.execution_id = execution(id.trim_start_matches("d_"), 1).id;
-                d.body_sealed = BODY.into();
+                d.body_sealed = crate::model::SealedBody::from_hex(BODY).unwrap();
                 after.outbox.insert(id.clone(), due + 10);
                 vec![
                     Entry::Settled { id: id.clone() },

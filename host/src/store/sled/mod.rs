@@ -1192,7 +1192,7 @@ mod tests {
         let deliveries: Vec<_> = (0..200)
             .map(|i| {
                 let mut d = delivery(&format!("d{i}"), 1);
-                d.body_sealed = hex::encode("a body");
+                d.body_sealed = crate::model::SealedBody::new(b"a body".to_vec());
                 d
             })
             .collect();
@@ -1225,7 +1225,7 @@ mod tests {
             .iter_mut()
             .zip(["aaaaaaaa", "bbbbbbbb", "cccccccc"])
         {
-            d.body_sealed = hex::encode(body);
+            d.body_sealed = crate::model::SealedBody::new(body.as_bytes().to_vec());
         }
         store.insert_deliveries(&deliveries).await.unwrap();
         let mut segments = disk.list().unwrap();
@@ -1242,7 +1242,7 @@ mod tests {
             .unwrap();
         let ids: Vec<&str> = due.iter().map(|d| d.id.as_str()).collect();
         assert_eq!(ids, ["d1", "d3"]);
-        assert_eq!(due[1].body_sealed, hex::encode("cccccccc"));
+        assert_eq!(due[1].body_sealed.bytes(), b"cccccccc");
         assert_eq!(store.quarantined().await.unwrap(), 1);
         assert_eq!(
             store.pending_deliveries().await.unwrap(),

@@ -58,7 +58,7 @@ pub use tree::{Batch, Tree};
 
 use super::shared::execution_key;
 
-use crate::model::{Event, Execution};
+use crate::model::{Event, Execution, SealedBody};
 use crate::store::{Due, Result, Skip, StoreError};
 
 /// Deliveries whose records cannot be read, each with why.
@@ -613,7 +613,7 @@ impl Journal {
         for (mut delivery, body, header) in picked {
             match read_body(&*self.disk, body, header) {
                 Ok(body) => {
-                    delivery.body_sealed = hex::encode(body);
+                    delivery.body_sealed = SealedBody::new(body);
                     due.push(delivery);
                 }
                 // One bad record must not hold back the rest.
@@ -844,7 +844,7 @@ impl Journal {
             if old(&w.frame) || old(&w.body) {
                 let mut delivery = d.clone();
                 let body = read_body(disk, w.body, state.header(w.body.seg))?;
-                delivery.body_sealed = hex::encode(body);
+                delivery.body_sealed = SealedBody::new(body);
                 again.push(Entry::Queued {
                     delivery,
                     body: None,
@@ -942,7 +942,7 @@ impl State {
         let seg = self.active_seg;
         let base = self.active_len;
         let mut buf = Vec::with_capacity(entries.len() * 2048);
-        let mut bodies: HashMap<String, At> = HashMap::new();
+        let mut bodies: HashMap<SealedBody, At> = HashMap::new();
         let mut placed = Vec::with_capacity(entries.len());
         let mut seq = self.next_seq;
         for mut entry in entries {
@@ -1050,14 +1050,14 @@ impl State {
 /// (for later entries of the commit to refer to).
 struct Body {
     bytes: Vec<u8>,
-    sealed: Option<String>,
+    sealed: Option<SealedBody>,
 }
 
 /// Takes the sealed body out of `entry`, for its frame's bytes, unless a
 /// frame already holds it.
 fn take_body(
     entry: &mut Entry,
-    bodies: &HashMap<String, At>,
+    bodies: &HashMap<SealedBody, At>,
     waiting: Option<&Index>,
 ) -> Result<Body> {
     let none = Body {
@@ -1071,7 +1071,7 @@ fn take_body(
             };
             *body = true;
             Ok(Body {
-                bytes: unhex(&sealed)?,
+                bytes: sealed.bytes().to_vec(),
                 sealed: Some(sealed),
             })
         }
@@ -1086,7 +1086,7 @@ fn take_body(
                 return Ok(none);
             }
             Ok(Body {
-                bytes: unhex(&sealed)?,
+                bytes: sealed.bytes().to_vec(),
                 sealed: Some(sealed),
             })
         }
@@ -1136,12 +1136,6 @@ fn fits(disk: &dyn Disk, position: &Position) -> bool {
     };
     bytes.is_empty()
         || matches!(frame::decode(&bytes), frame::Read::Frame { seq, .. } if seq == position.next_seq)
-}
-
-fn unhex(sealed: &str) -> Result<Vec<u8>> {
-    hex::decode(sealed)
-        .context("a sealed body that is not hex")
-        .map_err(StoreError::Other)
 }
 
 /// Sled's writes met in the journal, and the last checkpoint.
@@ -1485,7 +1479,7 @@ fn read_execution(disk: &dyn Disk, frames: &[(At, usize)]) -> Result<Execution> 
         return Err(corrupt("an execution's first record is not an execution"));
     };
     if !body.is_empty() {
-        execution.body_sealed = Some(hex::encode(body));
+        execution.body_sealed = Some(SealedBody::new(body));
     }
     let attempts = entries.map(|e| e.map(|(entry, _)| entry));
     Ok(fold(*execution, attempts.collect::<Result<Vec<_>>>()?))
@@ -1591,8 +1585,8 @@ pub(super) mod tests {
         let mut execution = execution(id, 1);
         let mut delivery = delivery(&format!("d_{id}"), 5);
         delivery.execution_id = execution.id.clone();
-        delivery.body_sealed = BODY.into();
-        execution.body_sealed = Some(BODY.into());
+        delivery.body_sealed = crate::model::SealedBody::from_hex(BODY).unwrap();
+        execution.body_sealed = Some(crate::model::SealedBody::from_hex(BODY).unwrap());
         vec![
             Entry::Taken {
                 id: format!("ev_{id}"),
@@ -1699,12 +1693,12 @@ pub(super) mod tests {
         let waiting = due(&journal);
         assert_eq!(waiting.len(), 1, "b was settled");
         assert_eq!(
-            (waiting[0].id.as_str(), waiting[0].body_sealed.as_str()),
+            (waiting[0].id.as_str(), waiting[0].body_sealed.to_hex().as_str()),
             ("d_a", BODY)
         );
         let a = journal.execution(&key("a")).unwrap().unwrap();
         assert_eq!((a.status, a.attempts.len()), (Status::Pending, 0));
-        assert_eq!(a.body_sealed.as_deref(), Some(BODY));
+        assert_eq!(a.body_sealed.as_ref().map(SealedBody::to_hex).as_deref(), Some(BODY));
         let b = journal.execution(&key("b")).unwrap().unwrap();
         assert_eq!(
             (b.status, b.attempts.len(), b.updated_at_ms),
@@ -1737,7 +1731,7 @@ pub(super) mod tests {
             on_disk.windows(body.len()).filter(|w| *w == body).count(),
             2
         );
-        assert_eq!(due(&journal)[0].body_sealed, BODY);
+        assert_eq!(due(&journal)[0].body_sealed.to_hex(), BODY);
         assert_eq!(journal.first_due(), Some(50));
     }
 
@@ -1818,12 +1812,12 @@ pub(super) mod tests {
             assert!(journal.execution(&key("b")).unwrap().is_none());
             let a = journal.execution(&key("a")).unwrap().unwrap();
             assert_eq!(
-                a.body_sealed.as_deref(),
+                a.body_sealed.as_ref().map(SealedBody::to_hex).as_deref(),
                 Some(BODY),
                 "a's delivery still waits"
             );
             let waiting = due(journal);
-            assert_eq!((waiting.len(), waiting[0].body_sealed.as_str()), (1, BODY));
+            assert_eq!((waiting.len(), waiting[0].body_sealed.to_hex().as_str()), (1, BODY));
             let inbox: Vec<String> = journal.inbox().into_iter().map(|e| e.id).collect();
             assert_eq!(inbox, ["ev_c", "ev_d"]);
         };
