@@ -741,7 +741,10 @@ on_each_store!(kill_9_with_deliveries_pending_then_restart_delivers_every_one);
 async fn kill_9_with_deliveries_pending_then_restart_delivers_every_one() {
     let receiver = Receiver::start().await;
     receiver.answer(503);
-    let config = lasting_retries();
+    // A short send timeout: a circuit that was half open at the kill waits
+    // a send's timeout (and a second) before the restarted host probes it,
+    // and this receiver answers at once.
+    let config = lasting_retries().replace("[webhooks]\n", "[webhooks]\ntimeout_ms = 2000\n");
     assert_ne!(config, CONFIG);
     let (mut host, _, bob) = tagging(&receiver, &config, "tagged").await;
     let versions = format!("{PROJECT}/collections/detector/versions");

@@ -10,8 +10,8 @@ use sqlx::postgres::PgRow;
 use super::Postgres;
 use crate::model::{
     ApiKey, Automation, Collection, Delivery, Execution, Group, GroupKind, Handle, LabelledVersion,
-    Member, Project, RateLimits, Role, Run, RunState, Scope, SealedBody, Secret, Session, Status, User,
-    Version, Webhook, WebhookRef,
+    Member, Project, RateLimits, Role, Run, RunState, Scope, SealedBody, Secret, Session, Status,
+    User, Version, Webhook, WebhookRef,
 };
 use crate::store::{Result, StoreError};
 
@@ -110,7 +110,8 @@ pub(super) fn get<'r, T: sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Pos
 
 /// A sealed body from its hex column.
 fn sealed(text: &str) -> Result<SealedBody> {
-    SealedBody::from_hex(text).map_err(|e| StoreError::Other(anyhow::anyhow!("a sealed body that is not hex: {e}")))
+    SealedBody::from_hex(text)
+        .map_err(|e| StoreError::Other(anyhow::anyhow!("a sealed body that is not hex: {e}")))
 }
 
 /// Builds a record from a row whose columns are named as its fields; a field

@@ -1693,12 +1693,18 @@ pub(super) mod tests {
         let waiting = due(&journal);
         assert_eq!(waiting.len(), 1, "b was settled");
         assert_eq!(
-            (waiting[0].id.as_str(), waiting[0].body_sealed.to_hex().as_str()),
+            (
+                waiting[0].id.as_str(),
+                waiting[0].body_sealed.to_hex().as_str()
+            ),
             ("d_a", BODY)
         );
         let a = journal.execution(&key("a")).unwrap().unwrap();
         assert_eq!((a.status, a.attempts.len()), (Status::Pending, 0));
-        assert_eq!(a.body_sealed.as_ref().map(SealedBody::to_hex).as_deref(), Some(BODY));
+        assert_eq!(
+            a.body_sealed.as_ref().map(SealedBody::to_hex).as_deref(),
+            Some(BODY)
+        );
         let b = journal.execution(&key("b")).unwrap().unwrap();
         assert_eq!(
             (b.status, b.attempts.len(), b.updated_at_ms),
@@ -1817,7 +1823,10 @@ pub(super) mod tests {
                 "a's delivery still waits"
             );
             let waiting = due(journal);
-            assert_eq!((waiting.len(), waiting[0].body_sealed.to_hex().as_str()), (1, BODY));
+            assert_eq!(
+                (waiting.len(), waiting[0].body_sealed.to_hex().as_str()),
+                (1, BODY)
+            );
             let inbox: Vec<String> = journal.inbox().into_iter().map(|e| e.id).collect();
             assert_eq!(inbox, ["ev_c", "ev_d"]);
         };
