@@ -32,8 +32,44 @@ async fn run() {
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .unwrap();
+    populate(&http, &host.base).await;
+    let cookie = sign_in(&http, &host.base).await;
+    let pages = [
+        "/teams",
+        "/teams/ml",
+        "/teams/ml/webhooks/hook0",
+        "/teams/ml/projects/p",
+        "/teams/ml/projects/p/automations/new",
+        "/teams/ml/projects/p/automations/deploy",
+        "/keys",
+    ];
+    let reference = "/v1/teams/ml/webhooks";
+    println!("console pages, {requests} requests each, alternating with GET {reference} (JSON)");
+    for page in pages {
+        let mut page_ms = Vec::with_capacity(requests);
+        let mut api_ms = Vec::with_capacity(requests);
+        for _ in 0..requests {
+            page_ms.push(timed_get(&http, &host.base, page, Some(&cookie)).await);
+            api_ms.push(timed_get(&http, &host.base, reference, None).await);
+        }
+        page_ms.sort_by(f64::total_cmp);
+        api_ms.sort_by(f64::total_cmp);
+        let (p50, p99, reference_p50) = (
+            percentile(&page_ms, 0.5),
+            percentile(&page_ms, 0.99),
+            percentile(&api_ms, 0.5),
+        );
+        println!(
+            "{page:<42} p50 {p50:6.2} ms  p99 {p99:6.2} ms  reference p50 {reference_p50:5.2} ms  ratio {:.1}x",
+            p50 / reference_p50
+        );
+    }
+}
+
+/// A team with ten secrets and ten webhooks, a project and an automation.
+async fn populate(http: &reqwest::Client, base: &str) {
     let api = |method: reqwest::Method, path: &str, body: Value| {
-        http.request(method, format!("{}{path}", host.base))
+        http.request(method, format!("{base}{path}"))
             .bearer_auth(KEY)
             .json(&body)
             .send()
@@ -69,51 +105,21 @@ async fn run() {
     .await
     .unwrap();
     assert_eq!(created.status(), 201, "{}", created.text().await.unwrap());
+}
 
-    let cookie = sign_in(&http, &host.base).await;
-    let pages = [
-        "/teams",
-        "/teams/ml",
-        "/teams/ml/webhooks/hook0",
-        "/teams/ml/projects/p",
-        "/teams/ml/projects/p/automations/new",
-        "/teams/ml/projects/p/automations/deploy",
-        "/keys",
-    ];
-    let reference = "/v1/teams/ml/webhooks";
-    println!("console pages, {requests} requests each, alternating with GET {reference} (JSON)");
-    for page in pages {
-        let mut page_ms = Vec::with_capacity(requests);
-        let mut api_ms = Vec::with_capacity(requests);
-        for _ in 0..requests {
-            let started = Instant::now();
-            let response = http
-                .get(format!("{}{page}", host.base))
-                .header(COOKIE, &cookie)
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(response.status(), 200, "{page}");
-            response.bytes().await.unwrap();
-            page_ms.push(started.elapsed().as_secs_f64() * 1e3);
-            let started = Instant::now();
-            let response = api(Method::GET, reference, Value::Null).await.unwrap();
-            assert_eq!(response.status(), 200);
-            response.bytes().await.unwrap();
-            api_ms.push(started.elapsed().as_secs_f64() * 1e3);
-        }
-        page_ms.sort_by(f64::total_cmp);
-        api_ms.sort_by(f64::total_cmp);
-        let (p50, p99, reference_p50) = (
-            percentile(&page_ms, 0.5),
-            percentile(&page_ms, 0.99),
-            percentile(&api_ms, 0.5),
-        );
-        println!(
-            "{page:<42} p50 {p50:6.2} ms  p99 {p99:6.2} ms  reference p50 {reference_p50:5.2} ms  ratio {:.1}x",
-            p50 / reference_p50
-        );
-    }
+/// Milliseconds for one GET of `path`: a page with the session `cookie`,
+/// or the API with the operator's key.
+async fn timed_get(http: &reqwest::Client, base: &str, path: &str, cookie: Option<&str>) -> f64 {
+    let started = Instant::now();
+    let request = http.get(format!("{base}{path}"));
+    let request = match cookie {
+        Some(cookie) => request.header(COOKIE, cookie),
+        None => request.bearer_auth(KEY),
+    };
+    let response = request.send().await.unwrap();
+    assert_eq!(response.status(), 200, "{path}");
+    response.bytes().await.unwrap();
+    started.elapsed().as_secs_f64() * 1e3
 }
 
 /// Signs in through the form with the operator's key; the session cookie.

@@ -131,6 +131,76 @@ async fn run() {
 async fn measure(engine: Engine, hosts: usize, labels: Labels, batch: usize) -> String {
     let arrivals = Arrivals::default();
     let receiver = receiver(arrivals.clone()).await;
+    let (hosts, database) = start_hosts(engine, hosts).await;
+    let label = label_of(engine, hosts.len(), labels, batch);
+    let bases: Vec<String> = hosts.iter().map(|h| h.base.clone()).collect();
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(CLIENTS)
+        .build()
+        .unwrap();
+    setup(&http, &bases[0], &receiver).await;
+    print_rss_before_load(&hosts);
+    let sampler = RssSampler::start(hosts.iter().map(|h| h.child.id()).collect());
+    let spread = match labels {
+        Labels::Spread => format!("tags spread over {VERSIONS} versions"),
+        Labels::OneVersion => "every tag on one version".to_string(),
+    };
+    println!(
+        "\nbench-delivery [{label}]: {spread}, {batch} per request, tag automation with a 5-variable template, signed + bearer"
+    );
+    let load = Load {
+        http: &http,
+        bases: &bases,
+        arrivals: &arrivals,
+        labels,
+    };
+    let closed = closed_loop(&load, &hosts, engine, batch).await;
+    for host in &hosts {
+        println!(
+            "host RSS after throughput run: {:.1} MiB",
+            memory_mib(host.child.id(), "VmRSS:")
+        );
+    }
+    println!(
+        "host RSS at most during the throughput run: {:.1} MiB",
+        sampler.take_max()
+    );
+    let p99 = paced(&load, throughput_events()).await;
+    check_exactly_once(&arrivals, throughput_events() + RATE_EVENTS);
+    println!(
+        "host RSS at most during the paced run: {:.1} MiB",
+        sampler.take_max()
+    );
+    let peak_rss = hosts
+        .iter()
+        .map(|h| memory_mib(h.child.id(), "VmHWM:"))
+        .fold(0.0, f64::max);
+    drop(hosts);
+    if let Some(db) = database {
+        db.drop().await;
+    }
+    let Closed {
+        events_per_s,
+        cpu_us,
+        db_us,
+    } = closed;
+    format!(
+        "delivery[{label}]: {events_per_s:.0} events/s, {cpu_us:.0} µs host CPU per event{db_us}, p99 {p99:.1} ms at 1000/s, peak RSS {peak_rss:.0} MiB"
+    )
+}
+
+fn print_rss_before_load(hosts: &[Host]) {
+    for host in hosts {
+        println!(
+            "host RSS before the load: {:.1} MiB (peak so far, start included: {:.1} MiB)",
+            memory_mib(host.child.id(), "VmRSS:"),
+            memory_mib(host.child.id(), "VmHWM:")
+        );
+    }
+}
+
+/// `n` hosts on `engine`, with the database they share on PostgreSQL.
+async fn start_hosts(engine: Engine, n: usize) -> (Vec<Host>, Option<Database>) {
     let config = format!("{NO_MODEL}[webhooks]\nallow_private = [\"127.0.0.0/8\"]\n");
     let database = match engine {
         Engine::Postgres => Some(Database::create().await),
@@ -140,8 +210,13 @@ async fn measure(engine: Engine, hosts: usize, labels: Labels, batch: usize) -> 
     if let Some(db) = &database {
         env.push(("SWITCHYARD_STORE_URL", db.url.as_str()));
     }
-    let hosts: Vec<Host> = (0..hosts).map(|_| start_host_with(&config, &env)).collect();
-    let mut label = match (engine, hosts.len()) {
+    let hosts = (0..n).map(|_| start_host_with(&config, &env)).collect();
+    (hosts, database)
+}
+
+/// The run's name in its summary line.
+fn label_of(engine: Engine, hosts: usize, labels: Labels, batch: usize) -> String {
+    let mut label = match (engine, hosts) {
         (Engine::Sled, _) => "sled".to_string(),
         (Engine::Postgres, 1) => "postgres".to_string(),
         (Engine::Postgres, n) => format!("postgres x{n}"),
@@ -152,32 +227,30 @@ async fn measure(engine: Engine, hosts: usize, labels: Labels, batch: usize) -> 
     if batch > 1 {
         label.push_str(&format!(", {batch} per request"));
     }
-    let bases: Vec<String> = hosts.iter().map(|h| h.base.clone()).collect();
-    let http = reqwest::Client::builder()
-        .pool_max_idle_per_host(CLIENTS)
-        .build()
-        .unwrap();
-    setup(&http, &bases[0], &receiver).await;
-    for host in &hosts {
-        println!(
-            "host RSS before the load: {:.1} MiB (peak so far, start included: {:.1} MiB)",
-            memory_mib(host.child.id(), "VmRSS:"),
-            memory_mib(host.child.id(), "VmHWM:")
-        );
-    }
-    let sampler = RssSampler::start(hosts.iter().map(|h| h.child.id()).collect());
-    let spread = match labels {
-        Labels::Spread => format!("tags spread over {VERSIONS} versions"),
-        Labels::OneVersion => "every tag on one version".to_string(),
-    };
-    println!(
-        "\nbench-delivery [{label}]: {spread}, {batch} per request, tag automation with a 5-variable template, signed + bearer"
-    );
+    label
+}
+
+/// What the clients send through and where it arrives.
+struct Load<'a> {
+    http: &'a reqwest::Client,
+    bases: &'a [String],
+    arrivals: &'a Arrivals,
+    labels: Labels,
+}
+
+/// The closed loop's figures.
+struct Closed {
+    events_per_s: f64,
+    cpu_us: f64,
+    /// The database's CPU per event, as the summary line says it (or "").
+    db_us: String,
+}
+
+/// Closed loop: CLIENTS clients each send their share as fast as
+/// answered, spread over the hosts; events/s end to end and CPU per event.
+async fn closed_loop(load: &Load<'_>, hosts: &[Host], engine: Engine, batch: usize) -> Closed {
     let host_cpu = || -> f64 { hosts.iter().filter_map(|h| cpu_seconds(h.child.id())).sum() };
     let db_cpu = || (engine == Engine::Postgres).then(|| cpu_seconds_of("postgres"));
-
-    // Closed loop: CLIENTS clients each send their share as fast as
-    // answered, spread over the hosts.
     let throughput_events = throughput_events();
     // The clients and the receiver share the two cores with the host: a
     // figure for what they cost says how much of the machine was left.
@@ -187,7 +260,8 @@ async fn measure(engine: Engine, hosts: usize, labels: Labels, batch: usize) -> 
     let next = Arc::new(AtomicUsize::new(0));
     let clients: Vec<_> = (0..CLIENTS)
         .map(|c| {
-            let (http, base, next) = (http.clone(), bases[c % bases.len()].clone(), next.clone());
+            let base = load.bases[c % load.bases.len()].clone();
+            let (http, next, labels) = (load.http.clone(), next.clone(), load.labels);
             tokio::spawn(async move {
                 loop {
                     let i = next.fetch_add(batch, Ordering::SeqCst);
@@ -204,7 +278,7 @@ async fn measure(engine: Engine, hosts: usize, labels: Labels, batch: usize) -> 
         c.await.unwrap();
     }
     let accepted = started.elapsed();
-    let done = wait_for(&arrivals, throughput_events, Duration::from_secs(300))
+    let done = wait_for(load.arrivals, throughput_events, Duration::from_secs(300))
         .await
         .expect("not every event was delivered within 300 s");
     let end_to_end = done - started;
@@ -227,27 +301,25 @@ async fn measure(engine: Engine, hosts: usize, labels: Labels, batch: usize) -> 
         }
         _ => String::new(),
     };
-    for host in &hosts {
-        println!(
-            "host RSS after throughput run: {:.1} MiB",
-            memory_mib(host.child.id(), "VmRSS:")
-        );
+    Closed {
+        events_per_s,
+        cpu_us,
+        db_us,
     }
+}
 
-    println!(
-        "host RSS at most during the throughput run: {:.1} MiB",
-        sampler.take_max()
-    );
-
-    // Open loop at a fixed rate: latency from sending the event to arrival.
+/// Open loop at a fixed rate, after the `first` events of the closed
+/// loop: the p99 from sending an event to its arrival (ms).
+async fn paced(load: &Load<'_>, first: usize) -> f64 {
     let sent: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
-    let base_count = arrivals.count.load(Ordering::SeqCst);
+    let base_count = load.arrivals.count.load(Ordering::SeqCst);
     let mut ticker = tokio::time::interval(Duration::from_micros(1_000_000 / RATE_PER_SEC));
     let mut tasks = Vec::new();
     for i in 0..RATE_EVENTS {
         ticker.tick().await;
-        let (http, base, sent) = (http.clone(), bases[i % bases.len()].clone(), sent.clone());
-        let i = throughput_events + i;
+        let base = load.bases[i % load.bases.len()].clone();
+        let (http, sent, labels) = (load.http.clone(), sent.clone(), load.labels);
+        let i = first + i;
         sent.lock().unwrap().insert(format!("e{i}"), Instant::now());
         tasks.push(tokio::spawn(async move {
             tag(&http, &base, labels, i, 1).await
@@ -257,31 +329,32 @@ async fn measure(engine: Engine, hosts: usize, labels: Labels, batch: usize) -> 
         t.await.unwrap();
     }
     wait_for(
-        &arrivals,
+        load.arrivals,
         base_count + RATE_EVENTS,
         Duration::from_secs(120),
     )
     .await
     .expect("not every paced event was delivered");
-    let p99 = {
-        let at = arrivals.at.lock().unwrap();
-        let mut latencies: Vec<f64> = sent
-            .lock()
-            .unwrap()
-            .iter()
-            .filter_map(|(tag, s)| at.get(tag).map(|a| (*a - *s).as_secs_f64() * 1e3))
-            .collect();
-        latencies.sort_by(f64::total_cmp);
-        println!(
-            "latency at {RATE_PER_SEC} events/s ({RATE_EVENTS} events): p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
-            percentile(&latencies, 0.5),
-            percentile(&latencies, 0.99),
-            latencies.last().copied().unwrap_or(0.0)
-        );
-        percentile(&latencies, 0.99)
-    };
+    let at = load.arrivals.at.lock().unwrap();
+    let mut latencies: Vec<f64> = sent
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|(tag, s)| at.get(tag).map(|a| (*a - *s).as_secs_f64() * 1e3))
+        .collect();
+    latencies.sort_by(f64::total_cmp);
+    println!(
+        "latency at {RATE_PER_SEC} events/s ({RATE_EVENTS} events): p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+        percentile(&latencies, 0.5),
+        percentile(&latencies, 0.99),
+        latencies.last().copied().unwrap_or(0.0)
+    );
+    percentile(&latencies, 0.99)
+}
+
+/// Every one of `total` events arrived, each with its own delivery id, once.
+fn check_exactly_once(arrivals: &Arrivals, total: usize) {
     let ids = arrivals.ids.lock().unwrap().clone();
-    let total = throughput_events + RATE_EVENTS;
     assert_eq!(
         ids.len(),
         total,
@@ -289,19 +362,4 @@ async fn measure(engine: Engine, hosts: usize, labels: Labels, batch: usize) -> 
     );
     assert!(ids.values().all(|n| *n == 1), "a delivery id arrived twice");
     println!("exactly once: {total} events, {total} delivery ids, none twice");
-    println!(
-        "host RSS at most during the paced run: {:.1} MiB",
-        sampler.take_max()
-    );
-    let peak_rss = hosts
-        .iter()
-        .map(|h| memory_mib(h.child.id(), "VmHWM:"))
-        .fold(0.0, f64::max);
-    drop(hosts);
-    if let Some(db) = database {
-        db.drop().await;
-    }
-    format!(
-        "delivery[{label}]: {events_per_s:.0} events/s, {cpu_us:.0} µs host CPU per event{db_us}, p99 {p99:.1} ms at 1000/s, peak RSS {peak_rss:.0} MiB"
-    )
 }

@@ -200,6 +200,12 @@ async fn run() {
             }
         }
     }
+    report(rounds, added);
+}
+
+/// Per rate, the medians of the rounds' added latency with and without
+/// limits, and their ratio.
+fn report(rounds: usize, added: Vec<[Vec<(f64, f64)>; 2]>) {
     println!(
         "median of {rounds} rounds, added p50 / p99 (ms); with limits / without, as the ratio of those medians and as the median of each round's ratio:"
     );

@@ -121,109 +121,13 @@ async fn run() {
     .await
     .unwrap();
 
-    // Load: the first compiles and fills the cache; later loads deserialize.
-    let started = Instant::now();
-    plugins.load(template_spec()).await.unwrap();
-    let first = started.elapsed();
-    let mut loads = Vec::new();
-    for _ in 0..21 {
-        let started = Instant::now();
-        plugins.load(template_spec()).await.unwrap();
-        loads.push(started.elapsed());
-    }
-    println!(
-        "load, first (compile + cache write): {:>9.2} ms",
-        first.as_secs_f64() * 1e3
-    );
-    println!(
-        "load, precompiled (median of 21):    {:>9.2} ms   target < 10 ms",
-        median(&mut loads).as_secs_f64() * 1e3
-    );
+    measure_loads(&plugins).await;
 
     // Render: on the team's kept instance, as in production.
     let (template, vars) = workload();
     let plugin = plugins.get(TEMPLATE_DEFAULT).unwrap();
-    let reference = plugins
-        .render_with(&plugin, TEAM, &template, &vars)
-        .await
-        .unwrap();
-    let pairs: Vec<(String, String)> = vars
-        .iter()
-        .map(|v| (v.name.clone(), v.value.clone()))
-        .collect();
-    assert_eq!(
-        template_default::render(&template, &pairs).unwrap(),
-        reference,
-        "wasm and native agree"
-    );
-    const CALLS: usize = 5000;
-    let variant = match variant_spec() {
-        Some(spec) => {
-            let name = spec.name.clone();
-            plugins.load(spec).await.unwrap();
-            plugins.get(&name)
-        }
-        None => None,
-    };
-    let contenders: Vec<&Plugin> = std::iter::once(&*plugin)
-        .chain(variant.as_deref())
-        .collect();
-    for _ in 0..300 {
-        for p in &contenders {
-            plugins
-                .render_with(p, TEAM, &template, &vars)
-                .await
-                .unwrap();
-        }
-    }
-    // Native renders alternate with the WASM ones, so the ratio compares
-    // calls made under the same conditions.
-    let mut times: Vec<Vec<Duration>> = vec![Vec::with_capacity(CALLS); contenders.len()];
-    let mut native = Vec::with_capacity(CALLS);
-    for _ in 0..CALLS {
-        for (p, samples) in contenders.iter().zip(&mut times) {
-            let started = Instant::now();
-            let out = plugins
-                .render_with(p, TEAM, &template, &vars)
-                .await
-                .unwrap();
-            samples.push(started.elapsed());
-            assert_eq!(out, reference, "{} renders as the built-in does", p.id());
-        }
-        let started = Instant::now();
-        std::hint::black_box(
-            template_default::render(std::hint::black_box(&template), &pairs).unwrap(),
-        );
-        native.push(started.elapsed());
-    }
-    let mut wasm = times.swap_remove(0);
-    if let Some(mut variant) = times.pop() {
-        println!(
-            "variant {}, interleaved: p50 {:.2} µs against the built-in's {:.2} µs",
-            std::env::var("BENCH_TEMPLATE_WASM").unwrap(),
-            median(&mut variant).as_secs_f64() * 1e6,
-            median(&mut wasm).as_secs_f64() * 1e6,
-        );
-    }
-    // Building the per-call WASI context alone.
-    let mut contexts = Vec::with_capacity(CALLS);
-    for _ in 0..CALLS {
-        let started = Instant::now();
-        std::hint::black_box(switchyard::plugin::internals::State::new(64 << 20));
-        contexts.push(started.elapsed());
-    }
-    println!(
-        "per-call WASI context p50:           {:>9.2} µs",
-        median(&mut contexts).as_secs_f64() * 1e6
-    );
-
-    // Fixed cost of a call: a store, an instance and a trivial render.
-    let mut empty = Vec::with_capacity(CALLS);
-    for _ in 0..CALLS {
-        let started = Instant::now();
-        plugins.render_with(&plugin, TEAM, "{}", &[]).await.unwrap();
-        empty.push(started.elapsed());
-    }
+    let (mut wasm, mut native) = measure_renders(&plugins, &plugin, (&template, &vars)).await;
+    let mut empty = measure_fixed_costs(&plugins, &plugin).await;
     phases(&plugins, &plugin, &template, &vars).await;
     scaffolds::run(&plugins).await;
     let (wasm_p50, wasm_p99) = (median(&mut wasm), percentile(&mut wasm, 0.99));
@@ -247,12 +151,130 @@ async fn run() {
         wasm_p50.as_secs_f64() / native_p50.as_secs_f64()
     );
 
-    // Hot swap: 4 callers render through the queue while the plugin is replaced 20 times.
+    hot_swap(&plugins, &template, &vars).await;
+}
+
+/// Loading: the first compiles and fills the cache; later loads deserialize.
+async fn measure_loads(plugins: &Plugins) {
+    let started = Instant::now();
+    plugins.load(template_spec()).await.unwrap();
+    let first = started.elapsed();
+    let mut loads = Vec::new();
+    for _ in 0..21 {
+        let started = Instant::now();
+        plugins.load(template_spec()).await.unwrap();
+        loads.push(started.elapsed());
+    }
+    println!(
+        "load, first (compile + cache write): {:>9.2} ms",
+        first.as_secs_f64() * 1e3
+    );
+    println!(
+        "load, precompiled (median of 21):    {:>9.2} ms   target < 10 ms",
+        median(&mut loads).as_secs_f64() * 1e3
+    );
+}
+
+/// Renders on the team's kept instance (and a variant's, if given),
+/// alternating with the native renderer: the samples of each (WASM,
+/// native), every output checked against the built-in's.
+async fn measure_renders(
+    plugins: &Plugins,
+    plugin: &Plugin,
+    (template, vars): (&str, &[Variable]),
+) -> (Vec<Duration>, Vec<Duration>) {
+    let reference = plugins
+        .render_with(plugin, TEAM, template, vars)
+        .await
+        .unwrap();
+    let pairs: Vec<(String, String)> = vars
+        .iter()
+        .map(|v| (v.name.clone(), v.value.clone()))
+        .collect();
+    assert_eq!(
+        template_default::render(template, &pairs).unwrap(),
+        reference,
+        "wasm and native agree"
+    );
+    const CALLS: usize = 5000;
+    let variant = load_variant(plugins).await;
+    let contenders: Vec<&Plugin> = std::iter::once(plugin).chain(variant.as_deref()).collect();
+    for _ in 0..300 {
+        for p in &contenders {
+            plugins.render_with(p, TEAM, template, vars).await.unwrap();
+        }
+    }
+    // Native renders alternate with the WASM ones, so the ratio compares
+    // calls made under the same conditions.
+    let mut times: Vec<Vec<Duration>> = vec![Vec::with_capacity(CALLS); contenders.len()];
+    let mut native = Vec::with_capacity(CALLS);
+    for _ in 0..CALLS {
+        for (p, samples) in contenders.iter().zip(&mut times) {
+            let started = Instant::now();
+            let out = plugins.render_with(p, TEAM, template, vars).await.unwrap();
+            samples.push(started.elapsed());
+            assert_eq!(out, reference, "{} renders as the built-in does", p.id());
+        }
+        let started = Instant::now();
+        std::hint::black_box(
+            template_default::render(std::hint::black_box(template), &pairs).unwrap(),
+        );
+        native.push(started.elapsed());
+    }
+    let mut wasm = times.swap_remove(0);
+    if let Some(mut variant) = times.pop() {
+        println!(
+            "variant {}, interleaved: p50 {:.2} µs against the built-in's {:.2} µs",
+            std::env::var("BENCH_TEMPLATE_WASM").unwrap(),
+            median(&mut variant).as_secs_f64() * 1e6,
+            median(&mut wasm).as_secs_f64() * 1e6,
+        );
+    }
+    (wasm, native)
+}
+
+/// The variant named by BENCH_TEMPLATE_WASM, loaded, if one is.
+async fn load_variant(plugins: &Plugins) -> Option<Arc<Plugin>> {
+    let spec = variant_spec()?;
+    let name = spec.name.clone();
+    plugins.load(spec).await.unwrap();
+    plugins.get(&name)
+}
+
+/// A call's fixed costs: the per-call WASI context alone, and a trivial
+/// render on a fresh store and instance (its samples).
+async fn measure_fixed_costs(plugins: &Plugins, plugin: &Plugin) -> Vec<Duration> {
+    const CALLS: usize = 5000;
+    // Building the per-call WASI context alone.
+    let mut contexts = Vec::with_capacity(CALLS);
+    for _ in 0..CALLS {
+        let started = Instant::now();
+        std::hint::black_box(switchyard::plugin::internals::State::new(64 << 20));
+        contexts.push(started.elapsed());
+    }
+    println!(
+        "per-call WASI context p50:           {:>9.2} µs",
+        median(&mut contexts).as_secs_f64() * 1e6
+    );
+
+    // Fixed cost of a call: a store, an instance and a trivial render.
+    let mut empty = Vec::with_capacity(CALLS);
+    for _ in 0..CALLS {
+        let started = Instant::now();
+        plugins.render_with(plugin, TEAM, "{}", &[]).await.unwrap();
+        empty.push(started.elapsed());
+    }
+    empty
+}
+
+/// Hot swap: 4 callers render through the queue while the plugin is
+/// replaced 20 times.
+async fn hot_swap(plugins: &Arc<Plugins>, template: &str, vars: &[Variable]) {
     let stop = Arc::new(AtomicBool::new(false));
     let (ok, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     let mut callers = Vec::new();
     for _ in 0..4 {
-        let (plugins, template, vars) = (plugins.clone(), template.clone(), vars.clone());
+        let (plugins, template, vars) = (plugins.clone(), template.to_string(), vars.to_vec());
         let (stop, ok, failed) = (stop.clone(), ok.clone(), failed.clone());
         callers.push(tokio::spawn(async move {
             while !stop.load(Ordering::Relaxed) {
@@ -283,6 +305,32 @@ async fn run() {
         "hot swap: 20 swaps under load, {} calls, {} failed   target 0 failed",
         ok.load(Ordering::Relaxed),
         failed.load(Ordering::Relaxed)
+    );
+}
+
+/// The same 1 KB call, 3000 times on one instance kept between calls.
+async fn kept_instance(plugins: &Plugins, plugin: &Plugin, template: &str, vars: &[Variable]) {
+    let Prepared::Template(pre) = &plugin.pre else {
+        unreachable!()
+    };
+    let mut store = instance_store(plugins.runtime(), plugin);
+    let instance = pre.instantiate_async(&mut store).await.unwrap();
+    let mut kept = Vec::with_capacity(3000);
+    for _ in 0..3000 {
+        let started = Instant::now();
+        std::hint::black_box(
+            instance
+                .switchyard_plugin_template()
+                .call_render(&mut store, template, vars)
+                .await
+                .unwrap()
+                .unwrap(),
+        );
+        kept.push(started.elapsed());
+    }
+    println!(
+        "  kept instance, call, 1 KB p50:     {:>9.2} µs",
+        median(&mut kept).as_secs_f64() * 1e6
     );
 }
 
@@ -321,25 +369,7 @@ pub async fn phases(plugins: &Plugins, plugin: &Plugin, template: &str, vars: &[
         times[2 + i % 2].push(t3 - t2);
         times[4].push(t4 - t3);
     }
-    let mut store = instance_store(plugins.runtime(), plugin);
-    let instance = pre.instantiate_async(&mut store).await.unwrap();
-    let mut kept = Vec::with_capacity(3000);
-    for _ in 0..3000 {
-        let started = Instant::now();
-        std::hint::black_box(
-            instance
-                .switchyard_plugin_template()
-                .call_render(&mut store, template, vars)
-                .await
-                .unwrap()
-                .unwrap(),
-        );
-        kept.push(started.elapsed());
-    }
-    println!(
-        "  kept instance, call, 1 KB p50:     {:>9.2} µs",
-        median(&mut kept).as_secs_f64() * 1e6
-    );
+    kept_instance(plugins, plugin, template, vars).await;
     let names = [
         "new store",
         "instantiate",

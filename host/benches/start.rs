@@ -71,13 +71,37 @@ async fn measure(events: usize) -> Figures {
     let host = start_host_in(dir.path(), &config, &[]);
     let http = reqwest::Client::new();
     setup(&http, &host.base, &sink).await;
+    make_history(&http, &host.base, &arrivals, events).await;
+    stop(host);
+    let (mut starts, rss_mib, open_files) = restarts(dir.path(), &config).await;
+    starts.sort_by(f64::total_cmp);
+    if std::env::var_os("BENCH_KEEP").is_some() {
+        println!("kept the store in {}", dir.keep().display());
+        return Figures {
+            start_ms: percentile(&starts, 0.5),
+            rss_mib,
+            open_files,
+            disk_bytes: 0,
+        };
+    }
+    Figures {
+        start_ms: percentile(&starts, 0.5),
+        rss_mib,
+        open_files,
+        disk_bytes: size_of(&dir.path().join("data")),
+    }
+}
+
+/// Moves aliases until `events` deliveries have gone through the host at
+/// `base`, from CLIENTS clients, and waits for them all.
+async fn make_history(http: &reqwest::Client, base: &str, arrivals: &Arrivals, events: usize) {
     let automation = serde_json::json!({"name": "on-move",
         "event": {"type": "UPDATE_ARTIFACT_ALIAS", "alias_regex": ".*"},
         "webhook": {"team": "bench", "name": "sink"}, "action": "Webhooks",
         "payload": r#"{"event_type": "${event_type}", "tag": "${alias}@${artifact_version_string}", "from": "${previous_version_string}"}"#});
     call(
-        &http,
-        &host.base,
+        http,
+        base,
         "POST",
         &format!("{PROJECT}/automations"),
         automation,
@@ -87,7 +111,7 @@ async fn measure(events: usize) -> Figures {
     let next = Arc::new(AtomicUsize::new(0));
     let clients: Vec<_> = (0..CLIENTS)
         .map(|client| {
-            let (http, base, next) = (http.clone(), host.base.clone(), next.clone());
+            let (http, base, next) = (http.clone(), base.to_string(), next.clone());
             tokio::spawn(async move {
                 // Each client's aliases, placed on v0 (adding fires no move).
                 let aliases: Vec<String> = (0..BATCH).map(|i| format!("c{client}-{i}")).collect();
@@ -117,7 +141,7 @@ async fn measure(events: usize) -> Figures {
     for client in clients {
         client.await.unwrap();
     }
-    wait_for(&arrivals, events, Duration::from_secs(1800))
+    wait_for(arrivals, events, Duration::from_secs(1800))
         .await
         .expect("every event delivered within 30 minutes");
     if events > 0 {
@@ -126,12 +150,16 @@ async fn measure(events: usize) -> Figures {
             made.elapsed().as_secs_f64()
         );
     }
-    stop(host);
+}
+
+/// Starts a host on `dir` STARTS times: each start's time (ms), and the
+/// last one's RSS (MiB) and open files.
+async fn restarts(dir: &std::path::Path, config: &str) -> (Vec<f64>, f64, usize) {
     let mut starts = Vec::new();
     let (mut rss_mib, mut open_files) = (0.0, 0);
     for _ in 0..STARTS {
         let began = Instant::now();
-        let host = start_host_in(dir.path(), &config, &[]);
+        let host = start_host_in(dir, config, &[]);
         starts.push(began.elapsed().as_secs_f64() * 1e3);
         tokio::time::sleep(Duration::from_secs(2)).await;
         let pid = host.child.id();
@@ -139,22 +167,7 @@ async fn measure(events: usize) -> Figures {
         open_files = std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count());
         stop(host);
     }
-    starts.sort_by(f64::total_cmp);
-    if std::env::var_os("BENCH_KEEP").is_some() {
-        println!("kept the store in {}", dir.keep().display());
-        return Figures {
-            start_ms: percentile(&starts, 0.5),
-            rss_mib,
-            open_files,
-            disk_bytes: 0,
-        };
-    }
-    Figures {
-        start_ms: percentile(&starts, 0.5),
-        rss_mib,
-        open_files,
-        disk_bytes: size_of(&dir.path().join("data")),
-    }
+    (starts, rss_mib, open_files)
 }
 
 /// Stops `host` with SIGTERM, as an operator would, and waits for it.

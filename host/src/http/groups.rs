@@ -7,7 +7,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::routing::{get, put};
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::{Caller, Json};
 use crate::app::App;
@@ -44,27 +44,37 @@ impl Kind for Registries {
     const GROUP: GroupKind = GroupKind::Registry;
 }
 
-fn shown(record: Group, role: Role) -> Value {
-    json!({
-        "name": record.name,
-        "description": record.description,
-        "created_at": record.created_at,
-        "role": role,
-    })
+/// A team or registry as the caller sees it: with the caller's role.
+#[derive(serde::Serialize)]
+#[cfg_attr(test, derive(Deserialize))]
+pub struct GroupShown {
+    name: String,
+    description: String,
+    created_at: u64,
+    role: Role,
+}
+
+fn shown(record: Group, role: Role) -> GroupShown {
+    GroupShown {
+        name: record.name,
+        description: record.description,
+        created_at: record.created_at,
+        role,
+    }
 }
 
 pub async fn create<K: Kind>(
     State(app): State<App>,
     Caller(user): Caller,
     Json(body): Json<super::Create>,
-) -> ReplyWith<Value> {
+) -> ReplyWith<GroupShown> {
     let record = groups::create(&app.store, K::GROUP, &user, body.named()).await?;
     tracing::info!(kind = K::GROUP.noun(), name = %record.name, by = %user.name, "group created");
     Ok((StatusCode::CREATED, axum::Json(shown(record, Role::Admin))))
 }
 
 pub async fn list<K: Kind>(State(app): State<App>, Caller(user): Caller) -> Reply<Value> {
-    let data: Vec<Value> = groups::list_for(&app.store, K::GROUP, &user)
+    let data: Vec<GroupShown> = groups::list_for(&app.store, K::GROUP, &user)
         .await?
         .into_iter()
         .map(|(record, role)| shown(record, role))
@@ -76,7 +86,7 @@ pub async fn show<K: Kind>(
     State(app): State<App>,
     Caller(user): Caller,
     Path(name): Path<String>,
-) -> Reply<Value> {
+) -> Reply<GroupShown> {
     let role = app
         .access
         .require(K::GROUP, &user, &name, Role::Member)

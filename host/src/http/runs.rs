@@ -7,7 +7,7 @@ use axum::Router;
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::idempotency::keyed;
 use super::scope::{AsMember, InScope};
@@ -106,7 +106,7 @@ pub struct LogMetrics {
 }
 
 /// Logs metric values; answers once any deliveries they caused are durable.
-pub async fn log(at: InScope<AsMember>, Json(body): Json<LogMetrics>) -> Reply<Value> {
+pub async fn log(at: InScope<AsMember>, Json(body): Json<LogMetrics>) -> Reply<MetricsLogged> {
     let ((team, project), run) = (project(&at)?, at.path::<RunPath>()?.run);
     let (app, user) = (&at.app, &at.user);
     let kept = runs::log(
@@ -118,6 +118,14 @@ pub async fn log(at: InScope<AsMember>, Json(body): Json<LogMetrics>) -> Reply<V
         user,
         &body.metrics,
     );
-    let kept = kept.await?;
-    Ok(axum::Json(json!({"run": run, "values_kept": kept})))
+    let values_kept = kept.await?;
+    Ok(axum::Json(MetricsLogged { run, values_kept }))
+}
+
+/// What logging metrics answers: the run, and how many values each
+/// metric keeps now.
+#[derive(serde::Serialize)]
+pub struct MetricsLogged {
+    run: String,
+    values_kept: BTreeMap<String, usize>,
 }

@@ -3,7 +3,7 @@
 use super::{Reply, ReplyWith};
 use axum::http::StatusCode;
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::Json;
 use super::scope::Operator;
@@ -17,12 +17,20 @@ pub struct CreateUser {
     operator: bool,
 }
 
-pub async fn create(op: Operator, Json(body): Json<CreateUser>) -> ReplyWith<Value> {
-    let (user, key) = auth::create_user(&op.app.store, &body.name, body.operator).await?;
+/// What creating a user answers: the user, and their first API key, shown
+/// this once.
+#[derive(serde::Serialize)]
+pub struct UserCreated {
+    user: auth::User,
+    api_key: auth::NewKey,
+}
+
+pub async fn create(op: Operator, Json(body): Json<CreateUser>) -> ReplyWith<UserCreated> {
+    let (user, api_key) = auth::create_user(&op.app.store, &body.name, body.operator).await?;
     tracing::info!(user = %user.name, operator = user.operator, by = %op.user.name, "user created");
     Ok((
         StatusCode::CREATED,
-        axum::Json(json!({"user": user, "api_key": key})),
+        axum::Json(UserCreated { user, api_key }),
     ))
 }
 
