@@ -311,13 +311,13 @@ mod tests {
     #[test]
     fn the_field_reader_names_renamed_fields_and_sees_no_flattened_ones() {
         #[derive(serde::Deserialize)]
-        #[allow(dead_code, reason = "read by serde only")]
+        #[expect(dead_code, reason = "read by serde only")]
         struct Plain {
             #[serde(rename = "b")]
             a: u8,
         }
         #[derive(serde::Deserialize)]
-        #[allow(dead_code, reason = "read by serde only")]
+        #[expect(dead_code, reason = "read by serde only")]
         struct Flat {
             #[serde(flatten)]
             plain: Plain,
