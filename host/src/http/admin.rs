@@ -24,28 +24,57 @@ use crate::plugin::{Kind, Plugin, Source};
 use crate::plugin::{LimitOverrides, validate_name, validate_version};
 
 /// What the API shows of a plugin.
-pub fn describe(plugin: &Plugin) -> Value {
-    let mut shown = json!({
-        "name": plugin.name,
-        "kind": plugin.kind,
-        "version": plugin.version,
-        "sha256": plugin.sha256,
-        "source": plugin.source,
-        "loaded_at": plugin.loaded_at,
-        "size_bytes": plugin.size_bytes,
-        "limits": plugin.limits,
-        "calls": plugin.stats().calls(),
-        "failures": plugin.stats().failures(),
-        "p50_us": plugin.stats().p50_us(),
-    });
-    if let Some(served) = plugin.served() {
-        shown["models"] = json!(served.model_ids());
+#[derive(serde::Serialize)]
+pub struct PluginShown {
+    pub(super) name: String,
+    pub(super) kind: Kind,
+    pub(super) version: String,
+    pub(super) sha256: String,
+    pub(super) source: Source,
+    pub(super) loaded_at: u64,
+    pub(super) size_bytes: usize,
+    pub(super) limits: crate::plugin::Limits,
+    pub(super) calls: u64,
+    pub(super) failures: u64,
+    /// Median call time, once there are calls.
+    pub(super) p50_us: Option<u32>,
+    /// A model backend's models.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) models: Option<Vec<String>>,
+    /// For an upload that replaced a plugin: what it replaced.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) replaced: Option<Replaced>,
+}
+
+/// The plugin an upload replaced.
+#[derive(serde::Serialize)]
+pub struct Replaced {
+    pub(super) version: String,
+    pub(super) sha256: String,
+}
+
+/// What the API shows of a plugin.
+pub fn describe(plugin: &Plugin) -> PluginShown {
+    let stats = plugin.stats();
+    PluginShown {
+        name: plugin.name.clone(),
+        kind: plugin.kind,
+        version: plugin.version.clone(),
+        sha256: plugin.sha256.clone(),
+        source: plugin.source,
+        loaded_at: plugin.loaded_at,
+        size_bytes: plugin.size_bytes,
+        limits: plugin.limits,
+        calls: stats.calls(),
+        failures: stats.failures(),
+        p50_us: stats.p50_us(),
+        models: (plugin.served()).map(|s| s.model_ids().into_iter().map(String::from).collect()),
+        replaced: None,
     }
-    shown
 }
 
 pub async fn list(op: Operator) -> Reply<Value> {
-    let data: Vec<Value> = op.app.plugins.list().iter().map(|p| describe(p)).collect();
+    let data: Vec<PluginShown> = op.app.plugins.list().iter().map(|p| describe(p)).collect();
     Ok(axum::Json(json!({
         "object": "list",
         "data": data,
@@ -53,7 +82,7 @@ pub async fn list(op: Operator) -> Reply<Value> {
     })))
 }
 
-pub async fn show(op: Operator, Path(name): Path<String>) -> Reply<Value> {
+pub async fn show(op: Operator, Path(name): Path<String>) -> Reply<PluginShown> {
     let plugin = find(&op.app, &name)?;
     Ok(axum::Json(describe(&plugin)))
 }
@@ -115,7 +144,7 @@ pub async fn upload(
     Path(name): Path<String>,
     RawQuery(query): RawQuery,
     WasmBody(bytes): WasmBody,
-) -> ReplyWith<Value> {
+) -> ReplyWith<PluginShown> {
     let (params, env) = Upload::parse(query.as_deref().unwrap_or_default())?;
     validate_name(&name).map_err(|m| Error::invalid("name", m))?;
     validate_version(&params.version).map_err(|m| Error::invalid("version", m))?;
@@ -150,7 +179,10 @@ pub async fn upload(
     let mut body = describe(&plugin);
     let status = match previous {
         Some(old) => {
-            body["replaced"] = json!({"version": old.version, "sha256": old.sha256});
+            body.replaced = Some(Replaced {
+                version: old.version.clone(),
+                sha256: old.sha256.clone(),
+            });
             StatusCode::OK
         }
         None => StatusCode::CREATED,

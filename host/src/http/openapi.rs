@@ -285,6 +285,13 @@ mod tests {
                 &["aliases", "moved_from"],
             ),
         ];
+        let mut checks = checks;
+        // Types with a flattened field, whose fields serde names only as
+        // it writes them: a value with every field filled (a struct
+        // literal, so a field added to the type must be filled here too).
+        checks.push(("ApiKey", Some(keys_of(&api_key())), none));
+        checks.push(("Version", Some(keys_of(&labelled_version())), none));
+        checks.push(("Plugin", Some(keys_of(&plugin_shown())), none));
         let mut wrong = Vec::new();
         for (schema, fields, hidden) in checks {
             let fields = fields.unwrap_or_else(|| panic!("{schema}'s type names no fields"));
@@ -306,6 +313,74 @@ mod tests {
             "openapi.json and the types disagree:\n{}",
             wrong.join("\n")
         );
+    }
+
+    /// The keys of `value` written as JSON.
+    fn keys_of<T: serde::Serialize>(value: &T) -> BTreeSet<String> {
+        let json = serde_json::to_value(value).unwrap();
+        json.as_object().unwrap().keys().cloned().collect()
+    }
+
+    fn api_key() -> crate::model::ApiKey {
+        crate::model::ApiKey {
+            id: "k".into(),
+            user_id: "u".into(),
+            name: "ci".into(),
+            prefix: "sy_".into(),
+            created_at: 1,
+            models: Some(Vec::new()),
+            projects: Some(Vec::new()),
+            expires_at: Some(2),
+            limits: crate::model::RateLimits {
+                rpm: Some(1),
+                tpm: Some(1),
+                tokens_per_day: Some(1),
+            },
+        }
+    }
+
+    fn plugin_shown() -> super::super::admin::PluginShown {
+        use crate::plugin::{Kind, Source};
+        super::super::admin::PluginShown {
+            name: "p".into(),
+            kind: Kind::ModelBackend,
+            version: "1".into(),
+            sha256: "00".into(),
+            source: Source::Upload,
+            loaded_at: 1,
+            size_bytes: 1,
+            limits: crate::plugin::Limits::default_for(Kind::ModelBackend),
+            calls: 1,
+            failures: 0,
+            p50_us: Some(1),
+            models: Some(Vec::new()),
+            replaced: Some(super::super::admin::Replaced {
+                version: "0".into(),
+                sha256: "00".into(),
+            }),
+        }
+    }
+
+    fn labelled_version() -> crate::model::LabelledVersion {
+        let source = crate::model::Source {
+            team: "ml".into(),
+            project: "p".into(),
+            collection: "c".into(),
+            version: "v0".into(),
+        };
+        crate::model::LabelledVersion {
+            version: crate::model::Version {
+                collection: "c".into(),
+                version: "v0".into(),
+                index: 0,
+                metadata: Default::default(),
+                source: Some(source),
+                created_by: "alice".into(),
+                created_at: 1,
+            },
+            aliases: Vec::new(),
+            tags: Vec::new(),
+        }
     }
 
     #[test]
