@@ -292,6 +292,7 @@ mod tests {
         checks.push(("ApiKey", Some(keys_of(&api_key())), none));
         checks.push(("Version", Some(keys_of(&labelled_version())), none));
         checks.push(("Plugin", Some(keys_of(&plugin_shown())), none));
+        checks.push(("WebhookShown", Some(keys_of(&webhook_shown())), none));
         let mut wrong = Vec::new();
         for (schema, fields, hidden) in checks {
             let fields = fields.unwrap_or_else(|| panic!("{schema}'s type names no fields"));
@@ -336,6 +337,29 @@ mod tests {
                 tpm: Some(1),
                 tokens_per_day: Some(1),
             },
+        }
+    }
+
+    fn webhook_shown() -> super::super::webhooks::Shown {
+        let some = |text: &str| Some(text.to_string());
+        super::super::webhooks::Shown {
+            webhook: crate::model::Webhook {
+                name: "ci".into(),
+                url: "https://example.com/".into(),
+                access_token_secret: some("TOKEN"),
+                signing_secret: some("SIGN"),
+                standard_webhooks: true,
+                signing_key_secret: some("KEY"),
+                previous_signing_secret: some("OLD"),
+                previous_signing_key_secret: some("OLD_KEY"),
+                previous_until: Some(2),
+                max_per_second: Some(1.0),
+                circuit_breaker: Some(crate::model::BreakerSettings::default()),
+                disabled_reason: some("gone"),
+                created_at: 1,
+                updated_at: 1,
+            },
+            circuit: crate::model::Circuit::Closed,
         }
     }
 

@@ -99,8 +99,8 @@ pub async fn create_webhook(
 #[derive(serde::Serialize)]
 pub struct Shown {
     #[serde(flatten)]
-    webhook: webhooks::Webhook,
-    circuit: crate::model::Circuit,
+    pub(super) webhook: webhooks::Webhook,
+    pub(super) circuit: crate::model::Circuit,
 }
 
 pub async fn show_webhook(at: InTeam<AsMember>) -> Reply<Shown> {
