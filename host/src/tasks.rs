@@ -26,17 +26,6 @@ pub enum Stage {
     Upkeep,
 }
 
-impl Stage {
-    /// Every stage, in the order shutdown stops them.
-    pub const ALL: [Stage; 5] = [
-        Stage::Intake,
-        Stage::Matching,
-        Stage::Sending,
-        Stage::Recording,
-        Stage::Upkeep,
-    ];
-}
-
 /// The loops of one host, by stage. Cheap to clone: clones share them.
 #[derive(Clone, Default)]
 pub struct Tasks(Arc<[Part; 5]>);

@@ -415,14 +415,19 @@ impl Matcher {
         if !automation.event.accepts(event) {
             return Ok(None);
         }
-        let ids = (ids::ordered_id(), format!("dlv_{}", ids::random_hex(12)));
-        let (handle, webhook) = (automation.handle(), automation.webhook.clone());
-        let execution = Execution::pending(ids, handle, webhook, event.clone(), ids::now_ms());
+        // Made once the filter has spoken: most events match no filter, and
+        // need neither ids nor a copy of the event.
+        let pending = || {
+            let ids = (ids::ordered_id(), format!("dlv_{}", ids::random_hex(12)));
+            let (handle, webhook) = (automation.handle(), automation.webhook.clone());
+            Execution::pending(ids, handle, webhook, event.clone(), ids::now_ms())
+        };
         let fired = match self.filter(automation, event).await {
             Ok(Some(fired)) => fired,
             Ok(None) => return Ok(None),
-            Err(stop) => return stopped(execution, stop),
+            Err(stop) => return stopped(pending(), stop),
         };
+        let execution = pending();
         match self.render(automation, event, fired.as_ref()).await {
             Ok(body) => Ok(Some(self.seal(automation, event, execution, body)?)),
             Err(stop) => stopped(execution, stop),

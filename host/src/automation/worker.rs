@@ -169,11 +169,6 @@ impl Dispatcher {
         0
     }
 
-    /// How many sends are running or waiting for a slot.
-    pub fn in_flight(&self) -> usize {
-        self.inner.in_flight_count()
-    }
-
     /// A webhook's circuit: this host's view once it has sent to it, else
     /// what the store holds (what another host, or this one before a
     /// restart, last wrote).
