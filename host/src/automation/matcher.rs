@@ -418,7 +418,10 @@ impl Matcher {
         // Made once the filter has spoken: most events match no filter, and
         // need neither ids nor a copy of the event.
         let pending = || {
-            let ids = (ids::ordered_id(), format!("dlv_{}", ids::random_hex(12)));
+            let ids = (
+                ids::ordered_id().into(),
+                format!("dlv_{}", ids::random_hex(12)).into(),
+            );
             let (handle, webhook) = (automation.handle(), automation.webhook.clone());
             Execution::pending(ids, handle, webhook, event.clone(), ids::now_ms())
         };

@@ -7,8 +7,8 @@
 //! secrets redacted, and every attempt.
 
 use crate::error::{Error, Result};
-use crate::model::Handle;
 pub use crate::model::{Attempt, Delivery, Execution, Status};
+use crate::model::{ExecutionId, Handle};
 use crate::store::Store;
 use crate::tasks::{Stage, Tasks};
 
@@ -32,7 +32,7 @@ pub fn parse_status(text: &str) -> Result<Status> {
 }
 
 /// One execution of an automation.
-pub async fn execution(store: &Store, handle: &Handle, id: &str) -> Result<Execution> {
+pub async fn execution(store: &Store, handle: &Handle, id: &ExecutionId) -> Result<Execution> {
     store
         .execution(handle, id)
         .await?
@@ -47,7 +47,11 @@ pub async fn executions(store: &Store, handle: &Handle, limit: usize) -> Result<
 /// Queues an execution's payload again, same delivery id, first attempt due
 /// now; the execution is Pending again and keeps its earlier attempts.
 /// Returns the execution and the delivery, for the dispatcher once durable.
-pub async fn replay(store: &Store, handle: &Handle, id: &str) -> Result<(Execution, Delivery)> {
+pub async fn replay(
+    store: &Store,
+    handle: &Handle,
+    id: &ExecutionId,
+) -> Result<(Execution, Delivery)> {
     let tx = store.begin().await?;
     let mut execution = tx
         .execution(handle, id)
@@ -81,7 +85,7 @@ pub async fn replay_failed(
     store: &Store,
     handle: &Handle,
     since_ms: u64,
-) -> Result<(Vec<String>, Vec<Delivery>)> {
+) -> Result<(Vec<ExecutionId>, Vec<Delivery>)> {
     let mut replayed = Vec::new();
     let mut deliveries = Vec::new();
     for e in executions(store, handle, usize::MAX).await? {

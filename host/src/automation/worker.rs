@@ -25,7 +25,8 @@ use crate::domain::seal::Sealer;
 use crate::error::Result;
 use crate::ids;
 use crate::model::{
-    Attempt, Circuit, Delivery, Event, EventType, Scope, Status, WebhookEventRef, WebhookRef,
+    Attempt, Circuit, Delivery, DeliveryId, Event, EventType, Scope, Status, WebhookEventRef,
+    WebhookRef,
 };
 use crate::store::{AttemptFor, Store};
 use crate::tasks::{Stage, Tasks};
@@ -68,7 +69,7 @@ struct Inner {
     sender: Sender,
     cfg: DeliveryConfig,
     wake: Notify,
-    in_flight: Mutex<HashSet<String>>,
+    in_flight: Mutex<HashSet<DeliveryId>>,
     /// A scan stopped at [`MAX_IN_FLIGHT`]: wake it when there is room.
     starved: std::sync::atomic::AtomicBool,
     /// The scan loop rests with nothing in flight: wake it when a send is
@@ -83,7 +84,7 @@ struct Inner {
     /// Deliveries held while their webhook's circuit is open, by webhook
     /// (at most [`MAX_REMEMBERED`] each): sent as soon as it closes, not
     /// at the time they were held to.
-    held: Mutex<HashMap<String, HashMap<String, Delivery>>>,
+    held: Mutex<HashMap<String, HashMap<DeliveryId, Delivery>>>,
     /// Held deliveries whose circuit closed, for the scan loop to send.
     released: Mutex<Vec<Delivery>>,
     /// Where the operational events this dispatcher wrote go (see [`Caused`]).
@@ -438,7 +439,7 @@ impl Inner {
 
     /// Takes deliveries out of flight once their attempt is recorded (or
     /// they were not sent), and wakes a starved scan when there is room.
-    fn landed(&self, ids: impl IntoIterator<Item = String>) {
+    fn landed(&self, ids: impl IntoIterator<Item = DeliveryId>) {
         let left = self.in_flight.lock().map_or(0, |mut set| {
             for id in ids {
                 set.remove(&id);
@@ -737,7 +738,7 @@ impl Inner {
                 body: &body,
                 bearer: secrets.token.as_deref(),
                 keys: secrets.keys(ids::now()),
-                delivery_id: &delivery.id,
+                delivery_id: delivery.id.as_str(),
                 standard: webhook.standard_webhooks,
             })
             .await

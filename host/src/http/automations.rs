@@ -19,6 +19,7 @@ use crate::app::App;
 use crate::automation::automations::{self, Automation, Definition, Handle};
 use crate::automation::outbox;
 use crate::error::Result;
+use crate::model::ExecutionId;
 
 /// Nested under a registry's or a project's `/automations`.
 pub fn routes() -> Router<App> {
@@ -62,7 +63,7 @@ struct AutomationPath {
 /// `…/automations/{name}/executions/{execution}`.
 #[derive(serde::Deserialize)]
 struct ExecutionPath {
-    execution: String,
+    execution: ExecutionId,
 }
 
 pub async fn show(at: InListening<AsMember>) -> Reply<Automation> {

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::automation::{Handle, Skipped, WebhookRef};
 use super::event::Event;
+use super::id::{DeliveryId, ExecutionId};
 
 /// Where an execution stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -40,9 +41,9 @@ pub struct Attempt {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Execution {
     /// Ordered by time.
-    pub id: String,
+    pub id: ExecutionId,
     /// Sent as `X-Service-Delivery` on every attempt.
-    pub delivery_id: String,
+    pub delivery_id: DeliveryId,
     /// The automation.
     pub automation: Handle,
     /// The webhook called.
@@ -73,13 +74,13 @@ pub struct Execution {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Delivery {
     /// The delivery id.
-    pub id: String,
+    pub id: DeliveryId,
     /// The automation whose execution it belongs to. (Stored under its
     /// old name.)
     #[serde(rename = "execution")]
     pub automation: Handle,
     /// Its execution id.
-    pub execution_id: String,
+    pub execution_id: ExecutionId,
     /// The webhook to call.
     pub webhook: WebhookRef,
     /// The body, sealed under the delivery id.
@@ -99,7 +100,7 @@ impl Execution {
     /// until its payload is rendered and its delivery written. `id` orders
     /// it; `delivery_id` goes with every attempt.
     pub fn pending(
-        (id, delivery_id): (String, String),
+        (id, delivery_id): (ExecutionId, DeliveryId),
         automation: Handle,
         webhook: WebhookRef,
         event: Event,

@@ -12,6 +12,7 @@ pub mod artifact;
 pub mod automation;
 pub mod delivery;
 pub mod event;
+pub mod id;
 pub mod idempotency;
 pub mod plugin;
 pub mod run;
@@ -27,6 +28,7 @@ pub use automation::{
 };
 pub use delivery::{Attempt, Delivery, Execution, SealedBody, Status};
 pub use event::{ArtifactRef, Event, EventType, RunRef, WebhookEventRef};
+pub use id::{DeliveryId, ExecutionId};
 pub use idempotency::Idempotent;
 pub use plugin::StoredPlugin;
 pub use run::{Run, RunState};

@@ -16,9 +16,9 @@ use super::{AttemptFor, LimitClaim, MetricAt, Records, RunAt, Store, VersionAt};
 use crate::cfg::StoreConfig;
 use crate::model::{
     Action, ApiKey, Attempt, Automation, Collection, Delivery, Event, EventConfig, EventType,
-    Execution, Group, GroupKind, Handle, Member, Project, RateLimits, Role, Run, RunState, Scope,
-    Secret, Session, SkipReason, Skipped, State, Status, StoredPlugin, Totals, UsageRow, User,
-    Version, Webhook, WebhookRef,
+    Execution, ExecutionId, Group, GroupKind, Handle, Member, Project, RateLimits, Role, Run,
+    RunState, Scope, Secret, Session, SkipReason, Skipped, State, Status, StoredPlugin, Totals,
+    UsageRow, User, Version, Webhook, WebhookRef,
 };
 
 /// A PostgreSQL database of one case's own, dropped at the end.
@@ -211,7 +211,7 @@ pub(super) fn delivery(id: &str, due_ms: u64) -> Delivery {
     Delivery {
         id: id.into(),
         automation: handle(),
-        execution_id: format!("x_{id}"),
+        execution_id: format!("x_{id}").into(),
         webhook: WebhookRef {
             team: "ml".into(),
             name: "ci".into(),
@@ -226,7 +226,7 @@ pub(super) fn delivery(id: &str, due_ms: u64) -> Delivery {
 pub(super) fn execution(id: &str, at_ms: u64) -> Execution {
     Execution {
         id: id.into(),
-        delivery_id: format!("d_{id}"),
+        delivery_id: format!("d_{id}").into(),
         automation: handle(),
         webhook: WebhookRef {
             team: "ml".into(),
@@ -976,10 +976,13 @@ async fn executions_and_attempts(store: &Store) {
         store.put_execution(&execution(id, at)).await.unwrap();
     }
     assert_eq!(
-        store.execution(&automation, "x2").await.unwrap(),
+        store.execution(&automation, &"x2".into()).await.unwrap(),
         Some(execution("x2", 2))
     );
-    assert_eq!(store.execution(&automation, "x9").await.unwrap(), None);
+    assert_eq!(
+        store.execution(&automation, &"x9".into()).await.unwrap(),
+        None
+    );
     let ids = |list: Vec<Execution>| list.into_iter().map(|e| e.id).collect::<Vec<_>>();
     assert_eq!(
         ids(store.executions(&automation, 10).await.unwrap()),
@@ -998,14 +1001,18 @@ async fn executions_and_attempts(store: &Store) {
         next_attempt_at_ms: Some(10),
     };
     let recorded = store
-        .record_attempt(failed(&automation, "x1", Some("gave up"), &attempt))
+        .record_attempt(failed(&automation, &"x1".into(), Some("gave up"), &attempt))
         .await;
     assert!(recorded.unwrap());
     let missing = store
-        .record_attempt(failed(&automation, "x9", None, &attempt))
+        .record_attempt(failed(&automation, &"x9".into(), None, &attempt))
         .await;
     assert!(!missing.unwrap());
-    let x1 = store.execution(&automation, "x1").await.unwrap().unwrap();
+    let x1 = store
+        .execution(&automation, &"x1".into())
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(x1.status, Status::Failed);
     assert_eq!(x1.error.as_deref(), Some("gave up"));
     assert_eq!(x1.attempts, vec![attempt]);
@@ -1023,7 +1030,7 @@ async fn executions_and_attempts(store: &Store) {
         .await
         .unwrap();
     assert_eq!(
-        store.execution(&automation, "x4").await.unwrap(),
+        store.execution(&automation, &"x4".into()).await.unwrap(),
         Some(skipped)
     );
 }
@@ -1109,14 +1116,15 @@ async fn batches_write_set_wise(store: &Store) {
         next_attempt_at_ms: None,
     };
     let (ok, busy) = (attempt(200), attempt(503));
+    let [x1, x2, x9] = ["x1", "x2", "x9"].map(ExecutionId::from);
     let done = AttemptFor {
         status: Status::Finished,
-        ..failed(&automation, "x1", None, &ok)
+        ..failed(&automation, &x1, None, &ok)
     };
     let batch = [
         done,
-        failed(&automation, "x9", None, &busy),
-        failed(&automation, "x2", Some("busy"), &busy),
+        failed(&automation, &x9, None, &busy),
+        failed(&automation, &x2, Some("busy"), &busy),
     ];
     assert_eq!(
         store.record_attempts(&batch).await.unwrap(),
@@ -1126,9 +1134,17 @@ async fn batches_write_set_wise(store: &Store) {
         store.record_attempts(&[]).await.unwrap(),
         Vec::<bool>::new()
     );
-    let x1 = store.execution(&automation, "x1").await.unwrap().unwrap();
+    let x1 = store
+        .execution(&automation, &"x1".into())
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!((x1.status, x1.attempts), (Status::Finished, vec![ok]));
-    let x2 = store.execution(&automation, "x2").await.unwrap().unwrap();
+    let x2 = store
+        .execution(&automation, &"x2".into())
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(x2.error.as_deref(), Some("busy"));
     assert_eq!(x2.attempts, vec![busy]);
 }
@@ -1180,7 +1196,7 @@ async fn config_writes_move_the_epoch(store: &Store) {
 
 fn failed<'a>(
     automation: &'a Handle,
-    execution_id: &'a str,
+    execution_id: &'a ExecutionId,
     error: Option<&'a str>,
     attempt: &'a Attempt,
 ) -> AttemptFor<'a> {

@@ -7,10 +7,10 @@
 use async_trait::async_trait;
 
 use crate::model::{
-    ApiKey, Attempt, Automation, Circuit, Collection, Delivery, Event, EventType, Execution, Group,
-    GroupKind, Handle, Idempotent, LabelledVersion, Member, Project, RateLimits, Run, RunState,
-    Scope, Secret, Session, Skipped, Status, StoredPlugin, UsageRow, User, Version, Webhook,
-    WebhookRef,
+    ApiKey, Attempt, Automation, Circuit, Collection, Delivery, Event, EventType, Execution,
+    ExecutionId, Group, GroupKind, Handle, Idempotent, LabelledVersion, Member, Project,
+    RateLimits, Run, RunState, Scope, Secret, Session, Skipped, Status, StoredPlugin, UsageRow,
+    User, Version, Webhook, WebhookRef,
 };
 
 use super::Result;
@@ -59,7 +59,7 @@ pub struct AttemptFor<'a> {
     /// The automation the execution belongs to.
     pub automation: &'a Handle,
     /// The execution's id.
-    pub execution_id: &'a str,
+    pub execution_id: &'a ExecutionId,
     /// The execution's status after this attempt.
     pub status: Status,
     /// The execution's error after this attempt.
@@ -418,7 +418,7 @@ pub trait DeliveryRecords: Send + Sync {
     }
 
     /// One execution.
-    async fn execution(&self, automation: &Handle, id: &str) -> Result<Option<Execution>>;
+    async fn execution(&self, automation: &Handle, id: &ExecutionId) -> Result<Option<Execution>>;
 
     /// An automation's executions, newest first, at most `limit`;
     /// unreadable ones are set aside.

@@ -25,7 +25,9 @@ use crate::automation::webhooks;
 use crate::domain::groups::{self, GroupKind, Role};
 use crate::error::Error;
 use crate::http::scope::{Params, param};
-use crate::model::{MetricChangeSpec, MetricSpec, MetricZscoreSpec, RunFilters, RunState};
+use crate::model::{
+    ExecutionId, MetricChangeSpec, MetricSpec, MetricZscoreSpec, RunFilters, RunState,
+};
 use crate::plugin::Kind;
 
 /// Nested under a place's `/automations`.
@@ -594,8 +596,8 @@ impl ExecutionRow {
                 })
                 .collect(),
             payload: e.payload.map(pretty),
-            id: e.id,
-            delivery_id: e.delivery_id,
+            id: e.id.to_string(),
+            delivery_id: e.delivery_id.to_string(),
             error: e.error,
             skipped: e
                 .skipped
@@ -733,7 +735,7 @@ pub async fn replay_one(State(app): State<App>, Path(params): Params, posted: Po
     let place = place(&params, viewer)?;
     let replay = async {
         let handle = handle(&place, &params)?;
-        let id = param(&params, "execution")?;
+        let id: ExecutionId = param(&params, "execution")?.into();
         app.access
             .authorize(&viewer.user, &handle.scope, Role::Admin)
             .await?;

@@ -7,7 +7,7 @@ use super::shared::Db;
 use super::shared::{
     EXECUTION_COLUMNS, delivery, execution, get, i, scope_key, status_text, to_json, u,
 };
-use crate::model::{Delivery, Event, Execution, Handle};
+use crate::model::{Delivery, Event, Execution, ExecutionId, Handle};
 use crate::store::Result;
 use crate::store::records::*;
 
@@ -94,10 +94,10 @@ impl DeliveryRecords for Postgres {
                  due_ms = excluded.due_ms, lease_owner = excluded.lease_owner, \
                  lease_until_ms = excluded.lease_until_ms",
             )
-            .bind(column(|d| d.id.clone()))
+            .bind(column(|d| d.id.to_string()))
             .bind(column(|d| scope_key(&d.automation.scope)))
             .bind(column(|d| d.automation.name.clone()))
-            .bind(column(|d| d.execution_id.clone()))
+            .bind(column(|d| d.execution_id.to_string()))
             .bind(column(|d| d.webhook.team.clone()))
             .bind(column(|d| d.webhook.name.clone()))
             .bind(column(|d| d.body_sealed.to_hex()))
@@ -160,7 +160,7 @@ impl DeliveryRecords for Postgres {
         sqlx::query_scalar(
             "SELECT EXISTS (SELECT 1 FROM outbox WHERE id = $1 AND due_ms = $2 AND attempts = $3)",
         )
-        .bind(&d.id)
+        .bind(d.id.as_str())
         .bind(i(d.due_ms))
         .bind(i32::try_from(d.attempts).unwrap_or(i32::MAX))
         .fetch_one(&mut *c)
@@ -172,7 +172,7 @@ impl DeliveryRecords for Postgres {
         let until = crate::ids::now_ms().saturating_add(self.shared.lease_ms);
         self.execute(
             sqlx::query("UPDATE outbox SET lease_until_ms = $3 WHERE id = $1 AND lease_owner = $2")
-                .bind(&d.id)
+                .bind(d.id.as_str())
                 .bind(&self.shared.host_id)
                 .bind(i(until)),
         )
@@ -252,7 +252,7 @@ impl DeliveryRecords for Postgres {
         Ok(())
     }
 
-    async fn execution(&self, automation: &Handle, id: &str) -> Result<Option<Execution>> {
+    async fn execution(&self, automation: &Handle, id: &ExecutionId) -> Result<Option<Execution>> {
         self.optional(
             sqlx::query(&format!(
                 "SELECT {EXECUTION_COLUMNS} FROM executions \
@@ -260,7 +260,7 @@ impl DeliveryRecords for Postgres {
             ))
             .bind(scope_key(&automation.scope))
             .bind(&automation.name)
-            .bind(id),
+            .bind(id.as_str()),
             execution,
         )
         .await
@@ -317,7 +317,7 @@ impl DeliveryRecords for Postgres {
             .iter()
             .map(|a| a.automation.name.as_str())
             .collect();
-        let ids: Vec<&str> = attempts.iter().map(|a| a.execution_id).collect();
+        let ids: Vec<&str> = attempts.iter().map(|a| a.execution_id.as_str()).collect();
         let statuses: Vec<&str> = attempts.iter().map(|a| status_text(a.status)).collect();
         let errors: Vec<Option<&str>> = attempts.iter().map(|a| a.error).collect();
         let added = attempts

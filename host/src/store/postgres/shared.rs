@@ -257,12 +257,12 @@ pub(super) fn run(row: &PgRow) -> Result<Run> {
 
 pub(super) fn delivery(row: &PgRow) -> Result<Delivery> {
     Ok(Delivery {
-        id: get(row, "id")?,
+        id: get::<String>(row, "id")?.into(),
         automation: Handle {
             scope: parse_scope(&get::<String>(row, "scope")?)?,
             name: get(row, "automation")?,
         },
-        execution_id: get(row, "execution_id")?,
+        execution_id: get::<String>(row, "execution_id")?.into(),
         webhook: WebhookRef {
             team: get(row, "webhook_team")?,
             name: get(row, "webhook_name")?,
@@ -280,8 +280,8 @@ pub(super) const EXECUTION_COLUMNS: &str = "scope, automation, id, delivery_id, 
 
 pub(super) fn execution(row: &PgRow) -> Result<Execution> {
     Ok(Execution {
-        id: get(row, "id")?,
-        delivery_id: get(row, "delivery_id")?,
+        id: get::<String>(row, "id")?.into(),
+        delivery_id: get::<String>(row, "delivery_id")?.into(),
         automation: Handle {
             scope: parse_scope(&get::<String>(row, "scope")?)?,
             name: get(row, "automation")?,

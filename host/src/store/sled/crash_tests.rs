@@ -97,7 +97,7 @@ fn workload(seed: u64, fault: Option<(Call, u64, i32)>) -> Run {
                 d.execution_id = exec.id.clone();
                 d.body_sealed = crate::model::SealedBody::from_hex(BODY).unwrap();
                 exec.body_sealed = Some(crate::model::SealedBody::from_hex(BODY).unwrap());
-                after.outbox.insert(d.id.clone(), 5);
+                after.outbox.insert(d.id.to_string(), 5);
                 after.executions.insert(id, 0);
                 vec![
                     Entry::Taken { id: ev },
@@ -126,7 +126,9 @@ fn workload(seed: u64, fault: Option<(Call, u64, i32)>) -> Run {
                 d.body_sealed = crate::model::SealedBody::from_hex(BODY).unwrap();
                 after.outbox.insert(id.clone(), due + 10);
                 vec![
-                    Entry::Settled { id: id.clone() },
+                    Entry::Settled {
+                        id: id.as_str().into(),
+                    },
                     Entry::Queued {
                         delivery: d,
                         body: None,
@@ -163,7 +165,7 @@ fn workload(seed: u64, fault: Option<(Call, u64, i32)>) -> Run {
                     if rng.below(3) == 0 {
                         let listed = |j: &Journal| -> BTreeSet<String> {
                             let listing = j.executions(b"", usize::MAX).unwrap_or_default();
-                            listing.into_iter().map(|e| e.id).collect()
+                            listing.into_iter().map(|e| e.id.to_string()).collect()
                         };
                         let before = listed(&journal);
                         if journal.expire(u64::MAX, seg).is_ok() {
@@ -225,13 +227,13 @@ fn recovered(image: State, flushed: &BTreeMap<u8, u64>) -> Result<Model, String>
     if let Some((d, why)) = unreadable.first() {
         return Err(format!("the delivery {} cannot be read: {why}", d.id));
     }
-    let outbox = outbox.into_iter().map(|d| (d.id, d.due_ms)).collect();
+    let outbox = outbox.into_iter().map(|d| (d.id.to_string(), d.due_ms)).collect();
     let mut executions = BTreeMap::new();
     for execution in journal
         .executions(b"", usize::MAX)
         .map_err(|e| e.to_string())?
     {
-        executions.insert(execution.id, execution.attempts.len());
+        executions.insert(execution.id.to_string(), execution.attempts.len());
     }
     Ok(Model {
         inbox: journal.inbox().into_iter().map(|e| e.id).collect(),

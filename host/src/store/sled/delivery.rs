@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use super::journal::{Entry, Unreadable};
 use super::shared::{execution_key, scoped};
 use super::{Sled, T, quarantine_record};
-use crate::model::{Delivery, Event, Execution, Handle};
+use crate::model::{Delivery, DeliveryId, Event, Execution, ExecutionId, Handle};
 use crate::store::Result;
 use crate::store::records::*;
 
@@ -104,9 +104,9 @@ impl DeliveryRecords for Sled {
         w.finish()
     }
 
-    async fn execution(&self, automation: &Handle, id: &str) -> Result<Option<Execution>> {
+    async fn execution(&self, automation: &Handle, id: &ExecutionId) -> Result<Option<Execution>> {
         self.journal()
-            .execution(execution_key(automation, id).as_ref())
+            .execution(execution_key(automation, id.as_str()).as_ref())
     }
 
     async fn executions(&self, automation: &Handle, limit: usize) -> Result<Vec<Execution>> {
@@ -120,14 +120,14 @@ impl DeliveryRecords for Sled {
         let mut recorded = Vec::with_capacity(attempts.len());
         let settling = w.settling();
         for new in attempts {
-            let key = execution_key(new.automation, new.execution_id);
+            let key = execution_key(new.automation, new.execution_id.as_str());
             let there = w.wrote(new)
                 || settling.contains(key.as_ref() as &[u8])
                 || w.journal().has_execution(key.as_ref())?;
             if there {
                 w.log(Entry::Attempt {
                     automation: new.automation.clone(),
-                    execution_id: new.execution_id.to_string(),
+                    execution_id: new.execution_id.clone(),
                     status: new.status,
                     error: new.error.map(str::to_string),
                     attempt: new.attempt.clone(),
@@ -169,7 +169,7 @@ impl Sled {
     /// keeps those of waiting deliveries), and finding one so costs no
     /// walk through the history (slow for a delivery made long ago).
     fn settling(&self) -> std::collections::HashSet<Vec<u8>> {
-        let ids: Vec<String> = (self.logged().iter())
+        let ids: Vec<DeliveryId> = (self.logged().iter())
             .filter_map(|e| match e {
                 Entry::Settled { id } => Some(id.clone()),
                 _ => None,
@@ -182,7 +182,7 @@ impl Sled {
     fn wrote(&self, new: &AttemptFor<'_>) -> bool {
         self.logged().iter().any(|e| {
             matches!(e, Entry::Execution { execution, .. }
-                if execution.id == new.execution_id && &execution.automation == new.automation)
+                if &execution.id == new.execution_id && &execution.automation == new.automation)
         })
     }
 }

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{Attempt, Delivery, Event, Execution, Handle, Status};
+use crate::model::{Attempt, Delivery, DeliveryId, Event, Execution, ExecutionId, Handle, Status};
 use crate::store::sled::shared::execution_key;
 
 /// Where a frame is: segment, offset, length (header included).
@@ -38,7 +38,7 @@ pub enum Entry {
     /// An attempt added to an execution.
     Attempt {
         automation: Handle,
-        execution_id: String,
+        execution_id: ExecutionId,
         status: Status,
         error: Option<String>,
         attempt: Attempt,
@@ -51,7 +51,7 @@ pub enum Entry {
         body: Option<At>,
     },
     /// A delivery out of the outbox.
-    Settled { id: String },
+    Settled { id: DeliveryId },
     /// A commit's writes to sled's trees, as the frame's bytes (see
     /// `sled/mod.rs`): the journal is sled's write-ahead log, so a commit
     /// is durable once the journal is, and sled is flushed only now and then.
@@ -89,7 +89,7 @@ pub enum Frames {
 #[derive(Default)]
 pub struct Changed {
     pub events: HashSet<String>,
-    pub deliveries: HashSet<String>,
+    pub deliveries: HashSet<DeliveryId>,
 }
 
 /// Which waiting records the snapshot's tree holds, by id; or, when
@@ -98,7 +98,7 @@ pub struct Changed {
 pub struct Kept {
     pub all: bool,
     pub events: HashSet<String>,
-    pub deliveries: HashSet<String>,
+    pub deliveries: HashSet<DeliveryId>,
 }
 
 #[derive(Default)]
@@ -106,9 +106,9 @@ pub struct Index {
     /// Event id → the event and its frame.
     pub inbox: BTreeMap<String, (Event, At)>,
     /// (due ms, delivery id) → the delivery.
-    pub outbox: BTreeMap<(u64, String), Waiting>,
+    pub outbox: BTreeMap<(u64, DeliveryId), Waiting>,
     /// Delivery id → its due time, the outbox's other key.
-    pub due_of: HashMap<String, u64>,
+    pub due_of: HashMap<DeliveryId, u64>,
     /// Execution key → its frames, for executions written since the last
     /// snapshot was taken.
     pub executions: BTreeMap<Vec<u8>, Frames>,
@@ -136,7 +136,7 @@ impl Index {
                 self.changed_event(&id);
             }
             Entry::Execution { execution, .. } => {
-                let key = execution_key(&execution.automation, &execution.id).into_bytes();
+                let key = execution_key(&execution.automation, execution.id.as_str()).into_bytes();
                 self.executions.insert(key, Frames::Whole(vec![at]));
             }
             Entry::Attempt {
@@ -144,7 +144,7 @@ impl Index {
                 execution_id,
                 ..
             } => {
-                let key = execution_key(&automation, &execution_id).into_bytes();
+                let key = execution_key(&automation, execution_id.as_str()).into_bytes();
                 match self
                     .executions
                     .entry(key)
@@ -202,22 +202,22 @@ impl Index {
         }
     }
 
-    fn changed_delivery(&mut self, id: &str) {
+    fn changed_delivery(&mut self, id: &DeliveryId) {
         if !self.kept.all {
-            self.changed.deliveries.insert(id.to_string());
+            self.changed.deliveries.insert(id.clone());
         }
     }
 
-    fn settle(&mut self, id: &str) {
-        if let Some(due) = self.due_of.remove(id) {
-            self.outbox.remove(&(due, id.to_string()));
+    fn settle(&mut self, id: &DeliveryId) {
+        if let Some((id, due)) = self.due_of.remove_entry(id) {
+            self.outbox.remove(&(due, id));
         }
     }
 
     /// The frame holding the body of the delivery `id`, if it waits.
-    pub fn body_of(&self, id: &str) -> Option<At> {
-        let due = self.due_of.get(id)?;
-        Some(self.outbox.get(&(*due, id.to_string()))?.body)
+    pub fn body_of(&self, id: &DeliveryId) -> Option<At> {
+        let (id, due) = self.due_of.get_key_value(id)?;
+        Some(self.outbox.get(&(*due, id.clone()))?.body)
     }
 
     /// Forgets every execution in memory with a record in `segments`.

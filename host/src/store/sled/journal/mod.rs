@@ -58,7 +58,7 @@ pub use tree::{Batch, Tree};
 
 use super::shared::execution_key;
 
-use crate::model::{Event, Execution, SealedBody};
+use crate::model::{DeliveryId, Event, Execution, SealedBody};
 use crate::store::{Due, Result, Skip, StoreError};
 
 /// Deliveries whose records cannot be read, each with why.
@@ -272,7 +272,7 @@ impl Journal {
             let mut needed = Vec::new();
             for w in state.index.outbox.values() {
                 let d = &w.delivery;
-                let key = execution_key(&d.automation, &d.execution_id).into_bytes();
+                let key = execution_key(&d.automation, d.execution_id.as_str()).into_bytes();
                 let memory = state.index.memory(&key);
                 let frames = self.frames_in(&view, memory, &key)?.unwrap_or_default();
                 for at in [w.frame, w.body].into_iter().chain(frames) {
@@ -593,7 +593,7 @@ impl Journal {
                     next = Some(*due);
                     break;
                 }
-                if skip(id) {
+                if skip(id.as_str()) {
                     continue;
                 }
                 if picked.len() == limit {
@@ -624,20 +624,20 @@ impl Journal {
     }
 
     /// The execution keys of those of the deliveries `ids` that wait.
-    pub fn executions_waiting(&self, ids: &[String]) -> HashSet<Vec<u8>> {
+    pub fn executions_waiting(&self, ids: &[DeliveryId]) -> HashSet<Vec<u8>> {
         let state = self.state();
         let index = &state.index;
         ids.iter()
             .filter_map(|id| {
                 let waiting = index.outbox.get(&(*index.due_of.get(id)?, id.clone()))?;
                 let d = &waiting.delivery;
-                Some(execution_key(&d.automation, &d.execution_id).into_bytes())
+                Some(execution_key(&d.automation, d.execution_id.as_str()).into_bytes())
             })
             .collect()
     }
 
     /// Whether the delivery `id` still waits, due at `due_ms`.
-    pub fn waits(&self, id: &str, due_ms: u64) -> bool {
+    pub fn waits(&self, id: &DeliveryId, due_ms: u64) -> bool {
         self.state().index.due_of.get(id) == Some(&due_ms)
     }
 
@@ -830,7 +830,7 @@ impl Journal {
         }
         for w in state.index.outbox.values() {
             let d = &w.delivery;
-            let key = execution_key(&d.automation, &d.execution_id).into_bytes();
+            let key = execution_key(&d.automation, d.execution_id.as_str()).into_bytes();
             let memory = state.index.memory(&key);
             if let Some(frames) = self.frames_in(&view, memory, &key)?
                 && frames.iter().any(old)
@@ -1614,7 +1614,7 @@ pub(super) mod tests {
         let e = execution(id, 1);
         vec![
             Entry::Settled {
-                id: format!("d_{id}"),
+                id: format!("d_{id}").into(),
             },
             Entry::Attempt {
                 automation: e.automation,
@@ -1635,7 +1635,7 @@ pub(super) mod tests {
 
     fn key(id: &str) -> Vec<u8> {
         let e = execution(id, 1);
-        execution_key(&e.automation, &e.id).into_bytes()
+        execution_key(&e.automation, e.id.as_str()).into_bytes()
     }
 
     fn due(journal: &Journal) -> Vec<Delivery> {
@@ -1762,7 +1762,10 @@ pub(super) mod tests {
             disk.put(&segment_name(1), bytes);
             let journal = open(&disk);
             assert!(journal.execution(&key("a")).unwrap().is_some(), "{what}");
-            let ids: Vec<String> = due(&journal).into_iter().map(|d| d.id).collect();
+            let ids: Vec<String> = due(&journal)
+                .into_iter()
+                .map(|d| d.id.to_string())
+                .collect();
             let expected = if whole_tail {
                 vec!["d_a", "d_b"]
             } else {
@@ -1876,7 +1879,7 @@ pub(super) mod tests {
     }
 
     fn ids(executions: Vec<Execution>) -> Vec<String> {
-        executions.into_iter().map(|e| e.id).collect()
+        executions.into_iter().map(|e| e.id.to_string()).collect()
     }
 
     /// Issue 53, finding 7: a start reads the journal from the last
@@ -1912,7 +1915,10 @@ pub(super) mod tests {
         disk.flip(&segment_name(1), at + 3);
 
         let journal = open_in(&disk).expect("the start reads only after the snapshot");
-        let waiting: Vec<String> = due(&journal).into_iter().map(|d| d.id).collect();
+        let waiting: Vec<String> = due(&journal)
+            .into_iter()
+            .map(|d| d.id.to_string())
+            .collect();
         assert_eq!(waiting, ["d_after", "d_waits"]);
         assert_eq!(journal.inbox().len(), 1);
         assert_eq!(
@@ -1964,7 +1970,7 @@ pub(super) mod tests {
                 journal.snapshot().unwrap();
                 journal.index_sealed().unwrap();
             }
-            expected.push(execution(&id, 1).id);
+            expected.push(execution(&id, 1).id.to_string());
         }
         let indexes = disk
             .lengths()
@@ -2099,7 +2105,7 @@ pub(super) mod tests {
             ids.sort();
             ids
         };
-        let expected = vec![execution("new", 1).id, execution("waits", 1).id];
+        let expected = ["new", "waits"].map(|id| execution(id, 1).id.to_string());
         assert_eq!(left(&journal), expected);
         journal.snapshot().unwrap();
         journal.sync().unwrap();

@@ -9,14 +9,14 @@
 //! hold where they are (`pieces.rs`, `sealed.rs`). Only what changed since
 //! the last snapshot is written, the position with it, as one batch.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
 use super::index::{At, Index, Waiting};
 use super::tree::{Batch, Tree};
-use crate::model::Event;
+use crate::model::{DeliveryId, Event};
 
 /// The key of the snapshot's [`Position`].
 pub const POSITION: &[u8] = b"p";
@@ -93,7 +93,7 @@ pub fn records(index: &Index, tree: &Tree) -> anyhow::Result<Batch> {
         };
         batch.insert(key(INBOX, id), value);
     }
-    let deliveries: Box<dyn Iterator<Item = &String>> = if index.kept.all {
+    let deliveries: Box<dyn Iterator<Item = &DeliveryId>> = if index.kept.all {
         Box::new(index.due_of.keys())
     } else {
         Box::new(index.changed.deliveries.iter())
@@ -108,7 +108,7 @@ pub fn records(index: &Index, tree: &Tree) -> anyhow::Result<Batch> {
             None if index.kept.deliveries.contains(id) => None,
             None => continue,
         };
-        batch.insert(key(OUTBOX, id), value);
+        batch.insert(key(OUTBOX, id.as_str()), value);
     }
     Ok(batch)
 }
@@ -119,16 +119,25 @@ pub fn written(index: &mut Index, records: &Batch) {
     index.changed = Default::default();
     index.kept.all = false;
     for (key, value) in records {
-        let (kept, id) = match key.split_first() {
-            Some((&INBOX, id)) => (&mut index.kept.events, id),
-            Some((&OUTBOX, id)) => (&mut index.kept.deliveries, id),
-            _ => continue,
+        let (kind, id) = match key.split_first() {
+            Some((&kind, id)) => (kind, String::from_utf8_lossy(id).into_owned()),
+            None => continue,
         };
-        let id = String::from_utf8_lossy(id).into_owned();
-        match value {
-            Some(_) => kept.insert(id),
-            None => kept.remove(&id),
-        };
+        let kept = value.is_some();
+        match kind {
+            INBOX => note(&mut index.kept.events, id, kept),
+            OUTBOX => note(&mut index.kept.deliveries, id.into(), kept),
+            _ => {}
+        }
+    }
+}
+
+/// Whether the tree holds `id` now.
+fn note<T: std::hash::Hash + Eq>(set: &mut HashSet<T>, id: T, kept: bool) {
+    if kept {
+        set.insert(id);
+    } else {
+        set.remove(&id);
     }
 }
 
