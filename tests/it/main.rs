@@ -29,6 +29,7 @@ mod multihost;
 mod openapi;
 mod plugin_units;
 mod plugins;
+mod receiver_options;
 mod receivers;
 mod scaffolds;
 mod teams;

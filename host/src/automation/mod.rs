@@ -25,6 +25,7 @@ pub mod automations;
 pub mod breaker;
 pub mod config;
 pub mod events;
+pub mod headers;
 pub mod matcher;
 pub mod outbox;
 pub mod secret_refs;

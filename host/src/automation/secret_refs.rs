@@ -138,7 +138,7 @@ fn uncarried<'a>(
 
 /// Every reference in `text` and the name it names; `$$` escapes one
 /// (`$${NAME}` is the text `${NAME}` to the template).
-fn references(text: &str) -> impl Iterator<Item = (regex::Match<'_>, &str)> {
+pub(super) fn references(text: &str) -> impl Iterator<Item = (regex::Match<'_>, &str)> {
     REFERENCE.captures_iter(text).filter_map(move |caps| {
         let whole = caps.get(0).expect("group 0 always matches");
         if text[..whole.start()].ends_with('$') {

@@ -10,7 +10,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ipnet::IpNet;
-use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue, USER_AGENT};
+use reqwest::header::{
+    AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, USER_AGENT,
+};
 use serde::Serialize;
 
 use super::{signature, ssrf};
@@ -29,6 +31,8 @@ pub struct Outgoing<'a> {
     /// What signs it: `X-Service-Signature` (and `-Previous`), and the
     /// Standard Webhooks signatures.
     pub keys: signature::Keys<'a>,
+    /// The webhook's own headers, secrets in (see `headers.rs`).
+    pub headers: &'a [(HeaderName, HeaderValue)],
     /// Sent as `X-Service-Delivery` (and `webhook-id`).
     pub delivery_id: &'a str,
     /// Also send the Standard Webhooks headers (sent anyway with an Ed25519
@@ -209,6 +213,9 @@ pub fn parse_retry_after(value: &str, now: std::time::SystemTime) -> Option<Dura
 
 fn headers(out: &Outgoing<'_>) -> HeaderMap {
     let mut headers = HeaderMap::new();
+    for (name, value) in out.headers {
+        headers.insert(name, value.clone());
+    }
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     headers.insert(
         USER_AGENT,

@@ -57,6 +57,7 @@ pub async fn run(
         body: body.as_bytes(),
         bearer: secrets.token.as_deref(),
         keys: secrets.keys(ids::now()),
+        headers: &secrets.headers,
         delivery_id: &delivery_id,
         standard: webhook.standard_webhooks,
     };

@@ -9,6 +9,9 @@ use ed25519_dalek::SigningKey;
 
 use crate::model::BreakerSettings;
 
+use reqwest::header::{HeaderName, HeaderValue};
+
+use super::headers;
 use super::signature::{self, Keys};
 use super::ssrf;
 use super::variables::ACCESS_TOKEN;
@@ -52,6 +55,12 @@ pub struct Settings {
     /// The circuit breaker's settings, when not the defaults.
     #[serde(default)]
     pub circuit_breaker: Option<BreakerSettings>,
+    /// Headers sent on every delivery; values may name secrets as `$NAME`.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// The waits before each attempt, when not the host's schedule.
+    #[serde(default)]
+    pub retry_schedule_ms: Option<Vec<u64>>,
 }
 
 /// The longest a rotation may overlap: 30 days.
@@ -94,6 +103,19 @@ impl Webhook {
             ),
             false => (None, None),
         };
+        let mut named = BTreeMap::new();
+        for name in headers::secrets(&self.headers) {
+            if !named.contains_key(name) {
+                let value = open(&Some(name.to_string())).await?.unwrap_or_default();
+                named.insert(name.to_string(), value);
+            }
+        }
+        let headers = headers::resolve(&self.headers, &named).map_err(|why| {
+            Error::Conflict(format!(
+                "webhook '{}': {why}; change the secret or the header",
+                self.name
+            ))
+        })?;
         let mut by_name = BTreeMap::new();
         if let (Some(name), Some(value)) = (&self.access_token_secret, &token) {
             by_name.insert(ACCESS_TOKEN.to_string(), value.clone());
@@ -110,6 +132,7 @@ impl Webhook {
             previous_key,
             previous_until: self.previous_until.filter(|_| overlapping),
             by_name,
+            headers,
         })
     }
 }
@@ -131,6 +154,8 @@ pub struct Revealed {
     /// Every value by the names a payload uses: `ACCESS_TOKEN` and the
     /// token's own name for the token, the signing secret's name.
     pub by_name: BTreeMap<String, String>,
+    /// The webhook's own headers as sent, secrets in.
+    pub headers: Vec<(HeaderName, HeaderValue)>,
 }
 
 impl Revealed {
@@ -208,8 +233,47 @@ async fn check(
                 .map_err(|why| Error::invalid(field, format!("secret '{name}' {why}")))?;
         }
     }
+    for secret in headers::check(&settings.headers, settings.access_token_secret.is_some())? {
+        if !secrets::exists(store, team, secret).await? {
+            return Err(Error::invalid(
+                "headers",
+                format!(
+                    "a header names ${secret}, but team '{team}' has no secret named '{secret}'; \
+                     create it with PUT /v1/teams/{team}/secrets/{secret}, or write $$ for a literal $"
+                ),
+            ));
+        }
+    }
     check_overlap(settings)?;
-    check_protection(settings)
+    check_protection(settings)?;
+    check_schedule(settings.retry_schedule_ms.as_deref())
+}
+
+/// Most entries in a webhook's retry schedule.
+pub const MAX_RETRIES: usize = 30;
+/// The longest a webhook's retry schedule may wait in all.
+pub const MAX_SCHEDULE_MS: u64 = 7 * 24 * 60 * 60 * 1000;
+
+/// A webhook's own retry schedule: one wait per attempt, at least one,
+/// within [`MAX_RETRIES`] and [`MAX_SCHEDULE_MS`] in all.
+fn check_schedule(schedule: Option<&[u64]>) -> Result<()> {
+    let Some(schedule) = schedule else {
+        return Ok(());
+    };
+    let total = schedule
+        .iter()
+        .fold(0u64, |sum, ms| sum.saturating_add(*ms));
+    if schedule.is_empty() || schedule.len() > MAX_RETRIES || total > MAX_SCHEDULE_MS {
+        return Err(Error::invalid(
+            "retry_schedule_ms",
+            format!(
+                "the retry schedule is 1 to {MAX_RETRIES} waits in milliseconds (the first before \
+                 the first attempt, usually 0), {MAX_SCHEDULE_MS} ms (7 days) in all; \
+                 leave it out for the host's schedule"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The most a webhook may be paced to, and the longest cool-off.
@@ -315,6 +379,8 @@ pub async fn save(
         previous_until: settings.previous_until,
         max_per_second: settings.max_per_second,
         circuit_breaker: settings.circuit_breaker,
+        headers: settings.headers,
+        retry_schedule_ms: settings.retry_schedule_ms,
         disabled_reason: None,
         created_at: old.map_or(now, |old| old.created_at),
         updated_at: now,
@@ -389,7 +455,10 @@ pub async fn using_secret(store: &Store, team: &str, secret: &str) -> Result<Vec
     Ok(list(store, team)
         .await?
         .into_iter()
-        .filter(|w| w.secrets_used().any(|used| used == secret))
+        .filter(|w| {
+            let mut used = w.secrets_used().chain(headers::secrets(&w.headers));
+            used.any(|used| used == secret)
+        })
         .map(|w| w.name)
         .collect())
 }
@@ -457,6 +526,8 @@ pub async fn rotate(
         previous_until: overlapping.then(|| ids::now() + rotation.overlap_s),
         max_per_second: old.max_per_second,
         circuit_breaker: old.circuit_breaker,
+        headers: old.headers,
+        retry_schedule_ms: old.retry_schedule_ms,
     };
     save(store, sealer, (team, name), settings, allow, Save::Update).await
 }

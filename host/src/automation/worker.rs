@@ -532,7 +532,9 @@ impl Inner {
         if matches!(verdict, Judgement::Gone) {
             self.disable_gone(&delivery, about, attempt.at_ms).await;
         }
-        self.record(delivery, verdict, attempt, about)
+        let schedule = webhook.and_then(|w| w.retry_schedule_ms.as_deref());
+        let schedule = schedule.unwrap_or(&self.cfg.retry_schedule_ms);
+        self.record(delivery, (verdict, schedule), attempt, about)
     }
 
     /// Disables a webhook whose endpoint answered 410 Gone at `at_ms`,
@@ -738,6 +740,7 @@ impl Inner {
                 body: &body,
                 bearer: secrets.token.as_deref(),
                 keys: secrets.keys(ids::now()),
+                headers: &secrets.headers,
                 delivery_id: delivery.id.as_str(),
                 standard: webhook.standard_webhooks,
             })
@@ -748,17 +751,18 @@ impl Inner {
     /// history and the delivery removed or rescheduled in one transaction.
     /// An execution that cannot be read is set aside by the store, and its
     /// delivery still leaves the outbox (or is rescheduled), so it is never
-    /// sent again and again.
+    /// sent again and again. A retry is due on `schedule` (the webhook's
+    /// own, or the host's).
     fn record(
         &self,
         delivery: Delivery,
-        verdict: Judgement,
+        (verdict, schedule): (Judgement, &[u64]),
         mut attempt: Attempt,
         about: About<'_>,
     ) -> Result<Sent> {
         let attempts = delivery.attempts + 1;
         let next_due = match verdict {
-            Judgement::Retry(after) => self.next_due(attempts, after),
+            Judgement::Retry(after) => self.next_due(schedule, attempts, after),
             _ => None,
         };
         attempt.next_attempt_at_ms = next_due;
@@ -809,13 +813,13 @@ impl Inner {
     }
 
     /// When attempt `attempts + 1` is due, or `None` when the schedule is used up.
-    fn next_due(&self, attempts: u32, retry_after: Option<Duration>) -> Option<u64> {
-        let delay = retry_delay(
-            &self.cfg.retry_schedule_ms,
-            self.cfg.jitter,
-            attempts,
-            retry_after,
-        )?;
+    fn next_due(
+        &self,
+        schedule: &[u64],
+        attempts: u32,
+        retry_after: Option<Duration>,
+    ) -> Option<u64> {
+        let delay = retry_delay(schedule, self.cfg.jitter, attempts, retry_after)?;
         Some(ids::now_ms().saturating_add(delay))
     }
 }

@@ -355,6 +355,8 @@ mod tests {
                 previous_until: Some(2),
                 max_per_second: Some(1.0),
                 circuit_breaker: Some(crate::model::BreakerSettings::default()),
+                headers: [("X-Api-Key".to_string(), "$KEY".to_string())].into(),
+                retry_schedule_ms: Some(vec![0]),
                 disabled_reason: some("gone"),
                 created_at: 1,
                 updated_at: 1,

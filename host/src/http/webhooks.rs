@@ -64,6 +64,10 @@ pub struct CreateWebhook {
     max_per_second: Option<f64>,
     #[serde(default)]
     circuit_breaker: Option<crate::model::BreakerSettings>,
+    #[serde(default)]
+    headers: std::collections::BTreeMap<String, String>,
+    #[serde(default)]
+    retry_schedule_ms: Option<Vec<u64>>,
 }
 
 pub async fn create_webhook(
@@ -82,6 +86,8 @@ pub async fn create_webhook(
         previous_until: body.previous_until,
         max_per_second: body.max_per_second,
         circuit_breaker: body.circuit_breaker,
+        headers: body.headers,
+        retry_schedule_ms: body.retry_schedule_ms,
     };
     let allow = &at.app.cfg.webhooks.allow_private;
     let named = (team.as_str(), body.name.as_str());

@@ -1,5 +1,7 @@
 //! What a team owns: projects, secrets (sealed) and webhooks.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 /// A project.
@@ -68,6 +70,13 @@ pub struct Webhook {
     /// Its circuit breaker's settings; the defaults when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub circuit_breaker: Option<BreakerSettings>,
+    /// Sent on every delivery and test; a value's `$NAME` is the team
+    /// secret NAME, put in at send.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+    /// The waits before each attempt, when not the host's schedule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_schedule_ms: Option<Vec<u64>>,
     /// Set when the endpoint answered 410 Gone; saving the webhook again
     /// clears it.
     #[serde(default, skip_serializing_if = "Option::is_none")]

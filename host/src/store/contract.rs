@@ -141,6 +141,8 @@ pub(crate) fn webhook(name: &str, url: &str) -> Webhook {
         previous_until: None,
         max_per_second: None,
         circuit_breaker: None,
+        headers: Default::default(),
+        retry_schedule_ms: None,
         disabled_reason: None,
         created_at: 1,
         updated_at: 1,
@@ -595,6 +597,8 @@ async fn secrets_and_webhooks(store: &Store) {
             failures: 3,
             ..Default::default()
         }),
+        headers: [("X-Api-Key".to_string(), "$A".to_string())].into(),
+        retry_schedule_ms: Some(vec![0, 10]),
         disabled_reason: None,
         created_at: 1,
         updated_at: 1,

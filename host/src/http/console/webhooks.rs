@@ -42,6 +42,8 @@ pub async fn create(form: AdminForm) -> Shown {
         previous_until: None,
         max_per_second: None,
         circuit_breaker: None,
+        headers: Default::default(),
+        retry_schedule_ms: None,
     };
     match save(&form, name, settings, Save::Create).await {
         Ok(webhook) => {
@@ -268,6 +270,8 @@ pub async fn update(form: AdminForm) -> Shown {
             Err(e) => return edit_refused(app, &form, team, &name, e).await,
         },
         circuit_breaker: current.circuit_breaker,
+        headers: current.headers,
+        retry_schedule_ms: current.retry_schedule_ms,
     };
     match save(&form, &name, settings, Save::Update).await {
         Ok(_) => Ok(form.done("webhook updated", &name, &format!("/webhooks/{name}"))),

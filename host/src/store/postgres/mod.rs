@@ -104,6 +104,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "rate_claims_folded",
         include_str!("migrations/0015_rate_claims_folded.sql"),
     ),
+    (
+        16,
+        "receivers second round",
+        include_str!("migrations/0016_receivers_second_round.sql"),
+    ),
 ];
 
 /// [`MIGRATIONS`] as sqlx runs them (the checksums `migrate!` would give).

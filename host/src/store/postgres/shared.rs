@@ -193,12 +193,18 @@ pub(super) fn secret(row: &PgRow) -> Result<Secret> {
 pub(super) fn webhook(row: &PgRow) -> Result<Webhook> {
     let breaker: Option<String> = get(row, "circuit_breaker")?;
     let breaker = breaker.as_deref().map(from_json).transpose()?;
+    let headers: Option<String> = get(row, "headers")?;
+    let headers = headers.as_deref().map(from_json).transpose()?;
+    let schedule: Option<String> = get(row, "retry_schedule_ms")?;
+    let schedule = schedule.as_deref().map(from_json).transpose()?;
     read!(row; Webhook {
         name, url, access_token_secret, signing_secret, standard_webhooks, disabled_reason,
         signing_key_secret, previous_signing_secret, previous_signing_key_secret,
         previous_until: |n: Option<i64>| n.map(u),
         max_per_second,
         circuit_breaker: |_: Option<String>| breaker,
+        headers: |_: Option<String>| headers.unwrap_or_default(),
+        retry_schedule_ms: |_: Option<String>| schedule,
         created_at: u, updated_at: u,
     })
 }

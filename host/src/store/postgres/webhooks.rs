@@ -46,6 +46,7 @@ impl WebhookRecords for Postgres {
              previous_until = excluded.previous_until, \
              max_per_second = excluded.max_per_second, \
              circuit_breaker = excluded.circuit_breaker, \
+             headers = excluded.headers, retry_schedule_ms = excluded.retry_schedule_ms, \
              disabled_reason = excluded.disabled_reason, updated_at = excluded.updated_at";
         self.insert("webhooks", &[("team", team)], w, replace)
             .await

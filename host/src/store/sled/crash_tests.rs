@@ -227,7 +227,10 @@ fn recovered(image: State, flushed: &BTreeMap<u8, u64>) -> Result<Model, String>
     if let Some((d, why)) = unreadable.first() {
         return Err(format!("the delivery {} cannot be read: {why}", d.id));
     }
-    let outbox = outbox.into_iter().map(|d| (d.id.to_string(), d.due_ms)).collect();
+    let outbox = outbox
+        .into_iter()
+        .map(|d| (d.id.to_string(), d.due_ms))
+        .collect();
     let mut executions = BTreeMap::new();
     for execution in journal
         .executions(b"", usize::MAX)
