@@ -1666,3 +1666,58 @@ async fn keys_and_project_limits_are_set_in_the_console() {
     assert_eq!(denied.status, 403, "{}", denied.body);
 }
 on_each_store!(keys_and_project_limits_are_set_in_the_console);
+
+/// A webhook's own headers and retry schedule, set in the edit form and
+/// shown on its page as written (a secret by its name, never its value).
+async fn headers_and_a_retry_schedule_are_set_in_the_console() {
+    let (host, _receiver, world) = delivering().await;
+    let alice = Visitor::signed_in(&host, &world.alice).await;
+    let page = "/teams/ml/webhooks/ci";
+    let token = alice.token(page).await;
+    let url = ok!(host, world.alice, GET "/v1/teams/ml/webhooks/ci")["url"].clone();
+    let edit = format!("{page}/edit");
+    let form = |headers: &'static str, schedule: &'static str| {
+        [
+            ("csrf", token.clone()),
+            ("url", url.as_str().unwrap().to_string()),
+            ("access_token_secret", "TOKEN".to_string()),
+            ("headers", headers.to_string()),
+            ("retry_schedule_ms", schedule.to_string()),
+        ]
+    };
+    let post = async |fields: [(&str, String); 5]| {
+        let fields: Vec<(&str, &str)> = fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        alice.post(&edit, &fields).await
+    };
+    let refused = post(form("X-Api-Key $SPARE", "")).await;
+    assert!(refused.body.contains("Name: value"), "{}", refused.body);
+    let refused = post(form("", "soon")).await;
+    assert!(
+        refused.body.contains("separated by commas"),
+        "{}",
+        refused.body
+    );
+    let refused = post(form("Host: example.com", "")).await;
+    assert!(
+        refused.body.contains("set by Switchyard"),
+        "{}",
+        refused.body
+    );
+
+    let edited = post(form("X-Api-Key: $SPARE\nX-Tenant: acme\n", "0, 100")).await;
+    assert_eq!(edited.status, 303, "{}", edited.body);
+    let saved = ok!(host, world.bob, GET "/v1/teams/ml/webhooks/ci");
+    assert_eq!(
+        (&saved["headers"], &saved["retry_schedule_ms"]),
+        (
+            &serde_json::json!({"X-Api-Key": "$SPARE", "X-Tenant": "acme"}),
+            &serde_json::json!([0, 100])
+        )
+    );
+    let shown = alice.get(page).await.body;
+    for text in ["X-Api-Key: $SPARE", "X-Tenant: acme", "0, 100 ms"] {
+        assert!(shown.contains(text), "{text} on the page: {shown}");
+    }
+    assert!(!shown.contains(crate::world::SPARE), "never the value");
+}
+on_each_store!(headers_and_a_retry_schedule_are_set_in_the_console);

@@ -1,6 +1,8 @@
 //! A team's webhooks: create, show with the live Test, delete after a
 //! confirmation step.
 
+use std::collections::BTreeMap;
+
 use askama::Template;
 use axum::Router;
 use axum::extract::{Path, State};
@@ -270,8 +272,14 @@ pub async fn update(form: AdminForm) -> Shown {
             Err(e) => return edit_refused(app, &form, team, &name, e).await,
         },
         circuit_breaker: current.circuit_breaker,
-        headers: current.headers,
-        retry_schedule_ms: current.retry_schedule_ms,
+        headers: match headers(&form) {
+            Ok(headers) => headers,
+            Err(e) => return edit_refused(app, &form, team, &name, e).await,
+        },
+        retry_schedule_ms: match schedule(&form) {
+            Ok(schedule) => schedule,
+            Err(e) => return edit_refused(app, &form, team, &name, e).await,
+        },
     };
     match save(&form, &name, settings, Save::Update).await {
         Ok(_) => Ok(form.done("webhook updated", &name, &format!("/webhooks/{name}"))),
@@ -321,6 +329,41 @@ fn rate(form: &AdminForm) -> Result<Option<f64>, Error> {
             )
         }),
     }
+}
+
+/// The form's headers: one `Name: value` a line.
+fn headers(form: &AdminForm) -> Result<BTreeMap<String, String>, Error> {
+    let mut headers = BTreeMap::new();
+    for line in form
+        .field("headers")
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+    {
+        let Some((name, value)) = line.split_once(':') else {
+            return Err(Error::invalid(
+                "headers",
+                format!("'{line}' is not a header: write one a line, as Name: value"),
+            ));
+        };
+        headers.insert(name.trim().to_string(), value.trim().to_string());
+    }
+    Ok(headers)
+}
+
+/// The form's retry schedule: waits in ms, separated by commas; empty for
+/// the host's.
+fn schedule(form: &AdminForm) -> Result<Option<Vec<u64>>, Error> {
+    let text = form.field("retry_schedule_ms");
+    if text.trim().is_empty() {
+        return Ok(None);
+    }
+    let waits: Result<Vec<u64>, _> = text.split(',').map(|w| w.trim().parse()).collect();
+    waits.map(Some).map_err(|_| {
+        Error::invalid(
+            "retry_schedule_ms",
+            "the retry schedule is waits in milliseconds separated by commas, e.g. 0, 5000, 300000; empty for the host's",
+        )
+    })
 }
 
 /// The webhook's page again, saying why an edit or rotation was refused.
