@@ -368,6 +368,9 @@ pub struct DeliveryConfig {
     pub poll_interval_ms: u64,
     /// The circuit breaker of every webhook that does not set its own.
     pub circuit_breaker: crate::model::BreakerSettings,
+    /// A webhook whose attempts have all failed for this many hours is
+    /// disabled, unless it sets its own.
+    pub disable_after_hours: f64,
 }
 
 impl Default for DeliveryConfig {
@@ -391,6 +394,8 @@ impl Default for DeliveryConfig {
             per_webhook: 64,
             poll_interval_ms: 1000,
             circuit_breaker: Default::default(),
+            // As Svix's: five days.
+            disable_after_hours: 120.0,
         }
     }
 }
@@ -573,6 +578,12 @@ impl Config {
     pub fn parse(text: &str) -> anyhow::Result<Config> {
         let cfg: Config = toml::from_str(text)?;
         cfg.inference.check_routes()?;
+        let hours = cfg.delivery.disable_after_hours;
+        if !(hours > 0.0) {
+            anyhow::bail!(
+                "[delivery] disable_after_hours is {hours}; it is a number of hours above 0 (120, five days, by default)"
+            );
+        }
         Ok(cfg)
     }
 }

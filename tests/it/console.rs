@@ -1669,7 +1669,7 @@ on_each_store!(keys_and_project_limits_are_set_in_the_console);
 
 /// A webhook's own headers and retry schedule, set in the edit form and
 /// shown on its page as written (a secret by its name, never its value).
-async fn headers_and_a_retry_schedule_are_set_in_the_console() {
+async fn headers_retries_and_giving_up_are_set_in_the_console() {
     let (host, _receiver, world) = delivering().await;
     let alice = Visitor::signed_in(&host, &world.alice).await;
     let page = "/teams/ml/webhooks/ci";
@@ -1683,9 +1683,10 @@ async fn headers_and_a_retry_schedule_are_set_in_the_console() {
             ("access_token_secret", "TOKEN".to_string()),
             ("headers", headers.to_string()),
             ("retry_schedule_ms", schedule.to_string()),
+            ("disable_after_hours", "".to_string()),
         ]
     };
-    let post = async |fields: [(&str, String); 5]| {
+    let post = async |fields: [(&str, String); 6]| {
         let fields: Vec<(&str, &str)> = fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
         alice.post(&edit, &fields).await
     };
@@ -1703,8 +1704,26 @@ async fn headers_and_a_retry_schedule_are_set_in_the_console() {
         "{}",
         refused.body
     );
+    let mut dead = form("", "");
+    dead[5].1 = "soon".to_string();
+    let refused = post(dead.clone()).await;
+    assert!(
+        refused.body.contains("hours of failures"),
+        "{}",
+        refused.body
+    );
+    dead[5].1 = "0".to_string();
+    let refused = post(dead).await;
+    assert!(refused.body.contains("above 0"), "{}", refused.body);
+    let shown = alice.get(page).await.body;
+    assert!(
+        shown.contains("disabled after the host's 120 hours"),
+        "{shown}"
+    );
 
-    let edited = post(form("X-Api-Key: $SPARE\nX-Tenant: acme\n", "0, 100")).await;
+    let mut fields = form("X-Api-Key: $SPARE\nX-Tenant: acme\n", "0, 100");
+    fields[5].1 = "0.5".to_string();
+    let edited = post(fields).await;
     assert_eq!(edited.status, 303, "{}", edited.body);
     let saved = ok!(host, world.bob, GET "/v1/teams/ml/webhooks/ci");
     assert_eq!(
@@ -1715,9 +1734,15 @@ async fn headers_and_a_retry_schedule_are_set_in_the_console() {
         )
     );
     let shown = alice.get(page).await.body;
-    for text in ["X-Api-Key: $SPARE", "X-Tenant: acme", "0, 100 ms"] {
+    assert_eq!(saved["disable_after_hours"], 0.5);
+    for text in [
+        "X-Api-Key: $SPARE",
+        "X-Tenant: acme",
+        "0, 100 ms",
+        "disabled after 0.5 hours",
+    ] {
         assert!(shown.contains(text), "{text} on the page: {shown}");
     }
     assert!(!shown.contains(crate::world::SPARE), "never the value");
 }
-on_each_store!(headers_and_a_retry_schedule_are_set_in_the_console);
+on_each_store!(headers_retries_and_giving_up_are_set_in_the_console);

@@ -661,15 +661,11 @@ async fn retries_history_replay_and_gone() {
     );
     let count = receiver.received().len();
     ok!(host, bob, POST "{versions}/v0/tags", {"tag": "c"});
-    // The tag answered once its executions were durable: this one failed
-    // at once, with nothing queued, so nothing can be sent later either.
+    // Held, not failed: what fires for a disabled webhook waits for it.
+    tokio::time::sleep(Duration::from_millis(500)).await;
     let (_, list) = call!(host, alice, GET "{executions}");
     let newest = &list["data"][0];
-    assert_eq!(newest["status"], "Failed", "{newest}");
-    assert!(
-        newest["error"].as_str().unwrap().contains("disabled"),
-        "{newest}"
-    );
+    assert_eq!(newest["status"], "Pending", "{newest}");
     assert_eq!(newest["attempts"], json!([]), "no attempt: {newest}");
     assert_eq!(
         receiver.received().len(),
@@ -677,24 +673,23 @@ async fn retries_history_replay_and_gone() {
         "a disabled webhook is not called"
     );
 
-    // Saving the webhook re-enables it; replaying the failures since a time
-    // resends those that have a payload (the 410 one, not the disabled one).
+    // Saving the webhook re-enables it and sends what it held; replaying
+    // the failures since a time resends the 410 one.
     receiver.answer(200);
     let settings = json!({"url": format!("{}/hook", receiver.base),
         "access_token_secret": "TOKEN", "signing_secret": "SIGN"});
     let webhook = ok!(host, alice, PUT "/v1/teams/ml/webhooks/ci", settings);
     assert!(webhook.get("disabled_reason").is_none(), "{webhook}");
+    let got = receiver.wait_for(count + 1, 10).await;
+    assert_eq!(verified(&got[count])["tag"], "c", "the held one goes");
+    wait_for_status(&host, &alice, &executions, "Finished").await;
     let replay_all = format!("{PROJECT}/automations/tagged/replay");
     let (status, body) = call!(host, alice, POST "{replay_all}", {"since_ms": 0});
     assert_eq!(status, 202, "{body}");
     assert_eq!(body["replayed"].as_array().unwrap().len(), 1, "{body}");
-    let got = receiver.wait_for(count + 1, 10).await;
-    let replayed = &got[count..];
-    assert_eq!(
-        replayed.len(),
-        1,
-        "only the failure with a payload is resent"
-    );
+    let got = receiver.wait_for(count + 2, 10).await;
+    let replayed = &got[count + 1..];
+    assert_eq!(replayed.len(), 1, "only the failure is resent");
     assert_eq!(verified(&replayed[0])["tag"], "b");
 }
 

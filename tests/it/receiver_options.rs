@@ -1,5 +1,5 @@
 //! What a receiver can ask of its webhook: its own headers (secrets in,
-//! never shown back) and its own retry schedule.
+//! never shown back), its own retry schedule, and when to give up on it.
 
 use std::time::Duration;
 
@@ -168,4 +168,109 @@ async fn a_webhooks_own_retry_schedule_replaces_the_hosts() {
     // The host's schedule would have gone on 150 ms later; nothing comes.
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert_eq!(receiver.received().len(), 3);
+}
+
+on_each_store!(a_webhook_that_fails_for_its_disable_after_hours_is_disabled_and_holds_until_saved);
+async fn a_webhook_that_fails_for_its_disable_after_hours_is_disabled_and_holds_until_saved() {
+    let (receiver, alerts) = (Receiver::start().await, Receiver::start().await);
+    receiver.answer(503);
+    let host = Host::with_config(CONFIG).await;
+    let World { alice, bob, .. } = tagged_to(&host, &receiver).await;
+    let hook = json!({"name": "alerts", "url": format!("{}/hook", alerts.base)});
+    ok!(host, alice, POST "/v1/teams/ml/webhooks", hook);
+    let payload = r#"{"webhook": "${webhook_name}", "reason": "${failure_reason}"}"#;
+    let watch = json!({"name": "dead", "event": {"type": "WEBHOOK_DISABLED"},
+        "webhook": {"team": "ml", "name": "alerts"}, "action": "Webhooks", "payload": payload});
+    ok!(host, alice, POST "/v1/teams/ml/automations", watch);
+    let url = format!("{}/hook", receiver.base);
+    for hours in [json!(0), json!(-1), json!(9000)] {
+        let got = call!(host, alice, PUT "{WEBHOOK}", {"url": url, "disable_after_hours": hours});
+        expect_invalid(&got, "disable_after_hours");
+    }
+    // 3.6 s of failures; attempts every 200 ms, none held by the breaker.
+    let settings = json!({"url": url, "access_token_secret": "TOKEN", "signing_secret": "SIGN",
+        "disable_after_hours": 0.001, "retry_schedule_ms": vec![200; 30],
+        "circuit_breaker": {"enabled": false}});
+    let saved = ok!(host, alice, PUT "{WEBHOOK}", (settings.clone()));
+    assert_eq!(saved["disable_after_hours"], 0.001);
+
+    let path = format!("{PROJECT}/collections/detector/versions/v0/tags");
+    ok!(host, bob, POST "{path}", {"tag": "first"});
+    receiver.wait_for(1, 10).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    let failing = loop {
+        let shown = ok!(host, bob, GET "{WEBHOOK}");
+        if let Some(since) = shown["failing_since_ms"].as_u64() {
+            break since;
+        }
+        assert!(std::time::Instant::now() < deadline, "{shown}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+
+    // Disabled once failing for its hours: its team hears of it once.
+    let alert = alerts.wait_for(1, 15).await[0].json();
+    assert_eq!(alert["webhook"], "ci", "{alert}");
+    let reason = alert["reason"].as_str().unwrap();
+    assert!(
+        reason.contains(&format!("since unix ms {failing}"))
+            && reason.contains("disable_after_hours"),
+        "{reason}"
+    );
+    let shown = ok!(host, bob, GET "{WEBHOOK}");
+    assert_eq!(shown["disabled_reason"], reason, "{shown}");
+    assert!(
+        shown.get("failing_since_ms").is_none(),
+        "counted afresh: {shown}"
+    );
+    let attempts = receiver.received().len();
+    assert!(attempts >= 10, "attempts for 3.6 s: {attempts}");
+
+    // Held, not failed: the first delivery and one fired since.
+    ok!(host, bob, POST "{path}", {"tag": "second"});
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(receiver.received().len(), attempts, "nothing goes to it");
+    let executions = format!("{PROJECT}/automations/tags/executions");
+    let list = ok!(host, bob, GET "{executions}");
+    let states: Vec<&Value> = list["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| &e["status"])
+        .collect();
+    assert_eq!(states, [&json!("Pending"), &json!("Pending")], "{list}");
+    assert_eq!(list["data"][0]["attempts"], json!([]), "{list}");
+
+    // Saving it sends both at once, each once.
+    receiver.answer(200);
+    let saved = ok!(host, alice, PUT "{WEBHOOK}", settings);
+    assert!(saved.get("disabled_reason").is_none(), "{saved}");
+    let got = receiver.wait_for(attempts + 2, 5).await;
+    let mut tags: Vec<String> = got[attempts..]
+        .iter()
+        .map(|r| r.json()["tag"].as_str().unwrap().to_string())
+        .collect();
+    tags.sort();
+    assert_eq!(tags, ["first", "second"]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let list = loop {
+        let list = ok!(host, bob, GET "{executions}");
+        if list["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|e| e["status"] == "Finished")
+        {
+            break list;
+        }
+        assert!(std::time::Instant::now() < deadline, "{list}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(
+        list["data"][0]["attempts"].as_array().unwrap().len(),
+        1,
+        "{list}"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(receiver.received().len(), attempts + 2);
+    assert_eq!(alerts.received().len(), 1, "one alert");
 }

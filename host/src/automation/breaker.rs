@@ -5,6 +5,9 @@
 //! probe goes. A success closes the circuit and the held deliveries go; a
 //! failure reopens it for twice as long, up to the cap.
 //!
+//! Each breaker also knows since when every attempt has failed, for
+//! disabling an endpoint dead for days (`disable_after_hours`).
+//!
 //! Each host decides for itself, in memory, so the delivery path reads
 //! nothing more per send; every transition is also written to the store,
 //! where the API and console show it and a restarted host finds it.
@@ -12,7 +15,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 
-use crate::model::{BreakerSettings, Circuit};
+use crate::model::{BreakerSettings, Circuit, Health};
 
 /// The reason of a circuit a failed probe opened again.
 pub const PROBE_FAILED: &str = "the probe failed";
@@ -35,6 +38,8 @@ struct Breaker {
     consecutive: u32,
     /// The last attempts' outcomes, `true` for a failure.
     recent: VecDeque<bool>,
+    /// Unix ms of the first failed attempt since the last success.
+    failing_since: Option<u64>,
 }
 
 /// The breakers of every webhook this host sends to.
@@ -43,16 +48,27 @@ pub struct Breakers {
     by_webhook: Mutex<HashMap<String, Breaker>>,
 }
 
-/// A circuit that changed, to write to the store.
-pub type Changed = Option<Circuit>;
+/// A webhook's health that changed, to write to the store.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Change {
+    /// The health now.
+    pub health: Health,
+    /// Whether its circuit moved (else only when it began failing did).
+    pub circuit_moved: bool,
+}
+
+/// A change, if there was one.
+pub type Changed = Option<Change>;
 
 impl Breakers {
     /// Starts `webhook`'s breaker from what the store says, unless this
     /// host already has one.
-    pub fn seed(&self, webhook: &str, stored: Option<Circuit>) {
+    pub fn seed(&self, webhook: &str, stored: Option<Health>) {
         let mut map = self.lock();
         map.entry(webhook.to_string()).or_insert_with(|| Breaker {
-            circuit: stored.filter(|c| *c != Circuit::Closed),
+            circuit: (stored.as_ref())
+                .and_then(|h| Some(h.circuit.clone()).filter(|c| *c != Circuit::Closed)),
+            failing_since: stored.and_then(|h| h.failing_since_ms),
             ..Breaker::default()
         });
     }
@@ -92,8 +108,8 @@ impl Breakers {
                     since_ms: now,
                     cooloff_ms,
                 };
-                breaker.circuit = Some(probing.clone());
-                (Gate::Probe, Some(probing))
+                breaker.circuit = Some(probing);
+                (Gate::Probe, breaker.moved())
             }
             Some(Circuit::HalfOpen {
                 since_ms,
@@ -103,18 +119,17 @@ impl Breakers {
                     return (Gate::Hold(since_ms + probe_wait_ms), None);
                 }
                 // The probe never came back: another goes.
-                let probing = Circuit::HalfOpen {
+                breaker.circuit = Some(Circuit::HalfOpen {
                     since_ms: now,
                     cooloff_ms,
-                };
-                breaker.circuit = Some(probing.clone());
-                (Gate::Probe, Some(probing))
+                });
+                (Gate::Probe, breaker.moved())
             }
         }
     }
 
     /// Counts an attempt's outcome (`failed`; `probe` if it was one) and
-    /// returns the circuit if it changed.
+    /// returns the health if it changed.
     pub fn record(
         &self,
         webhook: &str,
@@ -123,35 +138,47 @@ impl Breakers {
         probe: bool,
         now: u64,
     ) -> Changed {
-        if !settings.enabled {
-            return None;
-        }
         let mut map = self.lock();
         let breaker = map.entry(webhook.to_string()).or_default();
-        if probe || matches!(breaker.circuit, Some(Circuit::HalfOpen { .. })) {
-            return Some(breaker.after_probe(settings, failed, now));
-        }
-        if matches!(breaker.circuit, Some(Circuit::Open { .. })) {
-            // An attempt that started before the circuit opened.
-            return None;
-        }
-        breaker.count(settings, failed);
-        let (why, failures) = breaker.tripped(settings)?;
-        let opened = Circuit::Open {
-            until_ms: now + settings.cooloff_ms,
-            cooloff_ms: settings.cooloff_ms,
-            reason: why,
-            failures,
+        let began = match (failed, breaker.failing_since) {
+            (true, None) => Some(Some(now)),
+            (false, Some(_)) => Some(None),
+            _ => None,
         };
-        breaker.reset(Some(opened.clone()));
-        Some(opened)
+        if let Some(since) = began {
+            breaker.failing_since = since;
+        }
+        let moved = settings.enabled && breaker.count_against(settings, failed, probe, now);
+        (moved || began.is_some()).then(|| Change {
+            health: breaker.health(),
+            circuit_moved: moved,
+        })
     }
 
-    /// The circuit of `webhook` as this host sees it.
-    pub fn circuit(&self, webhook: &str) -> Circuit {
+    /// When every attempt to `webhook` has failed for `after_ms` by `now`:
+    /// since when, with its health to write, failing counted afresh from
+    /// here (the caller disables it).
+    pub fn overdue(&self, webhook: &str, after_ms: u64, now: u64) -> Option<(u64, Health)> {
+        let mut map = self.lock();
+        let breaker = map.get_mut(webhook)?;
+        let since = breaker.failing_since?;
+        if now.saturating_sub(since) < after_ms {
+            return None;
+        }
+        breaker.failing_since = None;
+        Some((since, breaker.health()))
+    }
+
+    /// The health of `webhook` as this host sees it.
+    pub fn health(&self, webhook: &str) -> Health {
         let map = self.lock();
-        let circuit = map.get(webhook).and_then(|b| b.circuit.clone());
-        circuit.unwrap_or(Circuit::Closed)
+        map.get(webhook).map_or(
+            Health {
+                circuit: Circuit::Closed,
+                failing_since_ms: None,
+            },
+            Breaker::health,
+        )
     }
 
     /// How many circuits are open and half open on this host.
@@ -174,6 +201,50 @@ impl Breakers {
 }
 
 impl Breaker {
+    fn health(&self) -> Health {
+        Health {
+            circuit: self.circuit.clone().unwrap_or(Circuit::Closed),
+            failing_since_ms: self.failing_since,
+        }
+    }
+
+    /// The change of a circuit that moved.
+    fn moved(&self) -> Changed {
+        Some(Change {
+            health: self.health(),
+            circuit_moved: true,
+        })
+    }
+
+    /// Counts an attempt against the circuit; whether it moved.
+    fn count_against(
+        &mut self,
+        settings: &BreakerSettings,
+        failed: bool,
+        probe: bool,
+        now: u64,
+    ) -> bool {
+        if probe || matches!(self.circuit, Some(Circuit::HalfOpen { .. })) {
+            self.after_probe(settings, failed, now);
+            return true;
+        }
+        if matches!(self.circuit, Some(Circuit::Open { .. })) {
+            // An attempt that started before the circuit opened.
+            return false;
+        }
+        self.count(settings, failed);
+        let Some((why, failures)) = self.tripped(settings) else {
+            return false;
+        };
+        self.reset(Some(Circuit::Open {
+            until_ms: now + settings.cooloff_ms,
+            cooloff_ms: settings.cooloff_ms,
+            reason: why,
+            failures,
+        }));
+        true
+    }
+
     fn count(&mut self, settings: &BreakerSettings, failed: bool) {
         self.consecutive = if failed { self.consecutive + 1 } else { 0 };
         self.recent.push_back(failed);
@@ -198,10 +269,10 @@ impl Breaker {
         })
     }
 
-    fn after_probe(&mut self, settings: &BreakerSettings, failed: bool, now: u64) -> Circuit {
+    fn after_probe(&mut self, settings: &BreakerSettings, failed: bool, now: u64) {
         if !failed {
             self.reset(None);
-            return Circuit::Closed;
+            return;
         }
         let last = match &self.circuit {
             Some(Circuit::HalfOpen { cooloff_ms, .. } | Circuit::Open { cooloff_ms, .. }) => {
@@ -210,14 +281,12 @@ impl Breaker {
             _ => settings.cooloff_ms,
         };
         let cooloff_ms = last.saturating_mul(2).min(settings.max_cooloff_ms.max(1));
-        let reopened = Circuit::Open {
+        self.reset(Some(Circuit::Open {
             until_ms: now + cooloff_ms,
             cooloff_ms,
             reason: PROBE_FAILED.into(),
             failures: 1,
-        };
-        self.reset(Some(reopened.clone()));
-        reopened
+        }));
     }
 
     fn reset(&mut self, circuit: Option<Circuit>) {
@@ -230,6 +299,13 @@ impl Breaker {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The circuit, if it moved.
+    fn moved(changed: Changed) -> Option<Circuit> {
+        changed
+            .filter(|c| c.circuit_moved)
+            .map(|c| c.health.circuit)
+    }
 
     fn settings() -> BreakerSettings {
         BreakerSettings {
@@ -246,23 +322,23 @@ mod tests {
     fn consecutive_failures_open_a_probe_closes_and_a_failed_probe_doubles_the_cooloff() {
         let (b, s) = (Breakers::default(), settings());
         for _ in 0..2 {
-            assert_eq!(b.record("w", &s, true, false, 0), None);
+            assert_eq!(moved(b.record("w", &s, true, false, 0)), None);
         }
         assert!(matches!(
-            b.record("w", &s, true, false, 0),
+            moved(b.record("w", &s, true, false, 0)),
             Some(Circuit::Open { until_ms: 100, .. })
         ));
         assert_eq!(b.gate("w", &s, 50, 1000), (Gate::Hold(100), None));
         let (gate, changed) = b.gate("w", &s, 100, 1000);
         assert_eq!(gate, Gate::Probe);
-        assert!(matches!(changed, Some(Circuit::HalfOpen { .. })));
+        assert!(matches!(moved(changed), Some(Circuit::HalfOpen { .. })));
         assert_eq!(
             b.gate("w", &s, 101, 1000).0,
             Gate::Hold(1100),
             "one probe at a time"
         );
         // Fails: 200 ms now, then capped at 300.
-        let reopened = b.record("w", &s, true, true, 150);
+        let reopened = moved(b.record("w", &s, true, true, 150));
         assert!(matches!(
             reopened,
             Some(Circuit::Open {
@@ -272,7 +348,7 @@ mod tests {
             })
         ));
         b.gate("w", &s, 350, 1000);
-        let capped = b.record("w", &s, true, true, 400);
+        let capped = moved(b.record("w", &s, true, true, 400));
         assert!(matches!(
             capped,
             Some(Circuit::Open {
@@ -281,7 +357,10 @@ mod tests {
             })
         ));
         b.gate("w", &s, 700, 1000);
-        assert_eq!(b.record("w", &s, false, true, 710), Some(Circuit::Closed));
+        assert_eq!(
+            moved(b.record("w", &s, false, true, 710)),
+            Some(Circuit::Closed)
+        );
         assert_eq!(b.gate("w", &s, 711, 1000), (Gate::Send, None));
     }
 
@@ -290,7 +369,7 @@ mod tests {
         let (b, s) = (Breakers::default(), settings());
         let mut opened = None;
         for i in 0..10 {
-            opened = opened.or(b.record("w", &s, i % 2 == 0, false, 0));
+            opened = opened.or(moved(b.record("w", &s, i % 2 == 0, false, 0)));
         }
         assert!(
             matches!(opened, Some(Circuit::Open { ref reason, .. }) if reason.contains("5 of the last 10"))
@@ -301,8 +380,33 @@ mod tests {
         };
         let b = Breakers::default();
         for _ in 0..20 {
-            assert_eq!(b.record("w", &off, true, false, 0), None);
+            assert_eq!(moved(b.record("w", &off, true, false, 0)), None);
         }
         assert_eq!(b.gate("w", &off, 0, 0), (Gate::Send, None));
+    }
+
+    #[test]
+    fn failing_begins_at_the_first_failure_ends_at_a_success_and_falls_due_once() {
+        let b = Breakers::default();
+        let s = BreakerSettings {
+            enabled: false,
+            ..settings()
+        };
+        let began = b.record("w", &s, true, false, 10).expect("began failing");
+        assert_eq!(began.health.failing_since_ms, Some(10));
+        assert!(!began.circuit_moved);
+        assert_eq!(
+            b.record("w", &s, true, false, 20),
+            None,
+            "nothing new to write"
+        );
+        assert_eq!(b.overdue("w", 100, 109), None);
+        let (since, health) = b.overdue("w", 100, 110).expect("due");
+        assert_eq!((since, health.failing_since_ms), (10, None));
+        assert_eq!(b.overdue("w", 100, 1000), None, "once, then afresh");
+        assert!(b.record("w", &s, true, false, 200).is_some());
+        let ended = b.record("w", &s, false, false, 210).expect("ended");
+        assert_eq!(ended.health.failing_since_ms, None);
+        assert_eq!(b.health("w").failing_since_ms, None);
     }
 }

@@ -21,9 +21,9 @@ use crate::store::{Kept, Store};
 pub struct Opened {
     /// The record.
     pub webhook: Webhook,
-    /// Its secrets, opened; `None` when the webhook is disabled (nothing is
-    /// sent to it, so nothing is opened).
-    pub secrets: Option<Revealed>,
+    /// Its secrets, opened (a disabled webhook's too: its deliveries are
+    /// rendered and held until it is enabled again).
+    pub secrets: Revealed,
 }
 
 /// The automations an event type triggers in a scope.
@@ -77,10 +77,7 @@ impl ConfigCache {
             return Ok(hit);
         }
         let webhook = webhooks::get(&self.store, team, name).await?;
-        let secrets = match webhook.disabled_reason {
-            Some(_) => None,
-            None => Some(webhook.reveal(&self.store, &self.sealer, team).await?),
-        };
+        let secrets = webhook.reveal(&self.store, &self.sealer, team).await?;
         let opened = Arc::new(Opened { webhook, secrets });
         self.webhooks.keep(key, epoch, opened.clone());
         Ok(opened)
@@ -145,7 +142,7 @@ mod tests {
             .unwrap();
         let first = cache.webhook("ml", "ci").await.unwrap();
         assert_eq!(first.webhook.url, "http://a/");
-        let token = |o: &Opened| o.secrets.as_ref().unwrap().token.clone();
+        let token = |o: &Opened| o.secrets.token.clone();
         assert_eq!(token(&first).as_deref(), Some("one"));
         let again = cache.webhook("ml", "ci").await.unwrap();
         assert!(Arc::ptr_eq(&first, &again), "served from the cache");

@@ -457,8 +457,9 @@ impl Matcher {
         })
     }
 
-    /// The payload, with the secrets that went into it: the webhook must
-    /// be enabled and its secrets open, the template's references carried.
+    /// The payload, with the secrets that went into it: the webhook's
+    /// secrets open (a disabled webhook's delivery is held, not lost), the
+    /// template's references carried.
     async fn render(
         &self,
         automation: &Automation,
@@ -468,17 +469,7 @@ impl Matcher {
         let (team, name) = (&automation.webhook.team, &automation.webhook.name);
         let opened =
             (self.config.webhook(team, name).await).map_err(|e| Stop::Failed(e.to_string()))?;
-        let (Some(revealed), None) = (&opened.secrets, &opened.webhook.disabled_reason) else {
-            let reason = opened
-                .webhook
-                .disabled_reason
-                .as_deref()
-                .unwrap_or_default();
-            return Err(Stop::Failed(format!(
-                "webhook '{name}' is disabled: {reason}"
-            )));
-        };
-        let secrets = &revealed.by_name;
+        let secrets = &opened.secrets.by_name;
         let template = match self.config.template(automation, secrets).await?.as_deref() {
             Some(Ok(template)) => Some(template.clone()),
             Some(Err(uncarried)) => return Err(Stop::Failed(uncarried.to_string())),

@@ -20,6 +20,7 @@ use crate::domain::{names, secrets};
 use crate::error::{Error, Result};
 use crate::ids;
 pub use crate::model::Webhook;
+use crate::model::WebhookRef;
 use crate::store::Store;
 
 /// The settable fields of a webhook.
@@ -61,6 +62,9 @@ pub struct Settings {
     /// The waits before each attempt, when not the host's schedule.
     #[serde(default)]
     pub retry_schedule_ms: Option<Vec<u64>>,
+    /// Disable it once every attempt has failed for this many hours.
+    #[serde(default)]
+    pub disable_after_hours: Option<f64>,
 }
 
 /// The longest a rotation may overlap: 30 days.
@@ -246,7 +250,24 @@ async fn check(
     }
     check_overlap(settings)?;
     check_protection(settings)?;
-    check_schedule(settings.retry_schedule_ms.as_deref())
+    check_schedule(settings.retry_schedule_ms.as_deref())?;
+    check_disable_after(settings.disable_after_hours)
+}
+
+/// The longest `disable_after_hours`: a year.
+pub const MAX_DISABLE_AFTER_HOURS: f64 = 365.0 * 24.0;
+
+fn check_disable_after(hours: Option<f64>) -> Result<()> {
+    match hours {
+        Some(h) if !(h > 0.0 && h <= MAX_DISABLE_AFTER_HOURS) => Err(Error::invalid(
+            "disable_after_hours",
+            format!(
+                "disable_after_hours is above 0 and at most {MAX_DISABLE_AFTER_HOURS} (a year); \
+                 fractions are allowed (0.5 is half an hour); leave it out for the host's default"
+            ),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// Most entries in a webhook's retry schedule.
@@ -358,7 +379,7 @@ pub async fn save(
     allow: &[IpNet],
     save: Save,
 ) -> Result<Webhook> {
-    let old = match save {
+    let old: Option<Webhook> = match save {
         Save::Create => {
             names::validate("name", name)?;
             None
@@ -381,11 +402,22 @@ pub async fn save(
         circuit_breaker: settings.circuit_breaker,
         headers: settings.headers,
         retry_schedule_ms: settings.retry_schedule_ms,
+        disable_after_hours: settings.disable_after_hours,
         disabled_reason: None,
-        created_at: old.map_or(now, |old| old.created_at),
+        created_at: old.as_ref().map_or(now, |old| old.created_at),
         updated_at: now,
     };
-    if save == Save::Update {
+    if let Some(old) = old.filter(|old| old.disabled_reason.is_some()) {
+        // Enabled again: what it held goes now.
+        let tx = store.begin().await?;
+        tx.put_webhook(team, &webhook).await?;
+        let held = WebhookRef {
+            team: team.to_string(),
+            name: old.name,
+        };
+        tx.release_deliveries(&held, ids::now_ms()).await?;
+        tx.commit().await?;
+    } else if save == Save::Update {
         store.put_webhook(team, &webhook).await?;
     } else if !store.insert_webhook(team, &webhook).await? {
         return Err(Error::Conflict(format!(
@@ -395,25 +427,29 @@ pub async fn save(
     Ok(webhook)
 }
 
-/// Disables a webhook (its endpoint answered 410 Gone), and writes the
-/// events that caused (`WEBHOOK_DISABLED`) in the same transaction.
+/// Disables a webhook (its endpoint answered 410 Gone, or failed for
+/// days), and writes the events that caused (`WEBHOOK_DISABLED`) in the
+/// same transaction; `false`, writing nothing, if it was disabled already.
 pub async fn disable(
     store: &Store,
     team: &str,
     name: &str,
     reason: &str,
     caused: &[crate::model::Event],
-) -> Result<()> {
+) -> Result<bool> {
     let tx = store.begin().await?;
     let mut webhook = tx
         .webhook(team, name)
         .await?
         .ok_or_else(|| not_found(team, name))?;
+    if webhook.disabled_reason.is_some() {
+        return Ok(false);
+    }
     webhook.disabled_reason = Some(reason.to_string());
     tx.put_webhook(team, &webhook).await?;
     tx.insert_events(caused).await?;
     tx.commit().await?;
-    Ok(())
+    Ok(true)
 }
 
 /// One webhook.
@@ -528,6 +564,7 @@ pub async fn rotate(
         circuit_breaker: old.circuit_breaker,
         headers: old.headers,
         retry_schedule_ms: old.retry_schedule_ms,
+        disable_after_hours: old.disable_after_hours,
     };
     save(store, sealer, (team, name), settings, allow, Save::Update).await
 }

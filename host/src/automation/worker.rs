@@ -16,7 +16,7 @@ use std::time::Duration;
 use tokio::sync::{Notify, Semaphore, mpsc};
 
 use super::SAFETY_POLL;
-use super::breaker::{Breakers, Gate, PROBE_FAILED};
+use super::breaker::{Breakers, Change, Changed, Gate, PROBE_FAILED};
 use super::config::{ConfigCache, Opened};
 use super::send::{Answer, Failure, Outgoing, Sender};
 use super::webhooks;
@@ -25,8 +25,8 @@ use crate::domain::seal::Sealer;
 use crate::error::Result;
 use crate::ids;
 use crate::model::{
-    Attempt, Circuit, Delivery, DeliveryId, Event, EventType, Scope, Status, WebhookEventRef,
-    WebhookRef,
+    Attempt, Circuit, Delivery, DeliveryId, Event, EventType, Health, Scope, Status, Webhook,
+    WebhookEventRef, WebhookRef,
 };
 use crate::store::{AttemptFor, Store};
 use crate::tasks::{Stage, Tasks};
@@ -96,6 +96,10 @@ struct Inner {
 
 /// Most held deliveries remembered per webhook; the rest go when due.
 const MAX_REMEMBERED: usize = 10_000;
+
+/// How long a disabled webhook's delivery is held before it is looked at
+/// again; saving the webhook sends it at once.
+const DISABLED_RECHECK_MS: u64 = 60 * 60 * 1000;
 
 impl Dispatcher {
     /// Starts the dispatcher's scan and record loops on `tasks`; returns it
@@ -170,20 +174,25 @@ impl Dispatcher {
         0
     }
 
-    /// A webhook's circuit: this host's view once it has sent to it, else
-    /// what the store holds (what another host, or this one before a
-    /// restart, last wrote).
-    pub async fn circuit(&self, team: &str, name: &str) -> Result<Circuit> {
+    /// A webhook's health (its circuit, since when it fails): this host's
+    /// view once it has sent to it, else what the store holds (what another
+    /// host, or this one before a restart, last wrote).
+    pub async fn health(&self, team: &str, name: &str) -> Result<Health> {
         let key = breaker_key(team, name);
         if self.inner.breakers.knows(&key) {
-            return Ok(self.inner.breakers.circuit(&key));
+            return Ok(self.inner.breakers.health(&key));
         }
-        Ok(self
-            .inner
-            .store
-            .circuit(team, name)
-            .await?
-            .unwrap_or(Circuit::Closed))
+        let stored = self.inner.store.health(team, name).await?;
+        Ok(stored.unwrap_or(Health {
+            circuit: Circuit::Closed,
+            failing_since_ms: None,
+        }))
+    }
+
+    /// Looks at the outbox now: a webhook saved may have made deliveries
+    /// due (other hosts find them at their next scan).
+    pub fn wake(&self) {
+        self.inner.wake.notify_one();
     }
 }
 
@@ -496,12 +505,16 @@ impl Inner {
         let (team, name) = (&delivery.webhook.team, &delivery.webhook.name);
         let opened = self.config.webhook(team, name).await;
         let webhook = opened.as_ref().ok().map(|o| &o.webhook);
+        if webhook.is_some_and(|w| w.disabled_reason.is_some()) {
+            // Until it is saved again, which releases it.
+            return self.hold(None, delivery, ids::now_ms() + DISABLED_RECHECK_MS);
+        }
         let settings =
             (webhook.and_then(|w| w.circuit_breaker)).unwrap_or(self.cfg.circuit_breaker);
         let key = breaker_key(team, name);
         let gate = self.gate(&key, &delivery.webhook, &settings).await;
         if let Gate::Hold(until_ms) = gate {
-            return self.hold(&key, delivery, until_ms);
+            return self.hold(Some(&key), delivery, until_ms);
         }
         if let Some(rate) = webhook.and_then(|w| w.max_per_second) {
             self.pace(&delivery.webhook, rate).await?;
@@ -517,7 +530,8 @@ impl Inner {
         // its circuit; a refusal of ours or a 4xx does not.
         let failed = matches!(verdict, Judgement::Retry(_));
         let probe = gate == Gate::Probe;
-        let changed = (self.breakers).record(&key, &settings, failed, probe, ids::now_ms());
+        let now = ids::now_ms();
+        let changed = (self.breakers).record(&key, &settings, failed, probe, now);
         let url = webhook.map_or_else(String::new, |w| w.url.clone());
         // A delivery an operational event caused causes none itself, so
         // that a failing alert webhook cannot feed on its own failures.
@@ -528,29 +542,68 @@ impl Inner {
             url: &url,
             loud: !quiet,
         };
-        self.circuit_changed(about, changed);
+        self.health_changed(about, changed);
         if matches!(verdict, Judgement::Gone) {
-            self.disable_gone(&delivery, about, attempt.at_ms).await;
+            let reason = format!(
+                "the endpoint answered 410 Gone at unix ms {}",
+                attempt.at_ms
+            );
+            self.disable(&delivery, about, &reason).await;
+        } else if failed {
+            self.disable_if_dead(&key, &delivery, about, webhook, now)
+                .await;
         }
         let schedule = webhook.and_then(|w| w.retry_schedule_ms.as_deref());
         let schedule = schedule.unwrap_or(&self.cfg.retry_schedule_ms);
         self.record(delivery, (verdict, schedule), attempt, about)
     }
 
-    /// Disables a webhook whose endpoint answered 410 Gone at `at_ms`,
-    /// with the `WEBHOOK_DISABLED` event that causes.
-    async fn disable_gone(&self, delivery: &Delivery, about: About<'_>, at_ms: u64) {
-        let reason = format!("the endpoint answered 410 Gone at unix ms {at_ms}");
+    /// Disables the webhook of `delivery` for `reason`, with the
+    /// `WEBHOOK_DISABLED` event that causes (once, if hosts race).
+    async fn disable(&self, delivery: &Delivery, about: About<'_>, reason: &str) {
         let attempts = delivery.attempts + 1;
         let caused: Vec<Event> = (about.loud)
-            .then(|| operational(EventType::WebhookDisabled, about, &reason, attempts))
+            .then(|| operational(EventType::WebhookDisabled, about, reason, attempts))
             .into_iter()
             .collect();
         let (team, name) = (&delivery.webhook.team, &delivery.webhook.name);
-        match webhooks::disable(&self.store, team, name, &reason, &caused).await {
-            Ok(()) => self.dispatch_events(caused),
-            Err(e) => tracing::warn!(error = %e, "disabling a gone webhook failed"),
+        match webhooks::disable(&self.store, team, name, reason, &caused).await {
+            Ok(true) => {
+                tracing::warn!(team = %team, webhook = %name, reason = %reason, "webhook disabled");
+                self.dispatch_events(caused);
+            }
+            Ok(false) => {}
+            Err(e) => tracing::warn!(error = %e, "disabling a webhook failed"),
         }
+    }
+
+    /// Disables a webhook whose every attempt has failed for its
+    /// `disable_after_hours` (or the host's).
+    async fn disable_if_dead(
+        &self,
+        key: &str,
+        delivery: &Delivery,
+        about: About<'_>,
+        webhook: Option<&Webhook>,
+        now: u64,
+    ) {
+        let hours = webhook.and_then(|w| w.disable_after_hours);
+        let hours = hours.unwrap_or(self.cfg.disable_after_hours);
+        let after_ms = (hours * 3_600_000.0) as u64;
+        let Some((since, health)) = self.breakers.overdue(key, after_ms, now) else {
+            return;
+        };
+        self.health_changed(
+            about,
+            Some(Change {
+                health,
+                circuit_moved: false,
+            }),
+        );
+        let reason = format!(
+            "every attempt has failed since unix ms {since}, for over {hours} hours (disable_after_hours)"
+        );
+        self.disable(delivery, about, &reason).await;
     }
 
     /// What the webhook's circuit says of a delivery due now. The first
@@ -563,7 +616,7 @@ impl Inner {
         settings: &crate::model::BreakerSettings,
     ) -> Gate {
         if !self.breakers.knows(key) {
-            let stored = self.store.circuit(&webhook.team, &webhook.name).await;
+            let stored = self.store.health(&webhook.team, &webhook.name).await;
             self.breakers.seed(key, stored.ok().flatten());
         }
         // A probe may take as long as a send; then another may go.
@@ -577,7 +630,7 @@ impl Inner {
             url: "",
             loud: true,
         };
-        self.circuit_changed(about, changed);
+        self.health_changed(about, changed);
         gate
     }
 
@@ -588,13 +641,46 @@ impl Inner {
         }
     }
 
-    /// Writes a circuit that changed to the store (for the API, the console
-    /// and a restart) with the event it causes, off the send path, and
-    /// counts it.
-    fn circuit_changed(&self, about: About<'_>, changed: Option<Circuit>) {
-        let Some(circuit) = changed else { return };
+    /// Writes a webhook's health that changed to the store (for the API,
+    /// the console and a restart) with the event a circuit that moved
+    /// causes, off the send path, and counts it.
+    fn health_changed(&self, about: About<'_>, changed: Changed) {
+        let Some(Change {
+            health,
+            circuit_moved,
+        }) = changed
+        else {
+            return;
+        };
+        let caused = if circuit_moved {
+            self.circuit_moved(about, &health.circuit)
+        } else {
+            Vec::new()
+        };
+        let (store, webhook) = (self.store.clone(), about.webhook.clone());
+        let hand_on = self.caused.clone();
+        self.tasks.spawn_draining(Stage::Recording, |_| async move {
+            let written = async {
+                let tx = store.begin().await?;
+                tx.put_health(&webhook.team, &webhook.name, &health).await?;
+                tx.insert_events(&caused).await?;
+                tx.commit().await
+            };
+            if let Err(e) = written.await {
+                tracing::warn!(error = %e, webhook = %webhook.name, "writing a webhook's health failed");
+                return;
+            }
+            if !caused.is_empty() {
+                let _ = hand_on.send(caused);
+            }
+        });
+    }
+
+    /// Logs and counts a circuit that moved, releasing what it held if it
+    /// closed; the event it causes.
+    fn circuit_moved(&self, about: About<'_>, circuit: &Circuit) -> Vec<Event> {
         let About { webhook, loud, .. } = about;
-        let state = match &circuit {
+        let state = match circuit {
             Circuit::Open { reason, .. } => {
                 tracing::warn!(team = %webhook.team, webhook = %webhook.name, reason = %reason, "webhook circuit opened");
                 "open"
@@ -609,7 +695,7 @@ impl Inner {
         telemetry::circuit_transition(state);
         let (open, half_open) = self.breakers.counts();
         telemetry::circuits(open, half_open);
-        let caused: Vec<Event> = match &circuit {
+        match circuit {
             Circuit::Open {
                 reason, failures, ..
             } if loud && reason != PROBE_FAILED => {
@@ -620,25 +706,7 @@ impl Inner {
                 vec![operational(EventType::WebhookRecovered, about, "", 0)]
             }
             _ => Vec::new(),
-        };
-        let (store, webhook) = (self.store.clone(), webhook.clone());
-        let hand_on = self.caused.clone();
-        self.tasks.spawn_draining(Stage::Recording, |_| async move {
-            let written = async {
-                let tx = store.begin().await?;
-                tx.put_circuit(&webhook.team, &webhook.name, &circuit)
-                    .await?;
-                tx.insert_events(&caused).await?;
-                tx.commit().await
-            };
-            if let Err(e) = written.await {
-                tracing::warn!(error = %e, webhook = %webhook.name, "writing a webhook's circuit failed");
-                return;
-            }
-            if !caused.is_empty() {
-                let _ = hand_on.send(caused);
-            }
-        });
+        }
     }
 
     /// Waits for the webhook's next send slot at `rate` a second; the slots
@@ -654,11 +722,12 @@ impl Inner {
     }
 
     /// Holds a delivery back until `until_ms` without an attempt: its
-    /// circuit is open. It keeps its attempt count, and is remembered so
+    /// webhook is disabled, or its circuit (under `circuit`) is open. It
+    /// keeps its attempt count; held by a circuit, it is remembered so
     /// that it goes as soon as the circuit closes.
-    fn hold(&self, key: &str, delivery: Delivery, until_ms: u64) -> Result<Sent> {
+    fn hold(&self, circuit: Option<&str>, delivery: Delivery, until_ms: u64) -> Result<Sent> {
         let held = delivery.held(until_ms);
-        {
+        if let Some(key) = circuit {
             let mut map = self.held.lock().unwrap_or_else(|p| p.into_inner());
             let remembered = map.entry(key.to_string()).or_default();
             if remembered.len() < MAX_REMEMBERED || remembered.contains_key(&held.id) {
@@ -724,13 +793,9 @@ impl Inner {
         opened: std::result::Result<&Opened, &crate::error::Error>,
     ) -> std::result::Result<Answer, Failure> {
         let refused = |m: String| Failure::Refused(m);
-        let name = &delivery.webhook.name;
         let opened = opened.map_err(|e| refused(e.to_string()))?;
         let webhook = &opened.webhook;
-        let (Some(secrets), None) = (&opened.secrets, &webhook.disabled_reason) else {
-            let reason = webhook.disabled_reason.as_deref().unwrap_or_default();
-            return Err(refused(format!("webhook '{name}' is disabled: {reason}")));
-        };
+        let secrets = &opened.secrets;
         let sealed = delivery.body_sealed.bytes();
         let body = (self.sealer.open(delivery.id.as_bytes(), sealed).ok())
             .ok_or_else(|| refused("the stored payload could not be opened".into()))?;

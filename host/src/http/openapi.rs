@@ -357,11 +357,13 @@ mod tests {
                 circuit_breaker: Some(crate::model::BreakerSettings::default()),
                 headers: [("X-Api-Key".to_string(), "$KEY".to_string())].into(),
                 retry_schedule_ms: Some(vec![0]),
+                disable_after_hours: Some(120.0),
                 disabled_reason: some("gone"),
                 created_at: 1,
                 updated_at: 1,
             },
             circuit: crate::model::Circuit::Closed,
+            failing_since_ms: Some(1),
         }
     }
 

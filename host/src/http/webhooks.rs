@@ -68,6 +68,8 @@ pub struct CreateWebhook {
     headers: std::collections::BTreeMap<String, String>,
     #[serde(default)]
     retry_schedule_ms: Option<Vec<u64>>,
+    #[serde(default)]
+    disable_after_hours: Option<f64>,
 }
 
 pub async fn create_webhook(
@@ -88,6 +90,7 @@ pub async fn create_webhook(
         circuit_breaker: body.circuit_breaker,
         headers: body.headers,
         retry_schedule_ms: body.retry_schedule_ms,
+        disable_after_hours: body.disable_after_hours,
     };
     let allow = &at.app.cfg.webhooks.allow_private;
     let named = (team.as_str(), body.name.as_str());
@@ -101,19 +104,26 @@ pub async fn create_webhook(
     Ok((StatusCode::CREATED, axum::Json(webhook)))
 }
 
-/// A webhook with its circuit, as this host sees it.
+/// A webhook with its circuit and since when it has failed, as this host
+/// sees them.
 #[derive(serde::Serialize)]
 pub struct Shown {
     #[serde(flatten)]
     pub(super) webhook: webhooks::Webhook,
     pub(super) circuit: crate::model::Circuit,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) failing_since_ms: Option<u64>,
 }
 
 pub async fn show_webhook(at: InTeam<AsMember>) -> Reply<Shown> {
     let (team, name) = (&at.place, at.path::<WebhookPath>()?.name);
     let webhook = webhooks::get(&at.app.store, team, &name).await?;
-    let circuit = at.app.dispatcher.circuit(team, &name).await?;
-    Ok(axum::Json(Shown { webhook, circuit }))
+    let health = at.app.dispatcher.health(team, &name).await?;
+    Ok(axum::Json(Shown {
+        webhook,
+        circuit: health.circuit,
+        failing_since_ms: health.failing_since_ms,
+    }))
 }
 
 pub async fn update_webhook(
@@ -125,6 +135,7 @@ pub async fn update_webhook(
     let named = (team.as_str(), name.as_str());
     let (store, sealer) = (&at.app.store, &at.app.sealer);
     let webhook = webhooks::save(store, sealer, named, settings, allow, Save::Update).await?;
+    at.app.dispatcher.wake();
     Ok(axum::Json(webhook))
 }
 

@@ -77,8 +77,13 @@ pub struct Webhook {
     /// The waits before each attempt, when not the host's schedule.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_schedule_ms: Option<Vec<u64>>,
-    /// Set when the endpoint answered 410 Gone; saving the webhook again
-    /// clears it.
+    /// Disabled once every attempt has failed for this many hours; the
+    /// host's `[delivery] disable_after_hours` when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disable_after_hours: Option<f64>,
+    /// Set when the endpoint answered 410 Gone or failed for
+    /// `disable_after_hours`; its deliveries wait, and saving the webhook
+    /// again clears it and sends them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disabled_reason: Option<String>,
     /// Unix seconds.
@@ -141,6 +146,18 @@ fn default_cooloff_ms() -> u64 {
 }
 fn default_max_cooloff_ms() -> u64 {
     30 * 60_000
+}
+
+/// How a webhook's endpoint fares, as the store keeps it: its circuit,
+/// and since when every attempt has failed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Health {
+    /// Its circuit breaker's state.
+    #[serde(flatten)]
+    pub circuit: Circuit,
+    /// Unix ms of the first failed attempt since the last success.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failing_since_ms: Option<u64>,
 }
 
 /// Where a webhook's circuit stands.

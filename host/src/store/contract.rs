@@ -143,6 +143,7 @@ pub(crate) fn webhook(name: &str, url: &str) -> Webhook {
         circuit_breaker: None,
         headers: Default::default(),
         retry_schedule_ms: None,
+        disable_after_hours: None,
         disabled_reason: None,
         created_at: 1,
         updated_at: 1,
@@ -599,6 +600,7 @@ async fn secrets_and_webhooks(store: &Store) {
         }),
         headers: [("X-Api-Key".to_string(), "$A".to_string())].into(),
         retry_schedule_ms: Some(vec![0, 10]),
+        disable_after_hours: Some(0.5),
         disabled_reason: None,
         created_at: 1,
         updated_at: 1,
@@ -972,6 +974,39 @@ async fn inbox_and_outbox(store: &Store) {
     store.finish_delivery(&retry, None).await.unwrap();
     assert_eq!(store.pending_deliveries().await.unwrap(), 3);
     assert_eq!(store.first_due().await.unwrap(), Some(base + 200));
+
+    // A webhook enabled again: what waits for it later is due now, bodies
+    // and all; what is due already, and other webhooks', stay as they are.
+    // (Hours on, past the leases the scans above took.)
+    let later = base + 10 * 3_600_000;
+    let other = Delivery {
+        webhook: WebhookRef {
+            team: "ml".into(),
+            name: "other".into(),
+        },
+        ..delivery("r3", later + 150)
+    };
+    store.insert_delivery(&other).await.unwrap();
+    for (id, due) in [("r1", later + 100), ("r2", later + 200)] {
+        store.insert_delivery(&delivery(id, due)).await.unwrap();
+    }
+    let ci = delivery("d0", 0).webhook;
+    assert_eq!(store.release_deliveries(&ci, later).await.unwrap(), 2);
+    let (due, next) = store.due_deliveries(later, 10, &none).await.unwrap();
+    let mut ids: Vec<&str> = due.iter().map(|d| d.id.as_str()).collect();
+    ids.sort();
+    assert_eq!(ids, ["d2", "d3", "d4", "r1", "r2"]);
+    assert_eq!(next, Some(later + 150), "r3 waits");
+    assert!(
+        due.iter()
+            .all(|d| d.body_sealed == delivery("d0", 0).body_sealed)
+    );
+    assert!(
+        due.iter()
+            .filter(|d| d.id.as_str().starts_with('r'))
+            .all(|d| d.due_ms == later)
+    );
+    assert_eq!(store.release_deliveries(&ci, later).await.unwrap(), 0);
 }
 
 async fn executions_and_attempts(store: &Store) {
@@ -1311,20 +1346,25 @@ async fn idempotency_keys(store: &Store) {
 }
 
 async fn circuits_and_pace(store: &Store) {
-    use crate::model::Circuit;
-    assert_eq!(store.circuit("ml", "ci").await.unwrap(), None);
-    let open = Circuit::Open {
-        until_ms: 5,
-        cooloff_ms: 5,
-        reason: "down".into(),
-        failures: 3,
+    use crate::model::{Circuit, Health};
+    assert_eq!(store.health("ml", "ci").await.unwrap(), None);
+    let open = Health {
+        circuit: Circuit::Open {
+            until_ms: 5,
+            cooloff_ms: 5,
+            reason: "down".into(),
+            failures: 3,
+        },
+        failing_since_ms: Some(2),
     };
-    store.put_circuit("ml", "ci", &open).await.unwrap();
-    store
-        .put_circuit("ml", "other", &Circuit::Closed)
-        .await
-        .unwrap();
-    assert_eq!(store.circuit("ml", "ci").await.unwrap(), Some(open));
+    store.put_health("ml", "ci", &open).await.unwrap();
+    let closed = Health {
+        circuit: Circuit::Closed,
+        failing_since_ms: None,
+    };
+    store.put_health("ml", "other", &closed).await.unwrap();
+    assert_eq!(store.health("ml", "ci").await.unwrap(), Some(open));
+    assert_eq!(store.health("ml", "other").await.unwrap(), Some(closed));
     // Slots 100 µs apart, never before now, and per webhook.
     let slot = |name: &str, now| {
         let webhook = WebhookRef {

@@ -7,10 +7,10 @@
 use async_trait::async_trait;
 
 use crate::model::{
-    ApiKey, Attempt, Automation, Circuit, Collection, Delivery, Event, EventType, Execution,
-    ExecutionId, Group, GroupKind, Handle, Idempotent, LabelledVersion, Member, Project,
-    RateLimits, Run, RunState, Scope, Secret, Session, Skipped, Status, StoredPlugin, UsageRow,
-    User, Version, Webhook, WebhookRef,
+    ApiKey, Attempt, Automation, Collection, Delivery, Event, EventType, Execution, ExecutionId,
+    Group, GroupKind, Handle, Health, Idempotent, LabelledVersion, Member, Project, RateLimits,
+    Run, RunState, Scope, Secret, Session, Skipped, Status, StoredPlugin, UsageRow, User, Version,
+    Webhook, WebhookRef,
 };
 
 use super::Result;
@@ -403,6 +403,11 @@ pub trait DeliveryRecords: Send + Sync {
         self.finish_deliveries(&[(delivery, next)]).await
     }
 
+    /// Makes every delivery to `webhook` that waits past `now_ms` (held
+    /// while it was disabled, or for a retry) due at `now_ms`; how many.
+    /// Deliveries another host is sending are left to it.
+    async fn release_deliveries(&self, webhook: &WebhookRef, now_ms: u64) -> Result<usize>;
+
     /// How many deliveries wait.
     async fn pending_deliveries(&self) -> Result<usize>;
 
@@ -493,11 +498,11 @@ pub trait IdempotencyRecords: Send + Sync {
 /// What protects receivers: each webhook's circuit, and its pace.
 #[async_trait]
 pub trait ReceiverRecords: Send + Sync {
-    /// The circuit last written for a webhook.
-    async fn circuit(&self, team: &str, webhook: &str) -> Result<Option<Circuit>>;
+    /// The health (circuit, failing since) last written for a webhook.
+    async fn health(&self, team: &str, webhook: &str) -> Result<Option<Health>>;
 
-    /// Writes a webhook's circuit.
-    async fn put_circuit(&self, team: &str, webhook: &str, circuit: &Circuit) -> Result<()>;
+    /// Writes a webhook's health.
+    async fn put_health(&self, team: &str, webhook: &str, health: &Health) -> Result<()>;
 
     /// Takes the next send slot of a webhook paced to one send per
     /// `interval_us`: the unix µs its send may start (not before `now_us`).

@@ -46,6 +46,7 @@ pub async fn create(form: AdminForm) -> Shown {
         circuit_breaker: None,
         headers: Default::default(),
         retry_schedule_ms: None,
+        disable_after_hours: None,
     };
     match save(&form, name, settings, Save::Create).await {
         Ok(webhook) => {
@@ -69,7 +70,9 @@ async fn save(
 ) -> crate::error::Result<webhooks::Webhook> {
     let app = &form.app;
     let (allow, named) = (&app.cfg.webhooks.allow_private, (form.team.as_str(), name));
-    webhooks::save(&app.store, &app.sealer, named, settings, allow, how).await
+    let saved = webhooks::save(&app.store, &app.sealer, named, settings, allow, how).await?;
+    app.dispatcher.wake();
+    Ok(saved)
 }
 
 #[derive(Template)]
@@ -93,6 +96,10 @@ struct WebhookPage {
     previous_until: Option<String>,
     /// The circuit, in words.
     circuit: String,
+    /// Since when every attempt has failed.
+    failing_since: Option<String>,
+    /// The host's `[delivery] disable_after_hours`.
+    disable_after_hours: f64,
 }
 
 /// `GET /teams/{team}/webhooks/{name}`.
@@ -138,7 +145,9 @@ async fn webhook_page(app: &App, viewer: &Viewer, team: &str, name: &str, tested
         None => None,
     };
     let previous_until = webhook.previous_until.map(|s| super::when(s * 1000));
-    let circuit = match app.dispatcher.circuit(team, name).await.map_err(failed)? {
+    let health = app.dispatcher.health(team, name).await.map_err(failed)?;
+    let failing_since = health.failing_since_ms.map(super::when);
+    let circuit = match health.circuit {
         Circuit::Closed => "closed: deliveries go".to_string(),
         Circuit::Open {
             until_ms, reason, ..
@@ -163,6 +172,8 @@ async fn webhook_page(app: &App, viewer: &Viewer, team: &str, name: &str, tested
         public_key,
         previous_until,
         circuit,
+        failing_since,
+        disable_after_hours: app.cfg.delivery.disable_after_hours,
     })
 }
 
@@ -267,7 +278,7 @@ pub async fn update(form: AdminForm) -> Shown {
         previous_signing_secret: current.previous_signing_secret,
         previous_signing_key_secret: current.previous_signing_key_secret,
         previous_until: current.previous_until,
-        max_per_second: match rate(&form) {
+        max_per_second: match number(&form, "max_per_second", PACE_HINT) {
             Ok(rate) => rate,
             Err(e) => return edit_refused(app, &form, team, &name, e).await,
         },
@@ -278,6 +289,10 @@ pub async fn update(form: AdminForm) -> Shown {
         },
         retry_schedule_ms: match schedule(&form) {
             Ok(schedule) => schedule,
+            Err(e) => return edit_refused(app, &form, team, &name, e).await,
+        },
+        disable_after_hours: match number(&form, "disable_after_hours", DISABLE_HINT) {
+            Ok(hours) => hours,
             Err(e) => return edit_refused(app, &form, team, &name, e).await,
         },
     };
@@ -319,15 +334,15 @@ pub async fn rotate(form: AdminForm) -> Shown {
 }
 
 /// The edit form's pace: empty for none.
-fn rate(form: &AdminForm) -> Result<Option<f64>, Error> {
-    match form.field("max_per_second").trim() {
+const PACE_HINT: &str = "the most deliveries a second is a number, e.g. 20, or empty for no pace";
+const DISABLE_HINT: &str =
+    "disable after this many hours of failures, e.g. 120 or 0.5, or empty for the host's default";
+
+/// The form's number `field`, if given; `hint` says what it takes.
+fn number(form: &AdminForm, field: &str, hint: &str) -> Result<Option<f64>, Error> {
+    match form.field(field).trim() {
         "" => Ok(None),
-        text => text.parse().map(Some).map_err(|_| {
-            Error::invalid(
-                "max_per_second",
-                "the most deliveries a second is a number, e.g. 20, or empty for no pace",
-            )
-        }),
+        text => (text.parse().map(Some)).map_err(|_| Error::invalid(field, hint)),
     }
 }
 

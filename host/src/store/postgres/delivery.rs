@@ -7,7 +7,7 @@ use super::shared::Db;
 use super::shared::{
     EXECUTION_COLUMNS, delivery, execution, get, i, scope_key, status_text, to_json, u,
 };
-use crate::model::{Delivery, Event, Execution, ExecutionId, Handle};
+use crate::model::{Delivery, Event, Execution, ExecutionId, Handle, WebhookRef};
 use crate::store::Result;
 use crate::store::records::*;
 
@@ -206,6 +206,17 @@ impl DeliveryRecords for Postgres {
             self.execute(retry).await?;
         }
         Ok(())
+    }
+
+    async fn release_deliveries(&self, webhook: &WebhookRef, now_ms: u64) -> Result<usize> {
+        let sql = "UPDATE outbox SET due_ms = $3 \
+                   WHERE webhook_team = $1 AND webhook_name = $2 AND due_ms > $3 \
+                   AND (lease_until_ms IS NULL OR lease_until_ms < $3)";
+        let release = sqlx::query(sql)
+            .bind(&webhook.team)
+            .bind(&webhook.name)
+            .bind(i(now_ms));
+        Ok(self.execute(release).await? as usize)
     }
 
     async fn pending_deliveries(&self) -> Result<usize> {

@@ -109,6 +109,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "receivers second round",
         include_str!("migrations/0016_receivers_second_round.sql"),
     ),
+    (
+        17,
+        "disable after",
+        include_str!("migrations/0017_disable_after.sql"),
+    ),
 ];
 
 /// [`MIGRATIONS`] as sqlx runs them (the checksums `migrate!` would give).

@@ -1,17 +1,17 @@
-//! Circuits as JSON text; a webhook's pace as one row that every host
+//! Webhooks' health (circuits) as JSON text; a webhook's pace as one row that every host
 //! takes its send slots from, one statement each.
 
 use async_trait::async_trait;
 
 use super::Postgres;
 use super::shared::{Db, from_json, i, to_json, u};
-use crate::model::{Circuit, WebhookRef};
+use crate::model::{Health, WebhookRef};
 use crate::store::Result;
 use crate::store::records::*;
 
 #[async_trait]
 impl ReceiverRecords for Postgres {
-    async fn circuit(&self, team: &str, webhook: &str) -> Result<Option<Circuit>> {
+    async fn health(&self, team: &str, webhook: &str) -> Result<Option<Health>> {
         let mut c = self.conn().await?;
         let record: Option<String> =
             sqlx::query_scalar("SELECT record FROM webhook_circuits WHERE team = $1 AND name = $2")
@@ -23,13 +23,13 @@ impl ReceiverRecords for Postgres {
         record.map(|r| from_json(&r)).transpose()
     }
 
-    async fn put_circuit(&self, team: &str, webhook: &str, circuit: &Circuit) -> Result<()> {
+    async fn put_health(&self, team: &str, webhook: &str, health: &Health) -> Result<()> {
         let sql = "INSERT INTO webhook_circuits (team, name, record) VALUES ($1, $2, $3) \
                    ON CONFLICT (team, name) DO UPDATE SET record = excluded.record";
         let query = sqlx::query(sql)
             .bind(team)
             .bind(webhook)
-            .bind(to_json(circuit)?);
+            .bind(to_json(health)?);
         self.execute(query).await.map(drop)
     }
 

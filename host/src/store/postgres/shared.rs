@@ -201,7 +201,7 @@ pub(super) fn webhook(row: &PgRow) -> Result<Webhook> {
         name, url, access_token_secret, signing_secret, standard_webhooks, disabled_reason,
         signing_key_secret, previous_signing_secret, previous_signing_key_secret,
         previous_until: |n: Option<i64>| n.map(u),
-        max_per_second,
+        max_per_second, disable_after_hours,
         circuit_breaker: |_: Option<String>| breaker,
         headers: |_: Option<String>| headers.unwrap_or_default(),
         retry_schedule_ms: |_: Option<String>| schedule,

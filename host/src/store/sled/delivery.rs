@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use super::journal::{Entry, Unreadable};
 use super::shared::{execution_key, scoped};
 use super::{Sled, T, quarantine_record};
-use crate::model::{Delivery, DeliveryId, Event, Execution, ExecutionId, Handle};
+use crate::model::{Delivery, DeliveryId, Event, Execution, ExecutionId, Handle, WebhookRef};
 use crate::store::Result;
 use crate::store::records::*;
 
@@ -83,6 +83,27 @@ impl DeliveryRecords for Sled {
             }
         }
         w.finish()
+    }
+
+    async fn release_deliveries(&self, webhook: &WebhookRef, now_ms: u64) -> Result<usize> {
+        let w = self.writer().await;
+        let later = w.journal().waiting_for(webhook, now_ms);
+        let released = later.len();
+        for delivery in later {
+            w.log(Entry::Settled {
+                id: delivery.id.clone(),
+            });
+            // Without its body: the journal finds it where it waits.
+            w.log(Entry::Queued {
+                delivery: Delivery {
+                    due_ms: now_ms,
+                    ..delivery
+                },
+                body: None,
+            });
+        }
+        w.finish()?;
+        Ok(released)
     }
 
     async fn pending_deliveries(&self) -> Result<usize> {

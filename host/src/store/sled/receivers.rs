@@ -1,23 +1,23 @@
-//! Circuits, in their tree; pacing, in memory (one host uses a sled store).
+//! Webhooks' health (circuits), in their tree; pacing, in memory (one host uses a sled store).
 
 use async_trait::async_trait;
 
 use super::Sled;
 use super::T;
 use super::keys::prefix;
-use crate::model::{Circuit, WebhookRef};
+use crate::model::{Health, WebhookRef};
 use crate::store::Result;
 use crate::store::records::*;
 
 #[async_trait]
 impl ReceiverRecords for Sled {
-    async fn circuit(&self, team: &str, webhook: &str) -> Result<Option<Circuit>> {
+    async fn health(&self, team: &str, webhook: &str) -> Result<Option<Health>> {
         self.get_json(T::Circuits, prefix(&[team, webhook]).as_ref())
     }
 
-    async fn put_circuit(&self, team: &str, webhook: &str, circuit: &Circuit) -> Result<()> {
+    async fn put_health(&self, team: &str, webhook: &str, health: &Health) -> Result<()> {
         let w = self.writer().await;
-        w.put_json(T::Circuits, prefix(&[team, webhook]).into_bytes(), circuit)?;
+        w.put_json(T::Circuits, prefix(&[team, webhook]).into_bytes(), health)?;
         w.finish()
     }
 

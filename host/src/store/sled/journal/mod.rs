@@ -58,7 +58,7 @@ pub use tree::{Batch, Tree};
 
 use super::shared::execution_key;
 
-use crate::model::{DeliveryId, Event, Execution, SealedBody};
+use crate::model::{Delivery, DeliveryId, Event, Execution, SealedBody, WebhookRef};
 use crate::store::{Due, Result, Skip, StoreError};
 
 /// Deliveries whose records cannot be read, each with why.
@@ -639,6 +639,20 @@ impl Journal {
     /// Whether the delivery `id` still waits, due at `due_ms`.
     pub fn waits(&self, id: &DeliveryId, due_ms: u64) -> bool {
         self.state().index.due_of.get(id) == Some(&due_ms)
+    }
+
+    /// The deliveries to `webhook` due after `after_ms`, without bodies.
+    pub fn waiting_for(&self, webhook: &WebhookRef, after_ms: u64) -> Vec<Delivery> {
+        let state = self.state();
+        let later = state
+            .index
+            .outbox
+            .range((after_ms + 1, DeliveryId::from(""))..);
+        later
+            .map(|(_, waiting)| &waiting.delivery)
+            .filter(|d| d.webhook == *webhook)
+            .cloned()
+            .collect()
     }
 
     pub fn pending(&self) -> usize {
