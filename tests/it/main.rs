@@ -15,6 +15,7 @@ mod console;
 mod delivery;
 mod durability;
 mod endpoints;
+mod event_catalog;
 mod events;
 mod gateway;
 mod health;

@@ -226,6 +226,7 @@ async fn every_documented_operation_answers_as_its_schema_says() {
     want!(s, 200, op, GET "/v1/admin/users");
     let a = Some(alice.as_str());
     want!(s, 200, a, GET "/v1/me");
+    want!(s, 200, a, GET "/v1/event-types");
     let key = want!(s, 201, a, POST "/v1/me/api-keys", {"name": "spare"});
     want!(s, 200, a, GET "/v1/me/api-keys");
     let key_path = format!("/v1/me/api-keys/{}", key["id"].as_str().unwrap());

@@ -523,7 +523,7 @@ async fn a_paced_webhook_gets_no_more_than_its_rate() {
 }
 
 /// Three attempts 50 ms apart: deliveries run out quickly.
-const SHORT: &str = "[webhooks]\nallow_private = [\"127.0.0.0/8\"]\n\
+pub(crate) const SHORT: &str = "[webhooks]\nallow_private = [\"127.0.0.0/8\"]\n\
     [delivery]\nretry_schedule_ms = [0, 50, 50]\njitter = 0.0\npoll_interval_ms = 50";
 
 /// Webhook `alerts` calling `receiver`, and team automation `name` on each

@@ -3,6 +3,7 @@
 //! - [`webhooks`]: team webhooks and the secrets they carry.
 //! - [`automations`]: event bindings, checked through the plugins.
 //! - [`variables`], [`secret_refs`]: the payload variables, and `$NAME` secrets.
+//! - [`catalog`]: every event type with the schema of its default payload.
 //! - [`send`], [`signature`], [`ssrf`]: one signed POST, under the SSRF guard.
 //! - [`webhook_test`]: the admin's test request.
 //! - [`events`]: what happened, written with the action that caused it.
@@ -23,6 +24,7 @@ pub const SAFETY_POLL: std::time::Duration = std::time::Duration::from_secs(30);
 
 pub mod automations;
 pub mod breaker;
+pub mod catalog;
 pub mod config;
 pub mod events;
 pub mod headers;

@@ -17,98 +17,158 @@ use crate::plugin::MetricFired;
 pub struct Variable {
     /// As a template writes it, `${name}`.
     pub name: &'static str,
+    /// What it holds where its event fills it.
+    pub kind: Kind,
+    /// Whether events of a type fill it; others leave it empty.
+    pub applies: fn(EventType) -> bool,
     /// Its value for an event, as JSON text.
     fill: fn(&Filling) -> String,
-    /// Its value in a preview.
+    /// Its value in a preview, where it applies.
     sample: fn(&Preview) -> Value,
+}
+
+/// What a variable holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A string.
+    Text,
+    /// A whole number.
+    Integer,
+    /// A number.
+    Number,
+    /// A JSON object.
+    Object,
+}
+
+impl Kind {
+    /// What it holds where its event does not fill it.
+    pub fn empty(self) -> Value {
+        match self {
+            Kind::Object => json!({}),
+            _ => json!(""),
+        }
+    }
+
+    /// Its JSON Schema where its event fills it.
+    pub fn schema(self) -> Value {
+        let name = match self {
+            Kind::Text => "string",
+            Kind::Integer => "integer",
+            Kind::Number => "number",
+            Kind::Object => "object",
+        };
+        json!({ "type": name })
+    }
+}
+
+fn always(_: EventType) -> bool {
+    true
 }
 
 /// The variables, by name.
 pub const VARIABLES: &[Variable] = &[
     Variable {
         name: "alias",
-        fill: |f| text(f.event.alias.as_deref()),
-        sample: |p| {
-            p.when(
-                matches!(
-                    p.event_type,
-                    EventType::AddArtifactAlias | EventType::UpdateArtifactAlias
-                ),
-                json!("production"),
+        kind: Kind::Text,
+        applies: |t| {
+            matches!(
+                t,
+                EventType::AddArtifactAlias | EventType::UpdateArtifactAlias
             )
         },
+        fill: |f| text(f.event.alias.as_deref()),
+        sample: |_| json!("production"),
     },
     Variable {
         name: "artifact_collection_name",
+        kind: Kind::Text,
+        applies: EventType::is_artifact,
         fill: |f| text(f.artifact().map(|a| a.collection.as_str())),
-        sample: |p| p.when(p.artifact(), json!("detector")),
+        sample: |_| json!("detector"),
     },
     Variable {
         name: "artifact_metadata",
+        kind: Kind::Object,
+        applies: EventType::is_artifact,
         fill: |f| f.artifact().map_or_else(empty, |a| json(&a.metadata)),
-        sample: |p| p.when(p.artifact(), json!({"accuracy": 0.93})),
+        sample: |_| json!({"accuracy": 0.93}),
     },
     Variable {
         name: "artifact_version",
+        kind: Kind::Object,
+        applies: EventType::is_artifact,
         fill: |f| f.artifact().map_or_else(empty, |a| json(&a.version)),
-        sample: |p| p.when(p.artifact(), json!({"index": 3, "version": "v3"})),
+        sample: |_| json!({"index": 3, "version": "v3"}),
     },
     Variable {
         name: "artifact_version_string",
+        kind: Kind::Text,
+        applies: EventType::is_artifact,
         fill: |f| text(f.artifact().map(|a| a.version_string.as_str())),
-        sample: |p| p.when(p.artifact(), json!("detector:v3")),
+        sample: |_| json!("detector:v3"),
     },
     Variable {
         name: "attempts",
+        kind: Kind::Integer,
+        applies: EventType::is_operational,
         fill: |f| {
             f.event
                 .webhook
                 .as_ref()
                 .map_or_else(none, |w| json(&w.attempts))
         },
-        sample: |p| p.when(p.webhook(), json!(8)),
+        sample: |_| json!(8),
     },
     Variable {
         name: "entity_name",
+        kind: Kind::Text,
+        applies: always,
         fill: |f| json(f.entity),
         sample: |p| json!(p.entity),
     },
     Variable {
         name: "event_author",
+        kind: Kind::Text,
+        applies: always,
         fill: |f| json(&f.event.author),
         sample: |p| json!(p.author),
     },
     Variable {
         name: "event_type",
+        kind: Kind::Text,
+        applies: always,
         fill: |f| json(&f.event.event_type),
         sample: |p| json!(p.event_type),
     },
     Variable {
         name: "failure_reason",
+        kind: Kind::Text,
+        applies: |t| t.is_operational() && t != EventType::WebhookRecovered,
         fill: |f| text(f.event.webhook.as_ref().map(|w| w.failure_reason.as_str())),
-        sample: |p| {
-            p.when(
-                p.webhook() && p.event_type != EventType::WebhookRecovered,
-                json!("the endpoint answered 503"),
-            )
-        },
+        sample: |_| json!("the endpoint answered 503"),
     },
     Variable {
         name: "metric_name",
+        kind: Kind::Text,
+        applies: EventType::is_metric,
         fill: |f| text(f.run().map(|r| r.metric.as_str())),
-        sample: |p| p.when(p.metric(), json!("loss")),
+        sample: |_| json!("loss"),
     },
     Variable {
         name: "metric_previous_value",
+        kind: Kind::Number,
+        applies: |t| t == EventType::RunMetricChange,
         fill: |f| {
             f.fired
                 .and_then(|f| f.previous)
                 .map_or_else(none, |v| json(&v))
         },
-        sample: |p| p.when(p.event_type == EventType::RunMetricChange, json!(0.18)),
+        sample: |_| json!(0.18),
     },
     Variable {
         name: "metric_value",
+        kind: Kind::Number,
+        applies: EventType::is_metric,
         // What fired when the filter said, else the latest value.
         fill: |f| {
             f.fired
@@ -116,76 +176,88 @@ pub const VARIABLES: &[Variable] = &[
                 .or_else(|| f.run().and_then(|r| r.values.last().copied()))
                 .map_or_else(none, |v| json(&v))
         },
-        sample: |p| p.when(p.metric(), json!(0.12)),
+        sample: |_| json!(0.12),
     },
     Variable {
         name: "metric_zscore",
+        kind: Kind::Number,
+        applies: |t| t == EventType::RunMetricZscore,
         fill: |f| {
             f.fired
                 .and_then(|f| f.zscore)
                 .map_or_else(none, |v| json(&v))
         },
-        sample: |p| p.when(p.event_type == EventType::RunMetricZscore, json!(-3.2)),
+        sample: |_| json!(-3.2),
     },
     Variable {
         name: "previous_version_string",
+        kind: Kind::Text,
+        applies: |t| t == EventType::UpdateArtifactAlias,
         fill: |f| text(f.event.previous_version_string.as_deref()),
-        sample: |p| {
-            p.when(
-                p.event_type == EventType::UpdateArtifactAlias,
-                json!("detector:v2"),
-            )
-        },
+        sample: |_| json!("detector:v2"),
     },
     Variable {
         name: "project_name",
+        kind: Kind::Text,
+        // (Empty for a registry's own events, too.)
+        applies: |t| !t.is_operational(),
         fill: |f| json(f.project),
         sample: |p| json!(p.project),
     },
     Variable {
         name: "run_creator",
+        kind: Kind::Text,
+        applies: EventType::is_run,
         fill: |f| text(f.run().map(|r| r.creator.as_str())),
-        sample: |p| p.when(p.run(), json!(p.author)),
+        sample: |p| json!(p.author),
     },
     Variable {
         name: "run_id",
+        kind: Kind::Text,
+        applies: EventType::is_run,
         fill: |f| text(f.run().map(|r| r.id.as_str())),
-        sample: |p| p.when(p.run(), json!("3f2a9c1d5e7b8a60")),
+        sample: |_| json!("3f2a9c1d5e7b8a60"),
     },
     Variable {
         name: "run_name",
+        kind: Kind::Text,
+        applies: EventType::is_run,
         fill: |f| text(f.run().map(|r| r.name.as_str())),
-        sample: |p| p.when(p.run(), json!("run-42")),
+        sample: |_| json!("run-42"),
     },
     Variable {
         name: "run_state",
+        kind: Kind::Text,
+        applies: EventType::is_run,
         fill: |f| text(f.run().map(|r| r.state.as_str())),
         sample: |p| {
-            p.when(
-                p.run(),
-                json!(if p.metric() { "running" } else { "finished" }),
-            )
+            json!(if p.event_type.is_metric() {
+                "running"
+            } else {
+                "finished"
+            })
         },
     },
     Variable {
         name: "tag",
+        kind: Kind::Text,
+        applies: |t| t == EventType::AddArtifactTag,
         fill: |f| text(f.event.tag.as_deref()),
-        sample: |p| {
-            p.when(
-                p.event_type == EventType::AddArtifactTag,
-                json!("candidate"),
-            )
-        },
+        sample: |_| json!("candidate"),
     },
     Variable {
         name: "webhook_name",
+        kind: Kind::Text,
+        applies: EventType::is_operational,
         fill: |f| text(f.event.webhook.as_ref().map(|w| w.name.as_str())),
-        sample: |p| p.when(p.webhook(), json!("ci")),
+        sample: |_| json!("ci"),
     },
     Variable {
         name: "webhook_url",
+        kind: Kind::Text,
+        applies: EventType::is_operational,
         fill: |f| text(f.event.webhook.as_ref().map(|w| w.url.as_str())),
-        sample: |p| p.when(p.webhook(), json!("https://ci.example.com/hook")),
+        sample: |_| json!("https://ci.example.com/hook"),
     },
 ];
 
@@ -248,7 +320,13 @@ pub fn sample(scope: &Scope, event_type: EventType, author: &str) -> BTreeMap<St
     };
     VARIABLES
         .iter()
-        .map(|v| (v.name.to_string(), (v.sample)(&preview)))
+        .map(|v| {
+            let value = match (v.applies)(event_type) {
+                true => (v.sample)(&preview),
+                false => v.kind.empty(),
+            };
+            (v.name.to_string(), value)
+        })
         .collect()
 }
 
@@ -276,29 +354,6 @@ struct Preview<'a> {
     author: &'a str,
     entity: String,
     project: String,
-}
-
-impl Preview<'_> {
-    fn run(&self) -> bool {
-        self.event_type.is_run()
-    }
-
-    fn webhook(&self) -> bool {
-        self.event_type.is_operational()
-    }
-
-    fn artifact(&self) -> bool {
-        !self.run() && !self.webhook()
-    }
-
-    fn metric(&self) -> bool {
-        EventType::METRIC.contains(&self.event_type)
-    }
-
-    /// `value` where the event fills the variable, else empty.
-    fn when(&self, fills: bool, value: Value) -> Value {
-        if fills { value } else { json!("") }
-    }
 }
 
 fn json<T: serde::Serialize + ?Sized>(value: &T) -> String {

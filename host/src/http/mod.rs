@@ -10,6 +10,7 @@ mod automations;
 mod caller;
 mod console;
 mod durable;
+mod event_types;
 mod forwarded;
 mod groups;
 mod health;
@@ -57,6 +58,7 @@ pub fn router(app: App) -> Router {
         .route("/docs/{file}", get(openapi::docs_asset))
         .route("/v1/models", get(inference::list_models))
         .route("/v1/models/{model}", get(inference::show_model))
+        .route("/v1/event-types", get(event_types::list))
         .route("/v1/me", get(me::show))
         .route("/v1/me/api-keys", get(me::list_keys).post(me::create_key))
         .route("/v1/me/api-keys/{id}", delete(me::revoke_key))

@@ -166,6 +166,53 @@ mod tests {
         out
     }
 
+    /// OpenAPI 3.1's `webhooks`: one delivery per event type, its body
+    /// the default payload's schema from the catalog.
+    fn webhooks_section() -> serde_json::Value {
+        let mut section = serde_json::Map::new();
+        for info in crate::automation::catalog::all() {
+            let mut schema = info.schema;
+            schema.as_object_mut().unwrap().remove("$schema");
+            let name = info.event_type.as_str();
+            let delivery = serde_json::json!({"post": {
+                "summary": format!("{name}: the default payload"),
+                "description": format!("{} What an automation on {name} with no payload template sends; a template sends what it renders instead. Scopes: {}.", info.description, info.scopes.join(", ")),
+                "tags": ["deliveries"],
+                "parameters": [
+                    {"$ref": "#/components/parameters/DeliveryId"},
+                    {"$ref": "#/components/parameters/DeliverySignature"}
+                ],
+                "requestBody": {"required": true, "content": {"application/json": {
+                    "schema": schema, "example": info.example}}},
+                "responses": {
+                    "2XX": {"description": "Received: the delivery is done"},
+                    "410": {"description": "Gone: the webhook is disabled and its deliveries held until it is saved again"},
+                    "default": {"description": "Not received: 408, 429 and 5xx are retried (after Retry-After when given); other statuses fail the delivery"}
+                }
+            }});
+            section.insert(name.to_string(), delivery);
+        }
+        serde_json::Value::Object(section)
+    }
+
+    /// The document's `webhooks` are the catalog's, event type by event
+    /// type; run with SWITCHYARD_BLESS_OPENAPI=<file> to write what they
+    /// should be to <file>.
+    #[test]
+    fn the_webhooks_are_the_event_catalogs() {
+        let doc: serde_json::Value = serde_json::from_str(DOCUMENT).unwrap();
+        let want = webhooks_section();
+        if let Ok(file) = std::env::var("SWITCHYARD_BLESS_OPENAPI") {
+            std::fs::write(file, serde_json::to_string(&want).unwrap()).unwrap();
+        }
+        assert_eq!(
+            doc["webhooks"], want,
+            "openapi.json's webhooks differ from the catalog's"
+        );
+        let listed = doc["paths"]["/v1/event-types"]["get"].to_string();
+        assert!(listed.contains("EventTypeList"), "{listed}");
+    }
+
     #[test]
     fn the_document_lists_exactly_the_routes() {
         let (routed, documented) = (routed(), documented());

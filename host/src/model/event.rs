@@ -42,7 +42,8 @@ pub enum EventType {
     /// A run logged a metric, for z-score conditions.
     #[serde(rename = "RUN_METRIC_ZSCORE")]
     RunMetricZscore,
-    /// A team's webhook was switched off (it answered 410 Gone).
+    /// A team's webhook was switched off (it answered 410 Gone, or failed
+    /// for its `disable_after_hours`).
     #[serde(rename = "WEBHOOK_DISABLED")]
     WebhookDisabled,
     /// A delivery's last attempt failed: nothing more will be tried.
@@ -95,7 +96,17 @@ impl EventType {
 
     /// Whether it is about a run (and so lives in projects only).
     pub fn is_run(self) -> bool {
-        self == EventType::RunState || EventType::METRIC.contains(&self)
+        self == EventType::RunState || self.is_metric()
+    }
+
+    /// Whether a logged metric causes it.
+    pub fn is_metric(self) -> bool {
+        EventType::METRIC.contains(&self)
+    }
+
+    /// Whether it is about an artifact version.
+    pub fn is_artifact(self) -> bool {
+        !self.is_run() && !self.is_operational()
     }
 
     /// The name, as `${event_type}` renders it.
@@ -114,6 +125,55 @@ impl EventType {
             EventType::DeliveryExhausted => "DELIVERY_EXHAUSTED",
             EventType::WebhookCircuitOpened => "WEBHOOK_CIRCUIT_OPENED",
             EventType::WebhookRecovered => "WEBHOOK_RECOVERED",
+        }
+    }
+
+    /// What it means, for the event catalog.
+    pub fn description(self) -> &'static str {
+        match self {
+            EventType::CreateArtifact => {
+                "A new version was created in a collection (logged in a project, or linked into a registry)."
+            }
+            EventType::AddArtifactAlias => "An alias was added to an artifact version.",
+            EventType::UpdateArtifactAlias => {
+                "An alias that another version held moved to this one."
+            }
+            EventType::AddArtifactTag => "A tag was added to an artifact version.",
+            EventType::LinkArtifact => "A project's version was linked into a registry collection.",
+            EventType::RunMetricThreshold => {
+                "A run logged a metric that crossed the automation's threshold."
+            }
+            EventType::RunState => {
+                "A run ended in one of the automation's states: finished, failed or crashed."
+            }
+            EventType::RunMetricChange => {
+                "A run's metric changed by the automation's amount between two windows."
+            }
+            EventType::RunMetricZscore => {
+                "A run logged a metric the automation's number of standard deviations from its mean."
+            }
+            EventType::WebhookDisabled => {
+                "A team's webhook was switched off: it answered 410 Gone, or every attempt failed for its disable_after_hours."
+            }
+            EventType::DeliveryExhausted => {
+                "A delivery's last attempt failed: nothing more will be tried."
+            }
+            EventType::WebhookCircuitOpened => "A team's webhook's circuit opened.",
+            EventType::WebhookRecovered => {
+                "A team's webhook's circuit closed after a successful probe."
+            }
+        }
+    }
+
+    /// Where automations on it live: `team`, `project`, `registry` or
+    /// `collection`.
+    pub fn scopes(self) -> &'static [&'static str] {
+        if self.is_operational() {
+            &["team"]
+        } else if self.is_run() {
+            &["project"]
+        } else {
+            &["project", "registry", "collection"]
         }
     }
 
