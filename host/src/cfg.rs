@@ -371,6 +371,29 @@ pub struct DeliveryConfig {
     /// A webhook whose attempts have all failed for this many hours is
     /// disabled, unless it sets its own.
     pub disable_after_hours: f64,
+    /// The forward proxy every delivery and webhook test goes out through
+    /// (`http://host:port`), so receivers can allow-list one egress.
+    pub proxy: Option<String>,
+    /// Hosts reached directly despite `proxy`: names (`.example.com`
+    /// covers its subdomains), addresses and CIDR ranges.
+    pub no_proxy: Vec<String>,
+}
+
+impl DeliveryConfig {
+    /// `proxy`, parsed; an error says why it cannot work.
+    pub fn proxy_url(&self) -> anyhow::Result<Option<url::Url>> {
+        let Some(proxy) = &self.proxy else {
+            return Ok(None);
+        };
+        let url = url::Url::parse(proxy)
+            .map_err(|e| anyhow::anyhow!("[delivery] proxy '{proxy}' is not a URL: {e}"))?;
+        if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
+            anyhow::bail!(
+                "[delivery] proxy '{proxy}' is not an http:// or https:// URL with a host, e.g. http://proxy.internal:3128"
+            );
+        }
+        Ok(Some(url))
+    }
 }
 
 impl Default for DeliveryConfig {
@@ -396,6 +419,8 @@ impl Default for DeliveryConfig {
             circuit_breaker: Default::default(),
             // As Svix's: five days.
             disable_after_hours: 120.0,
+            proxy: None,
+            no_proxy: Vec::new(),
         }
     }
 }
@@ -578,6 +603,7 @@ impl Config {
     pub fn parse(text: &str) -> anyhow::Result<Config> {
         let cfg: Config = toml::from_str(text)?;
         cfg.inference.check_routes()?;
+        cfg.delivery.proxy_url()?;
         let hours = cfg.delivery.disable_after_hours;
         if !(hours > 0.0) {
             anyhow::bail!(
@@ -699,6 +725,22 @@ mod tests {
                 err.contains("keep_days must be a number of days"),
                 "{bad}: {err}"
             );
+        }
+    }
+
+    #[test]
+    fn a_proxy_and_disable_after_that_cannot_work_are_refused_saying_why() {
+        let delivery = |body: &str| Config::parse(&format!("[delivery]\n{body}\n"));
+        let ok = delivery("proxy = \"http://127.0.0.1:3128\"\nno_proxy = [\".internal\"]").unwrap();
+        assert_eq!(ok.delivery.proxy_url().unwrap().unwrap().port(), Some(3128));
+        for (body, says) in [
+            ("proxy = \"socks5://127.0.0.1:1080\"", "http:// or https://"),
+            ("proxy = \"proxy:3128\"", "http:// or https://"),
+            ("proxy = \"not a url\"", "is not a URL"),
+            ("disable_after_hours = 0", "above 0"),
+        ] {
+            let err = delivery(body).unwrap_err().to_string();
+            assert!(err.contains(says), "{body}: {err}");
         }
     }
 

@@ -12,15 +12,15 @@ use crate::world::World;
 const LOOPBACK_HOOKS: &str = "[webhooks]\nallow_private = [\"127.0.0.0/8\"]\n";
 
 /// A page as a browser without script would see it: no redirects followed.
-struct Page {
+pub(crate) struct Page {
     status: u16,
     location: Option<String>,
     set_cookies: Vec<String>,
-    body: String,
+    pub(crate) body: String,
 }
 
 /// A console visitor over plain HTTP, with the cookie it holds.
-struct Visitor<'h> {
+pub(crate) struct Visitor<'h> {
     host: &'h Host,
     http: reqwest::Client,
     cookie: String,
@@ -40,7 +40,7 @@ impl<'h> Visitor<'h> {
     }
 
     /// Signs in with `key` through the form; panics unless it works.
-    async fn signed_in(host: &'h Host, key: &str) -> Visitor<'h> {
+    pub(crate) async fn signed_in(host: &'h Host, key: &str) -> Visitor<'h> {
         let mut visitor = Visitor::new(host);
         let form = visitor.get("/sign-in").await;
         visitor.cookie = cookie_pair(&form.set_cookies[0]);
@@ -59,7 +59,7 @@ impl<'h> Visitor<'h> {
         visitor
     }
 
-    async fn get(&self, path: &str) -> Page {
+    pub(crate) async fn get(&self, path: &str) -> Page {
         let request = self.http.get(self.host.url(path));
         self.send(request).await
     }

@@ -14,6 +14,7 @@ mod cli;
 mod console;
 mod delivery;
 mod durability;
+mod egress;
 mod endpoints;
 mod event_catalog;
 mod events;

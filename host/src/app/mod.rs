@@ -80,10 +80,16 @@ impl App {
         watcher.start(&tasks, interval).await;
         // Uploads last: an upload replaces a plugin of the same name.
         crate::automation::uploads::Sync::start(&tasks, store.clone(), plugins.clone()).await;
+        let proxy = cfg.delivery.proxy_url()?;
+        let egress = crate::automation::send::Egress {
+            proxy: proxy.as_ref(),
+            no_proxy: &cfg.delivery.no_proxy,
+        };
         let sender = Sender::new(
             cfg.webhooks.allow_private.clone(),
             Duration::from_millis(cfg.webhooks.timeout_ms),
             cfg.webhooks.max_response_bytes,
+            egress,
         )?;
         let delivery = cfg.delivery.clone();
         let dispatching = Dispatcher::start(

@@ -3,7 +3,9 @@
 //!
 //! The SSRF guard runs again here, on the addresses a name resolves to at
 //! send time (a name that pointed somewhere public when the webhook was saved
-//! may point inside now), and redirects are not followed.
+//! may point inside now), and redirects are not followed. Through a forward
+//! proxy (`[delivery] proxy`) the proxy connects, so the target's name is
+//! resolved and judged here first.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -98,27 +100,56 @@ pub struct Sender {
     allow: Arc<Vec<IpNet>>,
     timeout: Duration,
     max_body: usize,
+    /// Whether requests go through a forward proxy.
+    proxied: bool,
+}
+
+/// Where requests leave from: through `proxy` (an `http://` forward
+/// proxy, CONNECT for `https://` targets), but for the hosts `no_proxy`
+/// names; directly when there is no proxy. The environment's proxy
+/// variables are never read: the egress is what the configuration says.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Egress<'a> {
+    /// The proxy's URL (see `DeliveryConfig::proxy_url`).
+    pub proxy: Option<&'a url::Url>,
+    /// Hosts reached directly.
+    pub no_proxy: &'a [String],
 }
 
 impl Sender {
     /// A sender that allows `allow` internal ranges, gives each request
-    /// `timeout`, and keeps at most `max_body` bytes of each response.
-    pub fn new(allow: Vec<IpNet>, timeout: Duration, max_body: usize) -> anyhow::Result<Sender> {
+    /// `timeout`, keeps at most `max_body` bytes of each response, and
+    /// leaves by `egress`.
+    pub fn new(
+        allow: Vec<IpNet>,
+        timeout: Duration,
+        max_body: usize,
+        egress: Egress<'_>,
+    ) -> anyhow::Result<Sender> {
         let allow = Arc::new(allow);
-        let client = reqwest::Client::builder()
-            .dns_resolver(Arc::new(GuardedResolver {
-                allow: allow.clone(),
-            }))
+        // The proxy is the operator's: its own name is not a target.
+        let proxy = egress.proxy;
+        let resolver = GuardedResolver {
+            allow: allow.clone(),
+            proxy_host: proxy.and_then(|p| p.host_str().map(str::to_string)),
+        };
+        let mut builder = reqwest::Client::builder()
+            .dns_resolver(Arc::new(resolver))
             .redirect(reqwest::redirect::Policy::none())
             .timeout(timeout)
             .connect_timeout(timeout.min(Duration::from_secs(5)))
             .pool_idle_timeout(Duration::from_secs(30))
-            .build()?;
+            .no_proxy();
+        if let Some(proxy) = proxy {
+            let except = reqwest::NoProxy::from_string(&egress.no_proxy.join(","));
+            builder = builder.proxy(reqwest::Proxy::all(proxy.as_str())?.no_proxy(except));
+        }
         Ok(Sender {
-            client,
+            client: builder.build()?,
             allow,
             timeout,
             max_body,
+            proxied: proxy.is_some(),
         })
     }
 
@@ -132,6 +163,9 @@ impl Sender {
         // Literal addresses never reach the resolver, so check the URL too;
         // the check parses it, and reqwest takes the parsed form.
         let url = ssrf::check_url(out.url, &self.allow).map_err(Failure::Refused)?;
+        if self.proxied {
+            self.guard_name(&url).await?;
+        }
         let started = Instant::now();
         let response = self
             .client
@@ -161,6 +195,26 @@ impl Sender {
             latency_ms: started.elapsed().as_secs_f64() * 1e3,
             retry_after,
         })
+    }
+
+    /// Judges where the target's name resolves before a proxy connects
+    /// to it: refused if any address is one the guard refuses.
+    async fn guard_name(&self, url: &url::Url) -> Result<(), Failure> {
+        let Some(url::Host::Domain(host)) = url.host() else {
+            return Ok(()); // an address: check_url judged it
+        };
+        let port = url.port_or_known_default().unwrap_or(80);
+        let addrs = tokio::net::lookup_host((host, port)).await.map_err(|e| {
+            let (url, message) = (url.to_string(), format!("cannot resolve '{host}': {e}"));
+            Failure::Connect { url, message }
+        })?;
+        let mut addrs = addrs.peekable();
+        let none = addrs.peek().is_none();
+        if none || addrs.any(|a| !ssrf::allowed(a.ip(), &self.allow)) {
+            let host = host.to_string();
+            return Err(Failure::Refused(Refusal { host }.to_string()));
+        }
+        Ok(())
     }
 
     async fn read_body(
@@ -295,25 +349,28 @@ fn find_source<'a, T: std::error::Error + 'static>(
 /// again by type in reqwest's error, never by its text.
 #[derive(Debug, thiserror::Error)]
 #[error(
-    "'{host}' resolves only to internal addresses; webhooks may only call public hosts (an operator can allow ranges with webhooks.allow_private)"
+    "'{host}' resolves to internal addresses; webhooks may only call public hosts (an operator can allow ranges with webhooks.allow_private)"
 )]
 struct Refusal {
     host: String,
 }
 
-/// Resolves names, then drops every address the SSRF guard refuses.
+/// Resolves names, then drops every address the SSRF guard refuses (but
+/// for the proxy's own name).
 struct GuardedResolver {
     allow: Arc<Vec<IpNet>>,
+    proxy_host: Option<String>,
 }
 
 impl reqwest::dns::Resolve for GuardedResolver {
     fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
         let allow = self.allow.clone();
+        let exempt = self.proxy_host.as_deref() == Some(name.as_str());
         Box::pin(async move {
             let host = name.as_str().to_string();
             let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0))
                 .await?
-                .filter(|a| ssrf::allowed(a.ip(), &allow))
+                .filter(|a| exempt || ssrf::allowed(a.ip(), &allow))
                 .collect();
             if addrs.is_empty() {
                 return Err(Refusal { host }.into());
@@ -333,6 +390,7 @@ mod tests {
         use reqwest::dns::Resolve;
         let resolver = GuardedResolver {
             allow: Arc::new(Vec::new()),
+            proxy_host: None,
         };
         let name = "localhost".parse().unwrap();
         let Err(refused) = resolver.resolve(name).await else {
@@ -347,10 +405,45 @@ mod tests {
         let found = find_source::<Refusal>(&wrapped).expect("found by type");
         let message = found.to_string();
         assert!(
-            message.starts_with("'localhost' resolves only to internal addresses"),
+            message.starts_with("'localhost' resolves to internal addresses"),
             "{message}"
         );
         assert!(find_source::<Refusal>(&std::io::Error::other("refused")).is_none());
+    }
+
+    /// Through a proxy nothing of ours resolves the target, so the guard
+    /// judges its name before the proxy is asked: refused, not a failed
+    /// connection to the proxy (nothing listens there). The target is this
+    /// machine's own name, which check_url cannot tell is internal.
+    #[tokio::test]
+    async fn a_target_sent_through_a_proxy_is_still_guarded() {
+        let name = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+        let name = name.trim();
+        let proxy = url::Url::parse("http://127.0.0.1:9").unwrap();
+        let egress = Egress {
+            proxy: Some(&proxy),
+            no_proxy: &[],
+        };
+        let sender = Sender::new(Vec::new(), Duration::from_secs(2), 100, egress).unwrap();
+        let url = format!("http://{name}:8080/hook");
+        let out = Outgoing {
+            url: &url,
+            body: b"{}",
+            bearer: None,
+            keys: signature::Keys::default(),
+            headers: &[],
+            delivery_id: "d",
+            standard: false,
+        };
+        match sender.send(&out).await {
+            Err(Failure::Refused(why)) => {
+                assert!(
+                    why.starts_with(&format!("'{name}' resolves to internal")),
+                    "{why}"
+                )
+            }
+            other => panic!("{name} was not refused (does it resolve inside?): {other:?}"),
+        }
     }
 
     #[test]

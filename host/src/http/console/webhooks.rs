@@ -100,6 +100,8 @@ struct WebhookPage {
     failing_since: Option<String>,
     /// The host's `[delivery] disable_after_hours`.
     disable_after_hours: f64,
+    /// How deliveries leave the host, in words.
+    egress: String,
 }
 
 /// `GET /teams/{team}/webhooks/{name}`.
@@ -174,7 +176,20 @@ async fn webhook_page(app: &App, viewer: &Viewer, team: &str, name: &str, tested
         circuit,
         failing_since,
         disable_after_hours: app.cfg.delivery.disable_after_hours,
+        egress: egress(&app.cfg.delivery),
     })
+}
+
+/// How deliveries leave: through the operator's proxy, or directly.
+fn egress(delivery: &crate::cfg::DeliveryConfig) -> String {
+    match (&delivery.proxy, delivery.no_proxy.is_empty()) {
+        (None, _) => "directly from the host".to_string(),
+        (Some(proxy), true) => format!("through the proxy {proxy}"),
+        (Some(proxy), false) => format!(
+            "through the proxy {proxy}, but to {} directly",
+            delivery.no_proxy.join(", ")
+        ),
+    }
 }
 
 /// `POST /teams/{team}/webhooks/{name}/test`: sends the test request and
