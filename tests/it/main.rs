@@ -28,6 +28,7 @@ mod layout;
 mod lifecycle;
 mod metrics;
 mod multihost;
+mod oauth;
 mod openapi;
 mod plugin_units;
 mod plugins;

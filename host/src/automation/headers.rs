@@ -67,7 +67,7 @@ pub fn check(headers: &BTreeMap<String, String>, token: bool) -> Result<Vec<&str
             ));
         }
         if token && lower == "authorization" {
-            return wrong("the access token is sent as Authorization; remove access_token_secret or this header".into());
+            return wrong("the access token is sent as Authorization; remove access_token_secret (or auth) or this header".into());
         }
         if !seen.insert(lower) {
             return wrong(format!(

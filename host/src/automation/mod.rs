@@ -5,6 +5,7 @@
 //! - [`variables`], [`secret_refs`]: the payload variables, and `$NAME` secrets.
 //! - [`catalog`]: every event type with the schema of its default payload.
 //! - [`send`], [`signature`], [`ssrf`]: one signed POST, under the SSRF guard.
+//! - [`oauth`]: tokens from a receiver's authorization server.
 //! - [`webhook_test`]: the admin's test request.
 //! - [`events`]: what happened, written with the action that caused it.
 //! - [`matcher`]: event → filter → render → executions and deliveries.
@@ -29,6 +30,7 @@ pub mod config;
 pub mod events;
 pub mod headers;
 pub mod matcher;
+pub mod oauth;
 pub mod outbox;
 pub mod secret_refs;
 pub mod send;

@@ -17,6 +17,7 @@ use reqwest::header::{
 };
 use serde::Serialize;
 
+use super::oauth::{self, Tokens};
 use super::{signature, ssrf};
 
 /// The header carrying the delivery id, the same on every retry.
@@ -30,6 +31,9 @@ pub struct Outgoing<'a> {
     pub body: &'a [u8],
     /// Sent as `Authorization: Bearer …`.
     pub bearer: Option<&'a str>,
+    /// Where the bearer token comes from instead: OAuth2's client
+    /// credentials.
+    pub oauth: Option<&'a oauth::Client>,
     /// What signs it: `X-Service-Signature` (and `-Previous`), and the
     /// Standard Webhooks signatures.
     pub keys: signature::Keys<'a>,
@@ -75,6 +79,14 @@ pub enum Failure {
         /// Why.
         message: String,
     },
+    /// No OAuth2 token for the receiver.
+    #[error("could not get an OAuth2 token from {token_url}: {message}")]
+    Token {
+        /// The token endpoint.
+        token_url: String,
+        /// Why.
+        message: String,
+    },
     /// No complete answer in time.
     #[error("{url} did not answer within {timeout_ms} ms")]
     Timeout {
@@ -102,6 +114,8 @@ pub struct Sender {
     max_body: usize,
     /// Whether requests go through a forward proxy.
     proxied: bool,
+    /// OAuth2 tokens, shared by every send.
+    tokens: Arc<Tokens>,
 }
 
 /// Where requests leave from: through `proxy` (an `http://` forward
@@ -150,6 +164,7 @@ impl Sender {
             timeout,
             max_body,
             proxied: proxy.is_some(),
+            tokens: Arc::default(),
         })
     }
 
@@ -158,19 +173,77 @@ impl Sender {
         self.timeout
     }
 
-    /// Sends `out` as a signed `POST`.
+    /// Sends `out` as a signed `POST`. With OAuth2, a receiver that
+    /// answers 401 gets the request once more with a fresh token.
     pub async fn send(&self, out: &Outgoing<'_>) -> Result<Answer, Failure> {
-        // Literal addresses never reach the resolver, so check the URL too;
-        // the check parses it, and reqwest takes the parsed form.
-        let url = ssrf::check_url(out.url, &self.allow).map_err(Failure::Refused)?;
+        let url = self.target(out.url).await?;
+        let Some(client) = out.oauth else {
+            return self.post(url, out, out.bearer).await;
+        };
+        let token = self.token(client, None).await?;
+        let answer = self.post(url.clone(), out, Some(&token)).await?;
+        if answer.status != 401 {
+            return Ok(answer);
+        }
+        let fresh = self.token(client, Some(&token)).await?;
+        self.post(url, out, Some(&fresh)).await
+    }
+
+    /// `raw` parsed, once the SSRF guard allows it. Literal addresses
+    /// never reach the resolver, so the URL is checked too; through a
+    /// proxy, so is where its name resolves.
+    async fn target(&self, raw: &str) -> Result<url::Url, Failure> {
+        let url = ssrf::check_url(raw, &self.allow).map_err(Failure::Refused)?;
         if self.proxied {
             self.guard_name(&url).await?;
         }
+        Ok(url)
+    }
+
+    /// A token for `client` (see [`Tokens::token`]), fetched as the
+    /// client credentials grant says: a form POST with the client's id
+    /// and secret as HTTP Basic credentials.
+    async fn token(&self, client: &oauth::Client, stale: Option<&str>) -> Result<String, Failure> {
+        let failed = |message: String| Failure::Token {
+            token_url: client.token_url.clone(),
+            message,
+        };
+        let fetch = async || {
+            let url = self
+                .target(&client.token_url)
+                .await
+                .map_err(|f| failed(f.to_string()))?;
+            let mut form = vec![("grant_type", "client_credentials")];
+            if let Some(scope) = &client.scope {
+                form.push(("scope", scope));
+            }
+            let response = (self.client.post(url))
+                .basic_auth(&client.client_id, Some(&client.client_secret))
+                .header(reqwest::header::ACCEPT, "application/json")
+                .form(&form)
+                .send()
+                .await
+                .map_err(|e| failed(self.failure(&client.token_url, e).to_string()))?;
+            let status = response.status().as_u16();
+            let (body, _) = (self.read_body(&client.token_url, response).await)
+                .map_err(|f| failed(f.to_string()))?;
+            oauth::read_grant(status, &body).map_err(failed)
+        };
+        self.tokens.token(client, stale, fetch).await
+    }
+
+    /// One POST of `out` to `url`, carrying `bearer`.
+    async fn post(
+        &self,
+        url: url::Url,
+        out: &Outgoing<'_>,
+        bearer: Option<&str>,
+    ) -> Result<Answer, Failure> {
         let started = Instant::now();
         let response = self
             .client
             .post(url)
-            .headers(headers(out))
+            .headers(headers(out, bearer))
             .body(out.body.to_vec())
             .send()
             .await
@@ -265,7 +338,7 @@ pub fn parse_retry_after(value: &str, now: std::time::SystemTime) -> Option<Dura
     Some(at.duration_since(now).unwrap_or(Duration::ZERO))
 }
 
-fn headers(out: &Outgoing<'_>) -> HeaderMap {
+fn headers(out: &Outgoing<'_>, bearer: Option<&str>) -> HeaderMap {
     let mut headers = HeaderMap::new();
     for (name, value) in out.headers {
         headers.insert(name, value.clone());
@@ -278,7 +351,7 @@ fn headers(out: &Outgoing<'_>) -> HeaderMap {
     if let Ok(id) = HeaderValue::from_str(out.delivery_id) {
         headers.insert(DELIVERY_ID_HEADER, id);
     }
-    if let Some(token) = out.bearer
+    if let Some(token) = bearer
         && let Ok(mut value) = HeaderValue::from_str(&format!("Bearer {token}"))
     {
         value.set_sensitive(true);
@@ -430,6 +503,7 @@ mod tests {
             url: &url,
             body: b"{}",
             bearer: None,
+            oauth: None,
             keys: signature::Keys::default(),
             headers: &[],
             delivery_id: "d",

@@ -12,6 +12,7 @@ use crate::model::BreakerSettings;
 use reqwest::header::{HeaderName, HeaderValue};
 
 use super::headers;
+use super::oauth;
 use super::signature::{self, Keys};
 use super::ssrf;
 use super::variables::ACCESS_TOKEN;
@@ -20,7 +21,7 @@ use crate::domain::{names, secrets};
 use crate::error::{Error, Result};
 use crate::ids;
 pub use crate::model::Webhook;
-use crate::model::WebhookRef;
+use crate::model::{WebhookAuth, WebhookRef};
 use crate::store::Store;
 
 /// The settable fields of a webhook.
@@ -65,6 +66,9 @@ pub struct Settings {
     /// Disable it once every attempt has failed for this many hours.
     #[serde(default)]
     pub disable_after_hours: Option<f64>,
+    /// How it gets its receiver's token, beyond a static one.
+    #[serde(default)]
+    pub auth: Option<WebhookAuth>,
 }
 
 /// The longest a rotation may overlap: 30 days.
@@ -128,8 +132,25 @@ impl Webhook {
         if let (Some(name), Some(value)) = (&self.signing_secret, &signing) {
             by_name.insert(name.clone(), value.clone());
         }
+        let oauth = match &self.auth {
+            None => None,
+            Some(WebhookAuth::Oauth2ClientCredentials {
+                token_url,
+                client_id,
+                client_secret_secret,
+                scope,
+            }) => Some(oauth::Client {
+                token_url: token_url.clone(),
+                client_id: client_id.clone(),
+                client_secret: open(&Some(client_secret_secret.clone()))
+                    .await?
+                    .unwrap_or_default(),
+                scope: scope.clone(),
+            }),
+        };
         Ok(Revealed {
             token,
+            oauth,
             signing,
             signing_key: key(&self.signing_key_secret).await?,
             previous_signing,
@@ -145,6 +166,8 @@ impl Webhook {
 pub struct Revealed {
     /// The access token's value.
     pub token: Option<String>,
+    /// OAuth2's client credentials, the secret opened.
+    pub oauth: Option<oauth::Client>,
     /// The signing secret's value.
     pub signing: Option<String>,
     /// The Ed25519 key.
@@ -237,7 +260,9 @@ async fn check(
                 .map_err(|why| Error::invalid(field, format!("secret '{name}' {why}")))?;
         }
     }
-    for secret in headers::check(&settings.headers, settings.access_token_secret.is_some())? {
+    check_auth(store, team, settings, allow).await?;
+    let token = settings.access_token_secret.is_some() || settings.auth.is_some();
+    for secret in headers::check(&settings.headers, token)? {
         if !secrets::exists(store, team, secret).await? {
             return Err(Error::invalid(
                 "headers",
@@ -268,6 +293,52 @@ fn check_disable_after(hours: Option<f64>) -> Result<()> {
         )),
         _ => Ok(()),
     }
+}
+
+/// OAuth2 client credentials that can work: alone as the receiver's token,
+/// a token URL the SSRF guard allows, a client id, a team secret, a scope
+/// of one line.
+async fn check_auth(store: &Store, team: &str, settings: &Settings, allow: &[IpNet]) -> Result<()> {
+    let Some(WebhookAuth::Oauth2ClientCredentials {
+        token_url,
+        client_id,
+        client_secret_secret,
+        scope,
+    }) = &settings.auth
+    else {
+        return Ok(());
+    };
+    if settings.access_token_secret.is_some() {
+        return Err(Error::invalid(
+            "auth",
+            "a webhook sends one token: its access_token_secret or one from OAuth2; remove one",
+        ));
+    }
+    ssrf::check_url(token_url.trim(), allow).map_err(|m| Error::invalid("auth.token_url", m))?;
+    if client_id.trim().is_empty() || client_id.len() > 1024 {
+        return Err(Error::invalid(
+            "auth.client_id",
+            "the client id is 1 to 1024 characters",
+        ));
+    }
+    if scope
+        .as_deref()
+        .is_some_and(|s| s.len() > 1024 || s.contains(['\r', '\n']))
+    {
+        return Err(Error::invalid(
+            "auth.scope",
+            "the scope is one line of at most 1024 characters",
+        ));
+    }
+    if !secrets::exists(store, team, client_secret_secret).await? {
+        return Err(Error::invalid(
+            "auth.client_secret_secret",
+            format!(
+                "team '{team}' has no secret named '{client_secret_secret}'; create it first with PUT /v1/teams/{team}/secrets/{client_secret_secret}"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Most entries in a webhook's retry schedule.
@@ -403,6 +474,7 @@ pub async fn save(
         headers: settings.headers,
         retry_schedule_ms: settings.retry_schedule_ms,
         disable_after_hours: settings.disable_after_hours,
+        auth: settings.auth,
         disabled_reason: None,
         created_at: old.as_ref().map_or(now, |old| old.created_at),
         updated_at: now,
@@ -565,6 +637,7 @@ pub async fn rotate(
         headers: old.headers,
         retry_schedule_ms: old.retry_schedule_ms,
         disable_after_hours: old.disable_after_hours,
+        auth: old.auth,
     };
     save(store, sealer, (team, name), settings, allow, Save::Update).await
 }

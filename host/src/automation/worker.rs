@@ -801,6 +801,7 @@ impl Inner {
             .ok_or_else(|| refused("the stored payload could not be opened".into()))?;
         self.sender
             .send(&Outgoing {
+                oauth: secrets.oauth.as_ref(),
                 url: &webhook.url,
                 body: &body,
                 bearer: secrets.token.as_deref(),

@@ -405,6 +405,12 @@ mod tests {
                 headers: [("X-Api-Key".to_string(), "$KEY".to_string())].into(),
                 retry_schedule_ms: Some(vec![0]),
                 disable_after_hours: Some(120.0),
+                auth: Some(crate::model::WebhookAuth::Oauth2ClientCredentials {
+                    token_url: "https://auth.example.com/token".into(),
+                    client_id: "switchyard".into(),
+                    client_secret_secret: "CLIENT_SECRET".into(),
+                    scope: some("hooks"),
+                }),
                 disabled_reason: some("gone"),
                 created_at: 1,
                 updated_at: 1,

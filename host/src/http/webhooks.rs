@@ -70,6 +70,8 @@ pub struct CreateWebhook {
     retry_schedule_ms: Option<Vec<u64>>,
     #[serde(default)]
     disable_after_hours: Option<f64>,
+    #[serde(default)]
+    auth: Option<crate::model::WebhookAuth>,
 }
 
 pub async fn create_webhook(
@@ -91,6 +93,7 @@ pub async fn create_webhook(
         headers: body.headers,
         retry_schedule_ms: body.retry_schedule_ms,
         disable_after_hours: body.disable_after_hours,
+        auth: body.auth,
     };
     let allow = &at.app.cfg.webhooks.allow_private;
     let named = (team.as_str(), body.name.as_str());

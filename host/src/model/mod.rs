@@ -33,5 +33,5 @@ pub use idempotency::Idempotent;
 pub use plugin::StoredPlugin;
 pub use run::{Run, RunState};
 pub use scope::Scope;
-pub use team::{BreakerSettings, Circuit, Health, Project, Secret, Webhook};
+pub use team::{BreakerSettings, Circuit, Health, Project, Secret, Webhook, WebhookAuth};
 pub use usage::{Totals, UsageRow};

@@ -77,6 +77,9 @@ pub struct Webhook {
     /// The waits before each attempt, when not the host's schedule.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_schedule_ms: Option<Vec<u64>>,
+    /// How it authenticates to its receiver, beyond a static token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<WebhookAuth>,
     /// Disabled once every attempt has failed for this many hours; the
     /// host's `[delivery] disable_after_hours` when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -90,6 +93,25 @@ pub struct Webhook {
     pub created_at: u64,
     /// Unix seconds.
     pub updated_at: u64,
+}
+
+/// How a webhook gets the token it sends its receiver.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum WebhookAuth {
+    /// OAuth2's client credentials grant (RFC 6749 §4.4): a token from
+    /// `token_url`, sent as `Authorization: Bearer …`.
+    Oauth2ClientCredentials {
+        /// The authorization server's token endpoint.
+        token_url: String,
+        /// The client's id.
+        client_id: String,
+        /// The team secret holding the client's secret.
+        client_secret_secret: String,
+        /// The scope asked for, if any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        scope: Option<String>,
+    },
 }
 
 /// When a webhook's circuit opens and how long it stays open.
@@ -200,6 +222,12 @@ impl Webhook {
         .into_iter()
         .flatten()
         .map(String::as_str)
+        .chain(self.auth.iter().map(|auth| match auth {
+            WebhookAuth::Oauth2ClientCredentials {
+                client_secret_secret,
+                ..
+            } => client_secret_secret.as_str(),
+        }))
     }
 
     /// The names of the secrets it carries into payloads (never a signing

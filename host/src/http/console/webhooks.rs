@@ -17,7 +17,7 @@ use crate::automation::webhook_test::{self, Outcome};
 use crate::automation::webhooks::{self, Save};
 use crate::domain::groups::Role;
 use crate::error::Error;
-use crate::model::Circuit;
+use crate::model::{Circuit, WebhookAuth};
 
 /// Nested under `/teams/{team}/webhooks`.
 pub fn routes() -> Router<App> {
@@ -47,6 +47,7 @@ pub async fn create(form: AdminForm) -> Shown {
         headers: Default::default(),
         retry_schedule_ms: None,
         disable_after_hours: None,
+        auth: None,
     };
     match save(&form, name, settings, Save::Create).await {
         Ok(webhook) => {
@@ -102,6 +103,36 @@ struct WebhookPage {
     disable_after_hours: f64,
     /// How deliveries leave the host, in words.
     egress: String,
+    /// Its OAuth2 client credentials, empty when none.
+    oauth: OAuthFields,
+}
+
+/// A webhook's OAuth2 client credentials as the form shows them.
+#[derive(Default)]
+struct OAuthFields {
+    token_url: String,
+    client_id: String,
+    client_secret_secret: String,
+    scope: String,
+}
+
+impl OAuthFields {
+    fn of(auth: Option<&WebhookAuth>) -> OAuthFields {
+        match auth {
+            None => OAuthFields::default(),
+            Some(WebhookAuth::Oauth2ClientCredentials {
+                token_url,
+                client_id,
+                client_secret_secret,
+                scope,
+            }) => OAuthFields {
+                token_url: token_url.clone(),
+                client_id: client_id.clone(),
+                client_secret_secret: client_secret_secret.clone(),
+                scope: scope.clone().unwrap_or_default(),
+            },
+        }
+    }
 }
 
 /// `GET /teams/{team}/webhooks/{name}`.
@@ -165,7 +196,6 @@ async fn webhook_page(app: &App, viewer: &Viewer, team: &str, name: &str, tested
         team: team.to_string(),
         admin: role == Role::Admin,
         state: state_of(&webhook),
-        webhook,
         payload: tested.payload,
         test_error: tested.error.map(|e| e.to_string()),
         outcome: tested.outcome,
@@ -177,6 +207,8 @@ async fn webhook_page(app: &App, viewer: &Viewer, team: &str, name: &str, tested
         failing_since,
         disable_after_hours: app.cfg.delivery.disable_after_hours,
         egress: egress(&app.cfg.delivery),
+        oauth: OAuthFields::of(webhook.auth.as_ref()),
+        webhook,
     })
 }
 
@@ -310,6 +342,7 @@ pub async fn update(form: AdminForm) -> Shown {
             Ok(hours) => hours,
             Err(e) => return edit_refused(app, &form, team, &name, e).await,
         },
+        auth: auth(&form),
     };
     match save(&form, &name, settings, Save::Update).await {
         Ok(_) => Ok(form.done("webhook updated", &name, &format!("/webhooks/{name}"))),
@@ -349,6 +382,17 @@ pub async fn rotate(form: AdminForm) -> Shown {
 }
 
 /// The edit form's pace: empty for none.
+/// The form's OAuth2 client credentials; none when the token URL is empty.
+fn auth(form: &AdminForm) -> Option<WebhookAuth> {
+    let token_url = form.field("oauth_token_url").trim();
+    (!token_url.is_empty()).then(|| WebhookAuth::Oauth2ClientCredentials {
+        token_url: token_url.to_string(),
+        client_id: form.field("oauth_client_id").trim().to_string(),
+        client_secret_secret: form.field("oauth_client_secret_secret").trim().to_string(),
+        scope: form.posted.optional("oauth_scope"),
+    })
+}
+
 const PACE_HINT: &str = "the most deliveries a second is a number, e.g. 20, or empty for no pace";
 const DISABLE_HINT: &str =
     "disable after this many hours of failures, e.g. 120 or 0.5, or empty for the host's default";

@@ -114,6 +114,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "disable after",
         include_str!("migrations/0017_disable_after.sql"),
     ),
+    (
+        18,
+        "webhook auth",
+        include_str!("migrations/0018_webhook_auth.sql"),
+    ),
 ];
 
 /// [`MIGRATIONS`] as sqlx runs them (the checksums `migrate!` would give).

@@ -197,6 +197,8 @@ pub(super) fn webhook(row: &PgRow) -> Result<Webhook> {
     let headers = headers.as_deref().map(from_json).transpose()?;
     let schedule: Option<String> = get(row, "retry_schedule_ms")?;
     let schedule = schedule.as_deref().map(from_json).transpose()?;
+    let auth: Option<String> = get(row, "auth")?;
+    let auth = auth.as_deref().map(from_json).transpose()?;
     read!(row; Webhook {
         name, url, access_token_secret, signing_secret, standard_webhooks, disabled_reason,
         signing_key_secret, previous_signing_secret, previous_signing_key_secret,
@@ -205,6 +207,7 @@ pub(super) fn webhook(row: &PgRow) -> Result<Webhook> {
         circuit_breaker: |_: Option<String>| breaker,
         headers: |_: Option<String>| headers.unwrap_or_default(),
         retry_schedule_ms: |_: Option<String>| schedule,
+        auth: |_: Option<String>| auth,
         created_at: u, updated_at: u,
     })
 }

@@ -47,7 +47,7 @@ impl WebhookRecords for Postgres {
              max_per_second = excluded.max_per_second, \
              circuit_breaker = excluded.circuit_breaker, \
              headers = excluded.headers, retry_schedule_ms = excluded.retry_schedule_ms, \
-             disable_after_hours = excluded.disable_after_hours, \
+             disable_after_hours = excluded.disable_after_hours, auth = excluded.auth, \
              disabled_reason = excluded.disabled_reason, updated_at = excluded.updated_at";
         self.insert("webhooks", &[("team", team)], w, replace)
             .await
