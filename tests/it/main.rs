@@ -27,6 +27,7 @@ mod keep_alive;
 mod layout;
 mod lifecycle;
 mod metrics;
+mod mtls;
 mod multihost;
 mod oauth;
 mod openapi;

@@ -7,8 +7,9 @@
 //! proxy (`[delivery] proxy`) the proxy connects, so the target's name is
 //! resolved and judged here first.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ipnet::IpNet;
@@ -16,6 +17,7 @@ use reqwest::header::{
     AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, USER_AGENT,
 };
 use serde::Serialize;
+use sha2::Digest;
 
 use super::oauth::{self, Tokens};
 use super::{signature, ssrf};
@@ -34,6 +36,8 @@ pub struct Outgoing<'a> {
     /// Where the bearer token comes from instead: OAuth2's client
     /// credentials.
     pub oauth: Option<&'a oauth::Client>,
+    /// The client certificate to present and the CA to trust.
+    pub tls: Option<&'a ClientTls>,
     /// What signs it: `X-Service-Signature` (and `-Previous`), and the
     /// Standard Webhooks signatures.
     pub keys: signature::Keys<'a>,
@@ -112,10 +116,70 @@ pub struct Sender {
     allow: Arc<Vec<IpNet>>,
     timeout: Duration,
     max_body: usize,
-    /// Whether requests go through a forward proxy.
-    proxied: bool,
+    /// Where requests leave from, for the clients made per certificate.
+    proxy: Option<(url::Url, String)>,
     /// OAuth2 tokens, shared by every send.
     tokens: Arc<Tokens>,
+    /// A client per client certificate and CA (see [`ClientTls::key`]).
+    with_tls: Arc<Mutex<HashMap<String, reqwest::Client>>>,
+}
+
+/// A webhook's client certificate and key and its receiver's CA, opened
+/// (PEM).
+#[derive(Clone, Default)]
+pub struct ClientTls {
+    /// The certificate (chain) and its key.
+    pub identity: Option<(String, String)>,
+    /// The CA certificate(s) trusted besides the public roots.
+    pub ca: Option<String>,
+}
+
+/// What TLS a client presents and trusts, as reqwest takes it.
+type TlsParts = (Option<reqwest::Identity>, Vec<reqwest::Certificate>);
+
+impl ClientTls {
+    /// What reqwest makes of it, or the part that is wrong and why.
+    pub fn parts(&self) -> Result<TlsParts, (&'static str, String)> {
+        let identity = match &self.identity {
+            None => None,
+            Some((cert, key)) => {
+                let pem = format!("{}\n{}", cert.trim(), key.trim());
+                let identity = reqwest::Identity::from_pem(pem.as_bytes()).map_err(|e| {
+                    let why = format!(
+                        "is not a PEM certificate with its PEM private key: {}",
+                        error_chain(&e)
+                    );
+                    ("client_cert_secret", why)
+                })?;
+                Some(identity)
+            }
+        };
+        let roots = match &self.ca {
+            None => Vec::new(),
+            Some(ca) => reqwest::Certificate::from_pem_bundle(ca.as_bytes())
+                .ok()
+                .filter(|roots| !roots.is_empty())
+                .ok_or((
+                    "ca_secret",
+                    "is not one or more PEM certificates".to_string(),
+                ))?,
+        };
+        Ok((identity, roots))
+    }
+
+    /// Which client serves it: another certificate, key or CA is another.
+    fn key(&self) -> String {
+        let mut hash = sha2::Sha256::new();
+        for part in [
+            self.identity.as_ref().map(|i| i.0.as_str()),
+            self.identity.as_ref().map(|i| i.1.as_str()),
+            self.ca.as_deref(),
+        ] {
+            hash.update(part.unwrap_or_default().as_bytes());
+            hash.update([0]);
+        }
+        hex::encode(hash.finalize())
+    }
 }
 
 /// Where requests leave from: through `proxy` (an `http://` forward
@@ -140,32 +204,69 @@ impl Sender {
         max_body: usize,
         egress: Egress<'_>,
     ) -> anyhow::Result<Sender> {
-        let allow = Arc::new(allow);
+        let mut sender = Sender {
+            client: reqwest::Client::new(),
+            allow: Arc::new(allow),
+            timeout,
+            max_body,
+            proxy: (egress.proxy.cloned()).map(|p| (p, egress.no_proxy.join(","))),
+            tokens: Arc::default(),
+            with_tls: Arc::default(),
+        };
+        sender.client = sender.build(None)?;
+        Ok(sender)
+    }
+
+    /// A client under the guard, leaving by the egress, presenting and
+    /// trusting what `tls` says.
+    fn build(&self, tls: Option<TlsParts>) -> reqwest::Result<reqwest::Client> {
         // The proxy is the operator's: its own name is not a target.
-        let proxy = egress.proxy;
         let resolver = GuardedResolver {
-            allow: allow.clone(),
-            proxy_host: proxy.and_then(|p| p.host_str().map(str::to_string)),
+            allow: self.allow.clone(),
+            proxy_host: (self.proxy.as_ref()).and_then(|(p, _)| p.host_str().map(str::to_string)),
         };
         let mut builder = reqwest::Client::builder()
             .dns_resolver(Arc::new(resolver))
             .redirect(reqwest::redirect::Policy::none())
-            .timeout(timeout)
-            .connect_timeout(timeout.min(Duration::from_secs(5)))
+            .timeout(self.timeout)
+            .connect_timeout(self.timeout.min(Duration::from_secs(5)))
             .pool_idle_timeout(Duration::from_secs(30))
             .no_proxy();
-        if let Some(proxy) = proxy {
-            let except = reqwest::NoProxy::from_string(&egress.no_proxy.join(","));
+        if let Some((proxy, no_proxy)) = &self.proxy {
+            let except = reqwest::NoProxy::from_string(no_proxy);
             builder = builder.proxy(reqwest::Proxy::all(proxy.as_str())?.no_proxy(except));
         }
-        Ok(Sender {
-            client: builder.build()?,
-            allow,
-            timeout,
-            max_body,
-            proxied: proxy.is_some(),
-            tokens: Arc::default(),
-        })
+        if let Some((identity, roots)) = tls {
+            builder = builder.use_rustls_tls();
+            if let Some(identity) = identity {
+                builder = builder.identity(identity);
+            }
+            for root in roots {
+                builder = builder.add_root_certificate(root);
+            }
+        }
+        builder.build()
+    }
+
+    /// The client for `tls`: the shared one without, else one made for
+    /// that certificate and CA and kept.
+    fn client(&self, tls: Option<&ClientTls>) -> Result<reqwest::Client, Failure> {
+        let Some(tls) = tls else {
+            return Ok(self.client.clone());
+        };
+        let key = tls.key();
+        let mut map = self.with_tls.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(client) = map.get(&key) {
+            return Ok(client.clone());
+        }
+        let refused =
+            |(part, why): (&str, String)| Failure::Refused(format!("the webhook's {part} {why}"));
+        let parts = tls.parts().map_err(refused)?;
+        let client = self
+            .build(Some(parts))
+            .map_err(|e| refused(("TLS", error_chain(&e))))?;
+        map.insert(key, client.clone());
+        Ok(client)
     }
 
     /// How long one request may take.
@@ -177,16 +278,17 @@ impl Sender {
     /// answers 401 gets the request once more with a fresh token.
     pub async fn send(&self, out: &Outgoing<'_>) -> Result<Answer, Failure> {
         let url = self.target(out.url).await?;
+        let http = self.client(out.tls)?;
         let Some(client) = out.oauth else {
-            return self.post(url, out, out.bearer).await;
+            return self.post(&http, url, out, out.bearer).await;
         };
-        let token = self.token(client, None).await?;
-        let answer = self.post(url.clone(), out, Some(&token)).await?;
+        let token = self.token(&http, client, None).await?;
+        let answer = self.post(&http, url.clone(), out, Some(&token)).await?;
         if answer.status != 401 {
             return Ok(answer);
         }
-        let fresh = self.token(client, Some(&token)).await?;
-        self.post(url, out, Some(&fresh)).await
+        let fresh = self.token(&http, client, Some(&token)).await?;
+        self.post(&http, url, out, Some(&fresh)).await
     }
 
     /// `raw` parsed, once the SSRF guard allows it. Literal addresses
@@ -194,7 +296,7 @@ impl Sender {
     /// proxy, so is where its name resolves.
     async fn target(&self, raw: &str) -> Result<url::Url, Failure> {
         let url = ssrf::check_url(raw, &self.allow).map_err(Failure::Refused)?;
-        if self.proxied {
+        if self.proxy.is_some() {
             self.guard_name(&url).await?;
         }
         Ok(url)
@@ -203,7 +305,12 @@ impl Sender {
     /// A token for `client` (see [`Tokens::token`]), fetched as the
     /// client credentials grant says: a form POST with the client's id
     /// and secret as HTTP Basic credentials.
-    async fn token(&self, client: &oauth::Client, stale: Option<&str>) -> Result<String, Failure> {
+    async fn token(
+        &self,
+        http: &reqwest::Client,
+        client: &oauth::Client,
+        stale: Option<&str>,
+    ) -> Result<String, Failure> {
         let failed = |message: String| Failure::Token {
             token_url: client.token_url.clone(),
             message,
@@ -217,7 +324,7 @@ impl Sender {
             if let Some(scope) = &client.scope {
                 form.push(("scope", scope));
             }
-            let response = (self.client.post(url))
+            let response = (http.post(url))
                 .basic_auth(&client.client_id, Some(&client.client_secret))
                 .header(reqwest::header::ACCEPT, "application/json")
                 .form(&form)
@@ -232,16 +339,16 @@ impl Sender {
         self.tokens.token(client, stale, fetch).await
     }
 
-    /// One POST of `out` to `url`, carrying `bearer`.
+    /// One POST of `out` to `url` on `http`, carrying `bearer`.
     async fn post(
         &self,
+        http: &reqwest::Client,
         url: url::Url,
         out: &Outgoing<'_>,
         bearer: Option<&str>,
     ) -> Result<Answer, Failure> {
         let started = Instant::now();
-        let response = self
-            .client
+        let response = http
             .post(url)
             .headers(headers(out, bearer))
             .body(out.body.to_vec())
@@ -504,6 +611,7 @@ mod tests {
             body: b"{}",
             bearer: None,
             oauth: None,
+            tls: None,
             keys: signature::Keys::default(),
             headers: &[],
             delivery_id: "d",

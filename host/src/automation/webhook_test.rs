@@ -54,6 +54,7 @@ pub async fn run(
     let delivery_id = format!("test_{}", ids::random_hex(12));
     let out = Outgoing {
         oauth: secrets.oauth.as_ref(),
+        tls: secrets.tls.as_ref(),
         url: &webhook.url,
         body: body.as_bytes(),
         bearer: secrets.token.as_deref(),

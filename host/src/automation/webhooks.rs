@@ -13,6 +13,7 @@ use reqwest::header::{HeaderName, HeaderValue};
 
 use super::headers;
 use super::oauth;
+use super::send::ClientTls;
 use super::signature::{self, Keys};
 use super::ssrf;
 use super::variables::ACCESS_TOKEN;
@@ -21,7 +22,7 @@ use crate::domain::{names, secrets};
 use crate::error::{Error, Result};
 use crate::ids;
 pub use crate::model::Webhook;
-use crate::model::{WebhookAuth, WebhookRef};
+use crate::model::{WebhookAuth, WebhookRef, WebhookTls};
 use crate::store::Store;
 
 /// The settable fields of a webhook.
@@ -69,6 +70,9 @@ pub struct Settings {
     /// How it gets its receiver's token, beyond a static one.
     #[serde(default)]
     pub auth: Option<WebhookAuth>,
+    /// The client certificate it presents, and the CA it trusts.
+    #[serde(default)]
+    pub tls: Option<WebhookTls>,
 }
 
 /// The longest a rotation may overlap: 30 days.
@@ -148,9 +152,23 @@ impl Webhook {
                 scope: scope.clone(),
             }),
         };
+        let tls = match &self.tls {
+            None => None,
+            Some(tls) => Some(ClientTls {
+                identity: match (&tls.client_cert_secret, &tls.client_key_secret) {
+                    (Some(_), Some(_)) => Some((
+                        open(&tls.client_cert_secret).await?.unwrap_or_default(),
+                        open(&tls.client_key_secret).await?.unwrap_or_default(),
+                    )),
+                    _ => None,
+                },
+                ca: open(&tls.ca_secret).await?,
+            }),
+        };
         Ok(Revealed {
             token,
             oauth,
+            tls,
             signing,
             signing_key: key(&self.signing_key_secret).await?,
             previous_signing,
@@ -168,6 +186,8 @@ pub struct Revealed {
     pub token: Option<String>,
     /// OAuth2's client credentials, the secret opened.
     pub oauth: Option<oauth::Client>,
+    /// The client certificate, its key and the CA, opened.
+    pub tls: Option<ClientTls>,
     /// The signing secret's value.
     pub signing: Option<String>,
     /// The Ed25519 key.
@@ -261,6 +281,7 @@ async fn check(
         }
     }
     check_auth(store, team, settings, allow).await?;
+    check_tls(store, sealer, team, settings.tls.as_ref()).await?;
     let token = settings.access_token_secret.is_some() || settings.auth.is_some();
     for secret in headers::check(&settings.headers, token)? {
         if !secrets::exists(store, team, secret).await? {
@@ -339,6 +360,56 @@ async fn check_auth(store: &Store, team: &str, settings: &Settings, allow: &[IpN
         ));
     }
     Ok(())
+}
+
+/// TLS secrets that can work: a certificate with its key, or a CA, or
+/// both; each a secret the team has; PEM that parses.
+async fn check_tls(
+    store: &Store,
+    sealer: &Sealer,
+    team: &str,
+    tls: Option<&WebhookTls>,
+) -> Result<()> {
+    let Some(tls) = tls else { return Ok(()) };
+    let (cert, key) = (&tls.client_cert_secret, &tls.client_key_secret);
+    if cert.is_some() != key.is_some() || (cert.is_none() && tls.ca_secret.is_none()) {
+        return Err(Error::invalid(
+            "tls",
+            "give client_cert_secret with client_key_secret (a client certificate and its key), ca_secret (the receiver's CA), or all three",
+        ));
+    }
+    let mut opened = BTreeMap::new();
+    for (field, secret) in [
+        ("client_cert_secret", cert),
+        ("client_key_secret", key),
+        ("ca_secret", &tls.ca_secret),
+    ] {
+        let Some(name) = secret else { continue };
+        if !secrets::exists(store, team, name).await? {
+            return Err(Error::invalid(
+                format!("tls.{field}"),
+                format!(
+                    "team '{team}' has no secret named '{name}'; create it first with PUT /v1/teams/{team}/secrets/{name}"
+                ),
+            ));
+        }
+        opened.insert(field, secrets::reveal(store, sealer, team, name).await?);
+    }
+    let identity =
+        (opened.get("client_cert_secret").cloned()).zip(opened.get("client_key_secret").cloned());
+    let opened_tls = ClientTls {
+        identity,
+        ca: opened.get("ca_secret").cloned(),
+    };
+    opened_tls.parts().map(drop).map_err(|(field, why)| {
+        let name = if field == "ca_secret" {
+            &tls.ca_secret
+        } else {
+            cert
+        };
+        let name = name.as_deref().unwrap_or_default();
+        Error::invalid(format!("tls.{field}"), format!("secret '{name}' {why}"))
+    })
 }
 
 /// Most entries in a webhook's retry schedule.
@@ -475,6 +546,7 @@ pub async fn save(
         retry_schedule_ms: settings.retry_schedule_ms,
         disable_after_hours: settings.disable_after_hours,
         auth: settings.auth,
+        tls: settings.tls,
         disabled_reason: None,
         created_at: old.as_ref().map_or(now, |old| old.created_at),
         updated_at: now,
@@ -638,6 +710,7 @@ pub async fn rotate(
         retry_schedule_ms: old.retry_schedule_ms,
         disable_after_hours: old.disable_after_hours,
         auth: old.auth,
+        tls: old.tls,
     };
     save(store, sealer, (team, name), settings, allow, Save::Update).await
 }

@@ -802,6 +802,7 @@ impl Inner {
         self.sender
             .send(&Outgoing {
                 oauth: secrets.oauth.as_ref(),
+                tls: secrets.tls.as_ref(),
                 url: &webhook.url,
                 body: &body,
                 bearer: secrets.token.as_deref(),

@@ -411,6 +411,11 @@ mod tests {
                     client_secret_secret: "CLIENT_SECRET".into(),
                     scope: some("hooks"),
                 }),
+                tls: Some(crate::model::WebhookTls {
+                    client_cert_secret: some("CLIENT_CERT"),
+                    client_key_secret: some("CLIENT_KEY"),
+                    ca_secret: some("RECEIVER_CA"),
+                }),
                 disabled_reason: some("gone"),
                 created_at: 1,
                 updated_at: 1,

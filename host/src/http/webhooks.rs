@@ -72,6 +72,8 @@ pub struct CreateWebhook {
     disable_after_hours: Option<f64>,
     #[serde(default)]
     auth: Option<crate::model::WebhookAuth>,
+    #[serde(default)]
+    tls: Option<crate::model::WebhookTls>,
 }
 
 pub async fn create_webhook(
@@ -94,6 +96,7 @@ pub async fn create_webhook(
         retry_schedule_ms: body.retry_schedule_ms,
         disable_after_hours: body.disable_after_hours,
         auth: body.auth,
+        tls: body.tls,
     };
     let allow = &at.app.cfg.webhooks.allow_private;
     let named = (team.as_str(), body.name.as_str());

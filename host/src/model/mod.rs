@@ -33,5 +33,7 @@ pub use idempotency::Idempotent;
 pub use plugin::StoredPlugin;
 pub use run::{Run, RunState};
 pub use scope::Scope;
-pub use team::{BreakerSettings, Circuit, Health, Project, Secret, Webhook, WebhookAuth};
+pub use team::{
+    BreakerSettings, Circuit, Health, Project, Secret, Webhook, WebhookAuth, WebhookTls,
+};
 pub use usage::{Totals, UsageRow};

@@ -80,6 +80,9 @@ pub struct Webhook {
     /// How it authenticates to its receiver, beyond a static token.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth: Option<WebhookAuth>,
+    /// The client certificate it presents, and the CA it trusts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<WebhookTls>,
     /// Disabled once every attempt has failed for this many hours; the
     /// host's `[delivery] disable_after_hours` when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -112,6 +115,37 @@ pub enum WebhookAuth {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         scope: Option<String>,
     },
+}
+
+/// The TLS a webhook's receiver asks for: a client certificate to present
+/// (mutual TLS), and its own CA to trust besides the public roots. Each is
+/// a team secret holding PEM.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookTls {
+    /// The client certificate (chain).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_cert_secret: Option<String>,
+    /// Its private key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_key_secret: Option<String>,
+    /// The receiver's CA certificate(s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_secret: Option<String>,
+}
+
+impl WebhookTls {
+    /// The secrets it names.
+    pub fn secrets(&self) -> impl Iterator<Item = &str> {
+        [
+            &self.client_cert_secret,
+            &self.client_key_secret,
+            &self.ca_secret,
+        ]
+        .into_iter()
+        .flatten()
+        .map(String::as_str)
+    }
 }
 
 /// When a webhook's circuit opens and how long it stays open.
@@ -228,6 +262,7 @@ impl Webhook {
                 ..
             } => client_secret_secret.as_str(),
         }))
+        .chain(self.tls.iter().flat_map(WebhookTls::secrets))
     }
 
     /// The names of the secrets it carries into payloads (never a signing

@@ -17,7 +17,7 @@ use crate::automation::webhook_test::{self, Outcome};
 use crate::automation::webhooks::{self, Save};
 use crate::domain::groups::Role;
 use crate::error::Error;
-use crate::model::{Circuit, WebhookAuth};
+use crate::model::{Circuit, WebhookAuth, WebhookTls};
 
 /// Nested under `/teams/{team}/webhooks`.
 pub fn routes() -> Router<App> {
@@ -48,6 +48,7 @@ pub async fn create(form: AdminForm) -> Shown {
         retry_schedule_ms: None,
         disable_after_hours: None,
         auth: None,
+        tls: None,
     };
     match save(&form, name, settings, Save::Create).await {
         Ok(webhook) => {
@@ -105,6 +106,8 @@ struct WebhookPage {
     egress: String,
     /// Its OAuth2 client credentials, empty when none.
     oauth: OAuthFields,
+    /// The TLS selects: field, label, the secret chosen ("" for none).
+    tls_fields: Vec<(&'static str, &'static str, String)>,
 }
 
 /// A webhook's OAuth2 client credentials as the form shows them.
@@ -208,6 +211,7 @@ async fn webhook_page(app: &App, viewer: &Viewer, team: &str, name: &str, tested
         disable_after_hours: app.cfg.delivery.disable_after_hours,
         egress: egress(&app.cfg.delivery),
         oauth: OAuthFields::of(webhook.auth.as_ref()),
+        tls_fields: tls_fields(webhook.tls.as_ref()),
         webhook,
     })
 }
@@ -343,6 +347,7 @@ pub async fn update(form: AdminForm) -> Shown {
             Err(e) => return edit_refused(app, &form, team, &name, e).await,
         },
         auth: auth(&form),
+        tls: tls(&form),
     };
     match save(&form, &name, settings, Save::Update).await {
         Ok(_) => Ok(form.done("webhook updated", &name, &format!("/webhooks/{name}"))),
@@ -391,6 +396,37 @@ fn auth(form: &AdminForm) -> Option<WebhookAuth> {
         client_secret_secret: form.field("oauth_client_secret_secret").trim().to_string(),
         scope: form.posted.optional("oauth_scope"),
     })
+}
+
+/// The TLS selects of the edit form, with what `tls` chose.
+fn tls_fields(tls: Option<&WebhookTls>) -> Vec<(&'static str, &'static str, String)> {
+    let chosen = |pick: fn(&WebhookTls) -> &Option<String>| {
+        tls.and_then(|t| pick(t).clone()).unwrap_or_default()
+    };
+    vec![
+        (
+            "tls_client_cert_secret",
+            "Client certificate",
+            chosen(|t| &t.client_cert_secret),
+        ),
+        (
+            "tls_client_key_secret",
+            "Client key",
+            chosen(|t| &t.client_key_secret),
+        ),
+        ("tls_ca_secret", "Receiver's CA", chosen(|t| &t.ca_secret)),
+    ]
+}
+
+/// The form's TLS secrets; none when it names none.
+fn tls(form: &AdminForm) -> Option<WebhookTls> {
+    let tls = WebhookTls {
+        client_cert_secret: form.posted.optional("tls_client_cert_secret"),
+        client_key_secret: form.posted.optional("tls_client_key_secret"),
+        ca_secret: form.posted.optional("tls_ca_secret"),
+    };
+    let named = tls.secrets().next().is_some();
+    named.then_some(tls)
 }
 
 const PACE_HINT: &str = "the most deliveries a second is a number, e.g. 20, or empty for no pace";

@@ -119,6 +119,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "webhook auth",
         include_str!("migrations/0018_webhook_auth.sql"),
     ),
+    (
+        19,
+        "webhook tls",
+        include_str!("migrations/0019_webhook_tls.sql"),
+    ),
 ];
 
 /// [`MIGRATIONS`] as sqlx runs them (the checksums `migrate!` would give).

@@ -199,6 +199,8 @@ pub(super) fn webhook(row: &PgRow) -> Result<Webhook> {
     let schedule = schedule.as_deref().map(from_json).transpose()?;
     let auth: Option<String> = get(row, "auth")?;
     let auth = auth.as_deref().map(from_json).transpose()?;
+    let tls: Option<String> = get(row, "tls")?;
+    let tls = tls.as_deref().map(from_json).transpose()?;
     read!(row; Webhook {
         name, url, access_token_secret, signing_secret, standard_webhooks, disabled_reason,
         signing_key_secret, previous_signing_secret, previous_signing_key_secret,
@@ -208,6 +210,7 @@ pub(super) fn webhook(row: &PgRow) -> Result<Webhook> {
         headers: |_: Option<String>| headers.unwrap_or_default(),
         retry_schedule_ms: |_: Option<String>| schedule,
         auth: |_: Option<String>| auth,
+        tls: |_: Option<String>| tls,
         created_at: u, updated_at: u,
     })
 }
