@@ -18,6 +18,7 @@ mod egress;
 mod endpoints;
 mod event_catalog;
 mod events;
+mod fifo;
 mod gateway;
 mod health;
 mod hostile_input;

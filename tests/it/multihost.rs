@@ -140,6 +140,37 @@ async fn three_hosts_deliver_every_event_exactly_once() {
 }
 
 #[tokio::test]
+async fn three_hosts_keep_one_fifo_line() {
+    Engine::Postgres
+        .run(async {
+            let (receiver, hook) = crate::fifo::Sequencer::start().await;
+            let hosts = hosts(3).await;
+            let world = World::build(&hosts[0], Some(&hook)).await;
+            let settings = json!({"url": hook, "ordering": "fifo"});
+            ok!(hosts[1], world.alice, PUT "/v1/teams/ml/webhooks/ci", settings);
+            let body = json!({"name": "tagged", "event": {"type": "ADD_ARTIFACT_TAG"},
+                "webhook": {"team": "ml", "name": "ci"}, "action": "Webhooks",
+                "payload": r#"{"tag": "${tag}"}"#});
+            ok!(hosts[0], world.alice, POST "{PROJECT}/automations", body);
+            let versions = format!("{PROJECT}/collections/detector/versions");
+            ok!(hosts[0], world.bob, POST "{versions}", {});
+            // Each host accepts every third event; each sends in turn.
+            let events = 45;
+            for i in 0..events {
+                tag(&hosts[i % 3], &world.bob, &format!("t{i}")).await;
+            }
+            let delivered = receiver.delivered(events).await;
+            assert_eq!(delivered, (0..events).collect::<Vec<_>>());
+            receiver.assert_in_order();
+            let most = receiver
+                .most_at_once
+                .load(std::sync::atomic::Ordering::SeqCst);
+            assert_eq!(most, 1, "one in flight across the hosts");
+        })
+        .await;
+}
+
+#[tokio::test]
 async fn a_dead_hosts_deliveries_are_taken_over() {
     Engine::Postgres
         .run(async {

@@ -483,6 +483,7 @@ impl Matcher {
         Ok(Rendered {
             redacted: redact(&body, secrets),
             body,
+            fifo: opened.webhook.ordering == crate::model::Ordering::Fifo,
         })
     }
 
@@ -498,7 +499,12 @@ impl Matcher {
         let sealed =
             (self.sealer).seal(execution.delivery_id.as_bytes(), rendered.body.as_bytes())?;
         let sealed = crate::model::SealedBody::new(sealed);
-        let delivery = Delivery::first(&execution, sealed.clone(), ids::now_ms(), event.at_ms);
+        let mut delivery = Delivery::first(&execution, sealed.clone(), ids::now_ms(), event.at_ms);
+        if rendered.fifo {
+            // The event's place, then the firing's: the order events
+            // were accepted, then automations fired.
+            delivery = delivery.in_line(format!("{}/{}", event.id, execution.id));
+        }
         execution.payload = Some(rendered.redacted);
         execution.body_sealed = Some(sealed);
         Ok(Fired {
@@ -548,6 +554,8 @@ struct Rendered {
     body: String,
     /// With every secret value replaced by `[REDACTED]`.
     redacted: String,
+    /// Its webhook is FIFO.
+    fifo: bool,
 }
 
 /// What a firing that stopped short comes to: a failed execution, or the

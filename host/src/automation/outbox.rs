@@ -72,7 +72,14 @@ pub async fn replay(
     execution.status = Status::Pending;
     execution.error = None;
     execution.updated_at_ms = now;
-    let delivery = Delivery::first(&execution, body_sealed, now, now);
+    let mut delivery = Delivery::first(&execution, body_sealed, now, now);
+    let webhook = tx
+        .webhook(&execution.webhook.team, &execution.webhook.name)
+        .await?;
+    if webhook.is_some_and(|w| w.ordering == crate::model::Ordering::Fifo) {
+        // At the back of the line, as a new event would be.
+        delivery = delivery.in_line(crate::ids::ordered_id());
+    }
     tx.put_execution(&execution).await?;
     tx.insert_delivery(&delivery).await?;
     tx.commit().await?;

@@ -22,7 +22,7 @@ use crate::domain::{names, secrets};
 use crate::error::{Error, Result};
 use crate::ids;
 pub use crate::model::Webhook;
-use crate::model::{WebhookAuth, WebhookRef, WebhookTls};
+use crate::model::{Ordering, WebhookAuth, WebhookRef, WebhookTls};
 use crate::store::Store;
 
 /// The settable fields of a webhook.
@@ -73,6 +73,9 @@ pub struct Settings {
     /// The client certificate it presents, and the CA it trusts.
     #[serde(default)]
     pub tls: Option<WebhookTls>,
+    /// `fifo`: one delivery at a time, in the order of their events.
+    #[serde(default)]
+    pub ordering: Ordering,
 }
 
 /// The longest a rotation may overlap: 30 days.
@@ -547,6 +550,7 @@ pub async fn save(
         disable_after_hours: settings.disable_after_hours,
         auth: settings.auth,
         tls: settings.tls,
+        ordering: settings.ordering,
         disabled_reason: None,
         created_at: old.as_ref().map_or(now, |old| old.created_at),
         updated_at: now,
@@ -711,6 +715,7 @@ pub async fn rotate(
         disable_after_hours: old.disable_after_hours,
         auth: old.auth,
         tls: old.tls,
+        ordering: old.ordering,
     };
     save(store, sealer, (team, name), settings, allow, Save::Update).await
 }

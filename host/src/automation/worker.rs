@@ -147,8 +147,16 @@ impl Dispatcher {
             self.inner.wake.notify_one();
             return Err(e.into());
         }
+        let mut in_line = false;
         for delivery in deliveries {
-            self.inner.clone().submit(delivery);
+            match delivery.fifo {
+                // Its turn comes from the outbox's order: the scan's.
+                Some(_) => in_line = true,
+                None => self.inner.clone().submit(delivery),
+            }
+        }
+        if in_line {
+            self.inner.wake.notify_one();
         }
         Ok(())
     }
@@ -326,7 +334,8 @@ async fn record_loop(
                 false
             }
         };
-        let mut rescheduled = false;
+        // A FIFO delivery that left makes way for the next in its line.
+        let mut rescheduled = batch.iter().any(|o| o.delivery.fifo.is_some());
         if written {
             let caused: Vec<Event> = batch.iter().filter_map(|o| o.caused.clone()).collect();
             inner.dispatch_events(caused);

@@ -411,6 +411,7 @@ mod tests {
                     client_secret_secret: "CLIENT_SECRET".into(),
                     scope: some("hooks"),
                 }),
+                ordering: crate::model::Ordering::Fifo,
                 tls: Some(crate::model::WebhookTls {
                     client_cert_secret: some("CLIENT_CERT"),
                     client_key_secret: some("CLIENT_KEY"),

@@ -74,6 +74,8 @@ pub struct CreateWebhook {
     auth: Option<crate::model::WebhookAuth>,
     #[serde(default)]
     tls: Option<crate::model::WebhookTls>,
+    #[serde(default)]
+    ordering: crate::model::Ordering,
 }
 
 pub async fn create_webhook(
@@ -97,6 +99,7 @@ pub async fn create_webhook(
         disable_after_hours: body.disable_after_hours,
         auth: body.auth,
         tls: body.tls,
+        ordering: body.ordering,
     };
     let allow = &at.app.cfg.webhooks.allow_private;
     let named = (team.as_str(), body.name.as_str());

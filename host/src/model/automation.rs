@@ -228,7 +228,7 @@ pub struct RunFilters {
 }
 
 /// A webhook, named by its owning team and its name.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WebhookRef {
     /// The team that owns the webhook.

@@ -93,6 +93,10 @@ pub struct Delivery {
     /// ms): the start of its delivery time.
     #[serde(default)]
     pub event_at_ms: u64,
+    /// To a FIFO webhook: its place in the webhook's line. It goes once
+    /// every delivery with a smaller place has left the outbox.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fifo: Option<String>,
 }
 
 impl Execution {
@@ -152,6 +156,15 @@ impl Delivery {
             attempts: 0,
             due_ms,
             event_at_ms: since_ms,
+            fifo: None,
+        }
+    }
+
+    /// The same delivery, in place `place` of its FIFO webhook's line.
+    pub fn in_line(self, place: String) -> Delivery {
+        Delivery {
+            fifo: Some(place),
+            ..self
         }
     }
 

@@ -34,6 +34,6 @@ pub use plugin::StoredPlugin;
 pub use run::{Run, RunState};
 pub use scope::Scope;
 pub use team::{
-    BreakerSettings, Circuit, Health, Project, Secret, Webhook, WebhookAuth, WebhookTls,
+    BreakerSettings, Circuit, Health, Ordering, Project, Secret, Webhook, WebhookAuth, WebhookTls,
 };
 pub use usage::{Totals, UsageRow};

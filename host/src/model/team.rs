@@ -83,6 +83,9 @@ pub struct Webhook {
     /// The client certificate it presents, and the CA it trusts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<WebhookTls>,
+    /// `fifo`: one delivery at a time, in the order of their events.
+    #[serde(default, skip_serializing_if = "Ordering::is_parallel")]
+    pub ordering: Ordering,
     /// Disabled once every attempt has failed for this many hours; the
     /// host's `[delivery] disable_after_hours` when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -96,6 +99,25 @@ pub struct Webhook {
     pub created_at: u64,
     /// Unix seconds.
     pub updated_at: u64,
+}
+
+/// In what order a webhook's deliveries go.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Ordering {
+    /// As many at once as the host allows, each as soon as it is due.
+    #[default]
+    Parallel,
+    /// One at a time, in the order their events were accepted; a failing
+    /// one holds the line until it succeeds or runs out of attempts.
+    Fifo,
+}
+
+impl Ordering {
+    /// Whether it is the default.
+    pub fn is_parallel(&self) -> bool {
+        *self == Ordering::Parallel
+    }
 }
 
 /// How a webhook gets the token it sends its receiver.

@@ -146,6 +146,7 @@ pub(crate) fn webhook(name: &str, url: &str) -> Webhook {
         disable_after_hours: None,
         auth: None,
         tls: None,
+        ordering: Default::default(),
         disabled_reason: None,
         created_at: 1,
         updated_at: 1,
@@ -225,6 +226,7 @@ pub(super) fn delivery(id: &str, due_ms: u64) -> Delivery {
         attempts: 0,
         due_ms,
         event_at_ms: 1,
+        fifo: None,
     }
 }
 
@@ -614,6 +616,7 @@ async fn secrets_and_webhooks(store: &Store) {
             client_key_secret: Some("A".into()),
             ca_secret: None,
         }),
+        ordering: crate::model::Ordering::Fifo,
         disabled_reason: None,
         created_at: 1,
         updated_at: 1,

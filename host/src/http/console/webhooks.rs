@@ -17,7 +17,7 @@ use crate::automation::webhook_test::{self, Outcome};
 use crate::automation::webhooks::{self, Save};
 use crate::domain::groups::Role;
 use crate::error::Error;
-use crate::model::{Circuit, WebhookAuth, WebhookTls};
+use crate::model::{Circuit, Ordering, WebhookAuth, WebhookTls};
 
 /// Nested under `/teams/{team}/webhooks`.
 pub fn routes() -> Router<App> {
@@ -49,6 +49,7 @@ pub async fn create(form: AdminForm) -> Shown {
         disable_after_hours: None,
         auth: None,
         tls: None,
+        ordering: Default::default(),
     };
     match save(&form, name, settings, Save::Create).await {
         Ok(webhook) => {
@@ -348,6 +349,10 @@ pub async fn update(form: AdminForm) -> Shown {
         },
         auth: auth(&form),
         tls: tls(&form),
+        ordering: match form.field("ordering") {
+            "fifo" => Ordering::Fifo,
+            _ => Ordering::Parallel,
+        },
     };
     match save(&form, &name, settings, Save::Update).await {
         Ok(_) => Ok(form.done("webhook updated", &name, &format!("/webhooks/{name}"))),

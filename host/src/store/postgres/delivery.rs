@@ -70,7 +70,8 @@ impl DeliveryRecords for Postgres {
         if deliveries.is_empty() {
             return Ok(());
         }
-        // Held by this host from the start: it sends them at once.
+        // Held by this host from the start: it sends them at once. Not a
+        // FIFO webhook's, which wait for their turn in the scan's claim.
         let lease_until = crate::ids::now_ms().saturating_add(self.shared.lease_ms);
         let column = |f: fn(&Delivery) -> String| deliveries.iter().map(f).collect::<Vec<_>>();
         let number =
@@ -83,16 +84,18 @@ impl DeliveryRecords for Postgres {
             sqlx::query(
                 "INSERT INTO outbox (id, scope, automation, execution_id, webhook_team, \
                  webhook_name, body_sealed, attempts, due_ms, lease_owner, lease_until_ms, \
-                 event_at_ms) \
+                 event_at_ms, fifo) \
                  SELECT d.id, d.scope, d.automation, d.execution_id, d.webhook_team, \
-                 d.webhook_name, d.body_sealed, d.attempts, d.due_ms, $10, $11, d.event_at_ms \
+                 d.webhook_name, d.body_sealed, d.attempts, d.due_ms, \
+                 CASE WHEN d.fifo IS NULL THEN $10 END, CASE WHEN d.fifo IS NULL THEN $11 END, \
+                 d.event_at_ms, d.fifo \
                  FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], \
-                 $6::text[], $7::text[], $8::int[], $9::bigint[], $12::bigint[]) AS d (id, scope, \
-                 automation, execution_id, webhook_team, webhook_name, body_sealed, attempts, \
-                 due_ms, event_at_ms) \
+                 $6::text[], $7::text[], $8::int[], $9::bigint[], $12::bigint[], $13::text[]) \
+                 AS d (id, scope, automation, execution_id, webhook_team, webhook_name, \
+                 body_sealed, attempts, due_ms, event_at_ms, fifo) \
                  ON CONFLICT (id) DO UPDATE SET attempts = excluded.attempts, \
                  due_ms = excluded.due_ms, lease_owner = excluded.lease_owner, \
-                 lease_until_ms = excluded.lease_until_ms",
+                 lease_until_ms = excluded.lease_until_ms, fifo = excluded.fifo",
             )
             .bind(column(|d| d.id.to_string()))
             .bind(column(|d| scope_key(&d.automation.scope)))
@@ -105,7 +108,13 @@ impl DeliveryRecords for Postgres {
             .bind(number(|d| d.due_ms))
             .bind(&self.shared.host_id)
             .bind(i(lease_until))
-            .bind(number(|d| d.event_at_ms)),
+            .bind(number(|d| d.event_at_ms))
+            .bind(
+                deliveries
+                    .iter()
+                    .map(|d| d.fifo.clone())
+                    .collect::<Vec<_>>(),
+            ),
         )
         .await?;
         Ok(())
@@ -119,8 +128,12 @@ impl DeliveryRecords for Postgres {
         // holding deliveries lets them go when its leases run out.
         let rows = sqlx::query(
             "UPDATE outbox SET lease_owner = $1, lease_until_ms = $2 + $3 \
-             WHERE id IN (SELECT id FROM outbox WHERE due_ms <= $2 \
+             WHERE id IN (SELECT id FROM outbox o WHERE due_ms <= $2 \
              AND (lease_until_ms IS NULL OR lease_until_ms < $2) \
+             AND (fifo IS NULL OR NOT EXISTS (SELECT 1 FROM outbox b \
+             WHERE b.webhook_team = o.webhook_team AND b.webhook_name = o.webhook_name \
+             AND b.fifo IS NOT NULL AND b.id <> o.id \
+             AND (b.fifo < o.fifo OR b.lease_until_ms >= $2))) \
              ORDER BY due_ms LIMIT $4 FOR UPDATE SKIP LOCKED) \
              RETURNING *",
         )
@@ -132,8 +145,11 @@ impl DeliveryRecords for Postgres {
         .await
         .db(self)?;
         let next: Option<i64> = sqlx::query_scalar(
-            "SELECT min(greatest(due_ms, coalesce(lease_until_ms, 0))) FROM outbox \
-             WHERE lease_owner IS DISTINCT FROM $1 OR lease_until_ms < $2",
+            "SELECT min(greatest(due_ms, coalesce(lease_until_ms, 0))) FROM outbox o \
+             WHERE (lease_owner IS DISTINCT FROM $1 OR lease_until_ms < $2) \
+             AND (fifo IS NULL OR NOT EXISTS (SELECT 1 FROM outbox b \
+             WHERE b.webhook_team = o.webhook_team AND b.webhook_name = o.webhook_name \
+             AND b.fifo IS NOT NULL AND b.fifo < o.fifo))",
         )
         .bind(&self.shared.host_id)
         .bind(i(now_ms))

@@ -124,6 +124,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "webhook tls",
         include_str!("migrations/0019_webhook_tls.sql"),
     ),
+    (20, "fifo", include_str!("migrations/0020_fifo.sql")),
 ];
 
 /// [`MIGRATIONS`] as sqlx runs them (the checksums `migrate!` would give).

@@ -201,6 +201,11 @@ pub(super) fn webhook(row: &PgRow) -> Result<Webhook> {
     let auth = auth.as_deref().map(from_json).transpose()?;
     let tls: Option<String> = get(row, "tls")?;
     let tls = tls.as_deref().map(from_json).transpose()?;
+    let ordering: Option<String> = get(row, "ordering")?;
+    let ordering = match ordering.as_deref() {
+        Some("fifo") => crate::model::Ordering::Fifo,
+        _ => crate::model::Ordering::Parallel,
+    };
     read!(row; Webhook {
         name, url, access_token_secret, signing_secret, standard_webhooks, disabled_reason,
         signing_key_secret, previous_signing_secret, previous_signing_key_secret,
@@ -211,6 +216,7 @@ pub(super) fn webhook(row: &PgRow) -> Result<Webhook> {
         retry_schedule_ms: |_: Option<String>| schedule,
         auth: |_: Option<String>| auth,
         tls: |_: Option<String>| tls,
+        ordering: |_: Option<String>| ordering,
         created_at: u, updated_at: u,
     })
 }
@@ -283,6 +289,7 @@ pub(super) fn delivery(row: &PgRow) -> Result<Delivery> {
         attempts: u32::try_from(get::<i32>(row, "attempts")?).unwrap_or(0),
         due_ms: u(get(row, "due_ms")?),
         event_at_ms: u(get(row, "event_at_ms")?),
+        fifo: get(row, "fifo")?,
     })
 }
 

@@ -48,7 +48,7 @@ impl WebhookRecords for Postgres {
              circuit_breaker = excluded.circuit_breaker, \
              headers = excluded.headers, retry_schedule_ms = excluded.retry_schedule_ms, \
              disable_after_hours = excluded.disable_after_hours, auth = excluded.auth, \
-             tls = excluded.tls, \
+             tls = excluded.tls, ordering = excluded.ordering, \
              disabled_reason = excluded.disabled_reason, updated_at = excluded.updated_at";
         self.insert("webhooks", &[("team", team)], w, replace)
             .await

@@ -9,7 +9,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{Attempt, Delivery, DeliveryId, Event, Execution, ExecutionId, Handle, Status};
+use crate::model::{
+    Attempt, Delivery, DeliveryId, Event, Execution, ExecutionId, Handle, Status, WebhookRef,
+};
 use crate::store::sled::shared::execution_key;
 
 /// Where a frame is: segment, offset, length (header included).
@@ -109,6 +111,8 @@ pub struct Index {
     pub outbox: BTreeMap<(u64, DeliveryId), Waiting>,
     /// Delivery id → its due time, the outbox's other key.
     pub due_of: HashMap<DeliveryId, u64>,
+    /// Each FIFO webhook's line: the places of its waiting deliveries.
+    pub lines: HashMap<WebhookRef, BTreeSet<(String, DeliveryId)>>,
     /// Execution key → its frames, for executions written since the last
     /// snapshot was taken.
     pub executions: BTreeMap<Vec<u8>, Frames>,
@@ -156,17 +160,12 @@ impl Index {
             Entry::Queued { delivery, body } => {
                 self.settle(&delivery.id);
                 self.changed_delivery(&delivery.id);
-                self.due_of.insert(delivery.id.clone(), delivery.due_ms);
-                let key = (delivery.due_ms, delivery.id.clone());
                 let body = body.unwrap_or(at);
-                self.outbox.insert(
-                    key,
-                    Waiting {
-                        delivery,
-                        frame: at,
-                        body,
-                    },
-                );
+                self.wait(Waiting {
+                    delivery,
+                    frame: at,
+                    body,
+                });
             }
             Entry::Settled { id } => {
                 self.settle(&id);
@@ -208,10 +207,41 @@ impl Index {
         }
     }
 
-    fn settle(&mut self, id: &DeliveryId) {
-        if let Some((id, due)) = self.due_of.remove_entry(id) {
-            self.outbox.remove(&(due, id));
+    /// Puts a delivery in the outbox (and in its FIFO webhook's line).
+    pub fn wait(&mut self, waiting: Waiting) {
+        let d = &waiting.delivery;
+        self.due_of.insert(d.id.clone(), d.due_ms);
+        if let Some(place) = &d.fifo {
+            let line = self.lines.entry(d.webhook.clone()).or_default();
+            line.insert((place.clone(), d.id.clone()));
         }
+        self.outbox.insert((d.due_ms, d.id.clone()), waiting);
+    }
+
+    fn settle(&mut self, id: &DeliveryId) {
+        let Some((id, due)) = self.due_of.remove_entry(id) else {
+            return;
+        };
+        let Some(waiting) = self.outbox.remove(&(due, id)) else {
+            return;
+        };
+        let d = waiting.delivery;
+        if let (Some(place), Some(line)) = (d.fifo, self.lines.get_mut(&d.webhook)) {
+            line.remove(&(place, d.id));
+            if line.is_empty() {
+                self.lines.remove(&d.webhook);
+            }
+        }
+    }
+
+    /// Whether `delivery` may go now: not to a FIFO webhook, or first in
+    /// its line.
+    pub fn may_go(&self, delivery: &Delivery) -> bool {
+        let Some(place) = &delivery.fifo else {
+            return true;
+        };
+        let first = self.lines.get(&delivery.webhook).and_then(|l| l.first());
+        first.is_none_or(|(p, id)| p == place && *id == delivery.id)
     }
 
     /// The frame holding the body of the delivery `id`, if it waits.

@@ -593,7 +593,7 @@ impl Journal {
                     next = Some(*due);
                     break;
                 }
-                if skip(id.as_str()) {
+                if skip(id.as_str()) || !state.index.may_go(&waiting.delivery) {
                     continue;
                 }
                 if picked.len() == limit {

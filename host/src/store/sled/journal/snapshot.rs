@@ -60,10 +60,8 @@ pub fn load(tree: &Tree) -> anyhow::Result<Option<(Position, Index)>> {
     for (_, value) in tree.scan(&[OUTBOX]) {
         let waiting: Waiting =
             serde_json::from_slice(&value).context("reading a waiting delivery in the index")?;
-        let id = waiting.delivery.id.clone();
-        index.kept.deliveries.insert(id.clone());
-        index.due_of.insert(id.clone(), waiting.delivery.due_ms);
-        index.outbox.insert((waiting.delivery.due_ms, id), waiting);
+        index.kept.deliveries.insert(waiting.delivery.id.clone());
+        index.wait(waiting);
     }
     Ok(Some((position, index)))
 }
