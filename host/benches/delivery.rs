@@ -13,6 +13,11 @@
 //! held at once, start included).
 //! Every event must arrive exactly once, or the bench fails.
 //!
+//! Then the webhook turns FIFO and one client queues `FIFO_EVENTS` more,
+//! 100 per request: the summary line gains the ordered events/s end to end
+//! (`fifo N ordered events/s`), and the bench fails unless they arrived in
+//! the order they were accepted (`BENCH_FIFO=off` leaves this out).
+//!
 //! `BENCH_STORE=sled|postgres` picks the engine (both by default),
 //! `BENCH_HOSTS=1..3` the hosts on PostgreSQL (1 and 3 by default), and
 //! `BENCH_DATABASE_URL` the PostgreSQL server (the local one by default).
@@ -35,6 +40,7 @@ use common::{Database, Host, NO_MODEL, cpu_seconds, cpu_seconds_of, percentile, 
 const CLIENTS: usize = 64;
 const RATE_EVENTS: usize = 5_000;
 const RATE_PER_SEC: u64 = 1_000;
+const FIFO_EVENTS: usize = 2_000;
 
 /// Events in the closed-loop run: `BENCH_EVENTS`, 20,000 by default (more
 /// makes a longer, steadier sample).
@@ -167,6 +173,14 @@ async fn measure(engine: Engine, hosts: usize, labels: Labels, batch: usize) -> 
     );
     let p99 = paced(&load, throughput_events()).await;
     check_exactly_once(&arrivals, throughput_events() + RATE_EVENTS);
+    // (BENCH_FIFO=off leaves it out, for builds from before FIFO webhooks.)
+    let fifo = match std::env::var("BENCH_FIFO").as_deref() {
+        Ok("off") => String::new(),
+        _ => {
+            let per_s = fifo(&load, &receiver, throughput_events() + RATE_EVENTS).await;
+            format!(", fifo {per_s:.0} ordered events/s")
+        }
+    };
     println!(
         "host RSS at most during the paced run: {:.1} MiB",
         sampler.take_max()
@@ -185,7 +199,7 @@ async fn measure(engine: Engine, hosts: usize, labels: Labels, batch: usize) -> 
         db_us,
     } = closed;
     format!(
-        "delivery[{label}]: {events_per_s:.0} events/s, {cpu_us:.0} µs host CPU per event{db_us}, p99 {p99:.1} ms at 1000/s, peak RSS {peak_rss:.0} MiB"
+        "delivery[{label}]: {events_per_s:.0} events/s, {cpu_us:.0} µs host CPU per event{db_us}, p99 {p99:.1} ms at 1000/s, peak RSS {peak_rss:.0} MiB{fifo}"
     )
 }
 
@@ -350,6 +364,39 @@ async fn paced(load: &Load<'_>, first: usize) -> f64 {
         latencies.last().copied().unwrap_or(0.0)
     );
     percentile(&latencies, 0.99)
+}
+
+/// The webhook made FIFO, `FIFO_EVENTS` more queued by one client, 100
+/// per request, after the `first`: ordered events/s end to end, once
+/// every one arrived in the order it was accepted.
+async fn fifo(load: &Load<'_>, receiver: &str, first: usize) -> f64 {
+    let settings = common::load::webhook(receiver, true);
+    let path = "/v1/teams/bench/webhooks/sink";
+    common::load::call(load.http, &load.bases[0], "PUT", path, settings).await;
+    let base_count = load.arrivals.count.load(Ordering::SeqCst);
+    let started = Instant::now();
+    for i in (0..FIFO_EVENTS).step_by(100) {
+        tag(load.http, &load.bases[0], load.labels, first + i, 100).await;
+    }
+    let done = wait_for(
+        load.arrivals,
+        base_count + FIFO_EVENTS,
+        Duration::from_secs(300),
+    )
+    .await
+    .expect("not every FIFO event was delivered within 300 s");
+    let at = load.arrivals.at.lock().unwrap();
+    let mut order: Vec<(Instant, usize)> = (first..first + FIFO_EVENTS)
+        .map(|i| (at[&format!("e{i}")], i))
+        .collect();
+    order.sort();
+    let out_of_order = order.windows(2).filter(|w| w[1].1 < w[0].1).count();
+    assert_eq!(out_of_order, 0, "FIFO events arrived out of order");
+    let per_s = FIFO_EVENTS as f64 / (done - started).as_secs_f64();
+    println!(
+        "fifo ({FIFO_EVENTS} events, one client, 100 per request): {per_s:.0} ordered events/s end to end, in order"
+    );
+    per_s
 }
 
 /// Every one of `total` events arrived, each with its own delivery id, once.

@@ -74,8 +74,21 @@ pub async fn call(http: &reqwest::Client, base: &str, method: &str, path: &str, 
 /// The project the tags go to.
 pub const PROJECT: &str = "/v1/teams/bench/projects/load";
 
+/// The webhook's settings, calling `receiver`; FIFO if `fifo` (else no
+/// `ordering` at all, so that builds from before it can be measured).
+pub fn webhook(receiver: &str, fifo: bool) -> Value {
+    let mut settings = json!({"url": format!("{receiver}/hook"),
+        "access_token_secret": "TOKEN", "signing_secret": "SIGN"});
+    if fifo {
+        settings["ordering"] = json!("fifo");
+    }
+    settings
+}
+
 /// The team, secrets, webhook, project, versions and automation.
 pub async fn setup(http: &reqwest::Client, base: &str, receiver: &str) {
+    let mut sink = webhook(receiver, false);
+    sink["name"] = json!("sink");
     let steps = [
         ("POST", "/v1/teams".to_string(), json!({"name": "bench"})),
         (
@@ -88,12 +101,7 @@ pub async fn setup(http: &reqwest::Client, base: &str, receiver: &str) {
             "/v1/teams/bench/secrets/SIGN".into(),
             json!({"value": "s1gn"}),
         ),
-        (
-            "POST",
-            "/v1/teams/bench/webhooks".into(),
-            json!({"name": "sink",
-            "url": format!("{receiver}/hook"), "access_token_secret": "TOKEN", "signing_secret": "SIGN"}),
-        ),
+        ("POST", "/v1/teams/bench/webhooks".into(), sink),
         (
             "POST",
             "/v1/teams/bench/projects".into(),
