@@ -605,7 +605,7 @@ impl Config {
         cfg.inference.check_routes()?;
         cfg.delivery.proxy_url()?;
         let hours = cfg.delivery.disable_after_hours;
-        if !(hours > 0.0) {
+        if hours.is_nan() || hours <= 0.0 {
             anyhow::bail!(
                 "[delivery] disable_after_hours is {hours}; it is a number of hours above 0 (120, five days, by default)"
             );
