@@ -298,6 +298,9 @@ pub struct UpstreamConfig {
     /// `host:port` the plugin may call; by default the base URL's only.
     #[serde(default)]
     pub allow_hosts: Option<Vec<String>>,
+    /// Send its requests through `[delivery] proxy` (a CONNECT tunnel).
+    #[serde(default)]
+    pub via_proxy: bool,
     /// One request must finish within this.
     #[serde(default = "default_upstream_timeout")]
     pub timeout_ms: u64,
@@ -604,6 +607,14 @@ impl Config {
         let cfg: Config = toml::from_str(text)?;
         cfg.inference.check_routes()?;
         cfg.delivery.proxy_url()?;
+        if let Some(upstream) = cfg.inference.upstreams.iter().find(|u| u.via_proxy)
+            && cfg.delivery.proxy.is_none()
+        {
+            anyhow::bail!(
+                "upstream '{}' has via_proxy = true, but there is no [delivery] proxy to go through; set one or remove via_proxy",
+                upstream.name
+            );
+        }
         let hours = cfg.delivery.disable_after_hours;
         if hours.is_nan() || hours <= 0.0 {
             anyhow::bail!(
@@ -742,6 +753,10 @@ mod tests {
             let err = delivery(body).unwrap_err().to_string();
             assert!(err.contains(says), "{body}: {err}");
         }
+        let upstream = "[[inference.upstreams]]\nname = \"u\"\nbase_url = \"http://a/v1\"\nmodels = [\"m\"]\nvia_proxy = true\n";
+        let err = Config::parse(upstream).unwrap_err().to_string();
+        assert!(err.contains("no [delivery] proxy"), "{err}");
+        assert!(Config::parse(&format!("{upstream}[delivery]\nproxy = \"http://p:1\"\n")).is_ok());
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! A fixed egress: with `[delivery] proxy`, every delivery and webhook test
 //! leaves through the operator's forward proxy (Debian's tinyproxy, started
-//! here), loopback targets included, unless `no_proxy` names them.
+//! here), loopback targets included, unless `no_proxy` names them; so do an
+//! upstream model's requests when it says `via_proxy`.
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -16,6 +17,7 @@ use crate::world::{PROJECT, World};
 struct Tinyproxy {
     child: Child,
     port: u16,
+    log: std::path::PathBuf,
     _dir: tempfile::TempDir,
 }
 
@@ -56,6 +58,7 @@ impl Tinyproxy {
         let proxy = Tinyproxy {
             child,
             port,
+            log,
             _dir: dir,
         };
         for _ in 0..100 {
@@ -68,6 +71,13 @@ impl Tinyproxy {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         panic!("tinyproxy did not listen on {port} within 5 s");
+    }
+}
+
+impl Tinyproxy {
+    /// What it logged: a line per request, `CONNECT host:port` for tunnels.
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 }
 
@@ -147,4 +157,35 @@ async fn no_proxy_names_the_hosts_reached_directly() {
     let world = World::build(&host, Some(&format!("{}/hook", receiver.base))).await;
     let via = tagged(&host, &world, &receiver, 2).await;
     assert_eq!(via, [None, None], "straight to the receiver");
+}
+
+on_each_store!(an_upstream_model_that_asks_goes_through_the_proxy);
+async fn an_upstream_model_that_asks_goes_through_the_proxy() {
+    let Some(proxy) = Tinyproxy::start().await else {
+        return;
+    };
+    let (upstream, seen) = crate::upstream::fake_upstream().await;
+    let extra = format!(
+        "via_proxy = true\n[delivery]\nproxy = \"http://127.0.0.1:{}\"",
+        proxy.port
+    );
+    let host = crate::upstream::upstream_host(&upstream, &extra)
+        .start()
+        .await;
+    let alice = host.create_user("alice").await;
+    let (status, text) = crate::upstream::chat(&host, &alice, "fake-1", false).await;
+    assert_eq!(status, 200, "{text}");
+    let tunnel = format!("CONNECT {upstream}");
+    assert!(proxy.log().contains(&tunnel), "{tunnel} in {}", proxy.log());
+
+    // No way around it here either.
+    let before = seen.lock().unwrap().len();
+    drop(proxy);
+    let (status, text) = crate::upstream::chat(&host, &alice, "fake-1", false).await;
+    assert!(status >= 500, "{status} {text}");
+    assert_eq!(
+        seen.lock().unwrap().len(),
+        before,
+        "nothing reached the upstream"
+    );
 }

@@ -53,6 +53,7 @@ pub fn grant_of(
             .collect(),
         api_key_env,
         per_call: per_call.unwrap_or(false),
+        proxy: None,
     };
     grant
         .validate()

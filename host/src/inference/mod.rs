@@ -106,7 +106,11 @@ fn built_in_backends(cfg: &Config) -> Vec<(String, Setup, &'static [u8])> {
         specs.push((id, smollm(cfg), embedded.model_smollm));
     }
     for upstream in &cfg.inference.upstreams {
-        match proxy(upstream) {
+        let via = upstream
+            .via_proxy
+            .then(|| cfg.delivery.proxy.clone())
+            .flatten();
+        match proxy(upstream, via) {
             Ok(setup) => specs.push((upstream.name.clone(), setup, embedded.model_openai)),
             Err(e) => tracing::error!(upstream = %upstream.name, "upstream not served: {e}"),
         }
@@ -541,7 +545,7 @@ fn smollm(cfg: &Config) -> Setup {
 
 /// An upstream proxy's grant: its upstream's host only, with the key added
 /// by the host; warm instances reused within a team.
-fn proxy(upstream: &UpstreamConfig) -> std::result::Result<Setup, String> {
+fn proxy(upstream: &UpstreamConfig, via: Option<String>) -> std::result::Result<Setup, String> {
     let url = url::Url::parse(&upstream.base_url).map_err(|e| format!("base_url: {e}"))?;
     let host = url.host_str().ok_or("base_url has no host")?;
     let port = url.port_or_known_default().ok_or("base_url has no port")?;
@@ -557,6 +561,7 @@ fn proxy(upstream: &UpstreamConfig) -> std::result::Result<Setup, String> {
             .unwrap_or_else(|| vec![format!("{host}:{port}")]),
         api_key_env: upstream.api_key_env.clone(),
         per_call: true,
+        proxy: via,
     };
     let limits = Limits {
         memory_bytes: 64 << 20,

@@ -57,6 +57,10 @@ pub struct BackendGrant {
     /// weights once and serves one call at a time.
     #[serde(default)]
     pub per_call: bool,
+    /// The forward proxy its requests go through (`http://host:port`), if
+    /// any: `[delivery] proxy`, for upstreams that ask for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy: Option<String>,
 }
 
 impl BackendGrant {

@@ -83,6 +83,9 @@ pub enum LoadError {
         .0.join(", ")
     )]
     NoNetworkGranted(Vec<String>),
+    /// Its grant's proxy is not a URI.
+    #[error("its proxy '{0}' is not a URI; set [delivery] proxy to http://host:port")]
+    BadProxy(String),
     /// The linker cannot satisfy its imports.
     #[error("its imports cannot be satisfied: {0}")]
     Unlinkable(String),

@@ -5,9 +5,11 @@
 //! Requests go out through one pooled client for the whole process, so a
 //! backend that gets a fresh instance per call still reuses connections
 //! (and TLS sessions) to its upstream. The client follows no redirects and
-//! uses no proxy: either would send the request somewhere the allow-list
-//! did not approve.
+//! uses no proxy but the operator's (`via_proxy` on an upstream: a CONNECT
+//! tunnel through `[delivery] proxy`, one pooled client per proxy): either
+//! would send the request somewhere the allow-list did not approve.
 
+use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
@@ -15,6 +17,7 @@ use axum::http::{HeaderName, HeaderValue, header};
 use http_body_util::BodyExt;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::connect::proxy::Tunnel;
 use hyper_util::rt::TokioExecutor;
 use wasmtime_wasi_http::{
     DEFAULT_FORBIDDEN_HEADERS, Error, ForbiddenHeaderFilter, RequestOptions, WasiBody,
@@ -28,6 +31,8 @@ pub struct Egress {
     pub allow: Vec<String>,
     /// Sent as `Authorization: Bearer …` on every request.
     pub bearer: Option<String>,
+    /// The forward proxy to tunnel through, if any.
+    pub proxy: Option<axum::http::Uri>,
 }
 
 impl Egress {
@@ -78,7 +83,7 @@ impl WasiHttpHooks for Egress {
         {
             request.headers_mut().insert(header::AUTHORIZATION, value);
         }
-        Box::new(send(request, options))
+        Box::new(send(request, options, self.proxy.clone()))
     }
 }
 
@@ -106,16 +111,51 @@ static CLIENT: LazyLock<Client> = LazyLock::new(|| {
         .build(connector)
 });
 
-/// Sends `request` on the pooled client. The response body streams to the
-/// guest; the connection returns to the pool once the guest has read it.
+/// The pooled clients through a proxy, by proxy: CONNECT tunnels, then
+/// TLS inside them for https upstreams.
+type Tunnelled =
+    hyper_util::client::legacy::Client<HttpsConnector<Tunnel<HttpConnector>>, WasiBody>;
+
+static TUNNELLED: LazyLock<std::sync::Mutex<HashMap<axum::http::Uri, Tunnelled>>> =
+    LazyLock::new(Default::default);
+
+/// The pooled client through `proxy`, made the first time it is asked for.
+fn tunnelled(proxy: axum::http::Uri) -> Tunnelled {
+    let mut clients = TUNNELLED.lock().unwrap_or_else(|p| p.into_inner());
+    let client = clients.entry(proxy.clone()).or_insert_with(|| {
+        let mut http = HttpConnector::new();
+        http.enforce_http(false);
+        http.set_nodelay(true);
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_webpki_roots()
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(Tunnel::new(proxy, http));
+        hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+            .pool_max_idle_per_host(256)
+            .build(connector)
+    });
+    client.clone()
+}
+
+/// Sends `request` on the pooled client (through `proxy`, if any). The
+/// response body streams to the guest; the connection returns to the pool
+/// once the guest has read it.
 async fn send(
     request: axum::http::Request<WasiBody>,
     options: Option<RequestOptions>,
+    proxy: Option<axum::http::Uri>,
 ) -> Result<Reply, Error> {
     let first_byte = options
         .and_then(|o| o.first_byte_timeout)
         .unwrap_or(Duration::from_secs(600));
-    let response = tokio::time::timeout(first_byte, CLIENT.request(request))
+    let sent = async {
+        match proxy {
+            None => CLIENT.request(request).await,
+            Some(proxy) => tunnelled(proxy).request(request).await,
+        }
+    };
+    let response = tokio::time::timeout(first_byte, sent)
         .await
         .map_err(|_| Error::ConnectionReadTimeout)?
         .map_err(failed)?;
@@ -142,6 +182,7 @@ mod tests {
         let egress = Egress {
             allow: vec!["api.example.com:443".into(), "127.0.0.1:8000".into()],
             bearer: None,
+            proxy: None,
         };
         assert!(egress.allows("api.example.com", true));
         assert!(

@@ -195,9 +195,14 @@ impl Setup {
             }
             None => None,
         };
+        let proxy = match &grant.proxy {
+            None => None,
+            Some(url) => Some(url.parse().map_err(|_| LoadError::BadProxy(url.clone()))?),
+        };
         let egress = (!grant.allow_hosts.is_empty()).then(|| Egress {
             allow: grant.allow_hosts.clone(),
             bearer,
+            proxy,
         });
         Ok(Setup {
             name,
