@@ -1746,3 +1746,56 @@ async fn headers_retries_and_giving_up_are_set_in_the_console() {
     assert!(!shown.contains(crate::world::SPARE), "never the value");
 }
 on_each_store!(headers_retries_and_giving_up_are_set_in_the_console);
+
+/// A receiver's authentication and order through the form: OAuth2 client
+/// credentials, a receiver's CA, FIFO; the API then shows what was set.
+async fn oauth_tls_and_order_are_set_in_the_console() {
+    let (host, receiver, world) = delivering().await;
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca = params.self_signed(&ca_key).unwrap().pem();
+    ok!(host, world.alice, PUT "/v1/teams/ml/secrets/RECEIVER_CA", {"value": ca});
+    let alice = Visitor::signed_in(&host, &world.alice).await;
+    let page = "/teams/ml/webhooks/ci";
+    let token = alice.token(page).await;
+    let (url, token_url) = (
+        format!("{}/hook", receiver.base),
+        format!("{}/token", receiver.base),
+    );
+    let mut fields = vec![
+        ("csrf", token.as_str()),
+        ("url", url.as_str()),
+        ("signing_secret", "SIGN"),
+        ("oauth_token_url", token_url.as_str()),
+        ("oauth_client_id", "switchyard"),
+        ("oauth_client_secret_secret", "SPARE"),
+        ("oauth_scope", "hooks"),
+        ("tls_ca_secret", "RECEIVER_CA"),
+        ("ordering", "fifo"),
+    ];
+    let edit = format!("{page}/edit");
+    let edited = alice.post(&edit, &fields).await;
+    assert_eq!(edited.status, 303, "{}", edited.body);
+    let saved = ok!(host, world.bob, GET "/v1/teams/ml/webhooks/ci");
+    assert_eq!(
+        (&saved["auth"], &saved["tls"], &saved["ordering"]),
+        (
+            &serde_json::json!({"type": "oauth2_client_credentials", "token_url": token_url,
+                "client_id": "switchyard", "client_secret_secret": "SPARE", "scope": "hooks"}),
+            &serde_json::json!({"ca_secret": "RECEIVER_CA"}),
+            &serde_json::json!("fifo")
+        )
+    );
+    let shown = alice.get(page).await.body;
+    assert!(shown.contains("trusts the CA in RECEIVER_CA"), "{shown}");
+    // A client certificate without its key is refused on the form, saying so.
+    fields.push(("tls_client_cert_secret", "SPARE"));
+    let refused = alice.post(&edit, &fields).await;
+    assert!(
+        refused.body.contains("client_key_secret"),
+        "{}",
+        refused.body
+    );
+}
+on_each_store!(oauth_tls_and_order_are_set_in_the_console);
