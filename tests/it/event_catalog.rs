@@ -58,6 +58,14 @@ async fn catalog(host: &Host, key: &str) -> BTreeMap<String, Value> {
         tag["fields"].as_array().unwrap().contains(&json!("tag")),
         "{tag}"
     );
+    // The console shows the same catalog.
+    let console = crate::console::Visitor::signed_in(host, key).await;
+    let page = console.get("/event-types").await.body;
+    for event_type in schemas.keys() {
+        let shown = format!("<code>{event_type}</code>");
+        assert!(page.contains(&shown), "{shown}: {page}");
+    }
+    assert!(page.contains("<code>${tag}</code>"), "{page}");
     schemas
 }
 

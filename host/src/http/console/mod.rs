@@ -17,6 +17,7 @@
 
 mod automations;
 mod chat;
+mod event_types;
 mod keys;
 mod operator;
 mod place;
@@ -53,6 +54,7 @@ pub fn routes(app: &App) -> Router<App> {
         .route("/chat", get(chat::show).post(chat::send))
         .route("/chat/stream", post(chat::stream))
         .route("/keys", get(keys::list).post(keys::create))
+        .route("/event-types", get(event_types::list))
         .route("/keys/{id}/revoke", post(keys::revoke))
         .route("/operator", get(operator::show))
         .route(
