@@ -95,21 +95,7 @@ type Client = hyper_util::client::legacy::Client<HttpsConnector<HttpConnector>, 
 /// not reqwest: requests arrive here already as `http` types, and reqwest
 /// re-parses every URI as a `url::Url` and runs redirect and proxy layers
 /// we turn off anyway.
-static CLIENT: LazyLock<Client> = LazyLock::new(|| {
-    let mut http = HttpConnector::new();
-    // The scheme is checked against the allow-list; the TLS layer below
-    // handles https.
-    http.enforce_http(false);
-    http.set_nodelay(true);
-    let connector = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_webpki_roots()
-        .https_or_http()
-        .enable_http1()
-        .wrap_connector(http);
-    hyper_util::client::legacy::Client::builder(TokioExecutor::new())
-        .pool_max_idle_per_host(256)
-        .build(connector)
-});
+static CLIENT: LazyLock<Client> = LazyLock::new(|| pooled(plain()));
 
 /// The pooled clients through a proxy, by proxy: CONNECT tunnels, then
 /// TLS inside them for https upstreams.
@@ -122,20 +108,42 @@ static TUNNELLED: LazyLock<std::sync::Mutex<HashMap<axum::http::Uri, Tunnelled>>
 /// The pooled client through `proxy`, made the first time it is asked for.
 fn tunnelled(proxy: axum::http::Uri) -> Tunnelled {
     let mut clients = TUNNELLED.lock().unwrap_or_else(|p| p.into_inner());
-    let client = clients.entry(proxy.clone()).or_insert_with(|| {
-        let mut http = HttpConnector::new();
-        http.enforce_http(false);
-        http.set_nodelay(true);
-        let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_webpki_roots()
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(Tunnel::new(proxy, http));
-        hyper_util::client::legacy::Client::builder(TokioExecutor::new())
-            .pool_max_idle_per_host(256)
-            .build(connector)
-    });
+    let client =
+        (clients.entry(proxy.clone())).or_insert_with(|| pooled(Tunnel::new(proxy, plain())));
     client.clone()
+}
+
+/// TCP to whatever the allow-list approved: the scheme is checked against
+/// it, and the TLS layer above handles https.
+fn plain() -> HttpConnector {
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_nodelay(true);
+    http
+}
+
+/// A pooled HTTP/1.1 client over `inner`, with TLS (rustls, the webpki
+/// roots) for https.
+fn pooled<C>(inner: C) -> hyper_util::client::legacy::Client<HttpsConnector<C>, WasiBody>
+where
+    C: tower::Service<axum::http::Uri> + Clone + Send + Sync + 'static,
+    C::Response: hyper::rt::Read
+        + hyper::rt::Write
+        + hyper_util::client::legacy::connect::Connection
+        + Send
+        + Unpin
+        + 'static,
+    C::Future: Send + 'static,
+    C::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_webpki_roots()
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(inner);
+    hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(256)
+        .build(connector)
 }
 
 /// Sends `request` on the pooled client (through `proxy`, if any). The
