@@ -210,6 +210,48 @@ pub struct InferenceConfig {
     pub upstreams: Vec<UpstreamConfig>,
     /// Model ids served by several deployments, with retries and fallbacks.
     pub routes: Vec<RouteConfig>,
+    /// What each model costs, in USD per million tokens.
+    pub prices: Vec<PriceConfig>,
+    /// The response cache.
+    pub cache: CacheConfig,
+}
+
+/// `[[inference.prices]]`: a model's price, USD per million tokens.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PriceConfig {
+    /// The model id (an upstream's, a route's or the embedded model's).
+    pub model: String,
+    /// Prompt tokens.
+    pub input_per_mtok: f64,
+    /// Generated tokens.
+    pub output_per_mtok: f64,
+    /// Prompt tokens the upstream reports it served from its own cache;
+    /// `input_per_mtok` if unset.
+    #[serde(default)]
+    pub cached_input_per_mtok: Option<f64>,
+}
+
+/// `[inference.cache]`: exact-match answers kept for a while.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CacheConfig {
+    /// Off by default.
+    pub enabled: bool,
+    /// How long an answer is served from the cache.
+    pub ttl_s: u64,
+    /// The most one answer may take to be kept.
+    pub max_bytes: usize,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig {
+            enabled: false,
+            ttl_s: 3_600,
+            max_bytes: 1 << 20,
+        }
+    }
 }
 
 /// `[[inference.routes]]`: one model id clients ask for, served by an
@@ -237,6 +279,13 @@ pub struct RouteConfig {
     /// Other model ids tried, in order, once every deployment failed.
     #[serde(default)]
     pub fallbacks: Vec<String>,
+    /// Whether its answers may be cached (when the cache is on).
+    #[serde(default = "yes")]
+    pub cache: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// How a route orders its deployments.
@@ -264,6 +313,15 @@ pub struct DeploymentConfig {
     /// Its share of first picks under `weighted`.
     #[serde(default = "default_weight")]
     pub weight: u32,
+    /// Its own price, over its model's `[[inference.prices]]` entry.
+    #[serde(default)]
+    pub input_per_mtok: Option<f64>,
+    /// Its own price of generated tokens.
+    #[serde(default)]
+    pub output_per_mtok: Option<f64>,
+    /// Its own price of cached prompt tokens.
+    #[serde(default)]
+    pub cached_input_per_mtok: Option<f64>,
 }
 
 impl DeploymentConfig {
@@ -325,6 +383,8 @@ impl Default for InferenceConfig {
             second_instance: true,
             upstreams: Vec::new(),
             routes: Vec::new(),
+            prices: Vec::new(),
+            cache: CacheConfig::default(),
         }
     }
 }
@@ -606,6 +666,7 @@ impl Config {
     pub fn parse(text: &str) -> anyhow::Result<Config> {
         let cfg: Config = toml::from_str(text)?;
         cfg.inference.check_routes()?;
+        cfg.inference.check_prices()?;
         cfg.delivery.proxy_url()?;
         if let Some(upstream) = cfg.inference.upstreams.iter().find(|u| u.via_proxy)
             && cfg.delivery.proxy.is_none()
@@ -626,6 +687,46 @@ impl Config {
 }
 
 impl InferenceConfig {
+    /// Every price is a finite number, not below 0, and each model is
+    /// priced once.
+    fn check_prices(&self) -> anyhow::Result<()> {
+        let mut seen = std::collections::HashSet::new();
+        for entry in &self.prices {
+            if !seen.insert(&entry.model) {
+                anyhow::bail!(
+                    "[[inference.prices]] prices the model '{}' twice; keep one entry",
+                    entry.model
+                );
+            }
+        }
+        let named = self.prices.iter().flat_map(|p| {
+            [
+                (&p.model, "input_per_mtok", Some(p.input_per_mtok)),
+                (&p.model, "output_per_mtok", Some(p.output_per_mtok)),
+                (&p.model, "cached_input_per_mtok", p.cached_input_per_mtok),
+            ]
+        });
+        let deployed = self
+            .routes
+            .iter()
+            .flat_map(|r| &r.deployments)
+            .flat_map(|d| {
+                [
+                    (&d.model, "input_per_mtok", d.input_per_mtok),
+                    (&d.model, "output_per_mtok", d.output_per_mtok),
+                    (&d.model, "cached_input_per_mtok", d.cached_input_per_mtok),
+                ]
+            });
+        for (model, field, value) in named.chain(deployed) {
+            if let Some(v) = value.filter(|v| !v.is_finite() || *v < 0.0) {
+                anyhow::bail!(
+                    "the price {field} = {v} of '{model}' is not a number of USD per million tokens; give 0 or more, e.g. 0.15"
+                );
+            }
+        }
+        Ok(())
+    }
+
     /// What TOML cannot say of `[[inference.routes]]`: each route names a
     /// model of its own, has a deployment and time to answer, and is not
     /// its own fallback.

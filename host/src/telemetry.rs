@@ -8,9 +8,9 @@
 //! alerts use: keep them stable.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write;
-use std::sync::{LazyLock, OnceLock, PoisonError, RwLock};
+use std::sync::{LazyLock, Mutex, OnceLock, PoisonError, RwLock};
 use std::time::Duration;
 
 use metrics::{Counter, Histogram, counter, gauge, histogram};
@@ -189,10 +189,12 @@ pub fn render(gauges: Gauges) -> String {
     for (queue, depth) in gauges.queues {
         gauge!("switchyard_queue_depth", "queue" => queue).set(depth as f64);
     }
-    HANDLE
+    let mut text = HANDLE
         .get()
         .map(PrometheusHandle::render)
-        .unwrap_or_default()
+        .unwrap_or_default();
+    render_costs(&mut text);
+    text
 }
 
 /// Series handles kept by their labels. Looking a series up through the
@@ -317,12 +319,49 @@ pub fn inference_request(endpoint: &'static str, model: &str, status: u16) {
         .increment(1);
 }
 
-/// The tokens of one finished inference request.
-pub fn inference_tokens(model: &str, prompt: u32, completion: u32) {
+/// The (prompt, completion) tokens and cost in USD of one finished
+/// inference request, billed to `project` (`team/project`, or `~user`).
+pub fn inference_used(model: &str, project: &str, (prompt, completion): (u32, u32), usd: f64) {
     counter!("switchyard_inference_tokens_total", "model" => model.to_string(), "kind" => "prompt")
         .increment(prompt.into());
     counter!("switchyard_inference_tokens_total", "model" => model.to_string(), "kind" => "completion")
         .increment(completion.into());
+    if usd > 0.0 {
+        let mut costs = COSTS.lock().unwrap_or_else(PoisonError::into_inner);
+        *costs
+            .entry((model.to_string(), project.to_string()))
+            .or_default() += usd;
+    }
+}
+
+/// USD spent by (model, project). The facade's counters count whole
+/// numbers, so this family is kept here and written by [`render`].
+static COSTS: LazyLock<Mutex<BTreeMap<(String, String), f64>>> = LazyLock::new(Default::default);
+
+/// `switchyard_inference_cost_usd_total` in the text format.
+fn render_costs(out: &mut String) {
+    let costs = COSTS.lock().unwrap_or_else(PoisonError::into_inner);
+    if costs.is_empty() {
+        return;
+    }
+    let name = "switchyard_inference_cost_usd_total";
+    let _ = writeln!(
+        out,
+        "# HELP {name} USD spent on inference at [[inference.prices]], by model and project (team/project, or ~user)."
+    );
+    let _ = writeln!(out, "# TYPE {name} counter");
+    let escape = |v: &str| {
+        v.replace('\\', "\\\\")
+            .replace('"', "\\\"")
+            .replace('\n', "\\n")
+    };
+    for ((model, project), usd) in costs.iter() {
+        let (model, project) = (escape(model), escape(project));
+        let _ = writeln!(
+            out,
+            "{name}{{model=\"{model}\",project=\"{project}\"}} {usd}"
+        );
+    }
 }
 
 /// From a chat request's arrival to its first generated piece.

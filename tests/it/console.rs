@@ -1586,6 +1586,7 @@ async fn keys_and_project_limits_are_set_in_the_console() {
                 ("expires_in_days", "30"),
                 ("rpm", "60"),
                 ("tokens_per_day", "5000"),
+                ("usd_per_month", "20"),
             ],
         )
         .await;
@@ -1597,6 +1598,7 @@ async fn keys_and_project_limits_are_set_in_the_console() {
         "expires",
         "60 requests/min",
         "5000 tokens/day",
+        "$20/month",
     ] {
         assert!(created.body.contains(shown), "{shown}: {}", created.body);
     }
@@ -1637,6 +1639,8 @@ async fn keys_and_project_limits_are_set_in_the_console() {
                 ("rpm", "7"),
                 ("tpm", ""),
                 ("tokens_per_day", "900"),
+                ("usd_per_day", ""),
+                ("usd_per_month", "12.5"),
             ],
         )
         .await;
@@ -1644,11 +1648,13 @@ async fn keys_and_project_limits_are_set_in_the_console() {
     let (_, project) = call!(host, world.alice, GET "/v1/teams/ml/projects/vision");
     assert_eq!(
         project["limits"],
-        serde_json::json!({"rpm": 7, "tpm": null, "tokens_per_day": 900})
+        serde_json::json!({"rpm": 7, "tpm": null, "tokens_per_day": 900, "usd_per_day": null, "usd_per_month": 12.5})
     );
     let page = alice.get("/teams/ml/projects/vision").await;
     assert!(
-        page.body.contains("7 requests per minute") && page.body.contains("900 tokens per day"),
+        page.body.contains("7 requests per minute")
+            && page.body.contains("900 tokens per day")
+            && page.body.contains("$12.5 per month (UTC)"),
         "{}",
         page.body
     );

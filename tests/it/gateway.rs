@@ -12,7 +12,7 @@ use crate::upstream::{fake_upstream, upstream_host};
 
 /// Posts a small chat request to `model`, with `project` in the project
 /// header when given; the status, headers and body.
-async fn ask(
+pub(crate) async fn ask(
     host: &Host,
     key: &str,
     model: &str,
@@ -37,7 +37,7 @@ async fn ask(
     )
 }
 
-fn header<'h>(headers: &'h HeaderMap, name: &str) -> &'h str {
+pub(crate) fn header<'h>(headers: &'h HeaderMap, name: &str) -> &'h str {
     headers
         .get(name)
         .unwrap_or_else(|| panic!("no {name} header in {headers:?}"))
@@ -46,7 +46,7 @@ fn header<'h>(headers: &'h HeaderMap, name: &str) -> &'h str {
 }
 
 /// Creates a key for `owner` with `spec` (its name added); the key.
-async fn scoped_key(host: &Host, owner: &str, spec: Value) -> String {
+pub(crate) async fn scoped_key(host: &Host, owner: &str, spec: Value) -> String {
     let mut spec = spec;
     spec["name"] = json!("scoped");
     let (status, created) = host
@@ -58,7 +58,7 @@ async fn scoped_key(host: &Host, owner: &str, spec: Value) -> String {
 
 /// A team `ml` with project `vision` and `audio`, alice its admin and bob a
 /// member.
-async fn team(host: &Host) -> (String, String) {
+pub(crate) async fn team(host: &Host) -> (String, String) {
     let alice = host.create_user("alice").await;
     let bob = host.create_user("bob").await;
     ok!(host, alice, POST "/v1/teams", {"name": "ml"});
@@ -294,7 +294,10 @@ async fn project_limits_are_set_by_team_admins_and_hold() {
     let (status, body) = call!(host, alice, PUT "/v1/teams/ml/projects/nope/limits", {"rpm": 2});
     assert_eq!(status, 404, "{body}");
     let set = ok!(host, alice, PUT "/v1/teams/ml/projects/vision/limits", {"rpm": 2, "tpm": null});
-    assert_eq!(set, json!({"rpm": 2, "tpm": null, "tokens_per_day": null}));
+    assert_eq!(
+        set,
+        json!({"rpm": 2, "tpm": null, "tokens_per_day": null, "usd_per_day": null, "usd_per_month": null})
+    );
     let (_, project) = call!(host, bob, GET "/v1/teams/ml/projects/vision");
     assert_eq!(project["limits"]["rpm"], 2, "{project}");
 

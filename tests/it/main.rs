@@ -37,6 +37,7 @@ mod plugins;
 mod receiver_options;
 mod receivers;
 mod scaffolds;
+mod spend;
 mod teams;
 mod upstream;
 mod webhooks;

@@ -146,6 +146,12 @@ pub struct KeySpec {
     /// Tokens per UTC day.
     #[serde(default)]
     pub tokens_per_day: Option<u64>,
+    /// USD per UTC day.
+    #[serde(default)]
+    pub usd_per_day: Option<f64>,
+    /// USD per UTC month.
+    #[serde(default)]
+    pub usd_per_month: Option<f64>,
 }
 
 /// Longest allow-list accepted.
@@ -201,6 +207,8 @@ impl KeySpec {
             rpm: self.rpm,
             tpm: self.tpm,
             tokens_per_day: self.tokens_per_day,
+            usd_per_day: self.usd_per_day,
+            usd_per_month: self.usd_per_month,
         }
     }
 }
@@ -216,6 +224,26 @@ pub fn limits_check(limits: &RateLimits) -> Result<()> {
         Some((field, _)) => Err(Error::invalid(
             field,
             format!("{field} must be at least 1; leave it out (or null) for no limit"),
+        )),
+        None => usd_check(limits),
+    }
+}
+
+/// A 400 for a USD budget that is not a positive number.
+fn usd_check(limits: &RateLimits) -> Result<()> {
+    let named = [
+        ("usd_per_day", limits.usd_per_day),
+        ("usd_per_month", limits.usd_per_month),
+    ];
+    match named
+        .into_iter()
+        .find(|(_, v)| v.is_some_and(|v| !v.is_finite() || v <= 0.0))
+    {
+        Some((field, _)) => Err(Error::invalid(
+            field,
+            format!(
+                "{field} must be a number of USD above 0, e.g. 5.0; leave it out (or null) for no budget"
+            ),
         )),
         None => Ok(()),
     }

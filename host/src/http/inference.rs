@@ -470,10 +470,17 @@ pub async fn my_usage(State(app): State<App>, Caller(user): Caller) -> Reply<Val
 }
 
 fn usage_report(rows: Vec<usage::Row>) -> Value {
+    let routed: Vec<usage::Row> = rows
+        .iter()
+        .filter(|r| !r.deployment.is_empty())
+        .cloned()
+        .collect();
     json!({
         "total": usage::total(&rows),
         "by_model": usage::group_by(&rows, |r| &r.model),
         "by_day": usage::group_by(&rows, |r| &r.day),
+        "by_key": usage::group_by(&rows, |r| &r.key_id),
+        "by_deployment": usage::group_by(&routed, |r| &r.deployment),
         "rows": rows,
     })
 }

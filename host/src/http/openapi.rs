@@ -383,6 +383,8 @@ mod tests {
                 rpm: Some(1),
                 tpm: Some(1),
                 tokens_per_day: Some(1),
+                usd_per_day: Some(1.0),
+                usd_per_month: Some(1.0),
             },
         }
     }

@@ -63,6 +63,10 @@ pub struct SetLimits {
     tpm: Option<u64>,
     #[serde(default)]
     tokens_per_day: Option<u64>,
+    #[serde(default)]
+    usd_per_day: Option<f64>,
+    #[serde(default)]
+    usd_per_month: Option<f64>,
 }
 
 /// `PUT /v1/teams/{team}/projects/{project}/limits`: a team admin sets the
@@ -78,6 +82,8 @@ pub async fn set_limits(
         rpm: body.rpm,
         tpm: body.tpm,
         tokens_per_day: body.tokens_per_day,
+        usd_per_day: body.usd_per_day,
+        usd_per_month: body.usd_per_month,
     };
     projects::set_limits(&app.store, &team, &project, &limits).await?;
     super::audit(

@@ -32,6 +32,12 @@ pub trait Ask: Clone + Send + Sync + 'static {
     /// The tokens an answer used: prompt, completion.
     fn tokens(answer: &Self::Answer) -> (u32, u32);
 
+    /// Of its prompt tokens, how many the upstream says it served from its
+    /// own cache.
+    fn cached_tokens(_answer: &Self::Answer) -> u32 {
+        0
+    }
+
     /// Asks `backend` on `team`'s behalf, sending what comes to `output`.
     async fn ask(
         self,
@@ -81,6 +87,20 @@ impl Ask for ForwardRequest {
 
     fn tokens(answer: &ForwardResult) -> (u32, u32) {
         (answer.prompt_tokens, answer.completion_tokens)
+    }
+
+    /// Read from the body's usage: `prompt_tokens_details` for
+    /// completions, `input_tokens_details` for responses.
+    fn cached_tokens(answer: &ForwardResult) -> u32 {
+        let Some(body) = &answer.body else { return 0 };
+        let Ok(body) = serde_json::from_str::<serde_json::Value>(body) else {
+            return 0;
+        };
+        let usage = &body["usage"];
+        ["prompt_tokens_details", "input_tokens_details"]
+            .iter()
+            .find_map(|d| usage[*d]["cached_tokens"].as_u64())
+            .map_or(0, |n| u32::try_from(n).unwrap_or(u32::MAX))
     }
 
     /// A backend without `forward` (one built before 0.3.0, the embedded

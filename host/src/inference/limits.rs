@@ -1,6 +1,6 @@
 //! Rate limits and budgets of keys and projects, counted as OpenAI counts
 //! them: requests and tokens per minute over a sliding minute, tokens per
-//! UTC day.
+//! UTC day; and budgets in USD per UTC day and month, counted in nano-USD.
 //!
 //! The counts live in the store, so that every host on one PostgreSQL
 //! database sees the same ones; a request must not wait on the store for
@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use axum::http::{HeaderMap, HeaderValue};
 
+use super::prices::nanos;
 use crate::error::{Error, Result};
 use crate::ids;
 use crate::model::RateLimits;
@@ -28,12 +29,19 @@ const LEASE_MS: u64 = 1_000;
 const LEASE_SHARE: u64 = 100;
 const MINUTE_MS: u64 = 60_000;
 const DAY_MS: u64 = 86_400_000;
+/// The name monthly budgets' buckets end with: their claims are kept
+/// longer.
+const MONTHLY: &str = "usdpm";
+/// Claims are forgotten this long after their period ends.
+const KEPT_MS: u64 = 2 * DAY_MS;
 
 /// What is counted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Unit {
     Requests,
     Tokens,
+    /// Nano-USD.
+    Usd,
 }
 
 /// Over what time.
@@ -43,6 +51,8 @@ enum Span {
     Minute,
     /// The current UTC day.
     Day,
+    /// The current UTC month.
+    Month,
 }
 
 /// One limit that applies to a request.
@@ -61,8 +71,28 @@ impl Check {
         match (self.unit, self.span) {
             (Unit::Requests, _) => "requests per minute",
             (Unit::Tokens, Span::Minute) => "tokens per minute",
-            (Unit::Tokens, Span::Day) => "tokens per day (UTC)",
+            (Unit::Tokens, _) => "tokens per day (UTC)",
+            (Unit::Usd, Span::Month) => "per month (UTC)",
+            (Unit::Usd, _) => "per day (UTC)",
         }
+    }
+
+    /// Its limit as messages say it: `3 requests per minute`, `$5 per
+    /// day (UTC)`.
+    fn named(&self) -> String {
+        format!("{} {}", self.amount(self.limit), self.what())
+    }
+
+    /// An amount of its unit, as a number in headers and messages.
+    fn amount(&self, n: u64) -> String {
+        match self.unit {
+            Unit::Usd => format!("${}", usd(n)),
+            _ => n.to_string(),
+        }
+    }
+
+    fn budget(&self) -> bool {
+        self.span != Span::Minute
     }
 
     /// The time a claim at `now` is dated: its own for a sliding minute;
@@ -72,6 +102,7 @@ impl Check {
         match self.span {
             Span::Minute => now,
             Span::Day => now / DAY_MS * DAY_MS,
+            Span::Month => ids::month_bounds_ms(now).0,
         }
     }
 
@@ -79,7 +110,16 @@ impl Check {
     fn window(&self, now: u64) -> (u64, u64) {
         match self.span {
             Span::Minute => (now.saturating_sub(MINUTE_MS), now),
-            Span::Day => (self.dated(now).saturating_sub(1), self.dated(now)),
+            Span::Day | Span::Month => (self.dated(now).saturating_sub(1), self.dated(now)),
+        }
+    }
+
+    /// How long until a budget's period ends.
+    fn until_renewal(&self, now: u64) -> u64 {
+        match self.span {
+            Span::Minute => MINUTE_MS,
+            Span::Day => DAY_MS - now % DAY_MS,
+            Span::Month => ids::month_bounds_ms(now).1 - now,
         }
     }
 }
@@ -109,6 +149,13 @@ impl Owners {
                 ("rpm", Unit::Requests, Span::Minute, limits.rpm),
                 ("tpm", Unit::Tokens, Span::Minute, limits.tpm),
                 ("tpd", Unit::Tokens, Span::Day, limits.tokens_per_day),
+                ("usdpd", Unit::Usd, Span::Day, limits.usd_per_day.map(nanos)),
+                (
+                    MONTHLY,
+                    Unit::Usd,
+                    Span::Month,
+                    limits.usd_per_month.map(nanos),
+                ),
             ];
             for (name, unit, span, limit) in each {
                 if let Some(limit) = limit {
@@ -259,16 +306,26 @@ impl Limiter {
                 .is_empty()
     }
 
+    /// Forgets claims no window counts any more: monthly budgets' once
+    /// their month is over, the rest two days on.
     async fn purge(&self) {
-        let before = ids::now_ms().saturating_sub(2 * DAY_MS);
-        if let Err(e) = self.store.purge_limits(before).await {
-            tracing::warn!(error = %e, "forgetting old rate-limit claims failed; retried in an hour");
+        let now = ids::now_ms();
+        let last_month = ids::month_bounds_ms(ids::month_bounds_ms(now).0 - 1).0;
+        let purges = [
+            (now.saturating_sub(KEPT_MS), Some(MONTHLY)),
+            (last_month.saturating_sub(KEPT_MS), None),
+        ];
+        for (before, except) in purges {
+            if let Err(e) = self.store.purge_limits(before, except).await {
+                tracing::warn!(error = %e, "forgetting old rate-limit claims failed; retried in an hour");
+            }
         }
     }
 
-    /// Admits a request needing `tokens` (its prompt and `max_tokens`)
-    /// under `owners`' limits, or refuses it with a 429 naming the limit.
-    pub async fn admit(self: &Arc<Self>, owners: &Owners, tokens: u64) -> Result<Admitted> {
+    /// Admits a request needing `need` at most (its prompt and
+    /// `max_tokens`, and what they cost) under `owners`' limits, or refuses
+    /// it with a 429 naming the limit.
+    pub async fn admit(self: &Arc<Self>, owners: &Owners, need: Need) -> Result<Admitted> {
         let checks = owners.checks();
         if checks.is_empty() {
             return Ok(Admitted::default());
@@ -279,7 +336,8 @@ impl Limiter {
         for check in checks {
             let need = match check.unit {
                 Unit::Requests => 1,
-                Unit::Tokens => tokens,
+                Unit::Tokens => need.tokens,
+                Unit::Usd => need.nanos,
             };
             match self.take(&check, need, now).await {
                 Ok((at_ms, left)) => {
@@ -301,13 +359,18 @@ impl Limiter {
         Ok(admitted)
     }
 
-    /// Settles an admitted request with the tokens it really used.
-    pub fn settle(&self, admitted: &Admitted, tokens: u64) {
-        for taken in admitted.taken.iter().filter(|t| t.unit == Unit::Tokens) {
+    /// Settles an admitted request with what it really used.
+    pub fn settle(&self, admitted: &Admitted, used: Need) {
+        for taken in &admitted.taken {
+            let used = match taken.unit {
+                Unit::Requests => continue,
+                Unit::Tokens => used.tokens,
+                Unit::Usd => used.nanos,
+            };
             self.correct(
                 &taken.bucket,
                 taken.at_ms,
-                signed(tokens) - signed(taken.amount),
+                signed(used) - signed(taken.amount),
             );
         }
     }
@@ -480,6 +543,23 @@ fn off_the_workers(
     tokio::task::spawn_blocking(move || handle.block_on(work))
 }
 
+/// Nano-USD as USD, with as many decimals as it needs (up to nine).
+fn usd(nanos: u64) -> String {
+    let text = format!("{}.{:09}", nanos / 1_000_000_000, nanos % 1_000_000_000);
+    let text = text.trim_end_matches('0');
+    let text = text.strip_suffix('.').unwrap_or(text);
+    text.to_string()
+}
+
+/// What a request may use, or used: tokens, and their cost in nano-USD.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Need {
+    /// Prompt and completion tokens.
+    pub tokens: u64,
+    /// Their cost, in nano-USD.
+    pub nanos: u64,
+}
+
 /// An amount as a signed correction.
 fn signed(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
@@ -487,18 +567,31 @@ fn signed(n: u64) -> i64 {
 
 /// What a chat request may use at most: its prompt (about four bytes a
 /// token, as counting needs no tokenizer) and its `max_tokens`.
-pub fn estimate(request: &crate::plugin::ChatRequest) -> u64 {
+pub fn estimate(request: &crate::plugin::ChatRequest) -> Estimate {
     let bytes: usize = request
         .messages
         .iter()
         .map(|m| m.content.len() + m.extra.as_ref().map_or(0, String::len) + 16)
         .sum();
-    (bytes as u64).div_ceil(4) + u64::from(request.max_tokens.unwrap_or(0))
+    Estimate {
+        prompt: (bytes as u64).div_ceil(4),
+        output: u64::from(request.max_tokens.unwrap_or(0)),
+    }
+}
+
+/// The most a request may use: prompt tokens (estimated) and output
+/// tokens (asked for).
+#[derive(Debug, Clone, Copy)]
+pub struct Estimate {
+    /// Prompt tokens, about four bytes each.
+    pub prompt: u64,
+    /// `max_tokens` (or `max_output_tokens`), 0 when not given.
+    pub output: u64,
 }
 
 /// The same for a request to another endpoint: its body, and the most it
 /// asks to generate (`max_tokens`, or `max_output_tokens` for a response).
-pub fn estimate_body(request: &crate::plugin::ForwardRequest) -> u64 {
+pub fn estimate_body(request: &crate::plugin::ForwardRequest) -> Estimate {
     // Counted as it would be written, without writing it anywhere.
     struct Count(usize);
     impl std::io::Write for Count {
@@ -517,20 +610,29 @@ pub fn estimate_body(request: &crate::plugin::ForwardRequest) -> u64 {
         .iter()
         .find_map(|f| request.body.get(*f).and_then(serde_json::Value::as_u64))
         .unwrap_or(0);
-    (bytes as u64).div_ceil(4) + most
+    Estimate {
+        prompt: (bytes as u64).div_ceil(4),
+        output: most,
+    }
 }
 
 /// The 429 for a request that needs more than a limit allows at all.
 fn too_large(check: &Check, need: u64) -> Error {
+    let may = match check.unit {
+        Unit::Usd => format!(
+            "cost up to {} (its prompt and max_tokens at the model's prices)",
+            check.amount(need)
+        ),
+        _ => format!("use up to {need} tokens (its prompt and max_tokens)"),
+    };
     Error::OverLimit {
         message: format!(
-            "Request too large: it may use up to {need} tokens (its prompt and max_tokens), more than the {} limit of {} {}; lower max_tokens or shorten the prompt",
+            "Request too large: it may {may}, more than the {} limit of {}; lower max_tokens or shorten the prompt",
             check.owner,
-            check.limit,
-            check.what()
+            check.named(),
         ),
         retry_after: 60,
-        budget: check.span == Span::Day,
+        budget: check.budget(),
     }
 }
 
@@ -538,34 +640,32 @@ fn too_large(check: &Check, need: u64) -> Error {
 fn refused(check: &Check, now: u64, oldest_ms: Option<u64>) -> Error {
     let wait_ms = match check.span {
         Span::Minute => oldest_ms.map_or(1_000, |at| (at + MINUTE_MS).saturating_sub(now)),
-        Span::Day => DAY_MS - now % DAY_MS,
+        Span::Day | Span::Month => check.until_renewal(now),
     };
     let retry_after = wait_ms.div_ceil(1000).max(1);
+    let wait = duration(retry_after * 1000);
+    let (owner, limit) = (&check.owner, check.named());
     let message = match check.span {
         Span::Minute => format!(
-            "Rate limit reached for {}: {} {}. Retry in {}, or ask for a higher limit",
-            check.owner,
-            check.limit,
-            check.what(),
-            duration(retry_after * 1000)
+            "Rate limit reached for {owner}: {limit}. Retry in {wait}, or ask for a higher limit"
         ),
-        Span::Day => format!(
-            "Budget spent: {} has used its {} {}; it renews at 00:00 UTC, in {}",
-            check.owner,
-            check.limit,
-            check.what(),
-            duration(retry_after * 1000)
+        Span::Day => {
+            format!("Budget spent: {owner} has used its {limit}; it renews at 00:00 UTC, in {wait}")
+        }
+        Span::Month => format!(
+            "Budget spent: {owner} has used its {limit}; it renews on the 1st at 00:00 UTC, in {wait}"
         ),
     };
     Error::OverLimit {
         message,
         retry_after,
-        budget: check.span == Span::Day,
+        budget: check.budget(),
     }
 }
 
 /// OpenAI's headers for the tightest request limit and the tightest token
-/// limit (the one with the least left).
+/// limit (the one with the least left), and ours for the tightest USD
+/// budget.
 fn headers(remaining: &[Remaining], now: u64) -> HeaderMap {
     let mut headers = HeaderMap::new();
     let names = [
@@ -585,6 +685,14 @@ fn headers(remaining: &[Remaining], now: u64) -> HeaderMap {
                 "x-ratelimit-reset-tokens",
             ],
         ),
+        (
+            Unit::Usd,
+            [
+                "x-ratelimit-limit-usd",
+                "x-ratelimit-remaining-usd",
+                "x-ratelimit-reset-usd",
+            ],
+        ),
     ];
     for (unit, names) in names {
         let Some(tightest) = remaining
@@ -601,11 +709,15 @@ fn headers(remaining: &[Remaining], now: u64) -> HeaderMap {
                 let used = check.limit.saturating_sub(tightest.left);
                 used.saturating_mul(MINUTE_MS) / check.limit.max(1)
             }
-            Span::Day => DAY_MS - now % DAY_MS,
+            Span::Day | Span::Month => check.until_renewal(now),
+        };
+        let number = |n: u64| match unit {
+            Unit::Usd => usd(n),
+            _ => n.to_string(),
         };
         let values = [
-            check.limit.to_string(),
-            tightest.left.to_string(),
+            number(check.limit),
+            number(tightest.left),
             duration(reset_ms),
         ];
         for (name, value) in names.into_iter().zip(values) {
@@ -680,7 +792,7 @@ mod tests {
     async fn leases_are_renewed_before_they_run_out_and_nothing_is_counted_twice() {
         let (_dir, store, limiter, owners) = limited(1_000);
         for _ in 0..30 {
-            limiter.admit(&owners, 0).await.unwrap();
+            limiter.admit(&owners, Need::default()).await.unwrap();
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
         limiter.flush().await;
@@ -695,9 +807,9 @@ mod tests {
     async fn a_spent_limit_refuses_with_when_to_retry() {
         let (_dir, store, limiter, owners) = limited(3);
         for _ in 0..3 {
-            limiter.admit(&owners, 0).await.unwrap();
+            limiter.admit(&owners, Need::default()).await.unwrap();
         }
-        match limiter.admit(&owners, 0).await {
+        match limiter.admit(&owners, Need::default()).await {
             Err(Error::OverLimit {
                 retry_after,
                 budget: false,

@@ -9,6 +9,7 @@
 //! - [`text`]: completions and responses served by a model that only chats.
 //! - [`usage`]: token accounting per team, project, key, model and day.
 //! - [`limits`]: rate limits and budgets of keys and projects.
+//! - [`prices`]: what answers cost in USD.
 //! - [`routes`]: model ids served by several deployments, with retries,
 //!   cooldowns and fallbacks.
 //! - [`pull`]: fetching the default model.
@@ -20,6 +21,7 @@
 pub mod ask;
 pub mod backend;
 pub mod limits;
+pub mod prices;
 pub mod pull;
 pub mod routes;
 pub mod text;
@@ -69,6 +71,7 @@ pub struct Inference {
     plugins: Arc<Plugins>,
     limiter: Arc<limits::Limiter>,
     router: Arc<routes::Routes>,
+    prices: Arc<prices::Prices>,
 }
 
 /// One way to serve a request: a backend, its plugin if it is one, and
@@ -143,6 +146,7 @@ impl Inference {
             plugins,
             limiter: limits::Limiter::start(store_for_limits, tasks),
             router: Arc::new(routes::Routes::new(&cfg.inference.routes)),
+            prices: Arc::new(prices::Prices::new(&cfg.inference)),
         };
         for (id, setup, wasm) in built_in_backends(cfg) {
             match inference.load_built_in(cfg, setup, wasm).await {
@@ -171,7 +175,18 @@ impl Inference {
             .chain([cfg.inference.model_id.clone()])
             .chain(inference.routes.keys().cloned());
         inference.plugins.reserve_models(ids);
+        inference.warn_of_unpriced_models();
         inference
+    }
+
+    /// Logs the models served without a price: their answers cost nothing
+    /// in usage and USD budgets.
+    fn warn_of_unpriced_models(&self) {
+        let models = self.models();
+        let unpriced = self.prices.unpriced(models.iter().map(|m| m.id.as_str()));
+        if !unpriced.is_empty() {
+            tracing::warn!(models = %unpriced.join(", "), "these models have no [[inference.prices]] entry: their answers count no cost, and USD budgets do not limit them");
+        }
     }
 
     /// Loads a built-in backend (off the async workers: it compiles, and
@@ -266,7 +281,7 @@ impl Inference {
         if !attempts[0].backend.passes_through() {
             wire::refuse_passthrough(&request)?;
         }
-        let need = limits::estimate(&request);
+        let need = self.need(&request.model, limits::estimate(&request));
         self.run(account, attempts, request, need).await
     }
 
@@ -283,17 +298,30 @@ impl Inference {
         if !attempts[0].backend.forwards() {
             text::check(&request)?;
         }
-        let need = limits::estimate_body(&request);
+        let need = self.need(&request.model, limits::estimate_body(&request));
         self.run(account, attempts, request, need).await
     }
 
-    /// Admits `request` (`need` tokens at most) and queues its job.
+    /// What a request to `model` may use at most: the estimate's tokens,
+    /// at the highest price any of its deployments charges.
+    fn need(&self, model: &str, most: limits::Estimate) -> limits::Need {
+        let cost = self
+            .prices
+            .most(model)
+            .map_or(0.0, |p| p.usd(most.prompt, 0, most.output));
+        limits::Need {
+            tokens: most.prompt + most.output,
+            nanos: prices::nanos(cost),
+        }
+    }
+
+    /// Admits `request` (`need` at most) and queues its job.
     async fn run<A: Ask>(
         &self,
         account: Account,
         attempts: Vec<Attempt>,
         request: A,
-        need: u64,
+        need: limits::Need,
     ) -> Result<Running<A::Answer>> {
         // Local and upstream work are limited apart: a project busy with
         // the embedded model still reaches its upstream models.
@@ -316,18 +344,23 @@ impl Inference {
         let deployment = Arc::new(std::sync::OnceLock::new());
         let (store, router, served_by) =
             (self.store.clone(), self.router.clone(), deployment.clone());
+        let prices = self.prices.clone();
         // The job reports its own outcome, so no task waits on it. If it
         // panics, `done` closes and the caller reports the job dropped.
         let job = async move {
             let model = request.model().to_string();
             let team = account.team().to_string();
             let result = serve(attempts, &team, request, output_tx, &router, &served_by).await;
-            let tokens = result.as_ref().map_or((0, 0), A::tokens);
-            limiter.settle(&admitted, u64::from(tokens.0) + u64::from(tokens.1));
-            if result.is_ok() {
-                crate::telemetry::inference_tokens(&model, tokens.0, tokens.1);
+            let used = result.as_ref().map_or(usage::Used::default(), |answer| {
                 let served = served_by.get().map_or("", String::as_str);
-                if let Err(e) = usage::record(&store, &account, (&model, served), tokens).await {
+                usage::Used::of::<A>(answer, prices.of(&model, served))
+            });
+            limiter.settle(&admitted, used.need());
+            if result.is_ok() {
+                let tokens = (used.prompt, used.completion);
+                crate::telemetry::inference_used(&model, &account.scope, tokens, used.cost_usd);
+                let served = served_by.get().map_or("", String::as_str);
+                if let Err(e) = usage::record(&store, &account, (&model, served), &used).await {
                     tracing::error!(error = %e, "recording usage failed");
                 }
             }

@@ -181,6 +181,9 @@ mod tests {
             model: model.into(),
             name: None,
             weight,
+            input_per_mtok: None,
+            output_per_mtok: None,
+            cached_input_per_mtok: None,
         };
         RouteConfig {
             model: "chat".into(),
@@ -190,6 +193,7 @@ mod tests {
             timeout_ms: 1_000,
             cooldown_s: 60,
             fallbacks: vec!["backup".into()],
+            cache: true,
         }
     }
 

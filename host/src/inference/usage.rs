@@ -37,19 +37,62 @@ pub fn personal_scope(user: &str) -> String {
     format!("~{user}")
 }
 
+/// What one answer used.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Used {
+    /// Prompt tokens.
+    pub prompt: u32,
+    /// Generated tokens.
+    pub completion: u32,
+    /// Its cost in USD at the price table (0 for a model without a price).
+    pub cost_usd: f64,
+    /// Whether it was answered from the response cache (at no cost).
+    pub cache_hit: bool,
+}
+
+impl Used {
+    /// What `answer` used, at `price`.
+    pub fn of<A: super::ask::Ask>(answer: &A::Answer, price: Option<super::prices::Price>) -> Used {
+        let (prompt, completion) = A::tokens(answer);
+        let cached = A::cached_tokens(answer);
+        let cost_usd = price.map_or(0.0, |p| {
+            p.usd(prompt.into(), cached.into(), completion.into())
+        });
+        Used {
+            prompt,
+            completion,
+            cost_usd,
+            cache_hit: false,
+        }
+    }
+
+    /// As limits count it.
+    pub fn need(&self) -> super::limits::Need {
+        super::limits::Need {
+            tokens: u64::from(self.prompt) + u64::from(self.completion),
+            nanos: super::prices::nanos(self.cost_usd),
+        }
+    }
+}
+
 /// Adds one finished request for `model` (and the route's deployment that
-/// served it, or `""`), with its (prompt, completion) tokens.
+/// served it, or `""`), with what it used.
 pub async fn record(
     store: &Store,
     account: &Account,
     (model, deployment): (&str, &str),
-    (prompt, completion): (u32, u32),
+    used: &Used,
 ) -> Result<()> {
+    let Used {
+        prompt, completion, ..
+    } = *used;
     let totals = Totals {
         requests: 1,
         prompt_tokens: prompt.into(),
         completion_tokens: completion.into(),
         total_tokens: u64::from(prompt) + u64::from(completion),
+        cost_usd: used.cost_usd,
+        cache_hits: u64::from(used.cache_hit),
     };
     let (day, model) = (day(crate::ids::now_ms() / 1000), model.to_string());
     let add = Row {
@@ -91,18 +134,9 @@ pub fn total(rows: &[Row]) -> Totals {
     sum
 }
 
-/// `YYYY-MM-DD` for unix seconds (UTC), by the civil-from-days algorithm.
+/// `YYYY-MM-DD` for unix seconds (UTC).
 fn day(secs: u64) -> String {
-    let days = (secs / 86_400) as i64;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
+    let (y, m, d) = crate::ids::civil(secs / 86_400);
     format!("{y:04}-{m:02}-{d:02}")
 }
 

@@ -46,7 +46,7 @@ pub struct ApiKey {
 
 /// Inference limits of a key or a project, counted as OpenAI counts them.
 /// `None` is no limit.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct RateLimits {
     /// Requests per minute.
     #[serde(default)]
@@ -57,6 +57,12 @@ pub struct RateLimits {
     /// Tokens per UTC day.
     #[serde(default)]
     pub tokens_per_day: Option<u64>,
+    /// USD per UTC day, at `[[inference.prices]]`.
+    #[serde(default)]
+    pub usd_per_day: Option<f64>,
+    /// USD per UTC month.
+    #[serde(default)]
+    pub usd_per_month: Option<f64>,
 }
 
 impl RateLimits {

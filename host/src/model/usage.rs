@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 /// Running totals of chat requests.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Totals {
     /// Chat requests that finished.
     pub requests: u64,
@@ -13,6 +13,13 @@ pub struct Totals {
     pub completion_tokens: u64,
     /// The sum of both.
     pub total_tokens: u64,
+    /// What they cost in USD, at `[[inference.prices]]` when each was
+    /// answered.
+    #[serde(default, serialize_with = "nano_rounded")]
+    pub cost_usd: f64,
+    /// Requests answered from the response cache.
+    #[serde(default)]
+    pub cache_hits: u64,
 }
 
 impl Totals {
@@ -22,7 +29,14 @@ impl Totals {
         self.prompt_tokens += other.prompt_tokens;
         self.completion_tokens += other.completion_tokens;
         self.total_tokens += other.total_tokens;
+        self.cost_usd += other.cost_usd;
+        self.cache_hits += other.cache_hits;
     }
+}
+
+/// USD to the nano-dollar, so sums of floats read as the sums they are.
+fn nano_rounded<S: serde::Serializer>(usd: &f64, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64((usd * 1e9).round() / 1e9)
 }
 
 /// The totals of one usage scope, day, model and API key.

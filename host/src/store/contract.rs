@@ -296,6 +296,8 @@ async fn users_and_keys(store: &Store) {
             rpm: Some(60),
             tpm: None,
             tokens_per_day: Some(1_000),
+            usd_per_day: Some(0.5),
+            usd_per_month: Some(12.25),
         },
         ..key("k3", 3)
     };
@@ -460,6 +462,8 @@ async fn groups_members_and_projects(store: &Store) {
         rpm: Some(5),
         tpm: Some(10),
         tokens_per_day: None,
+        usd_per_day: None,
+        usd_per_month: Some(3.5),
     };
     assert!(
         store
@@ -548,11 +552,17 @@ async fn rate_limit_claims(store: &Store) {
         (again.granted, again.used, again.oldest_ms),
         (5, 3, Some(1_000))
     );
+    // A monthly budget's claims outlive the rest.
+    let month = store.claim_limit(limit_claim("k:1:usdpm", 100, (999, 1_000), (1, 5)));
+    month.await.unwrap();
     assert_eq!(
-        store.purge_limits(2_000).await.unwrap(),
+        store.purge_limits(2_000, Some("usdpm")).await.unwrap(),
         6,
         "rows at 1000 (tpd), 1500, 1600 (its give-back added), 1650, 1700, 1900"
     );
+    let month = store.claim_limit(limit_claim("k:1:usdpm", 100, (999, 1_000), (1, 5)));
+    assert_eq!(month.await.unwrap().used, 5, "the month's claim is kept");
+    assert_eq!(store.purge_limits(2_000, None).await.unwrap(), 1);
 }
 
 async fn secrets_and_webhooks(store: &Store) {
@@ -1276,11 +1286,14 @@ fn usage_row(day: &str, totals: Totals) -> UsageRow {
 }
 
 async fn usage_adds_up(store: &Store) {
+    // Costs in quarters add up exactly, as floats.
     let totals = |n| Totals {
         requests: n,
         prompt_tokens: 10 * n,
         completion_tokens: n,
         total_tokens: 11 * n,
+        cost_usd: 0.25 * n as f64,
+        cache_hits: n,
     };
     for (day, n) in [("2026-01-02", 1), ("2026-01-01", 2), ("2026-01-02", 3)] {
         let row = usage_row(day, totals(n));

@@ -549,8 +549,9 @@ pub trait LimitRecords: Send + Sync {
     /// for what was given back.
     async fn adjust_limits(&self, corrections: &[(String, u64, i64)]) -> Result<()>;
 
-    /// Forgets claims made before `before_ms`; how many.
-    async fn purge_limits(&self, before_ms: u64) -> Result<usize>;
+    /// Forgets claims made before `before_ms`, except on buckets whose
+    /// names end with `except`; how many.
+    async fn purge_limits(&self, before_ms: u64, except: Option<&str>) -> Result<usize>;
 }
 
 /// Declares `Records` as the sum of the aggregates, for every type that

@@ -5,7 +5,7 @@ use askama::Template;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Redirect};
 
-use super::session::optional_number;
+use super::session::{optional_number, optional_usd};
 use super::usage::Chart;
 use super::{Dated, Failed, Nav, Posted, Shown, Viewer};
 use crate::app::App;
@@ -76,6 +76,8 @@ fn spec(posted: &Posted) -> Result<auth::KeySpec, Error> {
         rpm: optional_number("rpm", posted.field("rpm"))?,
         tpm: optional_number("tpm", posted.field("tpm"))?,
         tokens_per_day: optional_number("tokens_per_day", posted.field("tokens_per_day"))?,
+        usd_per_day: optional_usd("usd_per_day", posted.field("usd_per_day"))?,
+        usd_per_month: optional_usd("usd_per_month", posted.field("usd_per_month"))?,
     })
 }
 

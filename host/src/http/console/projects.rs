@@ -12,7 +12,7 @@ use super::place::Place;
 use crate::http::scope::Params;
 use axum::response::{IntoResponse, Redirect};
 
-use super::session::optional_number;
+use super::session::{optional_number, optional_usd};
 use super::usage::Chart;
 use super::{Dated, Failed, Nav, Posted, Shown, Viewer};
 use crate::app::App;
@@ -282,6 +282,7 @@ where
 pub async fn set_limits(State(app): State<App>, Path(params): Params, posted: Posted) -> Shown {
     let user = &posted.viewer.user;
     let number = |field: &str| optional_number(field, posted.field(field));
+    let usd = |field: &str| optional_usd(field, posted.field(field));
     member_action(&app, &posted, &params, "limits-title", async |scope| {
         let Scope::Project { team, project } = scope else {
             return Err(Error::invalid("rpm", "limits belong to projects"));
@@ -291,6 +292,8 @@ pub async fn set_limits(State(app): State<App>, Path(params): Params, posted: Po
             rpm: number("rpm")?,
             tpm: number("tpm")?,
             tokens_per_day: number("tokens_per_day")?,
+            usd_per_day: usd("usd_per_day")?,
+            usd_per_month: usd("usd_per_month")?,
         };
         projects::set_limits(&app.store, team, project, &limits).await?;
         crate::http::audit(

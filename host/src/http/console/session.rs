@@ -342,6 +342,16 @@ pub fn optional_number<N: std::str::FromStr>(field: &str, text: &str) -> Result<
     }
 }
 
+/// An amount of USD posted in `field` (empty for none).
+pub fn optional_usd(field: &str, text: &str) -> Result<Option<f64>, Error> {
+    optional_number(field, text).map_err(|_| {
+        Error::invalid(
+            field,
+            format!("{field} is a number of USD, e.g. 5.0, or empty for none"),
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

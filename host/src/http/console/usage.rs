@@ -20,6 +20,8 @@ pub struct Bar {
     pub short_day: String,
     /// Its tokens.
     pub tokens: u64,
+    /// What they cost, `$0.12`.
+    pub cost: String,
     /// Geometry, in SVG units.
     pub x: u64,
     pub y: u64,
@@ -37,6 +39,8 @@ pub struct Chart {
     /// All tokens and requests.
     pub total: u64,
     pub requests: u64,
+    /// All they cost, `$0.12`.
+    pub cost: String,
     /// The project to name in the empty state, if any.
     pub project: Option<String>,
     pub width: u64,
@@ -47,24 +51,25 @@ impl Chart {
     /// The chart of `rows` (usage of one scope).
     pub fn of(rows: &[Row], project: Option<String>) -> Chart {
         let by_day = usage::group_by(rows, |r| &r.day);
-        let days: Vec<(String, u64)> = by_day
+        let days: Vec<(String, u64, f64)> = by_day
             .into_iter()
-            .map(|(day, totals)| (day, totals.total_tokens))
+            .map(|(day, totals)| (day, totals.total_tokens, totals.cost_usd))
             .collect();
         let days = &days[days.len().saturating_sub(DAYS)..];
-        let max = days.iter().map(|(_, t)| *t).max().unwrap_or(0).max(1);
+        let max = days.iter().map(|(_, t, _)| *t).max().unwrap_or(0).max(1);
         let slot = WIDTH / DAYS as u64;
         let room = HEIGHT - LABELS;
         let bars = days
             .iter()
             .enumerate()
-            .map(|(i, (day, tokens))| {
+            .map(|(i, (day, tokens, cost))| {
                 let h = (tokens * room).div_ceil(max).max(1);
                 let x = i as u64 * slot + 2;
                 Bar {
                     short_day: day.get(5..).unwrap_or(day).to_string(),
                     day: day.clone(),
                     tokens: *tokens,
+                    cost: dollars(*cost),
                     x,
                     y: room - h,
                     w: slot - 4,
@@ -79,10 +84,20 @@ impl Chart {
             max,
             total: total.total_tokens,
             requests: total.requests,
+            cost: dollars(total.cost_usd),
             project,
             width: WIDTH,
             height: HEIGHT,
         }
+    }
+}
+
+/// USD to the cent, or to the millionth below a cent.
+fn dollars(usd: f64) -> String {
+    if usd == 0.0 || usd >= 0.01 {
+        format!("${usd:.2}")
+    } else {
+        format!("${usd:.6}")
     }
 }
 
@@ -102,6 +117,8 @@ mod tests {
                 prompt_tokens: 0,
                 completion_tokens: tokens,
                 total_tokens: tokens,
+                cost_usd: tokens as f64 / 100.0,
+                cache_hits: 0,
             },
         }
     }
@@ -117,6 +134,10 @@ mod tests {
         assert_eq!(chart.bars.len(), 2);
         assert_eq!(chart.max, 200);
         assert_eq!(chart.total, 250);
+        assert_eq!(
+            (chart.cost.as_str(), chart.bars[1].cost.as_str()),
+            ("$2.50", "$2.00")
+        );
         let room = HEIGHT - LABELS;
         assert_eq!(chart.bars[1].h, room, "the busiest day fills the height");
         assert_eq!(chart.bars[0].h, room / 4);

@@ -53,8 +53,10 @@ impl LimitRecords for Postgres {
             .map(drop)
     }
 
-    async fn purge_limits(&self, before_ms: u64) -> Result<usize> {
-        let sql = "DELETE FROM rate_claims WHERE at_ms < $1";
-        Ok(self.execute(sqlx::query(sql).bind(i(before_ms))).await? as usize)
+    async fn purge_limits(&self, before_ms: u64, except: Option<&str>) -> Result<usize> {
+        let sql = "DELETE FROM rate_claims WHERE at_ms < $1 \
+                   AND ($2::text IS NULL OR right(bucket, length($2)) <> $2)";
+        let query = sqlx::query(sql).bind(i(before_ms)).bind(except);
+        Ok(self.execute(query).await? as usize)
     }
 }

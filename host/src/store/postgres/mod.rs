@@ -125,6 +125,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("migrations/0019_webhook_tls.sql"),
     ),
     (20, "fifo", include_str!("migrations/0020_fifo.sql")),
+    (21, "spend", include_str!("migrations/0021_spend.sql")),
 ];
 
 /// [`MIGRATIONS`] as sqlx runs them (the checksums `migrate!` would give).

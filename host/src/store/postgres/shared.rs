@@ -156,6 +156,8 @@ pub(super) fn api_key(row: &PgRow) -> Result<ApiKey> {
             rpm: number("rpm")?,
             tpm: number("tpm")?,
             tokens_per_day: number("tokens_per_day")?,
+            usd_per_day: get(row, "usd_per_day")?,
+            usd_per_month: get(row, "usd_per_month")?,
         },
     })
 }

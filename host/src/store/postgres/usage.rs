@@ -16,7 +16,9 @@ impl UsageRecords for Postgres {
                    requests = usage.requests + excluded.requests, \
                    prompt_tokens = usage.prompt_tokens + excluded.prompt_tokens, \
                    completion_tokens = usage.completion_tokens + excluded.completion_tokens, \
-                   total_tokens = usage.total_tokens + excluded.total_tokens";
+                   total_tokens = usage.total_tokens + excluded.total_tokens, \
+                   cost_usd = usage.cost_usd + excluded.cost_usd, \
+                   cache_hits = usage.cache_hits + excluded.cache_hits";
         // The deployment is named even when empty: the row's JSON leaves
         // an empty one out, and the column is part of the key.
         let keys = [("scope", scope), ("deployment", add.deployment.as_str())];
@@ -25,7 +27,7 @@ impl UsageRecords for Postgres {
 
     async fn usage(&self, scope: &str) -> Result<Vec<UsageRow>> {
         let sql = "SELECT day::text AS day, model, key_id, deployment, requests, prompt_tokens, \
-                   completion_tokens, total_tokens FROM usage WHERE scope = $1 \
+                   completion_tokens, total_tokens, cost_usd, cache_hits FROM usage WHERE scope = $1 \
                    ORDER BY day, model, key_id, deployment";
         self.all(q(sql, &[scope]), usage_row).await
     }
@@ -40,6 +42,8 @@ fn usage_row(r: &PgRow) -> Result<UsageRow> {
         prompt_tokens,
         completion_tokens,
         total_tokens,
+        cost_usd: get(r, "cost_usd")?,
+        cache_hits: u(get(r, "cache_hits")?),
     };
     Ok(UsageRow {
         day: get(r, "day")?,

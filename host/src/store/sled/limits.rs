@@ -85,12 +85,16 @@ impl LimitRecords for Sled {
         w.finish()
     }
 
-    async fn purge_limits(&self, before_ms: u64) -> Result<usize> {
+    async fn purge_limits(&self, before_ms: u64, except: Option<&str>) -> Result<usize> {
         let w = self.writer().await;
         let mut removed = 0;
         for item in self.tree(T::RateClaims).iter() {
             let (k, _) = item.map_err(io)?;
-            if made_at(&k).is_some_and(|at| at < before_ms) {
+            let kept = except.is_some_and(|end| {
+                let bucket = &k[..k.len().saturating_sub(17)];
+                bucket.ends_with(end.as_bytes())
+            });
+            if !kept && made_at(&k).is_some_and(|at| at < before_ms) {
                 w.delete(T::RateClaims, k.to_vec());
                 removed += 1;
             }

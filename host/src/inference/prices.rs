@@ -1,0 +1,184 @@
+//! What answers cost in USD: `[[inference.prices]]` per model, and a
+//! route's deployment's own price over its model's.
+//!
+//! Costs are counted in nano-USD (10⁻⁹ USD) where they are added up in a
+//! limit, so that a cheap model's few tokens still count.
+
+use std::collections::HashMap;
+
+use crate::cfg::{InferenceConfig, PriceConfig};
+
+/// Nano-USD in one USD.
+pub const NANOS: f64 = 1e9;
+
+/// USD per million tokens.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Price {
+    /// Prompt tokens.
+    pub input: f64,
+    /// Generated tokens.
+    pub output: f64,
+    /// Prompt tokens served from the upstream's cache.
+    pub cached_input: f64,
+}
+
+impl Price {
+    fn of(entry: &PriceConfig) -> Price {
+        Price {
+            input: entry.input_per_mtok,
+            output: entry.output_per_mtok,
+            cached_input: entry.cached_input_per_mtok.unwrap_or(entry.input_per_mtok),
+        }
+    }
+
+    /// The cost of `prompt` tokens (`cached` of them from the upstream's
+    /// cache) and `completion` tokens, in USD.
+    pub fn usd(&self, prompt: u64, cached: u64, completion: u64) -> f64 {
+        let cached = cached.min(prompt);
+        ((prompt - cached) as f64 * self.input
+            + cached as f64 * self.cached_input
+            + completion as f64 * self.output)
+            / 1e6
+    }
+
+    /// The larger of each price.
+    fn max(self, other: Price) -> Price {
+        Price {
+            input: self.input.max(other.input),
+            output: self.output.max(other.output),
+            cached_input: self.cached_input.max(other.cached_input),
+        }
+    }
+}
+
+/// USD as nano-USD, rounded up: a budget never counts less than was spent.
+/// (Rounded to the pico-dollar first, so that 0.03 is 30,000,000, not one
+/// more for the float's last bit.)
+pub fn nanos(usd: f64) -> u64 {
+    ((usd * NANOS * 1e3).round() / 1e3).ceil().max(0.0) as u64
+}
+
+/// The price table.
+#[derive(Debug, Default)]
+pub struct Prices {
+    models: HashMap<String, Price>,
+    /// (route's model, deployment's name) → the deployment's price.
+    deployments: HashMap<(String, String), Price>,
+}
+
+impl Prices {
+    /// The table `cfg` sets.
+    pub fn new(cfg: &InferenceConfig) -> Prices {
+        let models: HashMap<String, Price> = cfg
+            .prices
+            .iter()
+            .map(|p| (p.model.clone(), Price::of(p)))
+            .collect();
+        let mut deployments = HashMap::new();
+        for route in &cfg.routes {
+            for d in &route.deployments {
+                let base = models.get(&d.model).copied();
+                let own = [d.input_per_mtok, d.output_per_mtok, d.cached_input_per_mtok];
+                if base.is_none() && own.iter().all(Option::is_none) {
+                    continue;
+                }
+                let base = base.unwrap_or_default();
+                let input = d.input_per_mtok.unwrap_or(base.input);
+                let price = Price {
+                    input,
+                    output: d.output_per_mtok.unwrap_or(base.output),
+                    cached_input: d.cached_input_per_mtok.unwrap_or(
+                        if d.input_per_mtok.is_some() {
+                            input
+                        } else {
+                            base.cached_input
+                        },
+                    ),
+                };
+                deployments.insert((route.model.clone(), d.name().to_string()), price);
+            }
+        }
+        Prices {
+            models,
+            deployments,
+        }
+    }
+
+    /// The price of an answer to `model` from the route's `deployment`
+    /// (`""` for a model without a route): the deployment's own, its
+    /// model's, or (a fallback) the model it names; then `model`'s.
+    pub fn of(&self, model: &str, deployment: &str) -> Option<Price> {
+        let key = (model.to_string(), deployment.to_string());
+        self.deployments
+            .get(&key)
+            .or_else(|| self.models.get(deployment))
+            .or_else(|| self.models.get(model))
+            .copied()
+    }
+
+    /// The most one token of a request to `model` may cost, whichever
+    /// deployment serves it: what a request is admitted against.
+    pub fn most(&self, model: &str) -> Option<Price> {
+        self.deployments
+            .iter()
+            .filter(|((route, _), _)| route == model)
+            .map(|(_, p)| *p)
+            .chain(self.models.get(model).copied())
+            .reduce(Price::max)
+    }
+
+    /// Which of `models` have no price.
+    pub fn unpriced<'a>(&self, models: impl Iterator<Item = &'a str>) -> Vec<&'a str> {
+        models.filter(|m| self.most(m).is_none()).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn prices(toml: &str) -> Prices {
+        Prices::new(&crate::cfg::Config::parse(toml).unwrap().inference)
+    }
+
+    #[test]
+    fn a_deployment_price_overrides_its_model_and_the_route_admits_at_the_highest() {
+        let p = prices(
+            r#"
+[[inference.prices]]
+model = "mini"
+input_per_mtok = 0.15
+output_per_mtok = 0.60
+cached_input_per_mtok = 0.075
+[[inference.routes]]
+model = "chat"
+deployments = [{ model = "mini", name = "east" }, { model = "mini", name = "west", output_per_mtok = 2.0 }]
+"#,
+        );
+        let east = p.of("chat", "east").unwrap();
+        assert_eq!(east.usd(1_000_000, 0, 1_000_000), 0.75);
+        assert_eq!(east.usd(1_000_000, 500_000, 0), 0.1125);
+        let west = p.of("chat", "west").unwrap();
+        assert_eq!(west.output, 2.0);
+        assert_eq!(p.most("chat").unwrap().output, 2.0);
+        assert_eq!(p.of("mini", "").unwrap().input, 0.15);
+        assert!(p.of("other", "").is_none());
+        assert_eq!(p.unpriced(["mini", "chat", "other"].into_iter()), ["other"]);
+        assert_eq!(nanos(0.000_000_001_5), 2);
+        assert_eq!(nanos(5.0 * 1000.0 / 1e6 + 5.0 * 5000.0 / 1e6), 30_000_000);
+    }
+
+    #[test]
+    fn a_bad_price_is_refused_naming_it() {
+        let bad =
+            "[[inference.prices]]\nmodel = \"m\"\ninput_per_mtok = -1.0\noutput_per_mtok = 1.0";
+        let e = crate::cfg::Config::parse(bad).unwrap_err().to_string();
+        assert!(
+            e.contains("input_per_mtok = -1") && e.contains("'m'"),
+            "{e}"
+        );
+        let twice = "[[inference.prices]]\nmodel = \"m\"\ninput_per_mtok = 1.0\noutput_per_mtok = 1.0\n[[inference.prices]]\nmodel = \"m\"\ninput_per_mtok = 1.0\noutput_per_mtok = 1.0";
+        let e = crate::cfg::Config::parse(twice).unwrap_err().to_string();
+        assert!(e.contains("twice"), "{e}");
+    }
+}
