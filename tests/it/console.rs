@@ -1040,6 +1040,67 @@ fn html_attr(text: &str) -> String {
 }
 on_each_store!(the_chat_page_streams_a_reply_and_works_without_script);
 
+/// The chat page bills, scopes and limits as the key the session signed
+/// in with: its models, its rate limit and its USD budget.
+async fn the_chat_page_holds_the_signed_in_keys_limits() {
+    let (upstream, _) = crate::upstream::fake_upstream().await;
+    let prices = "[[inference.prices]]\nmodel = \"fake-1\"\ninput_per_mtok = 1000.0\noutput_per_mtok = 5000.0\n";
+    let host = crate::upstream::upstream_host(&upstream, prices)
+        .start()
+        .await;
+    let alice = host.create_user("alice").await;
+    let key = crate::gateway::scoped_key(
+        &host,
+        &alice,
+        serde_json::json!({"models": ["fake-1"], "rpm": 1}),
+    )
+    .await;
+    let visitor = Visitor::signed_in(&host, &key).await;
+    let token = visitor.token("/chat").await;
+    let ask = |model| {
+        [
+            ("csrf", token.as_str()),
+            ("model", model),
+            ("message", "hi"),
+        ]
+    };
+    let first = visitor.post("/chat/stream", &ask("fake-1")).await;
+    assert_eq!((first.status, first.body.as_str()), (200, "Hello"));
+    let second = visitor.post("/chat/stream", &ask("fake-1")).await;
+    assert_eq!(second.status, 429, "{}", second.body);
+    assert!(
+        second.body.contains("1 requests per minute"),
+        "{}",
+        second.body
+    );
+    let outside = visitor.post("/chat/stream", &ask("fake-tools")).await;
+    assert_eq!(outside.status, 403, "{}", outside.body);
+    // The answer is the key's usage, at its price.
+    let (_, usage) = call!(host, key, GET "/v1/me/usage");
+    let by_key = usage["by_key"].as_object().unwrap();
+    assert_eq!(by_key.len(), 1, "{usage}");
+    assert_eq!(usage["total"]["cost_usd"], 0.021, "{usage}");
+
+    // A USD budget: a console reply (256 tokens at most) is admitted
+    // against $1.285 and settled at $0.021, leaving too little for a second.
+    let budget =
+        crate::gateway::scoped_key(&host, &alice, serde_json::json!({"usd_per_day": 1.29})).await;
+    let visitor = Visitor::signed_in(&host, &budget).await;
+    let token = visitor.token("/chat").await;
+    let fields = [
+        ("csrf", token.as_str()),
+        ("model", "fake-1"),
+        ("message", "hi"),
+    ];
+    let first = visitor.post("/chat/stream", &fields).await;
+    assert_eq!((first.status, first.body.as_str()), (200, "Hello"));
+    tokio::time::sleep(std::time::Duration::from_millis(1_300)).await;
+    let spent = visitor.post("/chat/stream", &fields).await;
+    assert_eq!(spent.status, 429, "{}", spent.body);
+    assert!(spent.body.contains("insufficient_quota"), "{}", spent.body);
+}
+on_each_store!(the_chat_page_holds_the_signed_in_keys_limits);
+
 async fn team_admins_manage_members_and_keep_an_admin() {
     let host = Host::with_config(LOOPBACK_HOOKS).await;
     // Webhook `ci` uses the secret TOKEN (it is never called here).

@@ -297,6 +297,20 @@ pub async fn list_keys(store: &Store, user: &User) -> Result<Vec<ApiKey>> {
     Ok(keys)
 }
 
+/// The key `user` signed in to the console with: its scopes and limits
+/// hold there too.
+pub async fn session_key(store: &Store, user: &User, key_id: &str) -> Result<ApiKey> {
+    list_keys(store, user)
+        .await?
+        .into_iter()
+        .find(|k| k.id == key_id)
+        .ok_or_else(|| {
+            Error::Unauthenticated(
+                "the API key this session signed in with is gone; sign in again".into(),
+            )
+        })
+}
+
 /// Revokes one of `user`'s keys, and ends the console sessions signed
 /// in with it: a revoked key lets no one in, by any door.
 pub async fn revoke_key(store: &Store, user: &User, key_id: &str) -> Result<()> {

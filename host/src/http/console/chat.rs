@@ -14,10 +14,11 @@ use futures_util::StreamExt;
 
 use super::{Failed, Nav, Posted, Shown, Viewer, page};
 use crate::app::App;
+use crate::domain::auth;
 use crate::error::Error;
+use crate::http::inference::account;
 use crate::inference::Running;
 use crate::inference::backend::{ChatRequest, Message, Piece};
-use crate::inference::usage::{self, Account};
 
 /// The longest reply the page asks for.
 const MAX_TOKENS: u32 = 256;
@@ -141,11 +142,10 @@ impl Asked {
             streamed,
             extra: None,
         };
-        let account = Account {
-            scope: usage::personal_scope(&viewer.user.name),
-            key_id: "console".into(),
-            limits: Default::default(),
-        };
+        // As the API would bill the key the session signed in with.
+        let key = auth::session_key(&app.store, &viewer.user, &viewer.session.key_id).await?;
+        let no_project = axum::http::HeaderMap::new();
+        let account = account(app, &viewer.user, &key, &no_project, &self.model).await?;
         app.inference.chat(account, request).await
     }
 }
