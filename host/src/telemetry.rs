@@ -83,6 +83,11 @@ fn describe_families() {
             "Inference requests answered, by endpoint, model and status.",
         ),
         (
+            "switchyard_inference_cache_total",
+            Count,
+            "Cacheable inference requests, by result: hit (answered from the response cache) or miss.",
+        ),
+        (
             "switchyard_inference_tokens_total",
             Count,
             "Tokens of finished inference requests, by model and kind (prompt, completion).",
@@ -317,6 +322,12 @@ pub fn queue_wait(queue: &'static str, waited: Duration) {
 pub fn inference_request(endpoint: &'static str, model: &str, status: u16) {
     counter!("switchyard_inference_requests_total", "endpoint" => endpoint, "model" => model.to_string(), "status" => status.to_string())
         .increment(1);
+}
+
+/// A cacheable inference request answered from the cache (`hit`) or not.
+pub fn inference_cache(hit: bool) {
+    let result = if hit { "hit" } else { "miss" };
+    counter!("switchyard_inference_cache_total", "result" => result).increment(1);
 }
 
 /// The (prompt, completion) tokens and cost in USD of one finished

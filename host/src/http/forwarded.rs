@@ -15,8 +15,8 @@ use super::inference::{account, add_headers, finished, sse};
 use super::{Json, KeyedCaller};
 use crate::app::App;
 use crate::error::{Error, Result};
-use crate::inference::Running;
 use crate::inference::backend::{Endpoint, ForwardRequest, ForwardResult, Piece};
+use crate::inference::{Running, cache};
 
 /// `POST /v1/embeddings`.
 pub async fn embeddings(
@@ -96,13 +96,14 @@ async fn forward(
         Some(_) => return Err(Error::invalid("stream", "'stream' must be true or false")),
     };
     let account = account(app, &user, &key, headers, &model).await?;
+    let asked = cache::Asked::new(endpoint.path(), &body, headers);
     let request = ForwardRequest {
         endpoint,
         model: model.clone(),
         body,
         streamed,
     };
-    let mut running = app.inference.forward(account, request).await?;
+    let mut running = app.inference.forward(account, request, Some(asked)).await?;
     let limits = std::mem::take(&mut running.headers);
     let deployment = running.deployment.clone();
     let mut response = if streamed {

@@ -11,18 +11,19 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use super::{Caller, Json, KeyedCaller};
+use super::json::JsonAsSent;
+use super::{Caller, KeyedCaller};
 use crate::app::App;
 use crate::domain::auth::{ApiKey, User};
 use crate::domain::groups::Role;
 use crate::domain::projects;
 use crate::error::{Error, Result};
 use crate::ids;
-use crate::inference::Running;
 use crate::inference::backend::{ChatResult, ModelInfo, Piece};
 use crate::inference::limits::Owners;
 use crate::inference::usage::{self, Account};
 use crate::inference::wire::{self, CompletionRequest, Header};
+use crate::inference::{Running, cache};
 
 /// The project headers: ours (the spec's) and the one the `openai` SDK sends
 /// for `project=`.
@@ -83,11 +84,12 @@ pub async fn chat_completions(
     State(app): State<App>,
     KeyedCaller { user, key }: KeyedCaller,
     headers: HeaderMap,
-    Json(body): Json<CompletionRequest>,
+    JsonAsSent(body, sent): JsonAsSent<CompletionRequest>,
 ) -> Result<Response> {
     let started = std::time::Instant::now();
     let model = body.model.clone();
-    let answer = chat(&app, user, key, &headers, body, started).await;
+    let asked = cache::Asked::new("chat/completions", &sent, &headers);
+    let answer = chat(&app, user, key, &headers, body, asked, started).await;
     let status = match &answer {
         Ok(response) => response.status().as_u16(),
         Err(e) => e.status().as_u16(),
@@ -102,6 +104,7 @@ async fn chat(
     key: ApiKey,
     headers: &HeaderMap,
     body: CompletionRequest,
+    asked: cache::Asked,
     started: std::time::Instant,
 ) -> Result<Response> {
     let account = account(app, &user, &key, headers, &body.model).await?;
@@ -113,7 +116,7 @@ async fn chat(
         created: ids::now(),
         model: request.model.clone(),
     };
-    let mut running = app.inference.chat(account, request).await?;
+    let mut running = app.inference.chat(account, request, Some(asked)).await?;
     let limits = std::mem::take(&mut running.headers);
     let deployment = running.deployment.clone();
     let mut response = if body.stream {

@@ -23,6 +23,21 @@ impl<T: DeserializeOwned> FromRequest<App> for Json<T> {
     }
 }
 
+/// A JSON body parsed as `T`, and as it was sent: for the response cache,
+/// whose key is every field the client sent.
+pub struct JsonAsSent<T>(pub T, pub serde_json::Map<String, serde_json::Value>);
+
+impl<T: DeserializeOwned> FromRequest<App> for JsonAsSent<T> {
+    type Rejection = Error;
+
+    async fn from_request(request: Request, app: &App) -> Result<Self> {
+        require_content_type(&request, "application/json")?;
+        let body = read_body(request, app, app.cfg.limits.max_body_bytes).await?;
+        let typed = parse(&body)?;
+        Ok(JsonAsSent(typed, parse(&body)?))
+    }
+}
+
 /// `Option<Json<T>>`: an empty body without a Content-Type is `None`, for
 /// endpoints whose body is optional.
 impl<T: DeserializeOwned> OptionalFromRequest<App> for Json<T> {

@@ -14,7 +14,7 @@ use super::text;
 #[async_trait::async_trait]
 pub trait Ask: Clone + Send + Sync + 'static {
     /// How the call ends.
-    type Answer: Send + 'static;
+    type Answer: Send + Sync + serde::Serialize + serde::de::DeserializeOwned + 'static;
 
     /// The model asked for.
     fn model(&self) -> &str;

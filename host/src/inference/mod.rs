@@ -5,6 +5,7 @@
 //!   (wasmtime instances, egress, second instances) are plugins:
 //!   [`crate::plugin::backend`].
 //! - [`ask`]: chat and the other endpoints, as one kind of job.
+//! - [`cache`]: exact-match answers kept for a while.
 //! - [`wire`]: the chat-completions request and response formats.
 //! - [`text`]: completions and responses served by a model that only chats.
 //! - [`usage`]: token accounting per team, project, key, model and day.
@@ -20,6 +21,7 @@
 
 pub mod ask;
 pub mod backend;
+pub mod cache;
 pub mod limits;
 pub mod prices;
 pub mod pull;
@@ -72,6 +74,7 @@ pub struct Inference {
     limiter: Arc<limits::Limiter>,
     router: Arc<routes::Routes>,
     prices: Arc<prices::Prices>,
+    cache: Arc<cache::Cache>,
 }
 
 /// One way to serve a request: a backend, its plugin if it is one, and
@@ -132,7 +135,7 @@ impl Inference {
         plugins: Arc<Plugins>,
         tasks: &crate::tasks::Tasks,
     ) -> Inference {
-        let store_for_limits = store.clone();
+        let (store_for_limits, store_for_cache) = (store.clone(), store.clone());
         let mut inference = Inference {
             backends: Vec::new(),
             routes: HashMap::new(),
@@ -147,6 +150,7 @@ impl Inference {
             limiter: limits::Limiter::start(store_for_limits, tasks),
             router: Arc::new(routes::Routes::new(&cfg.inference.routes)),
             prices: Arc::new(prices::Prices::new(&cfg.inference)),
+            cache: cache::Cache::start(&cfg.inference, store_for_cache, tasks),
         };
         for (id, setup, wasm) in built_in_backends(cfg) {
             match inference.load_built_in(cfg, setup, wasm).await {
@@ -273,16 +277,22 @@ impl Inference {
         self.queue.waiting()
     }
 
-    /// Starts `request` for `account`; refuses at once when a rate limit
-    /// or budget is spent, the project is at its concurrency limit or the
+    /// Starts `request` for `account` (answered from the cache if it
+    /// holds what was `asked`); refuses at once when a rate limit or
+    /// budget is spent, the project is at its concurrency limit or the
     /// queue is full.
-    pub async fn chat(&self, account: Account, request: ChatRequest) -> Result<Running> {
+    pub async fn chat(
+        &self,
+        account: Account,
+        request: ChatRequest,
+        asked: Option<cache::Asked>,
+    ) -> Result<Running> {
         let attempts = self.attempts(&request.model)?;
         if !attempts[0].backend.passes_through() {
             wire::refuse_passthrough(&request)?;
         }
         let need = self.need(&request.model, limits::estimate(&request));
-        self.run(account, attempts, request, need).await
+        self.run(account, attempts, request, need, asked).await
     }
 
     /// Starts a request to an endpoint besides chat, as [`Self::chat`]
@@ -293,13 +303,14 @@ impl Inference {
         &self,
         account: Account,
         request: ForwardRequest,
+        asked: Option<cache::Asked>,
     ) -> Result<Running<ForwardResult>> {
         let attempts = self.attempts(&request.model)?;
         if !attempts[0].backend.forwards() {
             text::check(&request)?;
         }
         let need = self.need(&request.model, limits::estimate_body(&request));
-        self.run(account, attempts, request, need).await
+        self.run(account, attempts, request, need, asked).await
     }
 
     /// What a request to `model` may use at most: the estimate's tokens,
@@ -315,14 +326,24 @@ impl Inference {
         }
     }
 
-    /// Admits `request` (`need` at most) and queues its job.
+    /// Answers from the cache, or admits `request` (`need` at most) and
+    /// queues its job.
     async fn run<A: Ask>(
         &self,
         account: Account,
         attempts: Vec<Attempt>,
         request: A,
         need: limits::Need,
+        asked: Option<cache::Asked>,
     ) -> Result<Running<A::Answer>> {
+        let place = self
+            .cache
+            .slot(account.team(), request.model(), asked.as_ref());
+        if let Some(place) = &place
+            && let Some(kept) = self.cache.get(place).await
+        {
+            return self.answer_from_cache(account, request.model(), kept).await;
+        }
         // Local and upstream work are limited apart: a project busy with
         // the embedded model still reaches its upstream models.
         let (limit, counted) = if attempts[0].backend.is_proxy() {
@@ -335,7 +356,14 @@ impl Inference {
         };
         let slot = Slot::take(&self.running, &counted, limit)?;
         let admitted = self.limiter.admit(&account.limits, need).await?;
-        let headers = admitted.headers.clone();
+        let mut headers = admitted.headers.clone();
+        if place.is_some() {
+            crate::telemetry::inference_cache(false);
+            headers.insert(cache::HEADER, axum::http::HeaderValue::from_static("miss"));
+        }
+        let keep = place
+            .filter(cache::Slot::keeps)
+            .map(|p| (p, self.cache.clone()));
         // Shared with the job, to give it all back if the job never runs.
         let admitted = Arc::new(admitted);
         let (limiter, refund) = (self.limiter.clone(), admitted.clone());
@@ -350,7 +378,18 @@ impl Inference {
         let job = async move {
             let model = request.model().to_string();
             let team = account.team().to_string();
-            let result = serve(attempts, &team, request, output_tx, &router, &served_by).await;
+            let result = match keep {
+                None => serve(attempts, &team, request, output_tx, &router, &served_by).await,
+                Some((place, cache)) => {
+                    let (tx, rx) = mpsc::unbounded_channel();
+                    let served = serve(attempts, &team, request, tx, &router, &served_by);
+                    let (result, pieces) = tokio::join!(served, tee(rx, output_tx));
+                    if let (Ok(answer), Some(pieces)) = (&result, pieces) {
+                        cache.put(&place, &cache::Kept { pieces, answer }).await;
+                    }
+                    result
+                }
+            };
             let used = result.as_ref().map_or(usage::Used::default(), |answer| {
                 let served = served_by.get().map_or("", String::as_str);
                 usage::Used::of::<A>(answer, prices.of(&model, served))
@@ -376,6 +415,43 @@ impl Inference {
             done,
             headers,
             deployment,
+        })
+    }
+
+    /// A request answered with `kept`: no backend is asked and nothing is
+    /// spent, but the request counts against its rate limits and in usage,
+    /// as a cache hit.
+    async fn answer_from_cache<T: Send + 'static>(
+        &self,
+        account: Account,
+        model: &str,
+        kept: cache::Kept<T>,
+    ) -> Result<Running<T>> {
+        let admitted = self
+            .limiter
+            .admit(&account.limits, limits::Need::default())
+            .await?;
+        let (output_tx, output) = mpsc::unbounded_channel();
+        for piece in kept.pieces {
+            let _ = output_tx.send(piece);
+        }
+        let (done_tx, done) = oneshot::channel();
+        let _ = done_tx.send(Ok(kept.answer));
+        crate::telemetry::inference_cache(true);
+        let hit = usage::Used {
+            cache_hit: true,
+            ..usage::Used::default()
+        };
+        if let Err(e) = usage::record(&self.store, &account, (model, ""), &hit).await {
+            tracing::error!(error = %e, "recording usage failed");
+        }
+        let mut headers = admitted.headers.clone();
+        headers.insert(cache::HEADER, axum::http::HeaderValue::from_static("hit"));
+        Ok(Running {
+            output,
+            done,
+            headers,
+            deployment: Arc::default(),
         })
     }
 
@@ -491,6 +567,21 @@ async fn serve<A: Ask>(
         }
     }
     outcome
+}
+
+/// Passes what `rx` receives on to `output`, keeping a copy: the copy, if
+/// all of it reached the client. A client gone stops the copy and, with
+/// `rx` dropped, the generation.
+async fn tee(
+    mut rx: mpsc::UnboundedReceiver<Piece>,
+    output: mpsc::UnboundedSender<Piece>,
+) -> Option<Vec<Piece>> {
+    let mut pieces = Vec::new();
+    while let Some(piece) = rx.recv().await {
+        pieces.push(piece.clone());
+        output.send(piece).ok()?;
+    }
+    Some(pieces)
 }
 
 /// One backend call, counted in the plugin's stats and the metrics.

@@ -108,6 +108,7 @@ contract!(
     batches_write_set_wise,
     config_writes_move_the_epoch,
     usage_adds_up,
+    cached_answers_expire_and_are_trimmed,
     rate_limit_claims,
     idempotency_keys,
     circuits_and_pace,
@@ -1283,6 +1284,28 @@ fn usage_row(day: &str, totals: Totals) -> UsageRow {
         deployment: String::new(),
         totals,
     }
+}
+
+async fn cached_answers_expire_and_are_trimmed(store: &Store) {
+    assert_eq!(store.cached("a", 0).await.unwrap(), None);
+    store.cache("a", b"first", 1_000).await.unwrap();
+    store.cache("a", b"answer", 2_000).await.unwrap();
+    store.cache("b", b"bee", 3_000).await.unwrap();
+    store.cache("c", b"sea", 500).await.unwrap();
+    assert_eq!(
+        store.cached("a", 1_500).await.unwrap().as_deref(),
+        Some(&b"answer"[..])
+    );
+    assert_eq!(store.cached("a", 2_000).await.unwrap(), None, "expired");
+    // At 600, c has expired; of a (6 bytes) and b (3), b expires last and
+    // is kept first: 8 bytes hold b alone.
+    assert_eq!(store.trim_cache(600, 8).await.unwrap(), 2);
+    assert_eq!(store.cached("a", 600).await.unwrap(), None);
+    assert_eq!(
+        store.cached("b", 600).await.unwrap().as_deref(),
+        Some(&b"bee"[..])
+    );
+    assert_eq!(store.trim_cache(600, 8).await.unwrap(), 0);
 }
 
 async fn usage_adds_up(store: &Store) {

@@ -554,6 +554,21 @@ pub trait LimitRecords: Send + Sync {
     async fn purge_limits(&self, before_ms: u64, except: Option<&str>) -> Result<usize>;
 }
 
+/// The inference response cache: answers by the hash of what was asked,
+/// each until it expires, shared by every host on the store.
+#[async_trait]
+pub trait CacheRecords: Send + Sync {
+    /// The answer kept under `key`, unless it expired by `now_ms`.
+    async fn cached(&self, key: &str, now_ms: u64) -> Result<Option<Vec<u8>>>;
+
+    /// Keeps `answer` under `key` until `expires_ms`.
+    async fn cache(&self, key: &str, answer: &[u8], expires_ms: u64) -> Result<()>;
+
+    /// Forgets answers expired by `now_ms`, then the soonest to expire
+    /// until the rest take at most `max_bytes`; how many.
+    async fn trim_cache(&self, now_ms: u64, max_bytes: u64) -> Result<usize>;
+}
+
 /// Declares `Records` as the sum of the aggregates, for every type that
 /// implements them all (the list is written once).
 macro_rules! sum_of {
@@ -577,6 +592,7 @@ sum_of!(
     DeliveryRecords,
     UsageRecords,
     LimitRecords,
+    CacheRecords,
     PluginRecords,
     IdempotencyRecords,
     ReceiverRecords

@@ -146,7 +146,7 @@ impl Asked {
         let key = auth::session_key(&app.store, &viewer.user, &viewer.session.key_id).await?;
         let no_project = axum::http::HeaderMap::new();
         let account = account(app, &viewer.user, &key, &no_project, &self.model).await?;
-        app.inference.chat(account, request).await
+        app.inference.chat(account, request, None).await
     }
 }
 

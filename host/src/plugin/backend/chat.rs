@@ -53,7 +53,7 @@ pub struct ChatRequest {
 }
 
 /// Why generation ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum FinishReason {
     /// A natural end or a stop sequence.
     Stop,
@@ -65,8 +65,8 @@ pub enum FinishReason {
     ContentFilter,
 }
 
-/// How a chat call ended.
-#[derive(Debug, Clone, PartialEq)]
+/// How a chat call ended (kept as JSON in the response cache).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ChatResult {
     /// Why it ended.
     pub finish_reason: FinishReason,
@@ -113,8 +113,8 @@ pub struct ForwardRequest {
     pub streamed: bool,
 }
 
-/// How a forwarded request ended.
-#[derive(Debug, Clone, PartialEq)]
+/// How a forwarded request ended (kept as JSON in the response cache).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ForwardResult {
     /// A reply not streamed: the body, a JSON object.
     pub body: Option<String>,

@@ -76,8 +76,9 @@ impl From<v3::switchyard::plugin::types::PluginError> for Reported {
     }
 }
 
-/// What a backend sends while it generates.
-#[derive(Debug, Clone, PartialEq)]
+/// What a backend sends while it generates (kept as JSON in the response
+/// cache).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Piece {
     /// Text of the first choice.
     Text(String),

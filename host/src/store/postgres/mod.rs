@@ -15,6 +15,7 @@
 
 mod artifacts;
 mod automations;
+mod cache;
 mod delivery;
 mod groups;
 mod idempotency;
@@ -125,7 +126,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("migrations/0019_webhook_tls.sql"),
     ),
     (20, "fifo", include_str!("migrations/0020_fifo.sql")),
-    (21, "spend", include_str!("migrations/0021_spend.sql")),
+    (
+        21,
+        "gateway second round",
+        include_str!("migrations/0021_gateway_second_round.sql"),
+    ),
 ];
 
 /// [`MIGRATIONS`] as sqlx runs them (the checksums `migrate!` would give).

@@ -19,6 +19,7 @@
 
 mod artifacts;
 mod automations;
+mod cache;
 #[cfg(test)]
 mod crash_tests;
 #[cfg(test)]
@@ -263,6 +264,9 @@ enum T {
     /// `bucket \0` made-at ms (8 bytes) sequence (8 bytes) → the amount
     /// claimed (i64, 8 bytes): claims on inference rate limits.
     RateClaims,
+    /// `sha256 hex` → expires-at ms (8 bytes) and the answer: the
+    /// inference response cache.
+    ResponseCache,
 }
 
 impl T {
@@ -285,7 +289,7 @@ impl T {
         )
     }
 
-    const ALL: [T; 36] = [
+    const ALL: [T; 37] = [
         T::Meta,
         T::Users,
         T::UserNames,
@@ -322,6 +326,7 @@ impl T {
         T::Idempotency,
         T::Circuits,
         T::RateClaims,
+        T::ResponseCache,
     ];
 
     /// The tree's name on disk.
@@ -363,6 +368,7 @@ impl T {
             T::Idempotency => "idempotency",
             T::Circuits => "circuits",
             T::RateClaims => "rate_claims",
+            T::ResponseCache => "response_cache",
         }
     }
 }

@@ -1,9 +1,0 @@
--- Spend in USD: budgets on keys (a project's are in its limits' JSON),
--- and cost and cache hits in usage.
-ALTER TABLE api_keys
-    ADD COLUMN usd_per_day double precision,
-    ADD COLUMN usd_per_month double precision;
-
-ALTER TABLE usage
-    ADD COLUMN cost_usd double precision NOT NULL DEFAULT 0,
-    ADD COLUMN cache_hits bigint NOT NULL DEFAULT 0;
