@@ -28,6 +28,7 @@ mod inference;
 mod keep_alive;
 mod layout;
 mod lifecycle;
+mod messages;
 mod metrics;
 mod mtls;
 mod multihost;

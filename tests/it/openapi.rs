@@ -430,6 +430,11 @@ async fn every_documented_operation_answers_as_its_schema_says() {
     want!(s, 400, a, POST "/v1/embeddings", {"model": model, "input": "Hi"});
     want!(s, 200, a, POST "/v1/completions", {"model": model, "prompt": "Hi", "max_tokens": 2});
     want!(s, 200, a, POST "/v1/responses", {"model": model, "input": "Hi", "max_output_tokens": 2});
+    let message =
+        json!({"model": model, "max_tokens": 2, "messages": [{"role": "user", "content": "Hi"}]});
+    want!(s, 200, a, POST "/v1/messages", message);
+    want!(s, 400, a, POST "/v1/messages", {"model": model, "messages": []});
+    want!(s, 200, a, POST "/v1/messages/count_tokens", {"model": model, "messages": [{"role": "user", "content": "Hi"}]});
 
     assert!(
         s.mismatches.is_empty(),

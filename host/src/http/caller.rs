@@ -34,25 +34,36 @@ impl FromRequestParts<App> for KeyedCaller {
     type Rejection = Error;
 
     async fn from_request_parts(parts: &mut Parts, app: &App) -> Result<Self> {
-        let value = parts
-            .headers
-            .get(header::AUTHORIZATION)
-            .ok_or_else(|| {
-                Error::Unauthenticated("no API key: send 'Authorization: Bearer <API_KEY>'".into())
-            })?
-            .to_str()
-            .map_err(|_| {
-                Error::Unauthenticated("the Authorization header is not valid text".into())
-            })?;
-        let key = bearer_token(value).ok_or_else(|| {
-            Error::Unauthenticated("the Authorization header must be 'Bearer <API_KEY>'".into())
-        })?;
+        let key = presented_key(&parts.headers)?;
         let (user, record) = app.access.authenticate_key(key).await?;
         if let Some(slot) = parts.extensions.get::<super::observe::CallerSlot>() {
             slot.set(&user.id);
         }
         Ok(KeyedCaller { user, key: record })
     }
+}
+
+/// The key in `Authorization: Bearer …`, or (as Anthropic's clients send
+/// it) in `x-api-key`.
+fn presented_key(headers: &axum::http::HeaderMap) -> Result<&str> {
+    let Some(value) = headers.get(header::AUTHORIZATION) else {
+        return match headers.get("x-api-key").map(|v| v.to_str()) {
+            Some(Ok(key)) if !key.trim().is_empty() => Ok(key.trim()),
+            Some(_) => Err(Error::Unauthenticated(
+                "the x-api-key header is empty or not valid text".into(),
+            )),
+            None => Err(Error::Unauthenticated(
+                "no API key: send 'Authorization: Bearer <API_KEY>' (or 'x-api-key: <API_KEY>')"
+                    .into(),
+            )),
+        };
+    };
+    let value = value
+        .to_str()
+        .map_err(|_| Error::Unauthenticated("the Authorization header is not valid text".into()))?;
+    bearer_token(value).ok_or_else(|| {
+        Error::Unauthenticated("the Authorization header must be 'Bearer <API_KEY>'".into())
+    })
 }
 
 fn bearer_token(value: &str) -> Option<&str> {

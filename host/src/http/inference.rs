@@ -121,9 +121,9 @@ async fn chat(
     let deployment = running.deployment.clone();
     let mut response = if body.stream {
         let include_usage = body.stream_options.is_some_and(|o| o.include_usage);
-        stream(header, running, include_usage, started).await?
+        openai_sse(chunks(header, running, include_usage, started).await?)
     } else {
-        whole(header, running, started).await?
+        axum::Json(completion(header, running, started).await?).into_response()
     };
     add_headers(&mut response, limits, &deployment);
     Ok(response)
@@ -142,11 +142,12 @@ pub(super) fn add_headers(
     }
 }
 
-async fn whole(
+/// The whole completion, in OpenAI's shape, once generation ends.
+pub(super) async fn completion(
     header: Header,
     mut running: Running,
     started: std::time::Instant,
-) -> Result<Response> {
+) -> Result<Value> {
     let mut text = String::new();
     let mut first = true;
     while let Some(piece) = running.output.recv().await {
@@ -160,7 +161,7 @@ async fn whole(
         }
     }
     let result = finished(running.done).await?;
-    Ok(axum::Json(header.completion(text, &result)).into_response())
+    Ok(header.completion(text, &result))
 }
 
 /// How a job ended; a job that vanished is one to retry.
@@ -169,15 +170,23 @@ pub(super) async fn finished<T>(done: tokio::sync::oneshot::Receiver<Result<T>>)
         .map_err(|_| Error::Unavailable("the inference job was dropped; retry".into()))?
 }
 
+/// What a chat stream sends: OpenAI's chunks, an error, the end.
+pub(super) enum Out {
+    Chunk(Value),
+    /// The error's body (OpenAI's shape).
+    Failed(Value),
+    Done,
+}
+
 /// Waits for the first piece, so a request that fails before generating (a
 /// full queue, a backend error) gets a real status code; then streams the
-/// rest.
-async fn stream(
+/// rest as OpenAI's chunks.
+pub(super) async fn chunks(
     header: Header,
     mut running: Running,
     include_usage: bool,
     started: std::time::Instant,
-) -> Result<Response> {
+) -> Result<mpsc::Receiver<Out>> {
     let Some(first) = running.output.recv().await else {
         let result = finished(running.done).await?;
         let (tx, rx) = mpsc::channel(4);
@@ -185,12 +194,25 @@ async fn stream(
             let mut chunks = Chunks::new(header, tx, include_usage);
             let _ = chunks.finish(Ok(result)).await;
         });
-        return Ok(sse(rx));
+        return Ok(rx);
     };
     crate::telemetry::time_to_first_token(&header.model, started.elapsed());
     let (tx, rx) = mpsc::channel(16);
     tokio::spawn(pump(Chunks::new(header, tx, include_usage), running, first));
-    Ok(sse(rx))
+    Ok(rx)
+}
+
+/// A chat stream as OpenAI sends it: each chunk a `data:` event, then
+/// `data: [DONE]`.
+fn openai_sse(rx: mpsc::Receiver<Out>) -> Response {
+    let events = futures_util::stream::unfold(rx, |mut rx| async move {
+        let event = match rx.recv().await? {
+            Out::Chunk(value) | Out::Failed(value) => data(&value),
+            Out::Done => Event::default().data("[DONE]"),
+        };
+        Some((Ok::<_, Infallible>(event), rx))
+    });
+    Sse::new(events).into_response()
 }
 
 /// A server-sent event stream of what `rx` receives.
@@ -227,21 +249,21 @@ async fn pump(mut chunks: Chunks, mut running: Running, first: Piece) {
     let _ = chunks.finish(outcome).await;
 }
 
-type Sent = std::result::Result<(), mpsc::error::SendError<Event>>;
+type Sent = std::result::Result<(), mpsc::error::SendError<Out>>;
 
 /// The chunks of one stream. Text is held one piece back so that the last
 /// content chunk can carry `finish_reason`, unless the backend streamed
 /// whole choices that end themselves.
 struct Chunks {
     header: Header,
-    tx: mpsc::Sender<Event>,
+    tx: mpsc::Sender<Out>,
     include_usage: bool,
     pending: String,
     ended_by_backend: bool,
 }
 
 impl Chunks {
-    fn new(header: Header, tx: mpsc::Sender<Event>, include_usage: bool) -> Chunks {
+    fn new(header: Header, tx: mpsc::Sender<Out>, include_usage: bool) -> Chunks {
         Chunks {
             header,
             tx,
@@ -252,7 +274,7 @@ impl Chunks {
     }
 
     async fn send(&self, chunk: Value) -> Sent {
-        self.tx.send(data(&chunk)).await
+        self.tx.send(Out::Chunk(chunk)).await
     }
 
     async fn put(&mut self, piece: Piece) -> Sent {
@@ -310,10 +332,10 @@ impl Chunks {
                 if !last.is_empty() {
                     self.send_text(last, None).await?;
                 }
-                self.tx.send(data(&error.body())).await?;
+                self.tx.send(Out::Failed(error.body())).await?;
             }
         }
-        self.tx.send(Event::default().data("[DONE]")).await
+        self.tx.send(Out::Done).await
     }
 }
 

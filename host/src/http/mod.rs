@@ -18,6 +18,7 @@ mod idempotency;
 mod inference;
 mod json;
 mod me;
+mod messages;
 mod metrics;
 mod nul;
 mod observe;
@@ -130,6 +131,12 @@ fn model_calls() -> Router<App> {
         .route("/v1/embeddings", post(forwarded::embeddings))
         .route("/v1/completions", post(forwarded::completions))
         .route("/v1/responses", post(forwarded::responses))
+        .merge(
+            Router::new()
+                .route("/v1/messages", post(messages::create))
+                .route("/v1/messages/count_tokens", post(messages::count_tokens))
+                .route_layer(middleware::from_fn(messages::anthropic_errors)),
+        )
 }
 
 /// `GET /metrics`, open or for operators as configured.
