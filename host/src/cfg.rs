@@ -90,6 +90,17 @@ pub struct Config {
     pub metrics: MetricsConfig,
     /// How long the delivery history is kept.
     pub history: HistoryConfig,
+    /// OpenTelemetry traces.
+    pub telemetry: TelemetryConfig,
+}
+
+/// `[telemetry]`: where traces go.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TelemetryConfig {
+    /// An OTLP/HTTP collector's base URL (`http://collector:4318`); spans
+    /// are posted to `{otlp_endpoint}/v1/traces`. Unset: no traces.
+    pub otlp_endpoint: Option<String>,
 }
 
 /// The delivery history's lifetime: executions, their attempts and settled
@@ -573,6 +584,7 @@ impl Default for Config {
             store: StoreConfig::default(),
             metrics: MetricsConfig::default(),
             history: HistoryConfig::default(),
+            telemetry: TelemetryConfig::default(),
         }
     }
 }

@@ -33,6 +33,7 @@ pub mod nesting;
 pub mod queue;
 pub mod tasks;
 pub mod telemetry;
+pub mod traces;
 
 // The command line's client of a running host.
 pub mod remote;

@@ -83,6 +83,11 @@ fn describe_families() {
             "Inference requests answered, by endpoint, model and status.",
         ),
         (
+            "switchyard_trace_spans_dropped_total",
+            Count,
+            "Trace spans dropped because the OTLP collector could not take them.",
+        ),
+        (
             "switchyard_inference_cache_total",
             Count,
             "Cacheable inference requests, by result: hit (answered from the response cache) or miss.",
@@ -322,6 +327,11 @@ pub fn queue_wait(queue: &'static str, waited: Duration) {
 pub fn inference_request(endpoint: &'static str, model: &str, status: u16) {
     counter!("switchyard_inference_requests_total", "endpoint" => endpoint, "model" => model.to_string(), "status" => status.to_string())
         .increment(1);
+}
+
+/// Spans the trace exporter could not send.
+pub fn trace_spans_dropped(n: usize) {
+    counter!("switchyard_trace_spans_dropped_total").increment(n as u64);
 }
 
 /// A cacheable inference request answered from the cache (`hit`) or not.

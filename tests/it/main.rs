@@ -41,5 +41,6 @@ mod receivers;
 mod scaffolds;
 mod spend;
 mod teams;
+mod traces;
 mod upstream;
 mod webhooks;

@@ -56,6 +56,8 @@ pub struct Parts {
     pub access: Arc<Access>,
     /// The host's loops, stopped in order by [`App::stop`].
     pub tasks: Tasks,
+    /// Exports traces while the app lives.
+    pub traces: Option<crate::traces::Exporting>,
 }
 
 impl App {
@@ -63,6 +65,7 @@ impl App {
     /// directory), the queues and the loops. Needs a tokio runtime.
     pub async fn start(cfg: Config, store: Store, sealer: Sealer) -> anyhow::Result<App> {
         crate::telemetry::install();
+        let traces = crate::traces::start(cfg.telemetry.otlp_endpoint.as_deref())?;
         let tasks = Tasks::default();
         let cache_dir = cfg
             .plugins
@@ -119,6 +122,7 @@ impl App {
             plugins,
             watcher,
             tasks,
+            traces,
         }));
         app.recover().await?;
         app.spawn_upkeep();

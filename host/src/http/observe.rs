@@ -15,7 +15,11 @@ use axum::http::HeaderValue;
 use axum::middleware::Next;
 use axum::response::Response;
 
-use crate::telemetry;
+use opentelemetry::KeyValue;
+use opentelemetry::context::FutureExt;
+use opentelemetry::trace::SpanKind;
+
+use crate::{telemetry, traces};
 
 /// Where the caller extractor leaves the authenticated user's id.
 #[derive(Clone, Default)]
@@ -38,6 +42,27 @@ impl CallerSlot {
 
 const REQUEST_ID: &str = "x-request-id";
 
+/// A request's server span: continuing the client's `traceparent`, named by
+/// its route, with the team the path names (inference requests add the
+/// team they bill).
+fn server_span(request: &Request, route: &str) -> opentelemetry::Context {
+    let parent = traces::from_headers(request.headers());
+    let mut attrs = vec![
+        KeyValue::new("http.request.method", request.method().to_string()),
+        KeyValue::new("http.route", route.to_string()),
+        KeyValue::new("url.path", request.uri().path().to_string()),
+    ];
+    if let Some(team) = route
+        .starts_with("/v1/teams/{team}")
+        .then(|| request.uri().path().split('/').nth(3))
+        .flatten()
+    {
+        attrs.push(KeyValue::new("switchyard.team", team.to_string()));
+    }
+    let name = format!("{} {route}", request.method());
+    traces::start_span(name, SpanKind::Server, &parent, attrs)
+}
+
 /// The middleware: see the module's documentation.
 pub async fn observe(mut request: Request, next: Next) -> Response {
     let route = request
@@ -54,9 +79,21 @@ pub async fn observe(mut request: Request, next: Next) -> Response {
     let caller = CallerSlot::default();
     request.extensions_mut().insert(caller.clone());
     let started = Instant::now();
-    let mut response = next.run(request).await;
+    let span = traces::on().then(|| server_span(&request, &route));
+    let mut response = match &span {
+        Some(cx) => next.run(request).with_context(cx.clone()).await,
+        None => next.run(request).await,
+    };
     let took = started.elapsed();
     let status = response.status().as_u16();
+    if let Some(cx) = &span {
+        let attrs = vec![
+            KeyValue::new("http.response.status_code", i64::from(status)),
+            KeyValue::new("enduser.id", caller.get()),
+        ];
+        let failed = (status >= 500).then_some("server error");
+        traces::end(cx, attrs, failed);
+    }
     telemetry::http_request(method.as_str(), &route, status, took);
     let deployment = response
         .headers()

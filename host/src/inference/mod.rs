@@ -53,6 +53,9 @@ use crate::plugin::Runtime;
 use crate::plugin::{Kind, Limits, Plugin, Plugins};
 use crate::queue::WorkQueue;
 use crate::store::Store;
+use crate::traces;
+use opentelemetry::KeyValue;
+use opentelemetry::context::FutureExt;
 
 /// The inference service.
 pub struct Inference {
@@ -336,6 +339,10 @@ impl Inference {
         need: limits::Need,
         asked: Option<cache::Asked>,
     ) -> Result<Running<A::Answer>> {
+        traces::annotate(vec![
+            KeyValue::new("switchyard.team", account.team().to_string()),
+            KeyValue::new("gen_ai.request.model", request.model().to_string()),
+        ]);
         let place = self
             .cache
             .slot(account.team(), request.model(), asked.as_ref());
@@ -355,7 +362,13 @@ impl Inference {
             (self.per_project, account.scope.clone())
         };
         let slot = Slot::take(&self.running, &counted, limit)?;
-        let admitted = self.limiter.admit(&account.limits, need).await?;
+        let admission = traces::child("inference.admit", Vec::new());
+        let admitted = self.limiter.admit(&account.limits, need).await;
+        if let Some(cx) = &admission {
+            let refused = admitted.as_ref().err().map(ToString::to_string);
+            traces::end(cx, Vec::new(), refused.as_deref());
+        }
+        let admitted = admitted?;
         let mut headers = admitted.headers.clone();
         if place.is_some() {
             crate::telemetry::inference_cache(false);
@@ -373,28 +386,55 @@ impl Inference {
         let (store, router, served_by) =
             (self.store.clone(), self.router.clone(), deployment.clone());
         let prices = self.prices.clone();
+        // The job runs in the request's trace, after a span of its wait.
+        let queued = traces::child("inference.queue", Vec::new());
+        let request_cx = opentelemetry::Context::current();
         // The job reports its own outcome, so no task waits on it. If it
         // panics, `done` closes and the caller reports the job dropped.
         let job = async move {
+            if let Some(cx) = &queued {
+                traces::end(cx, Vec::new(), None);
+            }
             let model = request.model().to_string();
             let team = account.team().to_string();
-            let result = match keep {
-                None => serve(attempts, &team, request, output_tx, &router, &served_by).await,
-                Some((place, cache)) => {
-                    let (tx, rx) = mpsc::unbounded_channel();
-                    let served = serve(attempts, &team, request, tx, &router, &served_by);
-                    let (result, pieces) = tokio::join!(served, tee(rx, output_tx));
-                    if let (Ok(answer), Some(pieces)) = (&result, pieces) {
-                        cache.put(&place, &cache::Kept { pieces, answer }).await;
+            let routing = traces::child(
+                "inference.route",
+                vec![KeyValue::new("gen_ai.request.model", model.clone())],
+            );
+            let serving = async {
+                match keep {
+                    None => serve(attempts, &team, request, output_tx, &router, &served_by).await,
+                    Some((place, cache)) => {
+                        let (tx, rx) = mpsc::unbounded_channel();
+                        let served = serve(attempts, &team, request, tx, &router, &served_by);
+                        let (result, pieces) = tokio::join!(served, tee(rx, output_tx));
+                        if let (Ok(answer), Some(pieces)) = (&result, pieces) {
+                            cache.put(&place, &cache::Kept { pieces, answer }).await;
+                        }
+                        result
                     }
-                    result
                 }
+            };
+            let result = match &routing {
+                Some(cx) => serving.with_context(cx.clone()).await,
+                None => serving.await,
             };
             let used = result.as_ref().map_or(usage::Used::default(), |answer| {
                 let served = served_by.get().map_or("", String::as_str);
                 usage::Used::of::<A>(answer, prices.of(&model, served))
             });
             limiter.settle(&admitted, used.need());
+            if let Some(cx) = &routing {
+                let served = served_by.get().cloned().unwrap_or_default();
+                let attrs = vec![
+                    KeyValue::new("switchyard.deployment", served),
+                    KeyValue::new("gen_ai.usage.input_tokens", i64::from(used.prompt)),
+                    KeyValue::new("gen_ai.usage.output_tokens", i64::from(used.completion)),
+                    KeyValue::new("switchyard.cost_usd", used.cost_usd),
+                ];
+                let failed = result.as_ref().err().map(ToString::to_string);
+                traces::end(cx, attrs, failed.as_deref());
+            }
             if result.is_ok() {
                 let tokens = (used.prompt, used.completion);
                 crate::telemetry::inference_used(&model, &account.scope, tokens, used.cost_usd);
@@ -405,7 +445,8 @@ impl Inference {
             }
             drop(slot);
             let _ = done_tx.send(result.map_err(call_error));
-        };
+        }
+        .with_context(request_cx);
         if let Err(e) = self.queue.submit(job) {
             self.limiter.cancel(&refund);
             return Err(Error::RateLimited(e.to_string()));
@@ -529,6 +570,13 @@ async fn serve<A: Ask>(
             // A model without a route: straight through.
             return call(&attempt, team, request, output).await;
         };
+        let span = traces::child(
+            "inference.attempt",
+            vec![
+                KeyValue::new("switchyard.deployment", deployment.name.clone()),
+                KeyValue::new("gen_ai.request.model", deployment.model.clone()),
+            ],
+        );
         let asked = request.for_model(&deployment.model);
         let (tx, mut rx) = mpsc::unbounded_channel();
         let sent = std::sync::atomic::AtomicBool::new(false);
@@ -541,6 +589,7 @@ async fn serve<A: Ask>(
             }
         };
         let both = async { tokio::join!(call(&attempt, team, asked, tx), forward).0 };
+        let both = both.with_context(span.clone().unwrap_or_else(opentelemetry::Context::current));
         outcome = match tokio::time::timeout(deployment.timeout, both).await {
             Ok(result) => result,
             Err(_) => Err(CallError::TimedOut(format!(
@@ -549,6 +598,10 @@ async fn serve<A: Ask>(
                 deployment.timeout.as_millis()
             ))),
         };
+        if let Some(cx) = &span {
+            let failed = outcome.as_ref().err().map(ToString::to_string);
+            traces::end(cx, Vec::new(), failed.as_deref());
+        }
         match &outcome {
             Ok(_) => {
                 let _ = served_by.set(deployment.name.clone());
@@ -592,7 +645,22 @@ async fn call<A: Ask>(
     output: mpsc::UnboundedSender<Piece>,
 ) -> std::result::Result<A::Answer, CallError> {
     let started = std::time::Instant::now();
-    let result = request.ask(attempt.backend.as_ref(), team, output).await;
+    let span = traces::child(
+        "plugin.call",
+        vec![
+            KeyValue::new("switchyard.plugin", attempt.backend.name().to_string()),
+            KeyValue::new("gen_ai.request.model", request.model().to_string()),
+        ],
+    );
+    let asked = request.ask(attempt.backend.as_ref(), team, output);
+    let result = match &span {
+        Some(cx) => asked.with_context(cx.clone()).await,
+        None => asked.await,
+    };
+    if let Some(cx) = &span {
+        let failed = result.as_ref().err().map(ToString::to_string);
+        traces::end(cx, Vec::new(), failed.as_deref());
+    }
     let failed = matches!(result, Err(CallError::Failed(_) | CallError::TimedOut(_)));
     if let Some(plugin) = &attempt.plugin {
         plugin.stats().record(started.elapsed(), failed);

@@ -83,6 +83,8 @@ impl WasiHttpHooks for Egress {
         {
             request.headers_mut().insert(header::AUTHORIZATION, value);
         }
+        // The upstream continues the request's trace.
+        crate::traces::inject(request.headers_mut());
         Box::new(send(request, options, self.proxy.clone()))
     }
 }
