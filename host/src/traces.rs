@@ -153,6 +153,11 @@ pub fn traceparent(cx: &Context) -> Option<String> {
     fields.remove("traceparent")
 }
 
+/// The current span's `traceparent`: what an event caused now carries.
+pub fn current() -> Option<String> {
+    traceparent(&Context::current())
+}
+
 /// The context a `traceparent` names (the empty one for none or a bad one).
 pub fn continued(traceparent: Option<&str>) -> Context {
     let Some(value) = traceparent else {

@@ -286,3 +286,89 @@ async fn a_collector_that_is_down_costs_requests_nothing_and_is_counted() {
     }
     panic!("the spans sent to a closed port were not counted as dropped within 10 s");
 }
+
+const EVENT_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const EVENT_CLIENT_SPAN: &str = "00f067aa0ba902b7";
+
+on_each_store!(a_delivered_event_is_in_the_trace_of_the_request_that_caused_it);
+async fn a_delivered_event_is_in_the_trace_of_the_request_that_caused_it() {
+    let (collector, spans) = collector().await;
+    let receiver = crate::receiver::Receiver::start().await;
+    let host = Host::builder()
+        .config(&format!(
+            "[telemetry]\notlp_endpoint = \"{collector}\"\n[webhooks]\nallow_private = [\"127.0.0.0/8\"]\n"
+        ))
+        .start()
+        .await;
+    let world = crate::world::World::build(&host, Some(&format!("{}/hook", receiver.base))).await;
+    let automation = json!({"name": "low-loss", "action": "Webhooks",
+        "event": {"type": "RUN_METRIC_THRESHOLD", "metric": {"name": "loss", "window": 1,
+            "aggregation": "min", "comparison": "<", "threshold": 0.5}},
+        "webhook": {"team": "ml", "name": "ci"},
+        "payload": "{\"loss\": ${metric_value}}"});
+    ok!(host, world.alice, POST "/v1/teams/ml/projects/vision/automations", automation);
+    let run = ok!(host, world.bob, POST "/v1/teams/ml/projects/vision/runs", {"name": "sweep"});
+    let path = format!(
+        "/v1/teams/ml/projects/vision/runs/{}/metrics",
+        run["id"].as_str().unwrap()
+    );
+    let logged = host
+        .http
+        .post(host.url(&path))
+        .bearer_auth(&world.bob)
+        .header(
+            "traceparent",
+            format!("00-{EVENT_TRACE}-{EVENT_CLIENT_SPAN}-01"),
+        )
+        .json(&json!({"metrics": {"loss": 0.25}}))
+        .send()
+        .await
+        .unwrap();
+    assert!(logged.status().is_success(), "{}", logged.status());
+    let sent = receiver.wait_for(1, 10).await;
+
+    let server = wait_for(
+        &spans,
+        EVENT_TRACE,
+        "POST /v1/teams/{team}/projects/{project}/runs/{run}/metrics",
+    )
+    .await;
+    assert_eq!(server.parent(), EVENT_CLIENT_SPAN);
+    assert_eq!(server.attr("switchyard.team").as_deref(), Some("ml"));
+    let event = wait_for(&spans, EVENT_TRACE, "event RUN_METRIC_THRESHOLD").await;
+    assert_eq!(event.parent(), server.id(), "the event is the request's");
+    let matched = wait_for(&spans, EVENT_TRACE, "automation.match").await;
+    assert_eq!(matched.parent(), event.id());
+    assert_eq!(
+        matched.attr("switchyard.automation").as_deref(),
+        Some("low-loss")
+    );
+    for step in ["automation.filter", "automation.render"] {
+        assert_eq!(
+            wait_for(&spans, EVENT_TRACE, step).await.parent(),
+            matched.id(),
+            "{step}"
+        );
+    }
+    let attempt = wait_for(&spans, EVENT_TRACE, "delivery.attempt").await;
+    assert_eq!(attempt.parent(), matched.id());
+    assert_eq!(
+        attempt.attr("http.response.status_code").as_deref(),
+        Some("200")
+    );
+    assert_eq!(attempt.attr("switchyard.webhook").as_deref(), Some("ml/ci"));
+    // The receiver was called in the attempt's span.
+    let traceparent = sent[0]
+        .header("traceparent")
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        traceparent.starts_with(&format!("00-{EVENT_TRACE}-{}", attempt.id())),
+        "traceparent {traceparent} under the attempt {}",
+        attempt.id()
+    );
+    eprintln!(
+        "the trace of one delivered event:\n{}",
+        tree(&spans, EVENT_TRACE)
+    );
+}

@@ -22,6 +22,10 @@ use crate::plugin::Variable;
 use crate::plugin::{MetricFired, PluginError, Plugins, Verdict};
 use crate::store::Store;
 use crate::tasks::{Stage, Tasks};
+use crate::traces;
+use opentelemetry::KeyValue;
+use opentelemetry::context::FutureExt;
+use opentelemetry::trace::SpanKind;
 
 /// A run automation fires at most once per run in this long.
 pub const RUN_REFIRE_MS: u64 = 24 * 60 * 60 * 1000;
@@ -261,10 +265,32 @@ impl Matcher {
             None => None,
         };
         let on_collection = in_collection.iter().flat_map(|a| a.iter());
+        // In the trace of the request that caused the event.
+        let span = traces::on().then(|| {
+            let parent = traces::continued(event.trace.as_deref());
+            let attrs = vec![
+                KeyValue::new("switchyard.event.id", event.id.clone()),
+                KeyValue::new("switchyard.event.type", event.event_type.as_str()),
+            ];
+            let name = format!("event {}", event.event_type.as_str());
+            traces::start_span(name, SpanKind::Consumer, &parent, attrs)
+        });
         for automation in in_scope.iter().chain(on_collection) {
-            if let Some(f) = self.fire(automation, event).await? {
+            let firing = self.fire(automation, event);
+            let fires = match &span {
+                Some(cx) => firing.with_context(cx.clone()).await?,
+                None => firing.await?,
+            };
+            if let Some(f) = fires {
                 fired.push(f);
             }
+        }
+        if let Some(cx) = &span {
+            traces::end(
+                cx,
+                vec![KeyValue::new("switchyard.fired", fired.len() as i64)],
+                None,
+            );
         }
         Ok(Matched {
             event: event.id.clone(),
@@ -415,6 +441,29 @@ impl Matcher {
         if !automation.event.accepts(event) {
             return Ok(None);
         }
+        let name = KeyValue::new("switchyard.automation", automation.name.clone());
+        let Some(cx) = traces::child("automation.match", vec![name]) else {
+            return self.filter_and_render(automation, event).await;
+        };
+        let fired = self
+            .filter_and_render(automation, event)
+            .with_context(cx.clone())
+            .await;
+        let done = vec![KeyValue::new(
+            "switchyard.fired",
+            matches!(&fired, Ok(Some(f)) if f.delivery.is_some()),
+        )];
+        let failed = fired.as_ref().err().map(ToString::to_string);
+        traces::end(&cx, done, failed.as_deref());
+        fired
+    }
+
+    /// [`Self::fire`]: the filter, then the payload.
+    async fn filter_and_render(
+        &self,
+        automation: &Automation,
+        event: &Event,
+    ) -> Result<Option<Fired>> {
         // Made once the filter has spoken: most events match no filter, and
         // need neither ids nor a copy of the event.
         let pending = || {
@@ -425,13 +474,24 @@ impl Matcher {
             let (handle, webhook) = (automation.handle(), automation.webhook.clone());
             Execution::pending(ids, handle, webhook, event.clone(), ids::now_ms())
         };
-        let fired = match self.filter(automation, event).await {
+        let filtering = traces::child("automation.filter", Vec::new());
+        let verdict = self.filter(automation, event).await;
+        if let Some(cx) = &filtering {
+            let matched = matches!(verdict, Ok(Some(_)));
+            traces::end(cx, vec![KeyValue::new("switchyard.matched", matched)], None);
+        }
+        let fired = match verdict {
             Ok(Some(fired)) => fired,
             Ok(None) => return Ok(None),
             Err(stop) => return stopped(pending(), stop),
         };
         let execution = pending();
-        match self.render(automation, event, fired.as_ref()).await {
+        let rendering = traces::child("automation.render", Vec::new());
+        let rendered = self.render(automation, event, fired.as_ref()).await;
+        if let Some(cx) = &rendering {
+            traces::end(cx, Vec::new(), None);
+        }
+        match rendered {
             Ok(body) => Ok(Some(self.seal(automation, event, execution, body)?)),
             Err(stop) => stopped(execution, stop),
         }
@@ -500,6 +560,8 @@ impl Matcher {
             (self.sealer).seal(execution.delivery_id.as_bytes(), rendered.body.as_bytes())?;
         let sealed = crate::model::SealedBody::new(sealed);
         let mut delivery = Delivery::first(&execution, sealed.clone(), ids::now_ms(), event.at_ms);
+        // Its attempts continue the trace under this matching.
+        delivery.trace = traces::current();
         if rendered.fifo {
             // The event's place, then the firing's: the order events
             // were accepted, then automations fired.

@@ -458,6 +458,8 @@ fn headers(out: &Outgoing<'_>, bearer: Option<&str>) -> HeaderMap {
     if let Ok(id) = HeaderValue::from_str(out.delivery_id) {
         headers.insert(DELIVERY_ID_HEADER, id);
     }
+    // The receiver continues the delivery attempt's trace.
+    crate::traces::inject(&mut headers);
     if let Some(token) = bearer
         && let Ok(mut value) = HeaderValue::from_str(&format!("Bearer {token}"))
     {

@@ -425,6 +425,7 @@ mod tests {
             tag: Some("candidate".into()),
             run: None,
             webhook: None,
+            trace: None,
         };
         let filled: Vec<_> = of(&event, None).into_iter().map(|(n, _)| n).collect();
         let sampled: Vec<_> = sample.keys().map(String::as_str).collect();

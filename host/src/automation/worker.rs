@@ -13,6 +13,9 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use opentelemetry::KeyValue;
+use opentelemetry::context::FutureExt;
+use opentelemetry::trace::SpanKind;
 use tokio::sync::{Notify, Semaphore, mpsc};
 
 use super::SAFETY_POLL;
@@ -31,6 +34,7 @@ use crate::model::{
 use crate::store::{AttemptFor, Store};
 use crate::tasks::{Stage, Tasks};
 use crate::telemetry;
+use crate::traces;
 
 /// Operational events the dispatcher wrote to the inbox, on their way to
 /// matching: a channel, so that the dispatcher needs nothing of the
@@ -241,6 +245,7 @@ fn operational(event_type: EventType, about: About<'_>, reason: &str, attempts: 
             failure_reason: reason.to_string(),
             attempts,
         }),
+        trace: crate::traces::current(),
     }
 }
 
@@ -782,7 +787,30 @@ impl Inner {
         opened: std::result::Result<&Opened, &crate::error::Error>,
     ) -> (Judgement, Attempt) {
         let started = ids::now_ms();
-        match self.send(delivery, opened).await {
+        let span = traces::on().then(|| attempt_span(delivery));
+        let sent = match &span {
+            Some(cx) => self.send(delivery, opened).with_context(cx.clone()).await,
+            None => self.send(delivery, opened).await,
+        };
+        if let Some(cx) = &span {
+            let mut attrs = vec![KeyValue::new(
+                "switchyard.latency_ms",
+                ids::now_ms().saturating_sub(started) as i64,
+            )];
+            if let Ok(answer) = &sent {
+                attrs.push(KeyValue::new(
+                    "http.response.status_code",
+                    i64::from(answer.status),
+                ));
+            }
+            let failed = match &sent {
+                Ok(answer) if answer.status >= 300 => Some(format!("answered {}", answer.status)),
+                Ok(_) => None,
+                Err(failure) => Some(failure.to_string()),
+            };
+            traces::end(cx, attrs, failed.as_deref());
+        }
+        match sent {
             Ok(answer) => (judge(&answer), attempt_from(started, Some(&answer), None)),
             Err(failure) => {
                 let verdict = match failure {
@@ -903,6 +931,21 @@ impl Inner {
 /// The wait before attempt `attempts + 1`: the schedule's entry, jittered,
 /// or longer if the endpoint asked with `Retry-After`, but never longer than
 /// the schedule's longest wait. `None` when the schedule is used up.
+/// A delivery attempt's span, continuing the trace its event was matched
+/// in; its `traceparent` goes to the receiver.
+fn attempt_span(delivery: &Delivery) -> opentelemetry::Context {
+    let parent = traces::continued(delivery.trace.as_deref());
+    let attrs = vec![
+        KeyValue::new("switchyard.delivery.id", delivery.id.to_string()),
+        KeyValue::new(
+            "switchyard.webhook",
+            format!("{}/{}", delivery.webhook.team, delivery.webhook.name),
+        ),
+        KeyValue::new("switchyard.attempt", i64::from(delivery.attempts + 1)),
+    ];
+    traces::start_span("delivery.attempt", SpanKind::Client, &parent, attrs)
+}
+
 fn retry_delay(
     schedule: &[u64],
     fraction: f64,

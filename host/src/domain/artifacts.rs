@@ -479,5 +479,6 @@ fn event_for(scope: &Scope, user: &User, version: &Version, event_type: EventTyp
         tag: None,
         run: None,
         webhook: None,
+        trace: crate::traces::current(),
     }
 }

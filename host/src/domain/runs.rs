@@ -201,5 +201,6 @@ fn run_event(
             values,
         }),
         webhook: None,
+        trace: crate::traces::current(),
     }
 }

@@ -97,6 +97,10 @@ pub struct Delivery {
     /// every delivery with a smaller place has left the outbox.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fifo: Option<String>,
+    /// The W3C `traceparent` its attempts continue: the matching that
+    /// queued it, in the trace of the request that caused its event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<String>,
 }
 
 impl Execution {
@@ -157,6 +161,7 @@ impl Delivery {
             due_ms,
             event_at_ms: since_ms,
             fifo: None,
+            trace: None,
         }
     }
 

@@ -223,6 +223,10 @@ pub struct Event {
     /// The webhook an operational event is about.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub webhook: Option<WebhookEventRef>,
+    /// The W3C `traceparent` of the request (or delivery) that caused it:
+    /// its matching and deliveries continue that trace, restarts included.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<String>,
 }
 
 /// The webhook an operational event is about, and what happened to it.

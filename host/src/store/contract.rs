@@ -204,6 +204,7 @@ pub(super) fn event(id: &str, at_ms: u64) -> Event {
         tag: Some("t".into()),
         run: None,
         webhook: None,
+        trace: None,
     }
 }
 
@@ -228,6 +229,7 @@ pub(super) fn delivery(id: &str, due_ms: u64) -> Delivery {
         due_ms,
         event_at_ms: 1,
         fifo: None,
+        trace: None,
     }
 }
 

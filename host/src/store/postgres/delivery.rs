@@ -103,15 +103,16 @@ impl DeliveryRecords for Postgres {
             sqlx::query(
                 "INSERT INTO outbox (id, scope, automation, execution_id, webhook_team, \
                  webhook_name, body_sealed, attempts, due_ms, lease_owner, lease_until_ms, \
-                 event_at_ms, fifo) \
+                 event_at_ms, fifo, trace) \
                  SELECT d.id, d.scope, d.automation, d.execution_id, d.webhook_team, \
                  d.webhook_name, d.body_sealed, d.attempts, d.due_ms, \
                  CASE WHEN d.fifo IS NULL THEN $10 END, CASE WHEN d.fifo IS NULL THEN $11 END, \
-                 d.event_at_ms, d.fifo \
+                 d.event_at_ms, d.fifo, d.trace \
                  FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], \
-                 $6::text[], $7::text[], $8::int[], $9::bigint[], $12::bigint[], $13::text[]) \
+                 $6::text[], $7::text[], $8::int[], $9::bigint[], $12::bigint[], $13::text[], \
+                 $14::text[]) \
                  AS d (id, scope, automation, execution_id, webhook_team, webhook_name, \
-                 body_sealed, attempts, due_ms, event_at_ms, fifo) \
+                 body_sealed, attempts, due_ms, event_at_ms, fifo, trace) \
                  ON CONFLICT (id) DO UPDATE SET attempts = excluded.attempts, \
                  due_ms = excluded.due_ms, lease_owner = excluded.lease_owner, \
                  lease_until_ms = excluded.lease_until_ms, fifo = excluded.fifo",
@@ -132,6 +133,12 @@ impl DeliveryRecords for Postgres {
                 deliveries
                     .iter()
                     .map(|d| d.fifo.clone())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                deliveries
+                    .iter()
+                    .map(|d| d.trace.clone())
                     .collect::<Vec<_>>(),
             ),
         )

@@ -292,6 +292,7 @@ pub(super) fn delivery(row: &PgRow) -> Result<Delivery> {
         due_ms: u(get(row, "due_ms")?),
         event_at_ms: u(get(row, "event_at_ms")?),
         fifo: get(row, "fifo")?,
+        trace: get(row, "trace")?,
     })
 }
 

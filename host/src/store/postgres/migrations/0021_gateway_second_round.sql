@@ -16,3 +16,6 @@ CREATE TABLE response_cache (
     expires_ms bigint NOT NULL
 );
 CREATE INDEX response_cache_expiry ON response_cache (expires_ms);
+
+-- A delivery's trace context (W3C traceparent), for its attempts' spans.
+ALTER TABLE outbox ADD COLUMN trace text;
