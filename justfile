@@ -58,7 +58,8 @@ bench-idle:
 
 # Proxy overhead: a mock OpenAI upstream, direct and through model-openai, at
 # 500, 2,000 and 5,000 QPS in 5 rounds; prints p50/p99 added latency per
-# round and their medians.
+# round and their medians. In the same rounds: tracing on against off (host
+# CPU and added p50) and cache hits against upstream answers.
 bench-gateway:
     cargo bench --bench gateway
 

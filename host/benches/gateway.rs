@@ -21,6 +21,17 @@
 //! median of each round's ratio, which pairs the two measurements of one
 //! round and so leaves out the machine's drift between rounds.
 //!
+//! Then, in the same rounds, two more comparisons, each alternating its two
+//! sides round by round:
+//! - tracing: the same proxied load through a host exporting traces to a
+//!   local OTLP collector (which accepts and drops them) and through the
+//!   host without, at [`TRACE_RATE`]: host CPU per request and added p50,
+//!   and their ratios;
+//! - the response cache: requests to a model whose upstream takes
+//!   [`MODEL_MS`] to answer (as a small model would), each one new (a miss,
+//!   answered by the upstream) or the same one again (a hit), at
+//!   [`CACHE_RATE`]: p50 of each, and hit / miss.
+//!
 //! `BENCH_ROUNDS=N` sets the rounds (default 5).
 //! `BENCH_INFERENCE_WORKERS=N` sets the host's inference queue workers
 //! (default: the host's own default); `BENCH_SWITCHYARD=FILE` runs another
@@ -40,13 +51,23 @@ const RATES: [u64; 3] = [500, 2_000, 5_000];
 const SECONDS_PER_RATE: u64 = 4;
 /// Rounds over all rates, unless `BENCH_ROUNDS` says otherwise.
 const ROUNDS: usize = 5;
+/// Requests a second in the tracing comparison.
+const TRACE_RATE: u64 = 1_000;
+/// Requests a second in the cache comparison.
+const CACHE_RATE: u64 = 200;
+/// How long the mock upstream takes to answer the cache comparison's model.
+const MODEL_MS: u64 = 20;
 
 fn main() {
     common::block_on(run());
 }
 
-/// The mock upstream: a fixed two-token reply, streamed when asked.
+/// The mock upstream: a fixed two-token reply, streamed when asked; the
+/// model `thinking` takes [`MODEL_MS`] first.
 async fn completions(body: axum::Json<Value>) -> axum::response::Response {
+    if body["model"] == "thinking" {
+        tokio::time::sleep(Duration::from_millis(MODEL_MS)).await;
+    }
     let chunk = |delta: Value, finish: Value| json!({"id": "m-1", "object": "chat.completion.chunk", "created": 1, "model": "mock", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
     let usage = json!({"prompt_tokens": 9, "completion_tokens": 2, "total_tokens": 11});
     if body["stream"] == true {
@@ -68,17 +89,21 @@ async fn completions(body: axum::Json<Value>) -> axum::response::Response {
 }
 
 async fn mock_upstream() -> String {
-    let app = axum::Router::new().route("/v1/chat/completions", axum::routing::post(completions));
+    let app = axum::Router::new()
+        .route("/v1/chat/completions", axum::routing::post(completions))
+        // An OTLP collector that takes every export and keeps nothing.
+        .route("/v1/traces", axum::routing::post(|| async { "" }));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     format!("127.0.0.1:{}", addr.port())
 }
 
-fn start_gateway(upstream: &str) -> Host {
+/// The gateway in front of `upstream`, with `extra` configuration.
+fn start_gateway(upstream: &str, extra: &str) -> Host {
     let mut config = format!(
         "{NO_MODEL}per_project_concurrency = 4096\n\
-         [[inference.upstreams]]\nname = \"mock\"\nbase_url = \"http://{upstream}/v1\"\nmodels = [\"mock\"]\n"
+         [[inference.upstreams]]\nname = \"mock\"\nbase_url = \"http://{upstream}/v1\"\nmodels = [\"mock\", \"thinking\"]\n{extra}"
     );
     if let Ok(workers) = std::env::var("BENCH_INFERENCE_WORKERS") {
         config.push_str(&format!(
@@ -151,7 +176,15 @@ async fn call(
 
 async fn run() {
     let upstream = mock_upstream().await;
-    let host = start_gateway(&upstream);
+    let host = start_gateway(&upstream, "");
+    let traced = start_gateway(
+        &upstream,
+        &format!("[telemetry]\notlp_endpoint = \"http://{upstream}\"\n"),
+    );
+    let cached = start_gateway(
+        &upstream,
+        "[inference.cache]\nenabled = true\nttl_s = 3600\nmax_bytes = 67108864\n",
+    );
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(1024)
         .build()
@@ -160,7 +193,15 @@ async fn run() {
     let proxied = format!("{}/v1/chat/completions", host.base);
     let limited = limited_key(&http, &host).await;
     // Warm every path: connections, the compiled plugin, the key cache.
-    let warm = [(&*direct, KEY), (&*proxied, KEY), (&*proxied, &*limited)];
+    let through_traced = format!("{}/v1/chat/completions", traced.base);
+    let through_cached = format!("{}/v1/chat/completions", cached.base);
+    let warm = [
+        (&*direct, KEY),
+        (&*proxied, KEY),
+        (&*proxied, &*limited),
+        (&*through_traced, KEY),
+        (&*through_cached, KEY),
+    ];
     for ((url, _), (ok, failed)) in warm.iter().zip(load(&http, &warm, 200).await) {
         assert!(
             failed == 0 && !ok.is_empty(),
@@ -190,17 +231,145 @@ async fn run() {
     );
     // Per rate and key (without, with limits), each round's added (p50, p99).
     let mut added = vec![[Vec::new(), Vec::new()]; RATES.len()];
+    // Each round's (untraced, traced) and (miss, hit).
+    let (mut tracing, mut caching) = (Vec::new(), Vec::new());
     for round in 0..rounds {
         for (rate, added) in RATES.into_iter().zip(&mut added) {
             for which in [round % 2, 1 - round % 2] {
                 let key = [KEY, &*limited][which];
                 let label = ["open", "limited"][which];
                 let got = measure(&http, &host, &direct, (&proxied, key), rate, label).await;
-                added[which].push(got);
+                added[which].push((got.p50, got.p99));
             }
         }
+        let mut pair = [None, None];
+        for which in [round % 2, 1 - round % 2] {
+            let (gateway, url, label) = [
+                (&host, &proxied, "untraced"),
+                (&traced, &through_traced, "traced"),
+            ][which];
+            pair[which] =
+                Some(measure(&http, gateway, &direct, (url, KEY), TRACE_RATE, label).await);
+        }
+        tracing.push(pair.map(Option::unwrap));
+        caching.push(cache_round(&http, &through_cached, round).await);
     }
     report(rounds, added);
+    report_tracing(&tracing);
+    report_cache(&caching);
+}
+
+/// One round of the cache comparison, misses and hits in turn: their p50s
+/// (ms).
+async fn cache_round(http: &reqwest::Client, url: &str, round: usize) -> (f64, f64) {
+    let mut p50 = [0.0; 2];
+    let first = round.is_multiple_of(2);
+    for hit in [first, !first] {
+        let n = CACHE_RATE * SECONDS_PER_RATE;
+        let body = move |i: u64| {
+            let content = if hit {
+                "the same question".to_string()
+            } else {
+                format!("question {round}-{i}")
+            };
+            json!({"model": "thinking", "messages": [{"role": "user", "content": content}], "max_tokens": 2})
+        };
+        let (latencies, failed, sample) = paced(http, url, CACHE_RATE, n, body).await;
+        let want = if hit { "hit" } else { "miss" };
+        assert_eq!(
+            sample.as_deref(),
+            Some(want),
+            "the cache answered {sample:?}, not {want}"
+        );
+        let (l50, l99) = (percentile(&latencies, 0.5), percentile(&latencies, 0.99));
+        println!(
+            "{CACHE_RATE:>6} | {:>7} | {l50:>7.3} / {l99:>7.3} through the cache, upstream {MODEL_MS} ms | failed {failed} of {n}",
+            want
+        );
+        p50[usize::from(hit)] = l50;
+    }
+    (p50[0], p50[1])
+}
+
+/// `n` requests to `url`, `rate` a second, open loop, each with
+/// `body(i)`: sorted latencies (ms), failures, and the last answer's
+/// `x-switchyard-cache`.
+async fn paced(
+    http: &reqwest::Client,
+    url: &str,
+    rate: u64,
+    n: u64,
+    body: impl Fn(u64) -> Value,
+) -> (Vec<f64>, usize, Option<String>) {
+    let interval = Duration::from_secs_f64(1.0 / rate as f64);
+    let started = Instant::now();
+    let mut calls = Vec::with_capacity(n as usize);
+    for i in 0..n {
+        let due = started + interval * i as u32;
+        tokio::time::sleep_until(due.into()).await;
+        let request = http.post(url).bearer_auth(KEY).json(&body(i));
+        calls.push(tokio::spawn(async move {
+            let response = request.send().await.map_err(|e| e.to_string())?;
+            let cache = response
+                .headers()
+                .get("x-switchyard-cache")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string);
+            let ok = response.status().is_success();
+            response.bytes().await.map_err(|e| e.to_string())?;
+            ok.then(|| (due.elapsed().as_secs_f64() * 1e3, cache))
+                .ok_or_else(|| "not 2xx".to_string())
+        }));
+    }
+    let (mut latencies, mut failed, mut sample) = (Vec::new(), 0, None);
+    for call in calls {
+        match call.await.unwrap() {
+            Ok((ms, cache)) => {
+                latencies.push(ms);
+                sample = cache;
+            }
+            Err(_) => failed += 1,
+        }
+    }
+    latencies.sort_by(f64::total_cmp);
+    (latencies, failed, sample)
+}
+
+/// Tracing against none: host CPU per request and added p50, the medians
+/// of the rounds and of each round's ratio.
+fn report_tracing(rounds: &[[Measured; 2]]) {
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        percentile(&v, 0.5)
+    };
+    let cpu = |i: usize| median(rounds.iter().map(|r| r[i].cpu_us).collect());
+    let p50 = |i: usize| median(rounds.iter().map(|r| r[i].p50).collect());
+    let cpu_ratio = median(rounds.iter().map(|r| r[1].cpu_us / r[0].cpu_us).collect());
+    let p50_ratio = median(rounds.iter().map(|r| r[1].p50 / r[0].p50).collect());
+    println!(
+        "tracing at {TRACE_RATE} QPS, median of {} rounds: host CPU/req {:.0} -> {:.0} µs (median ratio {cpu_ratio:.3}), added p50 {:.3} -> {:.3} ms (median ratio {p50_ratio:.3})",
+        rounds.len(),
+        cpu(0),
+        cpu(1),
+        p50(0),
+        p50(1)
+    );
+}
+
+/// Cache hits against misses (the upstream answering in [`MODEL_MS`]).
+fn report_cache(rounds: &[(f64, f64)]) {
+    let (mut misses, mut hits): (Vec<f64>, Vec<f64>) = rounds.iter().copied().unzip();
+    let mut ratios: Vec<f64> = rounds.iter().map(|(m, h)| h / m).collect();
+    for v in [&mut misses, &mut hits, &mut ratios] {
+        v.sort_by(f64::total_cmp);
+    }
+    println!(
+        "cache at {CACHE_RATE} QPS, median of {} rounds: p50 miss {:.3} ms, hit {:.3} ms; hit / miss {:.3} (median ratio)",
+        rounds.len(),
+        percentile(&misses, 0.5),
+        percentile(&hits, 0.5),
+        percentile(&ratios, 0.5)
+    );
 }
 
 /// Per rate, the medians of the rounds' added latency with and without
@@ -254,7 +423,17 @@ async fn limited_key(http: &reqwest::Client, host: &Host) -> String {
     created["key"].as_str().expect("a limited key").to_string()
 }
 
-/// One rate's run: prints its line, returns the added (p50, p99).
+/// One rate's run through a gateway: added latency and host CPU.
+#[derive(Clone, Copy)]
+struct Measured {
+    /// Added p50 and p99 (ms).
+    p50: f64,
+    p99: f64,
+    /// Host CPU per proxied request (µs).
+    cpu_us: f64,
+}
+
+/// One rate's run: prints its line, returns what it measured.
 async fn measure(
     http: &reqwest::Client,
     host: &Host,
@@ -262,7 +441,7 @@ async fn measure(
     proxied: (&str, &str),
     rate: u64,
     label: &str,
-) -> (f64, f64) {
+) -> Measured {
     let cpu_before = cpu_seconds(host.child.id());
     let mut paths = load(http, &[(direct, KEY), proxied], rate)
         .await
@@ -280,5 +459,9 @@ async fn measure(
         cpu.unwrap_or(f64::NAN),
         rate * SECONDS_PER_RATE
     );
-    (p50 - d50, p99 - d99)
+    Measured {
+        p50: p50 - d50,
+        p99: p99 - d99,
+        cpu_us: cpu.unwrap_or(f64::NAN),
+    }
 }

@@ -13,21 +13,26 @@
 //! outbox.
 
 use std::collections::HashMap;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use opentelemetry::propagation::TextMapPropagator;
-use opentelemetry::trace::{SpanKind, Status, TraceContextExt, Tracer};
+use opentelemetry::trace::{SpanKind, Status, TraceContextExt, Tracer, TracerProvider};
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_otlp::WithExportConfig;
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{
-    BatchConfigBuilder, BatchSpanProcessor, SdkTracerProvider, SpanData, SpanExporter,
+    BatchConfigBuilder, BatchSpanProcessor, SdkTracer, SdkTracerProvider, SpanData, SpanExporter,
 };
 
 static ON: AtomicBool = AtomicBool::new(false);
+
+/// The tracer, made once: asking the global provider for one per span
+/// allocated its scope each time.
+static TRACER: OnceLock<SdkTracer> = OnceLock::new();
 
 /// Spans held for export at most; beyond, new spans are dropped.
 const QUEUE: usize = 4_096;
@@ -72,6 +77,9 @@ pub fn start(endpoint: Option<&str>) -> anyhow::Result<Option<Exporting>> {
         .with_resource(resource)
         .build();
     opentelemetry::global::set_tracer_provider(provider.clone());
+    // One provider per process: a second app in a process (tests) keeps
+    // the first tracer.
+    let _ = TRACER.set(provider.tracer("switchyard"));
     ON.store(true, Ordering::Relaxed);
     Ok(Some(Exporting { provider }))
 }
@@ -112,12 +120,14 @@ pub fn start_span(
     parent: &Context,
     attrs: Vec<KeyValue>,
 ) -> Context {
-    let tracer = opentelemetry::global::tracer("switchyard");
+    let Some(tracer) = TRACER.get() else {
+        return parent.clone();
+    };
     let span = tracer
         .span_builder(name.into())
         .with_kind(kind)
         .with_attributes(attrs)
-        .start_with_context(&tracer, parent);
+        .start_with_context(tracer, parent);
     parent.with_span(span)
 }
 
@@ -143,14 +153,22 @@ pub fn annotate(attrs: Vec<KeyValue>) {
     }
 }
 
-/// The `traceparent` of `cx`'s span, if it has one to continue.
+/// The `traceparent` of `cx`'s span, if it has one to continue: W3C's
+/// version 00, written directly (the propagator goes through a map).
 pub fn traceparent(cx: &Context) -> Option<String> {
-    if !on() || !cx.span().span_context().is_valid() {
+    if !on() {
         return None;
     }
-    let mut fields = HashMap::new();
-    TraceContextPropagator::new().inject_context(cx, &mut fields);
-    fields.remove("traceparent")
+    let span = cx.span();
+    let context = span.span_context();
+    context.is_valid().then(|| {
+        format!(
+            "00-{}-{}-{:02x}",
+            context.trace_id(),
+            context.span_id(),
+            context.trace_flags().to_u8()
+        )
+    })
 }
 
 /// The current span's `traceparent`: what an event caused now carries.
@@ -183,6 +201,19 @@ pub fn inject(headers: &mut HeaderMap) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_traceparent_is_written_as_the_propagator_writes_it() {
+        use opentelemetry::propagation::TextMapPropagator;
+        let good = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        let cx = super::continued(Some(good));
+        super::ON.store(true, std::sync::atomic::Ordering::Relaxed);
+        let ours = super::traceparent(&cx);
+        let mut theirs = std::collections::HashMap::new();
+        super::TraceContextPropagator::new().inject_context(&cx, &mut theirs);
+        assert_eq!(ours.as_deref(), Some(good));
+        assert_eq!(ours, theirs.remove("traceparent"));
+    }
+
     #[test]
     fn a_bad_traceparent_continues_nothing() {
         use opentelemetry::trace::TraceContextExt;
