@@ -113,15 +113,7 @@ async fn answers_are_priced_and_usd_budgets_hold() {
     assert!(page.body.contains("costing $0.07"), "{}", page.body);
 
     // The metric, per model and project.
-    let scrape = host
-        .http
-        .get(host.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let scrape = crate::metrics::scrape(&host).await;
     assert!(
         scrape.contains("# TYPE switchyard_inference_cost_usd_total counter")
             && scrape.contains(

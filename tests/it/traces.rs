@@ -264,20 +264,8 @@ async fn a_collector_that_is_down_costs_requests_nothing_and_is_counted() {
         assert_eq!(status, 200);
     }
     for _ in 0..50 {
-        let scrape = host
-            .http
-            .get(host.url("/metrics"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        let dropped = scrape
-            .lines()
-            .find(|l| l.starts_with("switchyard_trace_spans_dropped_total "))
-            .and_then(|l| l.split(' ').nth(1))
-            .and_then(|n| n.parse::<f64>().ok())
+        let scrape = crate::metrics::scrape(&host).await;
+        let dropped = crate::metrics::sample(&scrape, "switchyard_trace_spans_dropped_total", &[])
             .unwrap_or(0.0);
         if dropped >= 20.0 {
             return;

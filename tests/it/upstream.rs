@@ -822,15 +822,7 @@ async fn inference_metrics_count_requests_tokens_and_first_tokens() {
     }
     let (status, _) = chat(&host, &alice, "no-such-model", false).await;
     assert_eq!(status, 404);
-    let text = host
-        .http
-        .get(host.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = crate::metrics::scrape(&host).await;
     let model = [("model", "fake-1")];
     assert_eq!(
         sample(
