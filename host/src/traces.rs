@@ -60,7 +60,12 @@ pub fn start(endpoint: Option<&str>) -> anyhow::Result<Option<Exporting>> {
         .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
         .with_endpoint(format!("{}/v1/traces", endpoint.trim_end_matches('/')))
         .with_timeout(Duration::from_secs(5))
-        .build()?;
+        .build()
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "[telemetry] otlp_endpoint = \"{endpoint}\" cannot be used ({e}); give a collector's base URL, e.g. http://otel-collector:4318"
+            )
+        })?;
     let batches = BatchConfigBuilder::default()
         .with_max_queue_size(QUEUE)
         .with_scheduled_delay(Duration::from_millis(500))
@@ -131,9 +136,10 @@ pub fn start_span(
     parent.with_span(span)
 }
 
-/// A span started as a child of the current one, if spans are exported.
-pub fn child(name: &'static str, attrs: Vec<KeyValue>) -> Option<Context> {
-    on().then(|| start_span(name, SpanKind::Internal, &Context::current(), attrs))
+/// A span started as a child of the current one, if spans are exported;
+/// its attributes are made only then (these sites are on hot paths).
+pub fn child(name: &'static str, attrs: impl FnOnce() -> Vec<KeyValue>) -> Option<Context> {
+    on().then(|| start_span(name, SpanKind::Internal, &Context::current(), attrs()))
 }
 
 /// Ends the span of `cx` with `attrs`, an error status if `failed`.
@@ -146,10 +152,11 @@ pub fn end(cx: &Context, attrs: Vec<KeyValue>, failed: Option<&str>) {
     span.end();
 }
 
-/// Adds `attrs` to the current span (the request's, in a handler).
-pub fn annotate(attrs: Vec<KeyValue>) {
+/// Adds `attrs` to the current span (the request's, in a handler), if
+/// spans are exported.
+pub fn annotate(attrs: impl FnOnce() -> Vec<KeyValue>) {
     if on() {
-        Context::current().span().set_attributes(attrs);
+        Context::current().span().set_attributes(attrs());
     }
 }
 
@@ -212,6 +219,15 @@ mod tests {
         super::TraceContextPropagator::new().inject_context(&cx, &mut theirs);
         assert_eq!(ours.as_deref(), Some(good));
         assert_eq!(ours, theirs.remove("traceparent"));
+    }
+
+    #[test]
+    fn an_endpoint_that_is_no_url_is_refused_naming_it() {
+        let e = super::start(Some("not a url")).err().unwrap().to_string();
+        assert!(
+            e.contains("otlp_endpoint = \"not a url\"") && e.contains("e.g. http://"),
+            "{e}"
+        );
     }
 
     #[test]

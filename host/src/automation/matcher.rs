@@ -441,8 +441,13 @@ impl Matcher {
         if !automation.event.accepts(event) {
             return Ok(None);
         }
-        let name = KeyValue::new("switchyard.automation", automation.name.clone());
-        let Some(cx) = traces::child("automation.match", vec![name]) else {
+        let name = || {
+            vec![KeyValue::new(
+                "switchyard.automation",
+                automation.name.clone(),
+            )]
+        };
+        let Some(cx) = traces::child("automation.match", name) else {
             return self.filter_and_render(automation, event).await;
         };
         let fired = self
@@ -474,7 +479,7 @@ impl Matcher {
             let (handle, webhook) = (automation.handle(), automation.webhook.clone());
             Execution::pending(ids, handle, webhook, event.clone(), ids::now_ms())
         };
-        let filtering = traces::child("automation.filter", Vec::new());
+        let filtering = traces::child("automation.filter", Vec::new);
         let verdict = self.filter(automation, event).await;
         if let Some(cx) = &filtering {
             let matched = matches!(verdict, Ok(Some(_)));
@@ -486,7 +491,7 @@ impl Matcher {
             Err(stop) => return stopped(pending(), stop),
         };
         let execution = pending();
-        let rendering = traces::child("automation.render", Vec::new());
+        let rendering = traces::child("automation.render", Vec::new);
         let rendered = self.render(automation, event, fired.as_ref()).await;
         if let Some(cx) = &rendering {
             traces::end(cx, Vec::new(), None);

@@ -339,10 +339,12 @@ impl Inference {
         need: limits::Need,
         asked: Option<cache::Asked>,
     ) -> Result<Running<A::Answer>> {
-        traces::annotate(vec![
-            KeyValue::new("switchyard.team", account.team().to_string()),
-            KeyValue::new("gen_ai.request.model", request.model().to_string()),
-        ]);
+        traces::annotate(|| {
+            vec![
+                KeyValue::new("switchyard.team", account.team().to_string()),
+                KeyValue::new("gen_ai.request.model", request.model().to_string()),
+            ]
+        });
         let place = self
             .cache
             .slot(account.team(), request.model(), asked.as_ref());
@@ -362,7 +364,7 @@ impl Inference {
             (self.per_project, account.scope.clone())
         };
         let slot = Slot::take(&self.running, &counted, limit)?;
-        let admission = traces::child("inference.admit", Vec::new());
+        let admission = traces::child("inference.admit", Vec::new);
         let admitted = self.limiter.admit(&account.limits, need).await;
         if let Some(cx) = &admission {
             let refused = admitted.as_ref().err().map(ToString::to_string);
@@ -387,7 +389,7 @@ impl Inference {
             (self.store.clone(), self.router.clone(), deployment.clone());
         let prices = self.prices.clone();
         // The job runs in the request's trace, after a span of its wait.
-        let queued = traces::child("inference.queue", Vec::new());
+        let queued = traces::child("inference.queue", Vec::new);
         let request_cx = opentelemetry::Context::current();
         // The job reports its own outcome, so no task waits on it. If it
         // panics, `done` closes and the caller reports the job dropped.
@@ -397,10 +399,9 @@ impl Inference {
             }
             let model = request.model().to_string();
             let team = account.team().to_string();
-            let routing = traces::child(
-                "inference.route",
-                vec![KeyValue::new("gen_ai.request.model", model.clone())],
-            );
+            let routing = traces::child("inference.route", || {
+                vec![KeyValue::new("gen_ai.request.model", model.clone())]
+            });
             let serving = async {
                 match keep {
                     None => serve(attempts, &team, request, output_tx, &router, &served_by).await,
@@ -570,13 +571,12 @@ async fn serve<A: Ask>(
             // A model without a route: straight through.
             return call(&attempt, team, request, output).await;
         };
-        let span = traces::child(
-            "inference.attempt",
+        let span = traces::child("inference.attempt", || {
             vec![
                 KeyValue::new("switchyard.deployment", deployment.name.clone()),
                 KeyValue::new("gen_ai.request.model", deployment.model.clone()),
-            ],
-        );
+            ]
+        });
         let asked = request.for_model(&deployment.model);
         let (tx, mut rx) = mpsc::unbounded_channel();
         let sent = std::sync::atomic::AtomicBool::new(false);
@@ -645,13 +645,12 @@ async fn call<A: Ask>(
     output: mpsc::UnboundedSender<Piece>,
 ) -> std::result::Result<A::Answer, CallError> {
     let started = std::time::Instant::now();
-    let span = traces::child(
-        "plugin.call",
+    let span = traces::child("plugin.call", || {
         vec![
             KeyValue::new("switchyard.plugin", attempt.backend.name().to_string()),
             KeyValue::new("gen_ai.request.model", request.model().to_string()),
-        ],
-    );
+        ]
+    });
     let asked = request.ask(attempt.backend.as_ref(), team, output);
     let result = match &span {
         Some(cx) => asked.with_context(cx.clone()).await,
