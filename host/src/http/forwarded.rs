@@ -96,14 +96,15 @@ async fn forward(
         Some(_) => return Err(Error::invalid("stream", "'stream' must be true or false")),
     };
     let account = account(app, &user, &key, headers, &model).await?;
-    let asked = cache::Asked::new(endpoint.path(), &body, headers);
+    let asked =
+        (app.inference.caches()).then(|| cache::Asked::new(endpoint.path(), &body, headers));
     let request = ForwardRequest {
         endpoint,
         model: model.clone(),
         body,
         streamed,
     };
-    let mut running = app.inference.forward(account, request, Some(asked)).await?;
+    let mut running = app.inference.forward(account, request, asked).await?;
     let limits = std::mem::take(&mut running.headers);
     let deployment = running.deployment.clone();
     let mut response = if streamed {

@@ -88,7 +88,9 @@ pub async fn chat_completions(
 ) -> Result<Response> {
     let started = std::time::Instant::now();
     let model = body.model.clone();
-    let asked = cache::Asked::new("chat/completions", &sent, &headers);
+    let asked = (app.inference.caches())
+        .then(|| cache::Asked::of_bytes("chat/completions", &sent, &headers))
+        .flatten();
     let answer = chat(&app, user, key, &headers, body, asked, started).await;
     let status = match &answer {
         Ok(response) => response.status().as_u16(),
@@ -104,7 +106,7 @@ async fn chat(
     key: ApiKey,
     headers: &HeaderMap,
     body: CompletionRequest,
-    asked: cache::Asked,
+    asked: Option<cache::Asked>,
     started: std::time::Instant,
 ) -> Result<Response> {
     let account = account(app, &user, &key, headers, &body.model).await?;
@@ -116,7 +118,7 @@ async fn chat(
         created: ids::now(),
         model: request.model.clone(),
     };
-    let mut running = app.inference.chat(account, request, Some(asked)).await?;
+    let mut running = app.inference.chat(account, request, asked).await?;
     let limits = std::mem::take(&mut running.headers);
     let deployment = running.deployment.clone();
     let mut response = if body.stream {

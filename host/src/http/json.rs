@@ -23,9 +23,10 @@ impl<T: DeserializeOwned> FromRequest<App> for Json<T> {
     }
 }
 
-/// A JSON body parsed as `T`, and as it was sent: for the response cache,
-/// whose key is every field the client sent.
-pub struct JsonAsSent<T>(pub T, pub serde_json::Map<String, serde_json::Value>);
+/// A JSON body parsed as `T`, and its bytes as sent: for the response
+/// cache, whose key is every field the client sent (read only when the
+/// cache is on).
+pub struct JsonAsSent<T>(pub T, pub Bytes);
 
 impl<T: DeserializeOwned> FromRequest<App> for JsonAsSent<T> {
     type Rejection = Error;
@@ -33,8 +34,7 @@ impl<T: DeserializeOwned> FromRequest<App> for JsonAsSent<T> {
     async fn from_request(request: Request, app: &App) -> Result<Self> {
         require_content_type(&request, "application/json")?;
         let body = read_body(request, app, app.cfg.limits.max_body_bytes).await?;
-        let typed = parse(&body)?;
-        Ok(JsonAsSent(typed, parse(&body)?))
+        Ok(JsonAsSent(parse(&body)?, body))
     }
 }
 

@@ -20,9 +20,9 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 
-use super::KeyedCaller;
 use super::inference::{Out, account, add_headers, chunks, completion};
 use super::json::JsonAsSent;
+use super::{Json, KeyedCaller};
 use crate::app::App;
 use crate::error::{Error, Result};
 use crate::ids;
@@ -319,8 +319,10 @@ pub async fn create(
             created: ids::now(),
             model: request.model.clone(),
         };
-        let asked = cache::Asked::new("messages", &sent, &headers);
-        let mut running = app.inference.chat(account, request, Some(asked)).await?;
+        let asked = (app.inference.caches())
+            .then(|| cache::Asked::of_bytes("messages", &sent, &headers))
+            .flatten();
+        let mut running = app.inference.chat(account, request, asked).await?;
         let limits = std::mem::take(&mut running.headers);
         let deployment = running.deployment.clone();
         let mut response = if body.stream {
@@ -346,7 +348,7 @@ pub async fn count_tokens(
     State(app): State<App>,
     KeyedCaller { user, key }: KeyedCaller,
     headers: HeaderMap,
-    JsonAsSent(body, _): JsonAsSent<MessagesRequest>,
+    Json(body): Json<MessagesRequest>,
 ) -> Result<axum::Json<Value>> {
     account(&app, &user, &key, &headers, &body.model).await?;
     let request = body.to_chat()?.to_backend(0)?;

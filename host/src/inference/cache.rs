@@ -51,6 +51,13 @@ pub struct Asked {
 }
 
 impl Asked {
+    /// [`Asked::new`] for a body as sent (already parsed once as a
+    /// request, so it is a JSON object).
+    pub fn of_bytes(endpoint: &str, body: &[u8], headers: &HeaderMap) -> Option<Asked> {
+        let fields: Map<String, Value> = serde_json::from_slice(body).ok()?;
+        Some(Asked::new(endpoint, &fields, headers))
+    }
+
     /// What `body` (a request to `endpoint`) asks, and what its
     /// `Cache-Control` allows.
     pub fn new(endpoint: &str, body: &Map<String, Value>, headers: &HeaderMap) -> Asked {
@@ -146,6 +153,12 @@ impl Cache {
             });
         }
         cache
+    }
+
+    /// Whether answers are cached at all: when not, requests need not
+    /// say what they ask.
+    pub fn enabled(&self) -> bool {
+        self.enabled
     }
 
     async fn trim(&self) {

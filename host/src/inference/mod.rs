@@ -246,6 +246,11 @@ impl Inference {
         self.backends.push(backend);
     }
 
+    /// Whether the response cache is on.
+    pub fn caches(&self) -> bool {
+        self.cache.enabled()
+    }
+
     /// The models served: the built-in backends', then the plugins'.
     pub fn models(&self) -> Vec<ModelInfo> {
         let mut models = self.models.clone();

@@ -62,8 +62,11 @@ pub fn nanos(usd: f64) -> u64 {
 #[derive(Debug, Default)]
 pub struct Prices {
     models: HashMap<String, Price>,
-    /// (route's model, deployment's name) → the deployment's price.
-    deployments: HashMap<(String, String), Price>,
+    /// Route's model → deployment's name → the deployment's price.
+    deployments: HashMap<String, HashMap<String, Price>>,
+    /// Model id → the most any way of serving it charges (see
+    /// [`Prices::most`]), made once rather than per request.
+    most: HashMap<String, Price>,
 }
 
 impl Prices {
@@ -95,12 +98,22 @@ impl Prices {
                         },
                     ),
                 };
-                deployments.insert((route.model.clone(), d.name().to_string()), price);
+                (deployments.entry(route.model.clone()))
+                    .or_insert_with(HashMap::new)
+                    .insert(d.name().to_string(), price);
+            }
+        }
+        let mut most = models.clone();
+        for (route, priced) in &deployments {
+            let highest = priced.values().copied().chain(models.get(route).copied());
+            if let Some(price) = highest.reduce(Price::max) {
+                most.insert(route.clone(), price);
             }
         }
         Prices {
             models,
             deployments,
+            most,
         }
     }
 
@@ -108,9 +121,8 @@ impl Prices {
     /// (`""` for a model without a route): the deployment's own, its
     /// model's, or (a fallback) the model it names; then `model`'s.
     pub fn of(&self, model: &str, deployment: &str) -> Option<Price> {
-        let key = (model.to_string(), deployment.to_string());
-        self.deployments
-            .get(&key)
+        (self.deployments.get(model))
+            .and_then(|d| d.get(deployment))
             .or_else(|| self.models.get(deployment))
             .or_else(|| self.models.get(model))
             .copied()
@@ -119,12 +131,7 @@ impl Prices {
     /// The most one token of a request to `model` may cost, whichever
     /// deployment serves it: what a request is admitted against.
     pub fn most(&self, model: &str) -> Option<Price> {
-        self.deployments
-            .iter()
-            .filter(|((route, _), _)| route == model)
-            .map(|(_, p)| *p)
-            .chain(self.models.get(model).copied())
-            .reduce(Price::max)
+        self.most.get(model).copied()
     }
 
     /// Which of `models` have no price.
