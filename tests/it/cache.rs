@@ -8,19 +8,21 @@ use crate::gateway::scoped_key;
 use crate::harness::Engine;
 use crate::upstream::{fake_upstream, upstream_host};
 
+/// The cache, and a route it never serves (fake-1 is priced as in
+/// `spend.rs`).
 const CACHE: &str = r#"
 [inference.cache]
 enabled = true
 ttl_s = 600
-[[inference.prices]]
-model = "fake-1"
-input_per_mtok = 1000.0
-output_per_mtok = 5000.0
 [[inference.routes]]
 model = "uncached"
 cache = false
 deployments = [{ model = "fake-1" }]
 "#;
+
+fn cache_config() -> String {
+    format!("{CACHE}{}", crate::spend::FAKE_1_PRICE)
+}
 
 /// Shared by hosts on one database.
 const MASTER: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
@@ -50,7 +52,7 @@ async fn ask(
 on_each_store!(answers_are_cached_per_team_and_hits_cost_nothing);
 async fn answers_are_cached_per_team_and_hits_cost_nothing() {
     let (upstream, seen) = fake_upstream().await;
-    let host = upstream_host(&upstream, CACHE)
+    let host = upstream_host(&upstream, &cache_config())
         .env("SWITCHYARD_MASTER_KEY", MASTER)
         .start()
         .await;
@@ -112,7 +114,7 @@ async fn answers_are_cached_per_team_and_hits_cost_nothing() {
 
     // Hosts on one database share the cache.
     if Engine::current() == Engine::Postgres {
-        let other = upstream_host(&upstream, CACHE)
+        let other = upstream_host(&upstream, &cache_config())
             .env("SWITCHYARD_MASTER_KEY", MASTER)
             .same_database(&host)
             .start()

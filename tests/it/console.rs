@@ -1044,8 +1044,7 @@ on_each_store!(the_chat_page_streams_a_reply_and_works_without_script);
 /// in with: its models, its rate limit and its USD budget.
 async fn the_chat_page_holds_the_signed_in_keys_limits() {
     let (upstream, _) = crate::upstream::fake_upstream().await;
-    let prices = "[[inference.prices]]\nmodel = \"fake-1\"\ninput_per_mtok = 1000.0\noutput_per_mtok = 5000.0\n";
-    let host = crate::upstream::upstream_host(&upstream, prices)
+    let host = crate::upstream::upstream_host(&upstream, crate::spend::FAKE_1_PRICE)
         .start()
         .await;
     let alice = host.create_user("alice").await;

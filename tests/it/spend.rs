@@ -10,14 +10,18 @@ use crate::gateway::{ask, header, scoped_key, team};
 use crate::harness::expect_invalid;
 use crate::upstream::{fake_upstream, upstream_host};
 
-/// `fake-1` answers with 11 prompt and 2 completion tokens: $0.021 at these
-/// prices. A request of "hi" with `max_tokens` 5 is admitted against 5
+/// `fake-1` answers with 11 prompt and 2 completion tokens: $0.021 at this
+/// price. A request of "hi" with `max_tokens` 5 is admitted against 5
 /// prompt and 5 completion tokens: $0.03.
-const PRICES: &str = r#"
+pub(crate) const FAKE_1_PRICE: &str = r#"
 [[inference.prices]]
 model = "fake-1"
 input_per_mtok = 1000.0
 output_per_mtok = 5000.0
+"#;
+
+/// And a route whose deployment sets its own input price.
+const DEAR: &str = r#"
 [[inference.routes]]
 model = "dear"
 deployments = [{ model = "fake-1", name = "dear-west", input_per_mtok = 2000.0 }]
@@ -32,7 +36,9 @@ fn cost(totals: &Value) -> f64 {
 on_each_store!(answers_are_priced_and_usd_budgets_hold);
 async fn answers_are_priced_and_usd_budgets_hold() {
     let (upstream, _) = fake_upstream().await;
-    let host = upstream_host(&upstream, PRICES).start().await;
+    let host = upstream_host(&upstream, &format!("{FAKE_1_PRICE}{DEAR}"))
+        .start()
+        .await;
     // Models without a price are named at start.
     host.wait_for_log(&["no [[inference.prices]] entry", "fake-broken"])
         .await;
