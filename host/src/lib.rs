@@ -28,6 +28,7 @@ pub mod http;
 pub mod server;
 
 // Used across the layers.
+pub mod files;
 pub mod ids;
 pub mod nesting;
 pub mod queue;

@@ -117,19 +117,15 @@ fn load_or_create(path: &Path) -> anyhow::Result<[u8; 32]> {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("cannot create data directory {}", dir.display()))?;
     }
-    write_private(path, hex::encode(key).as_bytes())
-        .with_context(|| format!("cannot create the master key {}", path.display()))?;
-    Ok(key)
-}
-
-/// Creates `path` readable by its owner only.
-fn write_private(path: &Path, contents: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create_new(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    options.open(path)?.write_all(contents)
+    // Durable before anything is sealed with it: a key lost to a power
+    // cut loses every secret for good.
+    match crate::files::create_private(path, hex::encode(key).as_bytes()) {
+        Ok(()) => Ok(key),
+        // Another process made it first: that one is the key.
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => load_or_create(path),
+        Err(e) => Err(anyhow::Error::new(e)
+            .context(format!("cannot create the master key {}", path.display()))),
+    }
 }
 
 #[cfg(test)]

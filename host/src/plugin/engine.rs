@@ -133,26 +133,67 @@ pub fn compile_cached(engine: &Engine, dir: &Path, bytes: &[u8]) -> anyhow::Resu
         .open(path.with_extension("lock"))?;
     lock.lock()?;
     if path.exists() {
-        // SAFETY: the file was written by `precompile_component` of an
-        // engine with the same compatibility hash (it is in the name), in
-        // a cache directory only this host writes to.
-        match unsafe { Component::deserialize_file(engine, &path) } {
-            Ok(component) => return Ok(component),
+        match checked(&path) {
+            // SAFETY: the file was written by `precompile_component` of an
+            // engine with the same compatibility hash (it is in the name),
+            // in a cache directory only this host writes to, and it reads
+            // back as it was written (its checksum).
+            Ok(()) => match unsafe { Component::deserialize_file(engine, &path) } {
+                Ok(component) => return Ok(component),
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), error = %e, "ignoring a bad cache entry")
+                }
+            },
             Err(e) => {
-                tracing::warn!(path = %path.display(), error = %e, "ignoring a bad cache entry")
+                tracing::warn!(path = %path.display(), error = %e, "ignoring a damaged cache entry; compiling again")
             }
         }
     }
     let compiled = engine.precompile_component(bytes)?;
-    let temp = path.with_extension(format!("tmp{}", std::process::id()));
-    std::fs::write(&temp, &compiled)?;
-    std::fs::rename(&temp, &path)?;
+    // Durable, then its checksum: a power cut leaves no entry that maps as
+    // code without reading back as written.
+    crate::files::replace(&path, &compiled)?;
+    crate::files::replace(&sum_path(&path), checksum(&compiled).as_bytes())?;
     drop(compiled);
     release_freed_memory();
     // Mapped from the file, as a restart would: only the pages it runs
     // are resident, where a copy of the whole image would be.
     // SAFETY: just written by this engine.
     Ok(unsafe { Component::deserialize_file(engine, &path)? })
+}
+
+/// Where the checksum of the cache entry at `path` is kept.
+fn sum_path(path: &Path) -> PathBuf {
+    path.with_extension("cwasm.sum")
+}
+
+/// A cache entry's checksum, as its `.sum` file holds it: length and CRC-32.
+fn checksum(bytes: &[u8]) -> String {
+    format!("{} {:08x}", bytes.len(), crc32fast::hash(bytes))
+}
+
+/// `Ok` if the cache entry at `path` reads back as its checksum says.
+fn checked(path: &Path) -> anyhow::Result<()> {
+    use std::io::Read;
+    let want = std::fs::read_to_string(sum_path(path))
+        .map_err(|e| anyhow::anyhow!("its checksum does not read ({e})"))?;
+    let mut file = std::fs::File::open(path)?;
+    let (mut hasher, mut len) = (crc32fast::Hasher::new(), 0usize);
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+        len += n;
+    }
+    let got = format!("{len} {:08x}", hasher.finalize());
+    anyhow::ensure!(
+        got == want.trim(),
+        "it reads {got}, its checksum says {want}"
+    );
+    Ok(())
 }
 
 /// Hands the heap that a compile freed back to the system. Cranelift's
@@ -274,4 +315,38 @@ fn start_ticker(engine: &Engine) {
             })
             .expect("starting the epoch thread");
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Finding 5 of issue 67: a cache entry that does not read back as it
+    /// was written (a power cut's zeros, a torn file) is compiled again
+    /// rather than mapped as code.
+    #[test]
+    fn a_damaged_cache_entry_is_compiled_again_not_mapped() {
+        let engine = model_engine().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        // The smallest component: the preamble of the component layer.
+        let bytes = [0x00, 0x61, 0x73, 0x6d, 0x0d, 0x00, 0x01, 0x00];
+        compile_cached(&engine, dir.path(), &bytes).unwrap();
+        let path = cache_path(&engine, dir.path(), &bytes);
+        let written = std::fs::read(&path).unwrap();
+        checked(&path).unwrap();
+        let mut damaged = written.clone();
+        let mid = damaged.len() / 2;
+        damaged[mid..mid + 16].iter_mut().for_each(|b| *b ^= 0xff);
+        std::fs::write(&path, &damaged).unwrap();
+        assert!(checked(&path).is_err(), "zeros inside read as whole");
+        compile_cached(&engine, dir.path(), &bytes).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), written, "compiled again");
+        std::fs::write(&path, b"").unwrap();
+        assert!(checked(&path).is_err(), "an empty entry reads as whole");
+        std::fs::remove_file(sum_path(&path)).unwrap();
+        assert!(
+            checked(&path).is_err(),
+            "an entry without its checksum reads as whole"
+        );
+    }
 }

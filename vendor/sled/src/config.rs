@@ -678,6 +678,10 @@ impl Config {
         io_fail!(self, "write_config crc");
         f.write_all(&crc_arr)?;
         io_fail!(self, "write_config post");
+        // Switchyard: durable before anything is written under it; a power
+        // cut otherwise left an empty `conf` beside the data it describes.
+        f.sync_all()?;
+        sync_dir(&self.get_path())?;
         Ok(())
     }
 
@@ -862,4 +866,11 @@ fn crate_version() -> (usize, usize) {
     let major = parts.next().unwrap().parse().unwrap();
     let minor = parts.next().unwrap().parse().unwrap();
     (major, minor)
+}
+
+/// Switchyard: makes the entries of the directory `dir` (files created,
+/// renamed or removed in it) durable.
+pub(crate) fn sync_dir(dir: &std::path::Path) -> Result<()> {
+    std::fs::File::open(dir)?.sync_all()?;
+    Ok(())
 }

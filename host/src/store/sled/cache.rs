@@ -3,7 +3,7 @@
 
 use async_trait::async_trait;
 
-use super::{Sled, T, io};
+use super::{Sled, T};
 use crate::store::Result;
 use crate::store::records::*;
 
@@ -16,7 +16,7 @@ fn split(value: &[u8]) -> Option<(u64, &[u8])> {
 #[async_trait]
 impl CacheRecords for Sled {
     async fn cached(&self, key: &str, now_ms: u64) -> Result<Option<Vec<u8>>> {
-        let Some(value) = self.tree(T::ResponseCache).get(key).map_err(io)? else {
+        let Some(value) = self.get(T::ResponseCache, key.as_bytes())? else {
             return Ok(None);
         };
         Ok(split(&value)
@@ -34,13 +34,12 @@ impl CacheRecords for Sled {
     async fn trim_cache(&self, now_ms: u64, max_bytes: u64) -> Result<usize> {
         let mut kept = Vec::new();
         let mut gone = Vec::new();
-        for item in self.tree(T::ResponseCache).iter() {
-            let (key, value) = item.map_err(io)?;
+        for (key, value) in self.all(T::ResponseCache)? {
             match split(&value) {
                 Some((expires, answer)) if expires > now_ms => {
-                    kept.push((expires, key.to_vec(), answer.len() as u64))
+                    kept.push((expires, key, answer.len() as u64))
                 }
-                _ => gone.push(key.to_vec()),
+                _ => gone.push(key),
             }
         }
         // The latest to expire are kept first.

@@ -3,8 +3,13 @@
 //! checkpoints and expiry, with faults on command; after each I/O step a
 //! few crash images are taken and reopened, and what comes back must be
 //! the state after some prefix of the commits, at least every acknowledged
-//! one. sled is modelled as a store that keeps what it flushed; the
-//! journal's snapshot and indexes are files on the simulated disk.
+//! one. sled gets a commit's writes once the journal's sync covers it
+//! (through the store's own `wal::Unapplied`), and its crash image keeps
+//! what it held at its last flush plus any subset of what it was given
+//! since (sled writes its log out on its own threads, so any of it may
+//! have reached the disk); the journal's snapshot and indexes are files on
+//! the simulated disk. Restarts (a kill: nothing lost) come between
+//! expiries, and no delivery is ever due before its commit is durable.
 //!
 //! A failing seed is printed; `SWITCHYARD_CRASH_SEED=N` runs that one.
 
@@ -39,6 +44,8 @@ struct Run {
     acked: Vec<(u64, usize)>,
     /// (step of a sled flush, what sled then held).
     flushed: Vec<(u64, BTreeMap<u8, u64>)>,
+    /// (step, key, value): each write sled was given, in order.
+    applied: Vec<(u64, u8, u64)>,
     /// Executions the running journal's expiry dropped: the rest of those
     /// committed must be there after a crash.
     expired: BTreeSet<String>,
@@ -72,11 +79,17 @@ fn workload(seed: u64, fault: Option<(Call, u64, i32)>) -> Run {
         written: vec![(disk.steps(), 0)],
         acked: vec![(disk.steps(), 0)],
         flushed: vec![(0, BTreeMap::new())],
+        applied: Vec::new(),
         expired: BTreeSet::new(),
         history: Vec::new(),
     };
+    let mut journal = journal;
     // What sled holds, applied (not necessarily flushed).
     let mut sled: BTreeMap<u8, u64> = BTreeMap::new();
+    // Commits whose writes wait for a sync, as `Sled::apply` leaves them.
+    let mut unapplied = wal::Unapplied::default();
+    // The journal mark of each commit, in order (`marks[i]` covers commit i + 1).
+    let mut marks: Vec<u64> = Vec::new();
     let mut next = 0u64;
     for _ in 0..60 {
         next += 1;
@@ -138,22 +151,40 @@ fn workload(seed: u64, fault: Option<(Call, u64, i32)>) -> Run {
             6 => {
                 let key = rng.below(8) as u8;
                 after.sled.insert(key, next);
-                vec![Entry::Sled {
-                    writes: [[key].as_slice(), &next.to_le_bytes()].concat(),
-                }]
+                vec![wal::entry(&sled_write(key, next))]
             }
             7 => {
-                if rng.below(2) == 0 {
-                    journal.rotate_soon();
+                match rng.below(3) {
+                    0 => journal.rotate_soon(),
+                    // A restart (a kill: the page cache is kept): what
+                    // waited for a sync is applied again from the journal.
+                    1 => {
+                        drop(journal);
+                        // A disk failing under the start: the run ends.
+                        let Ok((reopened, redo)) = open(&disk) else {
+                            break;
+                        };
+                        journal = reopened;
+                        unapplied = wal::Unapplied::default();
+                        for writes in redo {
+                            let (key, value) = sled_value(&writes);
+                            sled.insert(key, value);
+                            run.applied.push((disk.steps(), key, value));
+                        }
+                    }
+                    _ => {}
                 }
                 Vec::new()
             }
             _ => {
                 let acked = run.states.len() - 1;
-                let snapshot = sled.clone();
-                let flushed = &mut run.flushed;
-                let done = wal::checkpoint(&journal, || {
-                    flushed.push((disk.steps(), snapshot));
+                let (flushed, applied) = (&mut run.flushed, &mut run.applied);
+                let (sled, unapplied) = (&mut sled, &unapplied);
+                let done = wal::checkpoint(&journal, |_| {
+                    // As `checkpoint_now`: sled gets every synced commit,
+                    // then is flushed.
+                    give_sled(unapplied, journal.marks().1, sled, applied, disk.steps());
+                    flushed.push((disk.steps(), sled.clone()));
                     Ok(())
                 })
                 .and_then(|frozen| journal.write_snapshot(frozen));
@@ -180,20 +211,18 @@ fn workload(seed: u64, fault: Option<(Call, u64, i32)>) -> Run {
         if entries.is_empty() {
             continue;
         }
-        let sled_write = match &entries[0] {
-            Entry::Sled { writes } => Some((
-                writes[0],
-                u64::from_le_bytes(writes[1..9].try_into().unwrap()),
-            )),
+        let to_sled = match &entries[0] {
+            Entry::Sled { writes } => Some(sled_value(writes)),
             _ => None,
         };
-        let ok = journal.append(entries).is_ok();
+        let appended = journal.append(entries);
         journal.rotate_every(Duration::from_secs(3600));
-        if ok {
-            // Applied to sled once in the journal, as `Sled::apply` does.
-            if let Some((key, value)) = sled_write {
-                sled.insert(key, value);
+        if let Ok(mark) = appended {
+            // Sled gets it once a sync covers it, as `Sled::apply` leaves it.
+            if let Some((key, value)) = to_sled {
+                unapplied.push(mark, sled_write(key, value));
             }
+            marks.push(mark);
             model = after;
             run.states.push(model.clone());
             run.written.push((disk.steps(), run.states.len() - 1));
@@ -202,6 +231,31 @@ fn workload(seed: u64, fault: Option<(Call, u64, i32)>) -> Run {
             let commits = run.states.len() - 1;
             if journal.sync().is_ok() {
                 run.acked.push((disk.steps(), commits));
+                give_sled(
+                    &unapplied,
+                    journal.marks().1,
+                    &mut sled,
+                    &mut run.applied,
+                    disk.steps(),
+                );
+            }
+        }
+        // Nothing is due before its commit is durable.
+        let durable = marks
+            .iter()
+            .take_while(|m| **m <= journal.marks().1)
+            .count();
+        if let Ok(((due, _), _)) = journal.due(u64::MAX, usize::MAX, &|_| false) {
+            let queued = |id: &str| {
+                run.states[..=durable]
+                    .iter()
+                    .any(|s| s.outbox.contains_key(id))
+            };
+            if let Some(d) = due.iter().find(|d| !queued(d.id.as_str())) {
+                panic!(
+                    "seed {seed}: {} is due before the commit that queued it is durable",
+                    d.id
+                );
             }
         }
     }
@@ -209,17 +263,76 @@ fn workload(seed: u64, fault: Option<(Call, u64, i32)>) -> Run {
     run
 }
 
+/// sled's write of `value` under `key`, as a commit's overlay.
+fn sled_write(key: u8, value: u64) -> super::Overlay {
+    let mut overlay = super::Overlay::new();
+    overlay.insert(
+        (super::T::Meta, vec![key]),
+        Some(value.to_le_bytes().to_vec()),
+    );
+    overlay
+}
+
+/// The key and value a journal entry of [`sled_write`] logs.
+fn sled_value(writes: &[u8]) -> (u8, u64) {
+    let (_, key, value) = wal::decode(writes).unwrap().remove(0);
+    (
+        key[0],
+        u64::from_le_bytes(value.unwrap().try_into().unwrap()),
+    )
+}
+
+/// Hands sled the waiting commits a sync to `synced` covers.
+fn give_sled(
+    unapplied: &wal::Unapplied,
+    synced: u64,
+    sled: &mut BTreeMap<u8, u64>,
+    applied: &mut Vec<(u64, u8, u64)>,
+    step: u64,
+) {
+    unapplied
+        .apply_synced(synced, |overlay| {
+            for ((_, key), value) in overlay {
+                let value = u64::from_le_bytes(value.clone().unwrap().try_into().unwrap());
+                sled.insert(key[0], value);
+                applied.push((step, key[0], value));
+            }
+            Ok(())
+        })
+        .unwrap();
+}
+
+/// What sled's files hold after a crash at `step`: what the last flush
+/// made durable, plus any subset of the writes it was given since.
+fn sled_image(run: &Run, step: u64, rng: &mut Rng) -> BTreeMap<u8, u64> {
+    let (flushed_at, flushed) = run
+        .flushed
+        .iter()
+        .rev()
+        .find(|(s, _)| *s <= step)
+        .expect("the empty flush");
+    let mut image = flushed.clone();
+    for (_, key, value) in run
+        .applied
+        .iter()
+        .filter(|(s, _, _)| *s > *flushed_at && *s <= step)
+    {
+        if rng.below(2) == 0 {
+            image.insert(*key, *value);
+        }
+    }
+    image
+}
+
 /// What a journal reopened on `image` holds, and sled's redo applied to
-/// the keys it had `flushed`.
-fn recovered(image: State, flushed: &BTreeMap<u8, u64>) -> Result<Model, String> {
+/// what sled's files kept.
+fn recovered(image: State, kept: &BTreeMap<u8, u64>) -> Result<Model, String> {
     let disk = Sim::from_state(image);
     let (journal, redo) = open(&disk).map_err(|e| format!("{e:#}"))?;
-    let mut sled = flushed.clone();
+    let mut sled = kept.clone();
     for writes in redo {
-        sled.insert(
-            writes[0],
-            u64::from_le_bytes(writes[1..9].try_into().unwrap()),
-        );
+        let (key, value) = sled_value(&writes);
+        sled.insert(key, value);
     }
     let ((outbox, _), unreadable) = journal
         .due(u64::MAX, usize::MAX, &|_| false)
@@ -264,15 +377,10 @@ fn check(seed: u64, run: &Run, per_step: usize) -> Result<usize, String> {
         let step = i as u64 + 1;
         let acked = at(&run.acked, step);
         let written = at(&run.written, step);
-        let (_, flushed) = run
-            .flushed
-            .iter()
-            .rev()
-            .find(|(s, _)| *s <= step)
-            .expect("the empty flush");
         for variant in 0..per_step {
             let image = state.crash(&mut rng);
-            let got = recovered(image, flushed)
+            let kept = sled_image(run, step, &mut rng);
+            let got = recovered(image, &kept)
                 .map_err(|e| format!("seed {seed}, step {step}, image {variant}: {e}"))?;
             // Executions expire with their segments; compare the rest.
             let matches = |m: &Model| {
@@ -404,7 +512,7 @@ fn a_checkpoint_syncs_the_journal_before_sled_is_flushed() {
         ])
         .unwrap();
     let mut synced_before_flush = false;
-    wal::checkpoint(&journal, || {
+    wal::checkpoint(&journal, |_| {
         // A crash now keeps at least what was synced: is the commit there?
         let image = disk.state().durable();
         synced_before_flush = open_fresh(&Sim::from_state(image)).inbox().len() == 1;

@@ -9,8 +9,8 @@ use super::journal::{Entry, Unreadable};
 use super::shared::{execution_key, scoped};
 use super::{Sled, T, quarantine_record};
 use crate::model::{Delivery, DeliveryId, Event, Execution, ExecutionId, Handle, WebhookRef};
-use crate::store::Result;
 use crate::store::records::*;
+use crate::store::{Engine, Result};
 
 #[async_trait]
 impl DeliveryRecords for Sled {
@@ -54,6 +54,12 @@ impl DeliveryRecords for Sled {
     }
 
     async fn due_deliveries(&self, now_ms: u64, limit: usize, skip: Skip<'_>) -> Result<Due> {
+        // Only what is durable goes out (`Journal::due`): what was written
+        // and not yet synced is synced first, sharing the group commit.
+        let (written, synced) = self.journal().marks();
+        if synced < written {
+            self.durable_to(written).await?;
+        }
         let (due, unreadable) = self.journal().due(now_ms, limit, skip)?;
         if !unreadable.is_empty() {
             self.quarantine_deliveries(&unreadable).await?;

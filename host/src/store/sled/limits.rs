@@ -4,7 +4,7 @@
 
 use async_trait::async_trait;
 
-use super::{Sled, T, Writer, io};
+use super::{Sled, T, Writer};
 use crate::store::Result;
 use crate::store::records::*;
 
@@ -49,13 +49,9 @@ impl LimitRecords for Sled {
         let w = self.writer().await;
         let (mut used, mut oldest_ms) = (0i64, None);
         let end = [bucket.as_bytes(), b"\x01"].concat();
-        for item in self
-            .tree(T::RateClaims)
-            .range(key(bucket, since_ms + 1)..end)
-        {
-            let (k, v) = item.map_err(io)?;
+        for (k, v) in w.range(T::RateClaims, &key(bucket, since_ms + 1), &end)? {
             oldest_ms = oldest_ms.or(made_at(&k));
-            used += v.as_ref().try_into().map(i64::from_be_bytes).unwrap_or(0);
+            used += v.as_slice().try_into().map(i64::from_be_bytes).unwrap_or(0);
         }
         let room = i64::try_from(limit).unwrap_or(i64::MAX) - used;
         let granted = match u64::try_from(room) {
@@ -88,14 +84,13 @@ impl LimitRecords for Sled {
     async fn purge_limits(&self, before_ms: u64, except: Option<&str>) -> Result<usize> {
         let w = self.writer().await;
         let mut removed = 0;
-        for item in self.tree(T::RateClaims).iter() {
-            let (k, _) = item.map_err(io)?;
+        for (k, _) in w.all(T::RateClaims)? {
             let kept = except.is_some_and(|end| {
                 let bucket = &k[..k.len().saturating_sub(17)];
                 bucket.ends_with(end.as_bytes())
             });
             if !kept && made_at(&k).is_some_and(|at| at < before_ms) {
-                w.delete(T::RateClaims, k.to_vec());
+                w.delete(T::RateClaims, k.clone());
                 removed += 1;
             }
         }

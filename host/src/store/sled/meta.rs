@@ -20,6 +20,6 @@ impl MetaRecords for Sled {
     }
 
     async fn quarantined(&self) -> Result<usize> {
-        Ok(self.tree(T::Quarantine).len())
+        Ok(self.all(T::Quarantine)?.len())
     }
 }

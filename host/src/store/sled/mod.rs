@@ -383,6 +383,9 @@ struct Shared {
     journal: journal::Journal,
     /// Whether anything was written since the last checkpoint (`wal.rs`).
     dirty: Arc<wal::Dirty>,
+    /// Commits whose writes wait for the journal's sync before sled gets
+    /// them (`wal.rs`).
+    unapplied: wal::Unapplied,
     writer: Arc<tokio::sync::Mutex<()>>,
     /// Held by a checkpoint, from its sync to its snapshot written (`wal.rs`).
     checkpointing: Mutex<()>,
@@ -395,11 +398,42 @@ struct Shared {
     pace: std::sync::Mutex<std::collections::HashMap<String, u64>>,
     /// Room kept back so that a full disk can clear itself.
     reserve: Arc<reserve::Reserve>,
+    /// sled's directory, for messages.
+    dir: std::path::PathBuf,
+    /// Uploaded plugins' components, by SHA-256 (`plugins.rs`).
+    components: std::path::PathBuf,
 }
 
 impl Shared {
     fn tree(&self, t: T) -> &sled::Tree {
         &self.trees[t as usize]
+    }
+
+    /// Applies to sled the commits the journal's sync covers (`wal.rs`).
+    /// sled failing to take them is the store failing: fail-stop.
+    fn apply_synced(&self) -> Result<()> {
+        let synced = self.journal.marks().1;
+        self.unapplied.apply_synced(synced, |overlay| {
+            apply_to_sled(self, overlay).map_err(|e| self.sled_failed("applying a commit to", e))
+        })
+    }
+
+    /// sled failed at `doing`: the store takes no more writes, as after a
+    /// failed write or sync of the journal, and the process stops; the next
+    /// start applies again from the journal what sled had not made durable.
+    /// A full disk is named as such, and answered as `store_full`.
+    fn sled_failed(&self, doing: &str, e: sled::Error) -> StoreError {
+        let full = matches!(&e, sled::Error::Io(io) if io.raw_os_error() == Some(libc::ENOSPC));
+        let why = self.journal.stop(format!(
+            "{doing} sled's files in {} failed ({e}); the store takes no more writes. Restart \
+             switchyard: it applies again from the journal what sled had not made durable",
+            self.dir.display()
+        ));
+        if full {
+            self.reserve.release();
+            return StoreError::Full;
+        }
+        why
     }
 
     /// `result`, having given the reserve up if it says the disk is full
@@ -522,13 +556,17 @@ impl Sled {
             trees,
             journal,
             dirty: Arc::default(),
+            unapplied: wal::Unapplied::default(),
             writer: Arc::default(),
             checkpointing: Mutex::default(),
             commits: GroupCommit::default(),
             config_epoch: AtomicU64::new(0),
             pace: Default::default(),
             reserve,
+            dir: dir.join("db"),
+            components: dir.join("components"),
         };
+        let logged = wal::to_redo(&shared, logged)?;
         wal::redo(&shared, logged)?;
         migrate(&shared)?;
         move_to_journal(&shared)?;
@@ -603,6 +641,9 @@ impl Sled {
         {
             return Ok(value.clone());
         }
+        if let Some(value) = self.shared.unapplied.get(t, key) {
+            return Ok(value);
+        }
         Ok(self.tree(t).get(key).map_err(io)?.map(|v| v.to_vec()))
     }
 
@@ -612,15 +653,49 @@ impl Sled {
 
     /// Every (key, value) whose key starts with `prefix`, in key order.
     fn scan(&self, t: T, prefix: &[u8]) -> Result<Vec<Raw>> {
+        let sled = self.tree(t).scan_prefix(prefix);
+        self.merged(t, sled, prefix, |key| key.starts_with(prefix))
+    }
+
+    /// Every (key, value) in `from..to`, in key order.
+    fn range(&self, t: T, from: &[u8], to: &[u8]) -> Result<Vec<Raw>> {
+        let sled = self.tree(t).range(from..to);
+        self.merged(t, sled, from, |key| key < to)
+    }
+
+    /// Every (key, value) of `t`, in key order.
+    fn all(&self, t: T) -> Result<Vec<Raw>> {
+        self.merged(t, self.tree(t).iter(), &[], |_| true)
+    }
+
+    /// Whether `t` holds nothing, as this handle sees it.
+    fn is_empty(&self, t: T) -> Result<bool> {
+        let touched = self.shared.unapplied.touches(t) || self.overlay().is_some();
+        if !touched {
+            return Ok(self.tree(t).is_empty());
+        }
+        Ok(self.all(t)?.is_empty())
+    }
+
+    /// `sled`'s reading of keys from `from` on for which `within` holds,
+    /// with the unapplied commits' writes and this transaction's laid over.
+    fn merged(
+        &self,
+        t: T,
+        sled: sled::Iter,
+        from: &[u8],
+        within: impl Fn(&[u8]) -> bool,
+    ) -> Result<Vec<Raw>> {
         let mut found: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
-        for item in self.tree(t).scan_prefix(prefix) {
+        for item in sled {
             let (key, value) = item.map_err(io)?;
             found.insert(key.to_vec(), value.to_vec());
         }
+        self.shared.unapplied.over(t, from, &within, &mut found);
         if let Some(overlay) = self.overlay() {
             for ((_, key), value) in overlay
-                .range((t, prefix.to_vec())..)
-                .take_while(|((tree, key), _)| *tree == t && key.starts_with(prefix))
+                .range((t, from.to_vec())..)
+                .take_while(|((tree, key), _)| *tree == t && within(key))
             {
                 match value {
                     Some(value) => found.insert(key.clone(), value.clone()),
@@ -660,82 +735,87 @@ impl Sled {
         overlay.insert((t, key), value);
     }
 
-    /// Applies the buffered writes atomically: the journal's first, so
-    /// that a full disk fails the commit before sled has any of it.
+    /// Commits the buffered writes: appended to the journal as one commit
+    /// (a full disk fails it there, before anything else has it), then
+    /// visible to every reader; sled gets them once the journal's sync
+    /// covers the commit (`wal.rs`).
     fn apply(&self) -> Result<()> {
         let Some(tx) = &self.tx else {
             return Ok(());
         };
         let mut logged = std::mem::take(&mut *tx.logged.lock().unwrap_or_else(|p| p.into_inner()));
-        let Some(overlay) = self.overlay() else {
-            return Ok(());
-        };
+        let overlay = std::mem::take(&mut *tx.writes.lock().unwrap_or_else(|p| p.into_inner()));
         if !overlay.is_empty() {
             logged.push(wal::entry(&overlay));
         }
-        if !logged.is_empty() {
-            self.shared.dirty.mark();
-            let appended = self.shared.journal.append(logged);
-            crate::store::own::note(self.shared.noting_full(appended)?);
-        }
-        let config = overlay.keys().any(|(t, _)| t.is_config());
-        let applied = self.apply_to_sled(&overlay);
-        if config && applied.is_ok() {
-            self.shared.config_epoch.fetch_add(1, Ordering::SeqCst);
-        }
-        applied
-    }
-
-    /// Applies `overlay` to sled's trees. One write needs no batch: sled
-    /// writes its log buffer out for every batch and transaction, and the
-    /// journal already makes the commit atomic and durable (`wal.rs`);
-    /// batches and transactions keep a commit of several writes atomic
-    /// for readers outside a transaction too.
-    fn apply_to_sled(&self, overlay: &Overlay) -> Result<()> {
-        if overlay.len() == 1 {
-            let ((t, key), value) = overlay.iter().next().expect("one write");
-            match value {
-                Some(value) => self.tree(*t).insert(key, value.as_slice()),
-                None => self.tree(*t).remove(key),
-            }
-            .map_err(io)?;
+        if logged.is_empty() {
             return Ok(());
         }
-        let mut batches: BTreeMap<T, sled::Batch> = BTreeMap::new();
-        for ((t, key), value) in overlay.iter() {
-            let batch = batches.entry(*t).or_default();
-            match value {
-                Some(value) => batch.insert(key.as_slice(), value.as_slice()),
-                None => batch.remove(key.as_slice()),
-            }
+        self.shared.dirty.mark();
+        let appended = self.shared.journal.append(logged);
+        let mark = self.shared.noting_full(appended)?;
+        crate::store::own::note(mark);
+        if overlay.is_empty() {
+            return Ok(());
         }
-        match batches.len() {
-            0 => Ok(()),
-            1 => {
-                let (t, batch) = batches.into_iter().next().expect("one batch");
-                self.tree(t).apply_batch(batch).map_err(io)
-            }
-            _ => {
-                let (ts, batches): (Vec<T>, Vec<sled::Batch>) = batches.into_iter().unzip();
-                let trees: Vec<&sled::Tree> = ts.iter().map(|t| self.tree(*t)).collect();
-                trees
-                    .as_slice()
-                    .transaction(|views| {
-                        for (view, batch) in views.iter().zip(&batches) {
-                            view.apply_batch(batch)?;
-                        }
-                        Ok(())
-                    })
-                    .map_err(|e: sled::transaction::TransactionError| {
-                        StoreError::Other(anyhow::anyhow!("committing to the store: {e}"))
-                    })
-            }
+        let config = overlay.keys().any(|(t, _)| t.is_config());
+        self.shared.unapplied.push(mark, overlay);
+        if config {
+            self.shared.config_epoch.fetch_add(1, Ordering::SeqCst);
         }
+        Ok(())
     }
 
     #[cfg(test)]
     fn schema_version(&self) -> anyhow::Result<u32> {
         read_schema_version(&self.shared)?.context("store has no schema version")
+    }
+}
+
+/// Applies `overlay` to sled's trees. One write needs no batch: sled
+/// writes its log buffer out for every batch and transaction, and the
+/// journal already makes the commit atomic and durable (`wal.rs`);
+/// batches and transactions keep a commit of several writes atomic for
+/// readers of sled.
+fn apply_to_sled(shared: &Shared, overlay: &Overlay) -> sled::Result<()> {
+    if overlay.len() == 1 {
+        let ((t, key), value) = overlay.iter().next().expect("one write");
+        match value {
+            Some(value) => shared.tree(*t).insert(key, value.as_slice()),
+            None => shared.tree(*t).remove(key),
+        }?;
+        return Ok(());
+    }
+    let mut batches: BTreeMap<T, sled::Batch> = BTreeMap::new();
+    for ((t, key), value) in overlay.iter() {
+        let batch = batches.entry(*t).or_default();
+        match value {
+            Some(value) => batch.insert(key.as_slice(), value.as_slice()),
+            None => batch.remove(key.as_slice()),
+        }
+    }
+    match batches.len() {
+        0 => Ok(()),
+        1 => {
+            let (t, batch) = batches.into_iter().next().expect("one batch");
+            shared.tree(t).apply_batch(batch)
+        }
+        _ => {
+            let (ts, batches): (Vec<T>, Vec<sled::Batch>) = batches.into_iter().unzip();
+            let trees: Vec<&sled::Tree> = ts.iter().map(|t| shared.tree(*t)).collect();
+            trees
+                .as_slice()
+                .transaction(|views| {
+                    for (view, batch) in views.iter().zip(&batches) {
+                        view.apply_batch(batch)?;
+                    }
+                    Ok(())
+                })
+                .map_err(|e: sled::transaction::TransactionError| match e {
+                    sled::transaction::TransactionError::Abort(e)
+                    | sled::transaction::TransactionError::Storage(e) => e,
+                })
+        }
     }
 }
 
@@ -814,8 +894,13 @@ impl Engine for Sled {
             };
             // sled's writes are in the journal too (`wal.rs`); the sync
             // covers every commit so far, `mark` included.
+            // Then sled gets what the sync covered (`wal.rs`).
             let shared = self.shared.clone();
-            let synced = tokio::task::spawn_blocking(move || shared.journal.sync()).await;
+            let synced = tokio::task::spawn_blocking(move || {
+                shared.journal.sync()?;
+                shared.apply_synced()
+            })
+            .await;
             return synced.map_err(|e| StoreError::Other(e.into()))?;
         }
     }
@@ -838,6 +923,8 @@ impl Engine for Sled {
     }
 
     async fn raw_records(&self) -> Result<Vec<RawRecord>> {
+        // sled then holds every commit made so far.
+        self.durable().await?;
         let mut out = Vec::new();
         for name in self.shared.db.tree_names() {
             let tree = self.shared.db.open_tree(&name).map_err(io)?;
@@ -1255,7 +1342,7 @@ mod tests {
             2,
             "out of the outbox"
         );
-        let set_aside = store.tree(T::Quarantine).iter().next().unwrap().unwrap().1;
+        let set_aside = store.all(T::Quarantine).unwrap().remove(0).1;
         let set_aside: serde_json::Value = serde_json::from_slice(&set_aside).unwrap();
         assert!(
             set_aside["value"].as_str().unwrap().contains("\"d2\""),
@@ -1302,6 +1389,145 @@ mod tests {
         {
             done.unwrap();
         }
+    }
+
+    /// Finding 1 of issue 67: sled writes its log out on threads of its
+    /// own, so a write it is handed may reach the disk before the journal
+    /// frame that logs it. It is handed a commit only once the journal's
+    /// sync covers it; readers see the commit meanwhile.
+    #[tokio::test]
+    async fn sled_gets_a_commit_only_once_the_journal_has_synced_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let disk = Sim::new();
+        let store = Sled::open_on(dir.path(), Arc::new(disk.clone()), 0).unwrap();
+        let user = crate::store::contract::user("u1", "ada", 0);
+        assert!(store.insert_user(&user).await.unwrap());
+        let sled = &store;
+        assert!(
+            sled.tree(T::Users).get(b"u1").unwrap().is_none(),
+            "sled holds a commit the journal has not synced"
+        );
+        assert_eq!(
+            store.user("u1").await.unwrap(),
+            Some(user.clone()),
+            "readers see it"
+        );
+        let (_, logged) = after_crash(&disk);
+        assert!(logged.is_empty(), "not durable yet");
+        store.durable().await.unwrap();
+        assert!(
+            sled.tree(T::Users).get(b"u1").unwrap().is_some(),
+            "applied once synced"
+        );
+        assert_eq!(store.user("u1").await.unwrap(), Some(user));
+    }
+
+    /// sled's files holding less than the last checkpoint says (a power
+    /// cut took what sled's flush had not made durable): the start applies
+    /// the journal again from where sled stands, or, without the journal
+    /// from there, refuses to start and says what was lost.
+    #[tokio::test]
+    async fn a_sled_behind_its_checkpoint_is_redone_from_its_own_position_or_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let (early, late) = (
+            crate::store::contract::user("u1", "early", 0),
+            crate::store::contract::user("u2", "late", 0),
+        );
+        let kept_db = dir.path().join("kept-db");
+        {
+            let store = Sled::open(dir.path()).unwrap();
+            assert!(store.insert_user(&early).await.unwrap());
+            store.flush().await.unwrap();
+            // sled's files as a power cut would leave them, had sled's
+            // later flushes not been durable.
+            drop(store);
+            wal::tests::copy_dir(&dir.path().join("db"), &kept_db);
+            let store = Sled::open(dir.path()).unwrap();
+            assert!(store.insert_user(&late).await.unwrap());
+            store.flush().await.unwrap();
+        }
+        std::fs::remove_dir_all(dir.path().join("db")).unwrap();
+        wal::tests::copy_dir(&kept_db, &dir.path().join("db"));
+        let store = Sled::open(dir.path()).unwrap();
+        assert_eq!(store.user_named("late").await.unwrap(), Some(late.clone()));
+        assert_eq!(store.user_named("early").await.unwrap(), Some(early));
+        drop(store);
+        // sled's files gone altogether, and the journal's first segment
+        // too: what sled held cannot be had again.
+        std::fs::remove_dir_all(dir.path().join("db")).unwrap();
+        let first = dir.path().join("journal").join("0000000000000001.log");
+        std::fs::remove_file(&first).unwrap();
+        let err = format!("{:#}", Sled::open(dir.path()).err().expect("refused"));
+        assert!(
+            err.contains("acknowledged state is lost") && err.contains("db"),
+            "{err}"
+        );
+    }
+
+    /// Finding 4 of issue 67: sled failing is the store failing: no more
+    /// writes, the host told to stop, and no retry of the failed flush.
+    #[tokio::test]
+    async fn a_sled_failure_stops_the_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Sled::open(dir.path()).unwrap();
+        let eio = sled::Error::Io(std::io::Error::from_raw_os_error(libc::EIO));
+        let err = store.shared.sled_failed("flushing", eio);
+        assert!(matches!(err, StoreError::Failed(_)), "{err:?}");
+        let refused = store
+            .insert_user(&crate::store::contract::user("u1", "ada", 0))
+            .await
+            .unwrap_err();
+        assert!(matches!(refused, StoreError::Failed(_)), "{refused:?}");
+        let why = tokio::time::timeout(std::time::Duration::from_secs(1), store.failed())
+            .await
+            .expect("the host is told to stop");
+        assert!(why.contains("sled") && why.contains("flushing"), "{why}");
+        let full = sled::Error::Io(std::io::Error::from_raw_os_error(libc::ENOSPC));
+        assert!(matches!(
+            store.shared.sled_failed("applying", full),
+            StoreError::Full
+        ));
+    }
+
+    /// Finding 6 of issue 67: an uploaded component is a file of its own,
+    /// named by its content, not hex in a record and again in the journal.
+    #[tokio::test]
+    async fn an_uploaded_component_is_kept_once_as_a_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Sled::open(dir.path()).unwrap();
+        let wasm = b"\0asm component bytes".repeat(50);
+        let plugin = crate::model::StoredPlugin {
+            name: "greeter".into(),
+            kind: "payload-template".into(),
+            version: "1.0.0".into(),
+            sha256: "digest".into(),
+            settings: serde_json::json!({}),
+            wasm: wasm.clone(),
+            uploaded_at_ms: 1,
+        };
+        store.put_plugin(&plugin).await.unwrap();
+        store.durable().await.unwrap();
+        let hexed = hex::encode(&wasm);
+        let record = store.get(T::Plugins, b"greeter").unwrap().unwrap();
+        assert!(!String::from_utf8_lossy(&record).contains(&hexed[..64]));
+        let journal = std::fs::read_dir(dir.path().join("journal")).unwrap();
+        for file in journal {
+            let bytes = std::fs::read(file.unwrap().path()).unwrap();
+            assert!(!bytes.windows(64).any(|w| w == &hexed.as_bytes()[..64]));
+        }
+        let files: Vec<_> = std::fs::read_dir(dir.path().join("components"))
+            .unwrap()
+            .map(|f| std::fs::read(f.unwrap().path()).unwrap())
+            .collect();
+        assert_eq!(files, [wasm]);
+        assert_eq!(store.plugin("greeter").await.unwrap(), Some(plugin));
+        assert!(store.delete_plugin("greeter").await.unwrap());
+        assert_eq!(
+            std::fs::read_dir(dir.path().join("components"))
+                .unwrap()
+                .count(),
+            0
+        );
     }
 
     #[test]

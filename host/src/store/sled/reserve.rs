@@ -103,7 +103,10 @@ fn allocate(path: &Path, bytes: u64) -> io::Result<()> {
         return Err(io::Error::from_raw_os_error(err));
     }
     file.sync_all()?;
-    Ok(())
+    match path.parent() {
+        Some(dir) => crate::files::sync_dir(dir),
+        None => Ok(()),
+    }
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use crate::store::records::*;
 impl UserRecords for Sled {
     async fn has_users(&self) -> Result<bool> {
         // At every start: the first key answers, not the whole tree.
-        Ok(!self.tree(T::Users).is_empty())
+        Ok(!self.is_empty(T::Users)?)
     }
 
     async fn insert_user(&self, user: &User) -> Result<bool> {

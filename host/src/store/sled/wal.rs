@@ -12,13 +12,136 @@
 //! last checkpoint are applied again, in order: each sets a key to its
 //! final value, so applying one that sled already held changes nothing.
 
-use std::sync::{Condvar, Mutex, Weak};
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 
 use super::journal::{Entry, Frozen, Journal};
 use super::{Overlay, Shared, T};
+
+/// Commits in the journal whose writes sled does not hold yet. sled writes
+/// its log out on threads of its own, whenever it likes, so a write handed
+/// to it may be on disk before the journal's frame that logs it: after a
+/// power cut sled would hold a commit the journal cut as a torn tail.
+/// Writes therefore reach sled only once the journal's sync covers their
+/// commit ([`Unapplied::apply_synced`]); readers see them here meanwhile.
+#[derive(Default)]
+pub(super) struct Unapplied {
+    waiting: Mutex<Waiting>,
+    /// How many commits wait: reads skip the lock when none do.
+    count: AtomicUsize,
+    /// One applier at a time, so that commits reach sled in order.
+    applying: Mutex<()>,
+}
+
+#[derive(Default)]
+struct Waiting {
+    /// In commit order, each with the journal mark that covers it.
+    commits: VecDeque<(u64, Arc<Overlay>)>,
+    /// Each key's latest unapplied value, with its commit's mark.
+    latest: BTreeMap<(T, Vec<u8>), Marked>,
+}
+
+/// A value (`None`: deleted) and the mark of the commit that wrote it.
+type Marked = (u64, Option<Vec<u8>>);
+
+impl Unapplied {
+    fn waiting(&self) -> std::sync::MutexGuard<'_, Waiting> {
+        self.waiting.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Notes a commit appended to the journal under `mark`.
+    pub(super) fn push(&self, mark: u64, overlay: Overlay) {
+        let mut waiting = self.waiting();
+        for (key, value) in &overlay {
+            waiting.latest.insert(key.clone(), (mark, value.clone()));
+        }
+        waiting.commits.push_back((mark, Arc::new(overlay)));
+        self.count.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// The unapplied value of `key`, if a waiting commit wrote it
+    /// (`Some(None)`: deleted).
+    pub(super) fn get(&self, t: T, key: &[u8]) -> Option<Option<Vec<u8>>> {
+        if self.count.load(Ordering::SeqCst) == 0 {
+            return None;
+        }
+        let waiting = self.waiting();
+        waiting
+            .latest
+            .get(&(t, key.to_vec()))
+            .map(|(_, value)| value.clone())
+    }
+
+    /// Lays the unapplied writes to `t` for which `within` holds over
+    /// `found`, a reading of sled.
+    pub(super) fn over(
+        &self,
+        t: T,
+        from: &[u8],
+        within: impl Fn(&[u8]) -> bool,
+        found: &mut BTreeMap<Vec<u8>, Vec<u8>>,
+    ) {
+        if self.count.load(Ordering::SeqCst) == 0 {
+            return;
+        }
+        let waiting = self.waiting();
+        let writes = waiting
+            .latest
+            .range((t, from.to_vec())..)
+            .take_while(|((tree, key), _)| *tree == t && within(key));
+        for ((_, key), (_, value)) in writes {
+            match value {
+                Some(value) => found.insert(key.clone(), value.clone()),
+                None => found.remove(key),
+            };
+        }
+    }
+
+    /// Whether any write to `t` waits.
+    pub(super) fn touches(&self, t: T) -> bool {
+        self.count.load(Ordering::SeqCst) > 0
+            && self
+                .waiting()
+                .latest
+                .range((t, Vec::new())..)
+                .next()
+                .is_some_and(|((tree, _), _)| *tree == t)
+    }
+
+    /// Hands every waiting commit covered by `synced` (a journal mark) to
+    /// `apply`, in order; each leaves this queue only once applied, so a
+    /// reader finds its writes here or in sled, never in neither.
+    pub(super) fn apply_synced(
+        &self,
+        synced: u64,
+        mut apply: impl FnMut(&Overlay) -> crate::store::Result<()>,
+    ) -> crate::store::Result<()> {
+        let _one = self.applying.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            let next = {
+                let waiting = self.waiting();
+                match waiting.commits.front() {
+                    Some((mark, overlay)) if *mark <= synced => (*mark, overlay.clone()),
+                    _ => return Ok(()),
+                }
+            };
+            let (mark, overlay) = next;
+            apply(&overlay)?;
+            let mut waiting = self.waiting();
+            waiting.commits.pop_front();
+            for key in overlay.keys() {
+                if waiting.latest.get(key).is_some_and(|(m, _)| *m == mark) {
+                    waiting.latest.remove(key);
+                }
+            }
+            self.count.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
 
 /// How long after a write the checkpointer flushes, so that a second's
 /// writes share one flush.
@@ -82,6 +205,47 @@ pub(super) fn entry(overlay: &Overlay) -> Entry {
     Entry::Sled { writes }
 }
 
+/// The writes to apply to sled again at open: those logged since the last
+/// checkpoint and, when sled holds less than that checkpoint said (its
+/// files lost what a power cut took), those since the position sled does
+/// hold. Refused, naming the files, when the journal no longer has them:
+/// a store that lost acknowledged state does not start.
+pub(super) fn to_redo(shared: &Shared, since: Vec<Vec<u8>>) -> anyhow::Result<Vec<Vec<u8>>> {
+    let checkpoint = shared.journal.checkpointed();
+    let held = match sled_at(shared)? {
+        Some(at) => at,
+        // An older build's store: it records its position from the first
+        // checkpoint on.
+        None if super::read_schema_version(shared)?.is_some() => return Ok(since),
+        // sled holds nothing at all.
+        None => (0, 0),
+    };
+    if held >= checkpoint {
+        return Ok(since);
+    }
+    tracing::warn!(
+        sled = ?held,
+        checkpoint = ?checkpoint,
+        "sled's files hold less than the journal's last checkpoint says (a power cut took \
+         writes they had not made durable); applying the journal's writes again from where \
+         sled stands"
+    );
+    let mut writes = shared
+        .journal
+        .sled_writes_between(held, checkpoint)
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "sled's files in {} hold the store up to journal position {held:?}, but the \
+                 journal's last checkpoint is at {checkpoint:?} and {e}: acknowledged state is \
+                 lost, so switchyard will not start. Copy the data directory aside and restore \
+                 it from a backup (docs/operations.md, \"When the store is damaged\")",
+                shared.dir.display()
+            )
+        })?;
+    writes.extend(since);
+    Ok(writes)
+}
+
 /// Applies logged writes to sled's trees again, in order, and flushes.
 pub(super) fn redo(shared: &Shared, logged: Vec<Vec<u8>>) -> anyhow::Result<()> {
     let commits = logged.len();
@@ -120,11 +284,50 @@ pub(super) fn checkpoint_now(shared: &Shared) -> crate::store::Result<(u64, u64)
             Ok(writer) => writer,
             Err(_) => shared.writer.blocking_lock(),
         };
-        checkpoint(&shared.journal, || {
-            shared.db.flush().map(|_| ()).map_err(super::io)
+        checkpoint(&shared.journal, |(seg, off)| {
+            // Every commit is synced now: sled gets them all, then the
+            // position they reach, and is made durable (a real fsync,
+            // `vendor/README.md`) before the checkpoint names it.
+            shared.apply_synced()?;
+            shared
+                .tree(T::Meta)
+                .insert(SLED_AT, position_bytes(seg, off).as_slice())
+                .map_err(|e| shared.sled_failed("recording its journal position in", e))?;
+            shared
+                .db
+                .flush()
+                .map(|_| ())
+                .map_err(|e| shared.sled_failed("flushing", e))
         })?
     };
     shared.journal.write_snapshot(frozen)
+}
+
+/// sled's `meta` key for the journal position it holds durably: every
+/// write logged before it is in sled's files (see [`checkpoint_now`]).
+pub(super) const SLED_AT: &[u8] = b"journal_position";
+
+fn position_bytes(seg: u64, off: u64) -> [u8; 16] {
+    let mut bytes = [0; 16];
+    bytes[..8].copy_from_slice(&seg.to_be_bytes());
+    bytes[8..].copy_from_slice(&off.to_be_bytes());
+    bytes
+}
+
+/// The journal position sled says it holds, if it says.
+pub(super) fn sled_at(shared: &Shared) -> anyhow::Result<Option<(u64, u64)>> {
+    let Some(bytes) = shared.tree(T::Meta).get(SLED_AT)? else {
+        return Ok(None);
+    };
+    let bytes: [u8; 16] = bytes
+        .as_ref()
+        .try_into()
+        .context("sled's journal position is not 16 bytes")?;
+    let (seg, off) = bytes.split_at(8);
+    Ok(Some((
+        u64::from_be_bytes(seg.try_into()?),
+        u64::from_be_bytes(off.try_into()?),
+    )))
 }
 
 /// The checkpoint protocol, `flush` being sled's: the journal is synced
@@ -136,12 +339,12 @@ pub(super) fn checkpoint_now(shared: &Shared) -> crate::store::Result<(u64, u64)
 /// flush, it never stands past what sled holds.
 pub(super) fn checkpoint(
     journal: &Journal,
-    flush: impl FnOnce() -> crate::store::Result<()>,
+    flush: impl FnOnce((u64, u64)) -> crate::store::Result<()>,
 ) -> crate::store::Result<Frozen> {
     journal.sync()?;
     let frozen = journal.freeze()?;
     let (seg, off) = frozen.position();
-    let done = flush().and_then(|()| {
+    let done = flush((seg, off)).and_then(|()| {
         journal
             .append(vec![Entry::Checkpoint { seg, off }])
             .map(|_| ())
@@ -206,7 +409,7 @@ pub(super) fn spawn_checkpointer(shared: Weak<Shared>) {
 /// One logged write: tree, key, value (`None` removes).
 type Write = (T, Vec<u8>, Option<Vec<u8>>);
 
-fn decode(mut bytes: &[u8]) -> anyhow::Result<Vec<Write>> {
+pub(super) fn decode(mut bytes: &[u8]) -> anyhow::Result<Vec<Write>> {
     let mut out = Vec::new();
     while !bytes.is_empty() {
         let name = String::from_utf8(take(&mut bytes, 1, true)?.to_vec())?;
@@ -244,7 +447,7 @@ fn take<'a>(bytes: &mut &'a [u8], n: usize, sized: bool) -> anyhow::Result<&'a [
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::store::Engine;
     use crate::store::records::*;
@@ -265,7 +468,7 @@ mod tests {
         assert_eq!(reopened.user_named("operator").await.unwrap(), Some(user));
     }
 
-    fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    pub(in crate::store::sled) fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
         std::fs::create_dir_all(to).unwrap();
         for entry in std::fs::read_dir(from).unwrap() {
             let entry = entry.unwrap();

@@ -559,6 +559,8 @@ fn write_snapshot(config: &RunningConfig, snapshot: &Snapshot) -> Result<()> {
 
     io_fail!(config, "snap write mv");
     std::fs::rename(&path_1, &path_2)?;
+    // Switchyard: the rename durable before the older snapshots go.
+    crate::config::sync_dir(parent)?;
     io_fail!(config, "snap write mv post");
 
     trace!("renamed snapshot to {}", path_2.to_string_lossy());

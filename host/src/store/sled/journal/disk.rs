@@ -31,6 +31,10 @@ pub trait Disk: Send + Sync {
         }
         Ok(bytes.split_off(off as usize))
     }
+    /// How many bytes `name` holds.
+    fn len(&self, name: &str) -> io::Result<u64> {
+        Ok(self.read(name)?.len() as u64)
+    }
     /// Writes all of `bytes` to `name` at `off`.
     fn write_at(&self, name: &str, off: u64, bytes: &[u8]) -> io::Result<()>;
     /// Makes `name`'s data durable (fdatasync).
@@ -123,6 +127,10 @@ impl Disk for Real {
         let mut buf = vec![0; len.checked_sub(off).ok_or(io::ErrorKind::UnexpectedEof)? as usize];
         file.read_exact_at(&mut buf, off)?;
         Ok(buf)
+    }
+
+    fn len(&self, name: &str) -> io::Result<u64> {
+        Ok(self.file(name)?.metadata()?.len())
     }
 
     fn write_at(&self, name: &str, off: u64, bytes: &[u8]) -> io::Result<()> {

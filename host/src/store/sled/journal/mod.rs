@@ -83,6 +83,9 @@ pub struct Journal {
     read_at_start: u64,
     /// The closed segments' indexes read last, newest last.
     sealed: Mutex<Vec<(u64, Arc<Sealed>)>>,
+    /// The last checkpoint the start found (`wal.rs`): sled held every
+    /// write logged before it, durably, when it was written.
+    checkpointed: (u64, u64),
     state: Mutex<State>,
 }
 
@@ -99,6 +102,10 @@ impl Frozen {
         (self.position.seg, self.position.off)
     }
 }
+
+/// How soon a scan that passed over deliveries not yet durable looks
+/// again (see [`Journal::due`]).
+const UNSYNCED_LOOK_MS: u64 = 20;
 
 /// How many closed segments' indexes stay in memory.
 const SEALED_KEPT: usize = 8;
@@ -149,6 +156,8 @@ struct State {
     next_seq: u64,
     /// Every frame numbered below this is durable.
     synced: u64,
+    /// The same, as a place: every frame before it is durable.
+    synced_at: (u64, u64),
     /// A segment is closed once it is this old, so that the history's
     /// lifetime can drop it.
     rotate_after: Duration,
@@ -206,15 +215,30 @@ impl Journal {
             .as_ref()
             .map(|(p, _)| p.pieces.clone())
             .unwrap_or_default();
+        let snapshot_at = start.as_ref().map_or((0, 0), |(p, _)| (p.seg, p.off));
         let Read {
             found,
             index,
             redo,
             replayed,
         } = read_from(&*disk, start)?;
+        let checkpointed = redo.checkpoint.max(snapshot_at);
         settle_read(&*disk, &found, replayed.bytes, from_snapshot)?;
-        let active_seg = found.last().map_or(1, |last| last + 1);
-        create_segment(&*disk, active_seg)?;
+        // The segment active when the last run stopped is written on
+        // until it is closed below: left open, it would hold up expiry
+        // for good (expiry stops at the first segment not closed).
+        let (active_seg, active_len) = match found.last() {
+            Some(&newest)
+                if !replayed.closed.contains_key(&newest) && !replayed.legacy.contains(&newest) =>
+            {
+                (newest, disk.len(&segment_name(newest))?)
+            }
+            newest => {
+                let seg = newest.map_or(1, |last| last + 1);
+                create_segment(&*disk, seg)?;
+                (seg, 0)
+            }
+        };
         let mut segments: BTreeMap<u64, Option<u64>> = found
             .iter()
             .map(|seg| (*seg, replayed.closed.get(seg).copied()))
@@ -230,11 +254,12 @@ impl Journal {
             indexed,
             snapshot_seg,
             active_seg,
-            active_len: 0,
+            active_len,
             active_since: Instant::now(),
             next_seq: replayed.next_seq.max(1),
             // What open read is on disk; what it cut is gone.
             synced: replayed.next_seq.max(1),
+            synced_at: (active_seg, active_len),
             rotate_after: Duration::from_secs(3600),
             failed: tokio::sync::watch::Sender::new(None),
         };
@@ -246,10 +271,15 @@ impl Journal {
             #[cfg(test)]
             read_at_start: replayed.bytes,
             sealed: Mutex::default(),
+            checkpointed,
             state: Mutex::new(state),
         };
         if from_snapshot {
             journal.check_waiting()?;
+        }
+        if active_len > 0 {
+            let mut state = journal.state();
+            state.rotate(&*journal.disk)?;
         }
         Ok((journal, redo.since_checkpoint()))
     }
@@ -528,19 +558,21 @@ impl Journal {
     /// Makes every commit so far durable. A failure is fatal (see the
     /// module's comment).
     pub fn sync(&self) -> Result<()> {
-        let (name, upto) = {
+        let (name, upto, at) = {
             let state = self.state();
             state.usable()?;
             if state.synced >= state.next_seq {
                 return Ok(());
             }
-            (segment_name(state.active_seg), state.next_seq)
+            let at = (state.active_seg, state.active_len);
+            (segment_name(state.active_seg), state.next_seq, at)
         };
         // Outside the lock: commits go on while the disk syncs.
         match self.disk.sync(&name) {
             Ok(()) => {
                 let mut state = self.state();
                 state.synced = state.synced.max(upto);
+                state.synced_at = state.synced_at.max(at);
                 Ok(())
             }
             Err(e) => Err(self.state().fail("syncing", &name, e)),
@@ -552,6 +584,70 @@ impl Journal {
     pub fn marks(&self) -> (u64, u64) {
         let state = self.state();
         (state.next_seq, state.synced)
+    }
+
+    /// Where the last checkpoint the start found stands (`(0, 0)`: none).
+    pub fn checkpointed(&self) -> (u64, u64) {
+        self.checkpointed
+    }
+
+    /// sled's writes logged by the commits between the positions `from`
+    /// and `to`, in order: what sled lacks when it holds less than a
+    /// checkpoint said (`wal.rs`). An error when the journal no longer
+    /// holds them all (`(0, 0)`: from its very beginning).
+    pub fn sled_writes_between(&self, from: (u64, u64), to: (u64, u64)) -> Result<Vec<Vec<u8>>> {
+        let (segments, legacy) = {
+            let state = self.state();
+            let segments: Vec<u64> = state.segments.keys().copied().collect();
+            (segments, state.legacy.clone())
+        };
+        let first = segments.first().copied().unwrap_or(1);
+        let held = match from {
+            (0, 0) => first == 1,
+            (seg, _) => segments.contains(&seg),
+        };
+        if !held {
+            return Err(corrupt(&format!(
+                "the journal no longer holds segment {} (its oldest is {}), from which on sled \
+                 lacks writes",
+                segment_name(from.0.max(1)),
+                segment_name(first)
+            )));
+        }
+        let mut out = Vec::new();
+        for seg in segments.into_iter().filter(|s| (from.0..=to.0).contains(s)) {
+            let name = segment_name(seg);
+            let base = if seg == from.0 { from.1 } else { 0 };
+            let bytes = self
+                .disk
+                .read_from(&name, base)
+                .map_err(|e| io_error("reading", &name, e))?;
+            let segment = Segment {
+                name,
+                seg,
+                base: base as usize,
+                bytes,
+                legacy: legacy.contains(&seg),
+                newest: false,
+            };
+            let mut redo = Redo::default();
+            let mut scratch = (Replayed::default(), Index::default());
+            read_frames(&segment, &mut scratch.0, &mut scratch.1, &mut redo);
+            out.extend(
+                redo.writes
+                    .into_iter()
+                    .filter(|(at, _)| (at.seg, at.off) < to)
+                    .map(|(_, writes)| writes),
+            );
+        }
+        Ok(out)
+    }
+
+    /// Stops the journal taking writes because another part of the store
+    /// failed (sled): the store is fail-stop as a whole. Returns the error
+    /// to answer with.
+    pub fn stop(&self, why: String) -> StoreError {
+        self.state().stop(why)
     }
 
     /// Resolves, with the reason, once the journal takes no more writes.
@@ -582,18 +678,25 @@ impl Journal {
     }
 
     /// See `DeliveryRecords::due_deliveries`; besides, the deliveries
-    /// whose bodies cannot be read, with why, for the quarantine.
+    /// whose bodies cannot be read, with why, for the quarantine. Only
+    /// deliveries whose commit is durable go: one sent before its sync
+    /// would reach a receiver for state a power cut can still take.
     pub fn due(&self, now_ms: u64, limit: usize, skip: Skip<'_>) -> Result<(Due, Unreadable)> {
         let (picked, next) = {
             let state = self.state();
             let mut picked = Vec::new();
             let mut next = None;
+            let mut unsynced = false;
             for ((due, id), waiting) in &state.index.outbox {
                 if *due > now_ms {
                     next = Some(*due);
                     break;
                 }
                 if skip(id.as_str()) || !state.index.may_go(&waiting.delivery) {
+                    continue;
+                }
+                if (waiting.frame.seg, waiting.frame.off) >= state.synced_at {
+                    unsynced = true;
                     continue;
                 }
                 if picked.len() == limit {
@@ -605,6 +708,13 @@ impl Journal {
                     waiting.body,
                     state.header(waiting.body.seg),
                 ));
+            }
+            // Those not yet durable go once a sync covers them: their
+            // writer hands them over then, and a look soon after finds
+            // any it does not.
+            if unsynced {
+                let soon = now_ms.saturating_add(UNSYNCED_LOOK_MS);
+                next = Some(next.map_or(soon, |n| n.min(soon)));
             }
             (picked, next)
         };
@@ -929,11 +1039,14 @@ impl State {
     /// Notes a failed write or sync: no more writes (see the module's
     /// comment). Returns the error to answer with.
     fn fail(&mut self, doing: &str, name: &str, e: std::io::Error) -> StoreError {
-        let why = format!(
+        self.stop(format!(
             "{doing} the journal segment {name} failed ({e}); the store takes no more writes. \
              Restart switchyard: it recovers what was acknowledged from the disk"
-        );
-        // The first failure is the one to tell.
+        ))
+    }
+
+    /// No more writes, for `why`; the first failure is the one to tell.
+    fn stop(&self, why: String) -> StoreError {
         let first = self.failed.borrow().clone();
         let why = first.unwrap_or_else(|| {
             tracing::error!("{why}");
@@ -1010,6 +1123,7 @@ impl State {
         match disk.sync(&name) {
             Ok(()) => {
                 self.synced = self.next_seq;
+                self.synced_at = (self.active_seg, self.active_len);
                 Ok(())
             }
             Err(e) => Err(self.fail("syncing", &name, e)),
@@ -1046,6 +1160,11 @@ impl State {
         if !(full || old) {
             return Ok(());
         }
+        self.rotate(disk)
+    }
+
+    /// Closes the active segment and opens the next.
+    fn rotate(&mut self, disk: &dyn Disk) -> Result<()> {
         let at_ms = crate::ids::now_ms();
         self.active_since = Instant::now();
         self.write_commit(disk, vec![Entry::Closed { at_ms }], true)?;
@@ -1652,7 +1771,9 @@ pub(super) mod tests {
         execution_key(&e.automation, e.id.as_str()).into_bytes()
     }
 
+    /// What is due, once what was written is durable.
     fn due(journal: &Journal) -> Vec<Delivery> {
+        journal.sync().unwrap();
         let ((due, _), unreadable) = journal.due(u64::MAX, usize::MAX, &|_| false).unwrap();
         assert!(unreadable.is_empty(), "{unreadable:?}");
         due
@@ -1792,13 +1913,19 @@ pub(super) mod tests {
                 "{what}"
             );
             assert!(journal.inbox().is_empty(), "{what}");
-            let kept = disk.read(&segment_name(1)).unwrap().len();
-            let expected_len = if whole_tail {
-                whole.len()
-            } else {
-                acknowledged.len()
-            };
-            assert_eq!(kept, expected_len, "{what}: truncated to the last commit");
+            // Cut to the last commit, then closed by the start (a
+            // `Closed` commit after it): the next segment is written.
+            let kept = disk.read(&segment_name(1)).unwrap();
+            let last = if whole_tail { &whole } else { &acknowledged };
+            assert_eq!(
+                &kept[..last.len()],
+                last.as_slice(),
+                "{what}: truncated to the last commit"
+            );
+            assert!(
+                kept.len() > last.len() && disk.read(&segment_name(2)).is_ok(),
+                "{what}: the segment was closed and the next opened"
+            );
             // What is left is whole: it opens again as it is.
             drop(journal);
             let again = open(&disk);
@@ -1812,6 +1939,39 @@ pub(super) mod tests {
             flipped[at] ^= 0x10;
             check(&flipped, false, &format!("byte {at} flipped"));
         }
+    }
+
+    /// Finding 2 of issue 67: the segment active when a host stops is
+    /// closed by the next start, so expiry goes on across restarts rather
+    /// than stopping for good at that segment.
+    #[test]
+    fn expiry_goes_on_across_restarts() {
+        let disk = Sim::new();
+        for run in 0..5 {
+            let journal = open(&disk);
+            for i in 0..3 {
+                journal.append(fired(&format!("r{run}-{i}"))).unwrap();
+            }
+            journal.sync().unwrap();
+            let seg = journal.state().active_seg;
+            journal.expire(u64::MAX, seg).unwrap();
+            let kept = journal.state().segments.len();
+            assert!(kept <= 2, "after restart {run}, {kept} segments are kept");
+        }
+    }
+
+    /// Finding 3 of issue 67: a delivery is due only once its commit is
+    /// durable; sent before, a power cut could leave the receiver holding
+    /// a delivery for state the store does not have.
+    #[test]
+    fn a_delivery_is_due_only_once_its_commit_is_durable() {
+        let disk = Sim::new();
+        let journal = open(&disk);
+        journal.append(fired("a")).unwrap();
+        let ((due_now, next), _) = journal.due(u64::MAX, 10, &|_| false).unwrap();
+        assert!(due_now.is_empty(), "due before its commit was synced");
+        assert!(next.is_some(), "looked at again soon");
+        assert_eq!(due(&journal).len(), 1);
     }
 
     #[test]
