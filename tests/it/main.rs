@@ -36,6 +36,8 @@ mod oauth;
 mod openapi;
 mod plugin_units;
 mod plugins;
+mod power_cut;
+mod power_cut_fs;
 mod receiver_options;
 mod receivers;
 mod scaffolds;

@@ -521,7 +521,13 @@ impl Sled {
     /// `switchyard store check`: reads the journal in `dir` as a start
     /// would, changing nothing (a host may be running on it).
     pub fn check(dir: &Path) -> anyhow::Result<journal::Report> {
-        journal::check(&journal::Real::existing(&dir.join("journal"))?)
+        let mut report = journal::check(&journal::Real::existing(&dir.join("journal"))?)?;
+        let (stand, lost) = sled_stand(dir, &report);
+        if lost && report.damage.is_none() {
+            report.damage = Some(stand.clone());
+        }
+        report.sled = Some(stand);
+        Ok(report)
     }
 
     /// `switchyard store salvage`: repairs damage in the journal in `dir`
@@ -1033,6 +1039,59 @@ fn set_schema_version(shared: &Shared, version: u32) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Where sled's files in `dir` stand against the journal `report` read, for
+/// `store check`, and whether acknowledged state is lost (what a start
+/// would refuse). A running host holds sled's lock: it checked at its start.
+fn sled_stand(dir: &Path, report: &journal::Report) -> (String, bool) {
+    let db = dir.join("db");
+    let at = |(seg, off): (u64, u64)| format!("segment {seg} offset {off}");
+    let checkpoint = at(report.checkpoint);
+    let opened = match db.is_dir() {
+        true => sled::Config::new().path(&db).flush_every_ms(None).open(),
+        false => return (format!("its files ({}) are missing", db.display()), true),
+    };
+    let held = match opened {
+        Ok(opened) => opened
+            .open_tree(T::Meta.name())
+            .map_err(anyhow::Error::from)
+            .and_then(|meta| wal::sled_at(&meta)),
+        Err(e) if is_locked(&e) => {
+            return (
+                "in use by a running host, which compared it with the journal at its start".into(),
+                false,
+            );
+        }
+        Err(e) => {
+            return (
+                format!("its files in {} do not open ({e})", db.display()),
+                true,
+            );
+        }
+    };
+    match held {
+        Err(e) => (format!("its journal position does not read ({e})"), true),
+        Ok(None) => ("it records no journal position (written by an older build, or empty); the next checkpoint records one".into(), false),
+        Ok(Some(held)) if held >= report.checkpoint => (
+            format!("holds the journal durably up to {}; the last checkpoint is at {checkpoint}: whole", at(held)),
+            false,
+        ),
+        Ok(Some(held)) if report.oldest.is_some_and(|oldest| oldest <= held.0) => (
+            format!(
+                "holds the journal only up to {}, behind the last checkpoint at {checkpoint}: the next start applies the journal again from there",
+                at(held)
+            ),
+            false,
+        ),
+        Ok(Some(held)) => (
+            format!(
+                "holds the journal only up to {}, behind the last checkpoint at {checkpoint}, and the journal no longer reaches back there: acknowledged state is lost; restore the data directory from a backup",
+                at(held)
+            ),
+            true,
+        ),
+    }
+}
+
 /// Opens sled in `dir`. A store this process dropped may still be
 /// finishing its last checkpoint on its own thread (`wal.rs`), holding the
 /// directory's lock for a moment: a lock held is asked again for two
@@ -1448,15 +1507,23 @@ mod tests {
         }
         std::fs::remove_dir_all(dir.path().join("db")).unwrap();
         wal::tests::copy_dir(&kept_db, &dir.path().join("db"));
+        let report = Sled::check(dir.path()).unwrap();
+        let stand = report.sled.clone().unwrap();
+        assert!(stand.contains("applies the journal again"), "{stand}");
+        assert!(report.damage.is_none(), "{report}");
         let store = Sled::open(dir.path()).unwrap();
         assert_eq!(store.user_named("late").await.unwrap(), Some(late.clone()));
         assert_eq!(store.user_named("early").await.unwrap(), Some(early));
         drop(store);
+        let stand = Sled::check(dir.path()).unwrap().sled.unwrap();
+        assert!(stand.contains("whole"), "{stand}");
         // sled's files gone altogether, and the journal's first segment
         // too: what sled held cannot be had again.
         std::fs::remove_dir_all(dir.path().join("db")).unwrap();
         let first = dir.path().join("journal").join("0000000000000001.log");
         std::fs::remove_file(&first).unwrap();
+        let report = Sled::check(dir.path()).unwrap();
+        assert!(report.damage.is_some(), "{report}");
         let err = format!("{:#}", Sled::open(dir.path()).err().expect("refused"));
         assert!(
             err.contains("acknowledged state is lost") && err.contains("db"),

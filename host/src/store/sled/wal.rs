@@ -212,7 +212,7 @@ pub(super) fn entry(overlay: &Overlay) -> Entry {
 /// a store that lost acknowledged state does not start.
 pub(super) fn to_redo(shared: &Shared, since: Vec<Vec<u8>>) -> anyhow::Result<Vec<Vec<u8>>> {
     let checkpoint = shared.journal.checkpointed();
-    let held = match sled_at(shared)? {
+    let held = match sled_at(shared.tree(T::Meta))? {
         Some(at) => at,
         // An older build's store: it records its position from the first
         // checkpoint on.
@@ -314,9 +314,9 @@ fn position_bytes(seg: u64, off: u64) -> [u8; 16] {
     bytes
 }
 
-/// The journal position sled says it holds, if it says.
-pub(super) fn sled_at(shared: &Shared) -> anyhow::Result<Option<(u64, u64)>> {
-    let Some(bytes) = shared.tree(T::Meta).get(SLED_AT)? else {
+/// The journal position sled says it holds, if it says (`meta`: its meta tree).
+pub(super) fn sled_at(meta: &sled::Tree) -> anyhow::Result<Option<(u64, u64)>> {
+    let Some(bytes) = meta.get(SLED_AT)? else {
         return Ok(None);
     };
     let bytes: [u8; 16] = bytes

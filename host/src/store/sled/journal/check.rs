@@ -31,6 +31,12 @@ pub struct Report {
     pub torn: Option<(String, u64)>,
     /// What stops a start, as the start says it.
     pub damage: Option<String>,
+    /// The last checkpoint: sled held, durably, every write logged before it.
+    pub checkpoint: (u64, u64),
+    /// The oldest segment the journal holds.
+    pub oldest: Option<u64>,
+    /// Where sled's files stand against the checkpoint (`Sled::check`).
+    pub sled: Option<String>,
 }
 
 impl fmt::Display for Report {
@@ -40,6 +46,9 @@ impl fmt::Display for Report {
             "journal: {} segments, {} bytes",
             self.segments, self.bytes
         )?;
+        if let Some(sled) = &self.sled {
+            writeln!(f, "sled: {sled}")?;
+        }
         if let Some(damage) = &self.damage {
             return write!(f, "DAMAGED: {damage}");
         }
@@ -72,11 +81,13 @@ pub fn check(disk: &dyn Disk) -> anyhow::Result<Report> {
             report.executions = (read.index.executions.values())
                 .filter(|f| matches!(f, super::Frames::Whole(_)))
                 .count();
+            report.checkpoint = read.redo.checkpoint;
             report.sled_commits_to_redo = read.redo.since_checkpoint().len();
         }
         Err(e) if e.is::<Damaged>() => report.damage = Some(e.to_string()),
         Err(e) => return Err(e),
     }
+    report.oldest = segments(disk)?.first().copied();
     let seen = frozen.seen.into_inner().unwrap_or_else(|p| p.into_inner());
     (report.segments, report.bytes, report.torn) = (seen.segments, seen.bytes, seen.cut);
     Ok(report)
