@@ -78,7 +78,7 @@ impl Runtime {
     /// nothing behind.
     pub fn forget(&self, bytes: &[u8]) {
         let path = cache_path(&self.engine, &self.cache_dir, bytes);
-        for path in [path.with_extension("lock"), path] {
+        for path in [path.with_extension("lock"), sum_path(&path), path] {
             if let Err(e) = std::fs::remove_file(&path)
                 && e.kind() != std::io::ErrorKind::NotFound
             {
