@@ -104,6 +104,7 @@ contract!(
     collections_versions_and_labels,
     runs_metrics_and_fires,
     inbox_and_outbox,
+    nothing_is_due_before_its_commit,
     executions_and_attempts,
     batches_write_set_wise,
     config_writes_move_the_epoch,
@@ -1036,6 +1037,28 @@ async fn inbox_and_outbox(store: &Store) {
             .all(|d| d.due_ms == later)
     );
     assert_eq!(store.release_deliveries(&ci, later).await.unwrap(), 0);
+}
+
+/// A delivery is handed out only once the commit that queued it is
+/// durable, so nothing reaches a receiver for state a crash could take:
+/// on PostgreSQL a row is seen only once its transaction has committed;
+/// on the embedded store a scan syncs what was written first.
+async fn nothing_is_due_before_its_commit(store: &Store) {
+    let none = |_: &str| false;
+    // Past the lease the writing host takes.
+    let later = crate::ids::now_ms() + 7_200_000;
+    let tx = store.begin().await.unwrap();
+    tx.insert_delivery(&delivery("d1", 1)).await.unwrap();
+    let other = store.clone();
+    let (due, _) = tokio::spawn(async move {
+        other.due_deliveries(later, 10, &|_: &str| false).await.unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(due.is_empty(), "due before its transaction committed");
+    tx.commit().await.unwrap();
+    let (due, _) = store.due_deliveries(later, 10, &none).await.unwrap();
+    assert_eq!(due.len(), 1);
 }
 
 async fn executions_and_attempts(store: &Store) {
