@@ -271,11 +271,17 @@ async fn round(seed: u64) -> Result<Outcome, String> {
     let data = fs.mount.join("data");
     let config = config_for(moment);
     let receiver = Receiver::start().await;
-    let mut host = Host::builder()
-        .config(&config)
-        .data_dir(&data)
-        .start()
-        .await;
+    // Half the rounds keep the master key in the data directory (the
+    // default), half take it from the environment, as several hosts do.
+    let key_from_env = seed % 2 == 0;
+    let builder = || {
+        let builder = Host::builder().config(&config);
+        match key_from_env {
+            true => builder.env("SWITCHYARD_MASTER_KEY", &"ab".repeat(32)),
+            false => builder,
+        }
+    };
+    let mut host = builder().data_dir(&data).start().await;
     let ledger: Shared = Arc::default();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let (alice, bob) = tagging_on(&host, &receiver, "tagged").await;
@@ -336,11 +342,7 @@ async fn round(seed: u64) -> Result<Outcome, String> {
             for client in clients.drain(..) {
                 let _ = client.await;
             }
-            host = Host::builder()
-                .config(&config)
-                .data_dir(&data)
-                .start()
-                .await;
+            host = builder().data_dir(&data).start().await;
             let restarted_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
             for c in 0..4 {
                 clients.push(tagger(&host, &bob, 10 + c, &ledger, &restarted_stop));
@@ -350,6 +352,10 @@ async fn round(seed: u64) -> Result<Outcome, String> {
     }
     let dropped_bytes = fs.cut();
     host.kill9();
+    // What the dead host had sent has arrived by now; nothing new comes
+    // until the next host starts.
+    sleep_ms(300).await;
+    let before_cut = receiver.arrived();
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     for client in clients {
         let _ = client.await;
@@ -358,15 +364,14 @@ async fn round(seed: u64) -> Result<Outcome, String> {
     receiver.delay(0);
     let after =
         format!("after a cut at {moment:?} ({dropped_bytes} bytes not synced were dropped)");
-    let restarted = Host::builder()
-        .config(&config)
+    let restarted = builder()
         .data_dir(&fs.backing.join("data"))
         .try_start()
         .await
         .map_err(|log| format!("{after}, the host did not start:\n{log}"))?;
     // Every client has stopped: what they saw is final.
     let ledger = std::mem::take(&mut *ledger.lock().unwrap());
-    let checked = check(&restarted, &bob, &receiver, &ledger).await;
+    let checked = check(&restarted, &bob, &receiver, &ledger, before_cut).await;
     checked
         .map(|resent| Outcome {
             tags_acked: ledger.tags_acked.len(),
@@ -382,12 +387,15 @@ async fn sleep_ms(ms: u64) {
 }
 
 /// What a round checks on the host started after the cut; the number of
-/// deliveries a receiver got twice under one id (sends in flight at the cut).
+/// deliveries a receiver got twice under one id, each of which must have
+/// been in flight at the cut (its first arrival among the first
+/// `before_cut`).
 async fn check(
     host: &Host,
     bob: &str,
     receiver: &Receiver,
     ledger: &Ledger,
+    before_cut: usize,
 ) -> Result<usize, String> {
     let (status, health) = host.get_anon("/v1/system-check").await;
     if status != 200 {
@@ -453,7 +461,27 @@ async fn check(
     if let Some(phantom) = tags.iter().find(|t| !ledger.tags_sent.contains(*t)) {
         return Err(format!("a tag nobody sent appeared: {phantom}"));
     }
-    delivered_once(receiver, &ledger.tags_acked, &ledger.tags_sent).await
+    let resent = delivered_once(receiver, &ledger.tags_acked, &ledger.tags_sent).await?;
+    let arrivals = receiver.arrivals();
+    let after: Vec<&String> = arrivals[before_cut.min(arrivals.len())..].iter().collect();
+    let mut seen_after = HashSet::new();
+    for id in &after {
+        if !seen_after.insert(*id) {
+            return Err(format!("{id} was sent twice after the restart"));
+        }
+    }
+    let in_flight: HashSet<&String> = arrivals[..before_cut.min(arrivals.len())].iter().collect();
+    let counts = receiver.arrivals_per_delivery();
+    if let Some(id) = counts
+        .iter()
+        .find(|(id, n)| **n > 1 && !in_flight.contains(id))
+        .map(|(id, _)| id)
+    {
+        return Err(format!(
+            "{id} arrived twice without being in flight at the cut"
+        ));
+    }
+    Ok(resent)
 }
 
 /// Waits (60 s at most) until every acknowledged tag has been delivered;

@@ -165,6 +165,12 @@ impl Receiver {
         self.arrivals.lock().unwrap().len()
     }
 
+    /// The delivery id of each request that arrived, in order, answered
+    /// or not.
+    pub fn arrivals(&self) -> Vec<String> {
+        self.arrivals.lock().unwrap().clone()
+    }
+
     /// How many requests arrived per delivery id, answered or not: a
     /// receiver acts on what arrives, so more than one is a duplicate.
     pub fn arrivals_per_delivery(&self) -> HashMap<String, usize> {

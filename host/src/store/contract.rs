@@ -1051,7 +1051,10 @@ async fn nothing_is_due_before_its_commit(store: &Store) {
     tx.insert_delivery(&delivery("d1", 1)).await.unwrap();
     let other = store.clone();
     let (due, _) = tokio::spawn(async move {
-        other.due_deliveries(later, 10, &|_: &str| false).await.unwrap()
+        other
+            .due_deliveries(later, 10, &|_: &str| false)
+            .await
+            .unwrap()
     })
     .await
     .unwrap();
