@@ -273,7 +273,7 @@ async fn round(seed: u64) -> Result<Outcome, String> {
     let receiver = Receiver::start().await;
     // Half the rounds keep the master key in the data directory (the
     // default), half take it from the environment, as several hosts do.
-    let key_from_env = seed % 2 == 0;
+    let key_from_env = seed.is_multiple_of(2);
     let builder = || {
         let builder = Host::builder().config(&config);
         match key_from_env {
