@@ -27,10 +27,19 @@ pub fn replace(path: &Path, bytes: &[u8]) -> io::Result<()> {
 pub fn create_private(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let temp = written_aside(path, bytes, 0o600)?;
     // A link, unlike a rename, fails when the name is taken.
-    let linked = std::fs::hard_link(&temp, path);
-    let removed = std::fs::remove_file(&temp);
-    linked?;
-    removed?;
+    match std::fs::hard_link(&temp, path) {
+        Ok(()) => std::fs::remove_file(&temp)?,
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            std::fs::remove_file(&temp)?;
+            return Err(e);
+        }
+        // A filesystem without hard links: a rename where nothing is.
+        Err(_) if !path.exists() => std::fs::rename(&temp, path)?,
+        Err(_) => {
+            std::fs::remove_file(&temp)?;
+            return Err(io::ErrorKind::AlreadyExists.into());
+        }
+    }
     sync_dir(parent(path))
 }
 
