@@ -174,47 +174,46 @@ struct Ledger {
 
 type Shared = Arc<Mutex<Ledger>>;
 
-/// A client that tags v0 (`tag_{c}_{i}`) until the host stops answering
-/// or `stop` is set.
-fn tagger(
-    host: &Host,
-    key: &str,
-    c: usize,
-    ledger: &Shared,
-    stop: &Arc<std::sync::atomic::AtomicBool>,
-) -> tokio::task::JoinHandle<()> {
-    let (base, http, key) = (host.base.clone(), host.http.clone(), key.to_string());
-    let (ledger, stop) = (ledger.clone(), stop.clone());
-    tokio::spawn(async move {
-        for i in 0.. {
-            if stop.load(std::sync::atomic::Ordering::SeqCst) {
-                return;
-            }
-            let tag = format!("tag_{c}_{i}");
-            ledger.lock().unwrap().tags_sent.insert(tag.clone());
-            let sent = http
-                .post(format!("{base}{VERSIONS}/v0/tags"))
-                .bearer_auth(&key)
-                .json(&json!({ "tag": tag }))
-                .timeout(Duration::from_secs(5))
-                .send()
-                .await;
-            match sent {
-                Ok(answer) if answer.status().is_success() => {
-                    ledger.lock().unwrap().tags_acked.insert(tag);
-                }
-                Ok(_) => tokio::time::sleep(Duration::from_millis(20)).await,
-                Err(_) => return,
-            }
-        }
-    })
+/// What a client writes: tags on v0 (events, client `c`), or projects
+/// (configuration, in sled).
+#[derive(Clone, Copy)]
+enum Writes {
+    Tags(usize),
+    Projects,
 }
 
-/// A client that creates projects (`p{i}`), configuration written to
-/// sled, until the host stops answering or `stop` is set.
-fn configurer(
+impl Writes {
+    /// The `i`th write's name, path and body.
+    fn request(self, i: usize) -> (String, String, Value) {
+        match self {
+            Writes::Tags(c) => {
+                let tag = format!("tag_{c}_{i}");
+                let body = json!({ "tag": tag });
+                (tag, format!("{VERSIONS}/v0/tags"), body)
+            }
+            Writes::Projects => {
+                let name = format!("p{i}");
+                let body = json!({ "name": name });
+                (name, "/v1/teams/ml/projects".into(), body)
+            }
+        }
+    }
+
+    /// The ledger's sets for these writes: sent, acknowledged.
+    fn sets(self, ledger: &mut Ledger) -> (&mut HashSet<String>, &mut HashSet<String>) {
+        match self {
+            Writes::Tags(_) => (&mut ledger.tags_sent, &mut ledger.tags_acked),
+            Writes::Projects => (&mut ledger.projects_sent, &mut ledger.projects_acked),
+        }
+    }
+}
+
+/// A client that makes `writes` one after another until the host stops
+/// answering or `stop` is set, noting each sent and each acknowledged.
+fn client(
     host: &Host,
     key: &str,
+    writes: Writes,
     ledger: &Shared,
     stop: &Arc<std::sync::atomic::AtomicBool>,
 ) -> tokio::task::JoinHandle<()> {
@@ -225,18 +224,21 @@ fn configurer(
             if stop.load(std::sync::atomic::Ordering::SeqCst) {
                 return;
             }
-            let name = format!("p{i}");
-            ledger.lock().unwrap().projects_sent.insert(name.clone());
+            let (name, path, body) = writes.request(i);
+            writes
+                .sets(&mut ledger.lock().unwrap())
+                .0
+                .insert(name.clone());
             let sent = http
-                .post(format!("{base}/v1/teams/ml/projects"))
+                .post(format!("{base}{path}"))
                 .bearer_auth(&key)
-                .json(&json!({ "name": name }))
+                .json(&body)
                 .timeout(Duration::from_secs(5))
                 .send()
                 .await;
             match sent {
                 Ok(answer) if answer.status().is_success() => {
-                    ledger.lock().unwrap().projects_acked.insert(name);
+                    writes.sets(&mut ledger.lock().unwrap()).1.insert(name);
                 }
                 Ok(_) => tokio::time::sleep(Duration::from_millis(20)).await,
                 Err(_) => return,
@@ -289,9 +291,9 @@ async fn round(seed: u64) -> Result<Outcome, String> {
     let mut clients = Vec::new();
     let spawn_load = |host: &Host, clients: &mut Vec<_>, taggers: usize| {
         for c in 0..taggers {
-            clients.push(tagger(host, &bob, c, &ledger, &stop));
+            clients.push(client(host, &bob, Writes::Tags(c), &ledger, &stop));
         }
-        clients.push(configurer(host, &alice, &ledger, &stop));
+        clients.push(client(host, &alice, Writes::Projects, &ledger, &stop));
     };
     match moment {
         Moment::Configuring => {
@@ -345,7 +347,13 @@ async fn round(seed: u64) -> Result<Outcome, String> {
             host = builder().data_dir(&data).start().await;
             let restarted_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
             for c in 0..4 {
-                clients.push(tagger(&host, &bob, 10 + c, &ledger, &restarted_stop));
+                clients.push(client(
+                    &host,
+                    &bob,
+                    Writes::Tags(10 + c),
+                    &ledger,
+                    &restarted_stop,
+                ));
             }
             sleep_ms(rng.below(800)).await;
         }

@@ -358,6 +358,20 @@ impl PowerCutFs {
         }
     }
 
+    /// Removes a name from the backing directory with `remove`, at once.
+    fn remove(
+        &self,
+        parent: INodeNo,
+        name: &OsStr,
+        remove: fn(PathBuf) -> std::io::Result<()>,
+    ) -> Result<(), Errno> {
+        let mut inner = self.live()?;
+        let rel = inner.child(parent, name)?;
+        remove(self.real(&rel)).map_err(errno)?;
+        inner.unname(&rel);
+        Ok(())
+    }
+
     fn done(reply: ReplyEmpty, result: Result<(), Errno>) {
         match result {
             Ok(()) => reply.ok(),
@@ -439,23 +453,11 @@ impl Filesystem for PowerCutFs {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let result = self.live().and_then(|mut inner| {
-            let rel = inner.child(parent, name)?;
-            std::fs::remove_file(self.real(&rel)).map_err(errno)?;
-            inner.unname(&rel);
-            Ok(())
-        });
-        Self::done(reply, result);
+        Self::done(reply, self.remove(parent, name, std::fs::remove_file));
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let result = self.live().and_then(|mut inner| {
-            let rel = inner.child(parent, name)?;
-            std::fs::remove_dir(self.real(&rel)).map_err(errno)?;
-            inner.unname(&rel);
-            Ok(())
-        });
-        Self::done(reply, result);
+        Self::done(reply, self.remove(parent, name, std::fs::remove_dir));
     }
 
     fn rename(
