@@ -20,13 +20,15 @@ def embedded_model():
         raise SystemExit("the embedded model embedded")
     except openai.BadRequestError as e:
         assert e.body["param"] == "model" and "does not embed" in e.message, e.body
-    completion = client.completions.create(model=model, prompt="Name a colour.", max_tokens=3)
+    # A prompt no answer ends within 3 tokens: the cap, not the model, ends it.
+    long = "Write a long story about the colour blue."
+    completion = client.completions.create(model=model, prompt=long, max_tokens=3)
     assert completion.choices[0].text and completion.usage.completion_tokens == 3, completion
-    pieces = client.completions.create(model=model, prompt="Name a colour.", max_tokens=3, stream=True)
+    pieces = client.completions.create(model=model, prompt=long, max_tokens=3, stream=True)
     assert "".join(c.choices[0].text for c in pieces if c.choices), "no text streamed"
     # Cut at 3 tokens, the stream ends as OpenAI's does: `response.incomplete`
     # (which the SDK's `responses.stream` helper does not take for an end).
-    events = list(client.responses.create(model=model, input="Name a colour.", max_output_tokens=3, stream=True))
+    events = list(client.responses.create(model=model, input=long, max_output_tokens=3, stream=True))
     text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
     last = events[-1]
     assert last.type == "response.incomplete", [e.type for e in events]
