@@ -928,9 +928,6 @@ impl Inner {
     }
 }
 
-/// The wait before attempt `attempts + 1`: the schedule's entry, jittered,
-/// or longer if the endpoint asked with `Retry-After`, but never longer than
-/// the schedule's longest wait. `None` when the schedule is used up.
 /// A delivery attempt's span, continuing the trace its event was matched
 /// in; its `traceparent` goes to the receiver.
 fn attempt_span(delivery: &Delivery) -> opentelemetry::Context {
@@ -946,6 +943,9 @@ fn attempt_span(delivery: &Delivery) -> opentelemetry::Context {
     traces::start_span("delivery.attempt", SpanKind::Client, &parent, attrs)
 }
 
+/// The wait before attempt `attempts + 1`: the schedule's entry, jittered,
+/// or longer if the endpoint asked with `Retry-After`, but never longer than
+/// the schedule's longest wait. `None` when the schedule is used up.
 fn retry_delay(
     schedule: &[u64],
     fraction: f64,

@@ -173,14 +173,14 @@ pub fn audit(by: &str, what: &str, object: &str) {
     tracing::info!(by, object, "{what}");
 }
 
-/// The envelope of every listing: `{"object": "list", "data": [...]}`, as
-/// OpenAI clients expect.
 /// What a handler answers: a JSON body, or the API error.
 pub type Reply<T> = crate::error::Result<axum::Json<T>>;
 
 /// A JSON body with its status (201 Created, 202 Accepted, …).
 pub type ReplyWith<T> = crate::error::Result<(StatusCode, axum::Json<T>)>;
 
+/// The envelope of every listing: `{"object": "list", "data": [...]}`, as
+/// OpenAI clients expect.
 fn list_of<T: serde::Serialize>(data: T) -> axum::Json<serde_json::Value> {
     axum::Json(serde_json::json!({"object": "list", "data": data}))
 }
