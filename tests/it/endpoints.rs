@@ -575,6 +575,13 @@ async fn the_embedded_model_completes_and_responds_but_does_not_embed() {
     let base = format!("{}/v1", host.base);
     let args = [base.as_str(), &alice, model, "embedded"];
     crate::harness::run_client_script(python, "endpoints_client.py", &args).await;
+    // It runs here and costs nothing: it needs no price, and the start,
+    // long logged by now, warned of none.
+    assert!(
+        !host.log().contains("no [[inference.prices]] entry"),
+        "the embedded model needs no price:\n{}",
+        host.log()
+    );
 }
 
 on_each_store!(the_stock_openai_client_uses_each_endpoint);

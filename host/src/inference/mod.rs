@@ -182,15 +182,24 @@ impl Inference {
             .chain([cfg.inference.model_id.clone()])
             .chain(inference.routes.keys().cloned());
         inference.plugins.reserve_models(ids);
-        inference.warn_of_unpriced_models();
+        let free = cfg
+            .inference
+            .embedded
+            .then_some(cfg.inference.model_id.as_str());
+        inference.warn_of_unpriced_models(free);
         inference
     }
 
     /// Logs the models served without a price: their answers cost nothing
-    /// in usage and USD budgets.
-    fn warn_of_unpriced_models(&self) {
+    /// in usage and USD budgets. The embedded model (`free`) runs here and
+    /// costs nothing, so it needs no price.
+    fn warn_of_unpriced_models(&self, free: Option<&str>) {
         let models = self.models();
-        let unpriced = self.prices.unpriced(models.iter().map(|m| m.id.as_str()));
+        let priced = models
+            .iter()
+            .map(|m| m.id.as_str())
+            .filter(|id| Some(*id) != free);
+        let unpriced = self.prices.unpriced(priced);
         if !unpriced.is_empty() {
             tracing::warn!(models = %unpriced.join(", "), "these models have no [[inference.prices]] entry: their answers count no cost, and USD budgets do not limit them");
         }
