@@ -329,6 +329,20 @@ pub fn inference_request(endpoint: &'static str, model: &str, status: u16) {
         .increment(1);
 }
 
+/// The inference series of the models served, at zero, so that they are
+/// on the first scrape as every other family's known series are: chat
+/// requests answered 200, and both kinds of tokens.
+pub fn inference_models_served<'a>(models: impl IntoIterator<Item = &'a str>) {
+    for model in models {
+        counter!("switchyard_inference_requests_total", "endpoint" => "chat", "model" => model.to_string(), "status" => "200")
+            .increment(0);
+        for kind in ["prompt", "completion"] {
+            counter!("switchyard_inference_tokens_total", "model" => model.to_string(), "kind" => kind)
+                .increment(0);
+        }
+    }
+}
+
 /// Spans the trace exporter could not send.
 pub fn trace_spans_dropped(n: usize) {
     counter!("switchyard_trace_spans_dropped_total").increment(n as u64);

@@ -226,6 +226,23 @@ async fn the_first_scrape_describes_every_family_and_shows_known_series_at_zero(
     }
 }
 
+on_each_store!(a_served_models_inference_series_are_on_the_first_scrape);
+/// Before any request, each model served has its requests and tokens
+/// series at zero, as the other families' known series are.
+async fn a_served_models_inference_series_are_on_the_first_scrape() {
+    let host = Host::with_model().await;
+    let text = scrape(&host).await;
+    let model = crate::inference::MODEL;
+    let requests = [("endpoint", "chat"), ("model", model), ("status", "200")];
+    let value = sample(&text, "switchyard_inference_requests_total", &requests);
+    assert_eq!(value, Some(0.0), "{text}");
+    for kind in ["prompt", "completion"] {
+        let labels = [("model", model), ("kind", kind)];
+        let value = sample(&text, "switchyard_inference_tokens_total", &labels);
+        assert_eq!(value, Some(0.0), "{kind}:\n{text}");
+    }
+}
+
 on_each_store!(metrics_can_require_an_operator_key);
 async fn metrics_can_require_an_operator_key() {
     let host = Host::with_config("[metrics]\nrequire_key = true").await;

@@ -187,6 +187,7 @@ impl Inference {
             .embedded
             .then_some(cfg.inference.model_id.as_str());
         inference.warn_of_unpriced_models(free);
+        crate::telemetry::inference_models_served(inference.models.iter().map(|m| m.id.as_str()));
         inference
     }
 
