@@ -33,14 +33,18 @@ pub enum Filter {
 }
 
 impl<T: Send + 'static> FilterPre<T> {
-    /// The newest version `pre` exports, or why it exports none.
+    /// The binding of the version `pre`'s component declares it exports
+    /// (the newest, if several), or why it does not fit that version: a
+    /// broken 0.2.0 filter reports 0.2.0's error, not 0.1.0's.
     pub fn new(pre: InstancePre<T>) -> wasmtime::Result<FilterPre<T>> {
-        match since_v0_2_0::filter::EventFilterPre::new(pre.clone()) {
-            Ok(pre) => Ok(FilterPre::V0_2_0(pre)),
-            Err(_) => Ok(FilterPre::V0_1_0(
-                since_v0_1_0::filter::EventFilterPre::new(pre)?,
-            )),
-        }
+        let declares = |version: &str| {
+            let name = format!("switchyard:plugin/filter@{version}");
+            pre.component().get_export_index(None, &name).is_some()
+        };
+        Ok(match declares("0.2.0") {
+            true => FilterPre::V0_2_0(since_v0_2_0::filter::EventFilterPre::new(pre)?),
+            false => FilterPre::V0_1_0(since_v0_1_0::filter::EventFilterPre::new(pre)?),
+        })
     }
 
     /// A new instance in `store`.
