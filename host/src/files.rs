@@ -14,6 +14,23 @@ pub fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
+/// Creates `dir` and any missing parents, each new entry made durable in
+/// its parent: a file synced into a directory whose own name a power cut
+/// took is lost with it.
+pub fn create_dir(dir: &Path) -> io::Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    if let Some(up) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        create_dir(up)?;
+    }
+    match std::fs::create_dir(dir) {
+        Ok(()) => sync_dir(parent(dir)),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
 /// Writes `bytes` to `path`, replacing what was there, durably.
 pub fn replace(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let temp = written_aside(path, bytes, 0o644)?;
@@ -92,5 +109,9 @@ mod tests {
         assert_eq!(mode & 0o777, 0o600);
         let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
         assert_eq!(left.len(), 2, "no temporary file left behind");
+        let deep = dir.path().join("a/b/c");
+        create_dir(&deep).unwrap();
+        create_dir(&deep).unwrap();
+        assert!(deep.is_dir());
     }
 }

@@ -114,7 +114,7 @@ fn load_or_create(path: &Path) -> anyhow::Result<[u8; 32]> {
     let mut key = [0u8; 32];
     crate::ids::fill_random(&mut key);
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)
+        crate::files::create_dir(dir)
             .with_context(|| format!("cannot create data directory {}", dir.display()))?;
     }
     // Durable before anything is sealed with it: a key lost to a power

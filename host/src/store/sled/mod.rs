@@ -511,7 +511,7 @@ impl Sled {
 
     /// [`Sled::open`], keeping `reserve` bytes back on the disk.
     pub fn open_reserving(dir: &Path, reserve: u64) -> anyhow::Result<Sled> {
-        std::fs::create_dir_all(dir)
+        crate::files::create_dir(dir)
             .with_context(|| format!("cannot create data directory {}", dir.display()))?;
         let disk = journal::Real::new(&dir.join("journal"))
             .with_context(|| format!("cannot create the journal directory in {}", dir.display()))?;
@@ -548,6 +548,9 @@ impl Sled {
         // reserve. Then the reserve is given up: the rest of a start on a
         // full disk needs its room.
         let db = open_db(dir)?;
+        // sled may just have made `db/`: its name durable with the rest.
+        crate::files::sync_dir(dir)
+            .with_context(|| format!("cannot sync the data directory {}", dir.display()))?;
         let reserve = Arc::new(reserve::Reserve::open(dir, reserve));
         let trees = T::ALL
             .iter()

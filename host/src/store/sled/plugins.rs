@@ -47,7 +47,7 @@ fn keep_component(dir: &Path, plugin: &StoredPlugin) -> Result<String> {
         return Ok(file);
     }
     let written =
-        std::fs::create_dir_all(dir).and_then(|()| crate::files::replace(&path, &plugin.wasm));
+        crate::files::create_dir(dir).and_then(|()| crate::files::replace(&path, &plugin.wasm));
     written.map(|()| file).map_err(|e| match e.raw_os_error() {
         Some(libc::ENOSPC) => StoreError::Full,
         _ => StoreError::Other(

@@ -56,7 +56,7 @@ pub struct Real {
 impl Real {
     /// The directory `dir`, created if missing.
     pub fn new(dir: &Path) -> io::Result<Real> {
-        std::fs::create_dir_all(dir)?;
+        crate::files::create_dir(dir)?;
         Ok(Real {
             dir: dir.to_path_buf(),
             open: Mutex::default(),
