@@ -25,7 +25,19 @@
 //! one version (`BENCH_LABELS=spread|one` runs only one of the two), to show
 //! that an event costs the same however many tags its version has.
 //! `BENCH_BATCH=N` sends N tags per request (the list form), each its own
-//! event; `BENCH_EVENTS=N` sets the closed-loop run's events (20,000).
+//! event; `BENCH_EVENTS=N` sets the closed-loop run's events (20,000);
+//! `BENCH_CLIENTS=N` the closed loop's clients (64 on sled, 16 on
+//! PostgreSQL).
+//!
+//! On PostgreSQL two more runs with one host (`BENCH_VARIANTS=plain,backlog,
+//! config` picks): with a backlog (100,000 deliveries held for a receiver
+//! that was down, its webhook disabled by its 410; after the load it comes
+//! back, its webhook is enabled, and the line gains the drain's events/s),
+//! and with a configuration write every 100 ms during the load. Set
+//! `BENCH_AGAINST=PATH` to a `switchyard` of another build, and one host on
+//! PostgreSQL runs with each build in turn for `BENCH_ROUNDS` rounds (3),
+//! the order swapped each round: the summary gains each round's line and
+//! the medians of host plus database CPU per event, with their ratio.
 //! Asserts nothing about time.
 
 use std::collections::HashMap;
@@ -35,9 +47,20 @@ use std::time::{Duration, Instant};
 
 mod common;
 use common::load::{Arrivals, Labels, VERSIONS, memory_mib, receiver, setup, tag, wait_for};
-use common::{Database, Host, NO_MODEL, cpu_seconds, cpu_seconds_of, percentile, start_host_with};
+use common::{Database, Host, NO_MODEL, cpu_seconds, cpu_seconds_of, percentile};
+use serde_json::json;
 
-const CLIENTS: usize = 64;
+/// Closed-loop clients: `BENCH_CLIENTS`, else 64 on sled and 16 on
+/// PostgreSQL (where fewer clients mean smaller batches: the harder case).
+fn clients(engine: Engine) -> usize {
+    match std::env::var("BENCH_CLIENTS") {
+        Ok(n) => n.parse().expect("BENCH_CLIENTS is a number of clients"),
+        Err(_) if engine == Engine::Sled => 64,
+        Err(_) => 16,
+    }
+}
+/// Deliveries waiting for a receiver that is down, in the backlog run.
+const BACKLOG: usize = 100_000;
 const RATE_EVENTS: usize = 5_000;
 const RATE_PER_SEC: u64 = 1_000;
 const FIFO_EVENTS: usize = 2_000;
@@ -98,6 +121,19 @@ enum Engine {
 /// Every host of a run shares the master key.
 const MASTER_KEY: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
 
+/// What a PostgreSQL run adds to the plain load.
+#[derive(Clone, Copy, PartialEq)]
+enum Variant {
+    /// The load alone.
+    Plain,
+    /// [`BACKLOG`] deliveries held for a receiver that is down while the
+    /// load runs; then it comes back and they drain.
+    Backlog,
+    /// A configuration write every 100 ms during the load (another team's
+    /// webhook saved again).
+    ConfigWrites,
+}
+
 async fn run() {
     let engines = match std::env::var("BENCH_STORE").as_deref() {
         Ok("sled") => vec![Engine::Sled],
@@ -117,15 +153,46 @@ async fn run() {
         n.parse()
             .expect("BENCH_BATCH is a number of tags per request")
     });
+    // BENCH_VARIANTS=plain,backlog,config picks PostgreSQL's runs (all).
+    let variants: Vec<Variant> = std::env::var("BENCH_VARIANTS")
+        .unwrap_or_else(|_| "plain,backlog,config".into())
+        .split(',')
+        .map(|v| match v.trim() {
+            "plain" => Variant::Plain,
+            "backlog" => Variant::Backlog,
+            "config" => Variant::ConfigWrites,
+            other => panic!("BENCH_VARIANTS: '{other}' is not plain, backlog or config"),
+        })
+        .collect();
     let mut summary = Vec::new();
     for engine in engines {
-        let runs: Vec<(usize, Labels)> = match engine {
-            Engine::Sled => labels.iter().map(|l| (1, *l)).collect(),
-            Engine::Postgres => host_counts.iter().map(|h| (*h, labels[0])).collect(),
+        let mut runs: Vec<(usize, Labels, Variant)> = match engine {
+            Engine::Sled => labels.iter().map(|l| (1, *l, Variant::Plain)).collect(),
+            Engine::Postgres => host_counts
+                .iter()
+                .filter(|_| variants.contains(&Variant::Plain))
+                .map(|h| (*h, labels[0], Variant::Plain))
+                .collect(),
         };
-        for (hosts, labels) in runs {
-            summary.push(measure(engine, hosts, labels, batch).await);
+        if engine == Engine::Postgres {
+            let more = variants.iter().filter(|v| **v != Variant::Plain);
+            runs.extend(more.map(|v| (1, labels[0], *v)));
         }
+        for (hosts, labels, variant) in runs {
+            let run = Run {
+                engine,
+                hosts,
+                labels,
+                batch,
+                variant,
+                binary: None,
+            };
+            summary.push(measure(run).await.line);
+        }
+    }
+    // BENCH_AGAINST=PATH: this build and the one at PATH, alternated.
+    if let Ok(against) = std::env::var("BENCH_AGAINST") {
+        summary.extend(against_build(&against).await);
     }
     println!();
     for line in summary {
@@ -133,18 +200,89 @@ async fn run() {
     }
 }
 
+/// `BENCH_AGAINST=PATH`: one host on PostgreSQL, this build and the one at
+/// PATH alternated for `BENCH_ROUNDS` rounds (3), the order swapped each
+/// round; each build's host-plus-database CPU per event, and the ratio:
+/// the summary's lines.
+async fn against_build(against: &str) -> Vec<String> {
+    let rounds: usize = std::env::var("BENCH_ROUNDS").map_or(3, |n| {
+        n.parse().expect("BENCH_ROUNDS is a number of rounds")
+    });
+    let this = std::env::var("BENCH_SWITCHYARD")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_switchyard").to_string());
+    let builds = [("this build", this), ("BENCH_AGAINST", against.to_string())];
+    let mut totals: [Vec<f64>; 2] = Default::default();
+    let mut lines = Vec::new();
+    for round in 0..rounds {
+        let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+        for b in order {
+            let run = Run {
+                engine: Engine::Postgres,
+                hosts: 1,
+                labels: Labels::Spread,
+                batch: 1,
+                variant: Variant::Plain,
+                binary: Some(builds[b].1.clone()),
+            };
+            let measured = measure(run).await;
+            totals[b].push(measured.closed.cpu_us + measured.closed.db_cpu_us.unwrap_or(0.0));
+            lines.push(format!("round {round}, {}: {}", builds[b].0, measured.line));
+        }
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        percentile(v, 0.5)
+    };
+    let (a, b) = (median(&mut totals[0]), median(&mut totals[1]));
+    lines.push(format!(
+        "delivery[postgres, this build against {against}]: host + database CPU per event {a:.0} µs against {b:.0} µs (medians of {rounds}), {:.2}×",
+        a / b
+    ));
+    lines
+}
+
+/// What one run measures.
+struct Run {
+    engine: Engine,
+    hosts: usize,
+    labels: Labels,
+    batch: usize,
+    variant: Variant,
+    /// Another build than BENCH_SWITCHYARD's (or this one's).
+    binary: Option<String>,
+}
+
+/// One run's figures and its summary line.
+struct Measured {
+    closed: Closed,
+    line: String,
+}
+
 /// One run: `hosts` hosts on `engine`; returns its summary line.
-async fn measure(engine: Engine, hosts: usize, labels: Labels, batch: usize) -> String {
+async fn measure(run: Run) -> Measured {
+    let Run {
+        engine,
+        hosts,
+        labels,
+        batch,
+        variant,
+        binary,
+    } = run;
     let arrivals = Arrivals::default();
     let receiver = receiver(arrivals.clone()).await;
-    let (hosts, database) = start_hosts(engine, hosts).await;
-    let label = label_of(engine, hosts.len(), labels, batch);
+    let (hosts, database) = start_hosts(engine, hosts, binary.as_deref()).await;
+    let label = label_of(engine, hosts.len(), labels, batch, variant);
     let bases: Vec<String> = hosts.iter().map(|h| h.base.clone()).collect();
+    let clients = clients(engine);
     let http = reqwest::Client::builder()
-        .pool_max_idle_per_host(CLIENTS)
+        .pool_max_idle_per_host(clients.max(16))
         .build()
         .unwrap();
     setup(&http, &bases[0], &receiver).await;
+    let backlog = match variant {
+        Variant::Backlog => Some(Backlog::fill(&http, &bases[0], database.as_ref()).await),
+        _ => None,
+    };
     print_rss_before_load(&hosts);
     let sampler = RssSampler::start(hosts.iter().map(|h| h.child.id()).collect());
     let spread = match labels {
@@ -159,8 +297,11 @@ async fn measure(engine: Engine, hosts: usize, labels: Labels, batch: usize) -> 
         bases: &bases,
         arrivals: &arrivals,
         labels,
+        clients,
     };
+    let writer = (variant == Variant::ConfigWrites).then(|| config_writes(&http, &bases[0]));
     let closed = closed_loop(&load, &hosts, engine, batch).await;
+    drop(writer);
     for host in &hosts {
         println!(
             "host RSS after throughput run: {:.1} MiB",
@@ -171,16 +312,27 @@ async fn measure(engine: Engine, hosts: usize, labels: Labels, batch: usize) -> 
         "host RSS at most during the throughput run: {:.1} MiB",
         sampler.take_max()
     );
-    let p99 = paced(&load, throughput_events()).await;
-    check_exactly_once(&arrivals, throughput_events() + RATE_EVENTS);
-    // (BENCH_FIFO=off leaves it out, for builds from before FIFO webhooks.)
-    let fifo = match std::env::var("BENCH_FIFO").as_deref() {
-        Ok("off") => String::new(),
-        _ => {
-            let per_s = fifo(&load, &receiver, throughput_events() + RATE_EVENTS).await;
-            format!(", fifo {per_s:.0} ordered events/s")
-        }
+    let mut extra = String::new();
+    if let Some(backlog) = backlog {
+        let per_s = backlog.drain(&http, &bases[0]).await;
+        extra.push_str(&format!(", backlog drained at {per_s:.0} events/s"));
+    }
+    // The paced and FIFO runs are the plain runs' (and left out in a
+    // comparison of builds, which measures the closed loop only).
+    let full = variant == Variant::Plain && binary.is_none();
+    let p99 = if full {
+        let p99 = paced(&load, throughput_events()).await;
+        check_exactly_once(&arrivals, throughput_events() + RATE_EVENTS);
+        format!(", p99 {p99:.1} ms at 1000/s")
+    } else {
+        check_exactly_once(&arrivals, throughput_events());
+        String::new()
     };
+    // (BENCH_FIFO=off leaves it out, for builds from before FIFO webhooks.)
+    if full && std::env::var("BENCH_FIFO").as_deref() != Ok("off") {
+        let per_s = fifo(&load, &receiver, throughput_events() + RATE_EVENTS).await;
+        extra.push_str(&format!(", fifo {per_s:.0} ordered events/s"));
+    }
     println!(
         "host RSS at most during the paced run: {:.1} MiB",
         sampler.take_max()
@@ -193,14 +345,112 @@ async fn measure(engine: Engine, hosts: usize, labels: Labels, batch: usize) -> 
     if let Some(db) = database {
         db.drop().await;
     }
-    let Closed {
-        events_per_s,
-        cpu_us,
-        db_us,
-    } = closed;
-    format!(
-        "delivery[{label}]: {events_per_s:.0} events/s, {cpu_us:.0} µs host CPU per event{db_us}, p99 {p99:.1} ms at 1000/s, peak RSS {peak_rss:.0} MiB{fifo}"
-    )
+    let db_us = closed.db_cpu_us.map_or(String::new(), |us| {
+        format!(", {us:.0} µs database CPU per event")
+    });
+    let line = format!(
+        "delivery[{label}]: {:.0} events/s, {:.0} µs host CPU per event{db_us}{p99}, peak RSS {peak_rss:.0} MiB{extra}",
+        closed.events_per_s, closed.cpu_us
+    );
+    Measured { closed, line }
+}
+
+/// Saves another team's webhook every 100 ms until dropped.
+fn config_writes(http: &reqwest::Client, base: &str) -> AbortOnDrop {
+    let (http, base) = (http.clone(), base.to_string());
+    AbortOnDrop(tokio::spawn(async move {
+        let team = json!({"name": "elsewhere"});
+        common::load::call(&http, &base, "POST", "/v1/teams", team).await;
+        let mut ticker = tokio::time::interval(Duration::from_millis(100));
+        for n in 0u64.. {
+            ticker.tick().await;
+            let hook = json!({"url": format!("http://127.0.0.1:9/hook/{n}")});
+            let path = "/v1/teams/elsewhere/webhooks/other";
+            common::load::call(&http, &base, "PUT", path, hook).await;
+        }
+    }))
+}
+
+/// A task aborted when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// [`BACKLOG`] deliveries held for a receiver that was down: its endpoint
+/// answered 410 Gone, which disabled its webhook, and every later delivery
+/// waits for the webhook to be enabled again.
+struct Backlog {
+    arrivals: Arrivals,
+    receiver: String,
+    up: Arc<std::sync::atomic::AtomicBool>,
+    held: usize,
+}
+
+impl Backlog {
+    /// Queues the backlog through the event API (100 tags a request, 16
+    /// at a time, to a second project whose automation calls the receiver
+    /// that is down), and waits until every one is held.
+    async fn fill(http: &reqwest::Client, base: &str, db: Option<&Database>) -> Backlog {
+        let arrivals = Arrivals::default();
+        let up = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let receiver = common::load::gated_receiver(arrivals.clone(), up.clone()).await;
+        common::load::setup_backlog(http, base, &receiver).await;
+        let started = Instant::now();
+        let next = Arc::new(AtomicUsize::new(0));
+        let fillers: Vec<_> = (0..16)
+            .map(|_| {
+                let (http, base, next) = (http.clone(), base.to_string(), next.clone());
+                tokio::spawn(async move {
+                    loop {
+                        let i = next.fetch_add(100, Ordering::SeqCst);
+                        if i >= BACKLOG {
+                            break;
+                        }
+                        common::load::tag_backlog(&http, &base, i, 100).await;
+                    }
+                })
+            })
+            .collect();
+        for f in fillers {
+            f.await.unwrap();
+        }
+        let db = db.expect("the backlog run is PostgreSQL's");
+        let held = db.wait_held(Duration::from_secs(600)).await;
+        println!(
+            "backlog: {held} of {BACKLOG} deliveries held for a receiver that is down (the rest met its 410 before their webhook was disabled), queued in {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
+        Backlog {
+            arrivals,
+            receiver,
+            up,
+            held,
+        }
+    }
+
+    /// The receiver comes back and its webhook is enabled again: every
+    /// held delivery goes. Their events/s end to end.
+    async fn drain(self, http: &reqwest::Client, base: &str) -> f64 {
+        self.up.store(true, Ordering::SeqCst);
+        let started = Instant::now();
+        let hook = common::load::webhook(&self.receiver, false);
+        let path = "/v1/teams/bench/webhooks/down";
+        common::load::call(http, base, "PUT", path, hook).await;
+        let done = wait_for(&self.arrivals, self.held, Duration::from_secs(600))
+            .await
+            .expect("the backlog did not drain within 600 s");
+        let per_s = self.held as f64 / (done - started).as_secs_f64();
+        println!(
+            "backlog drained: {} events at {per_s:.0} events/s",
+            self.held
+        );
+        check_exactly_once(&self.arrivals, self.held);
+        per_s
+    }
 }
 
 fn print_rss_before_load(hosts: &[Host]) {
@@ -214,7 +464,11 @@ fn print_rss_before_load(hosts: &[Host]) {
 }
 
 /// `n` hosts on `engine`, with the database they share on PostgreSQL.
-async fn start_hosts(engine: Engine, n: usize) -> (Vec<Host>, Option<Database>) {
+async fn start_hosts(
+    engine: Engine,
+    n: usize,
+    binary: Option<&str>,
+) -> (Vec<Host>, Option<Database>) {
     let config = format!("{NO_MODEL}[webhooks]\nallow_private = [\"127.0.0.0/8\"]\n");
     let database = match engine {
         Engine::Postgres => Some(Database::create().await),
@@ -224,12 +478,20 @@ async fn start_hosts(engine: Engine, n: usize) -> (Vec<Host>, Option<Database>) 
     if let Some(db) = &database {
         env.push(("SWITCHYARD_STORE_URL", db.url.as_str()));
     }
-    let hosts = (0..n).map(|_| start_host_with(&config, &env)).collect();
+    let hosts = (0..n)
+        .map(|_| common::start_host_from(binary, &config, &env))
+        .collect();
     (hosts, database)
 }
 
 /// The run's name in its summary line.
-fn label_of(engine: Engine, hosts: usize, labels: Labels, batch: usize) -> String {
+fn label_of(
+    engine: Engine,
+    hosts: usize,
+    labels: Labels,
+    batch: usize,
+    variant: Variant,
+) -> String {
     let mut label = match (engine, hosts) {
         (Engine::Sled, _) => "sled".to_string(),
         (Engine::Postgres, 1) => "postgres".to_string(),
@@ -241,6 +503,11 @@ fn label_of(engine: Engine, hosts: usize, labels: Labels, batch: usize) -> Strin
     if batch > 1 {
         label.push_str(&format!(", {batch} per request"));
     }
+    match variant {
+        Variant::Plain => {}
+        Variant::Backlog => label.push_str(&format!(", {BACKLOG} waiting")),
+        Variant::ConfigWrites => label.push_str(", a configuration write every 100 ms"),
+    }
     label
 }
 
@@ -250,17 +517,18 @@ struct Load<'a> {
     bases: &'a [String],
     arrivals: &'a Arrivals,
     labels: Labels,
+    clients: usize,
 }
 
 /// The closed loop's figures.
 struct Closed {
     events_per_s: f64,
     cpu_us: f64,
-    /// The database's CPU per event, as the summary line says it (or "").
-    db_us: String,
+    /// The database's CPU per event, on PostgreSQL.
+    db_cpu_us: Option<f64>,
 }
 
-/// Closed loop: CLIENTS clients each send their share as fast as
+/// Closed loop: the load's clients each send their share as fast as
 /// answered, spread over the hosts; events/s end to end and CPU per event.
 async fn closed_loop(load: &Load<'_>, hosts: &[Host], engine: Engine, batch: usize) -> Closed {
     let host_cpu = || -> f64 { hosts.iter().filter_map(|h| cpu_seconds(h.child.id())).sum() };
@@ -272,7 +540,7 @@ async fn closed_loop(load: &Load<'_>, hosts: &[Host], engine: Engine, batch: usi
     let (cpu_before, db_before, own_before) = (host_cpu(), db_cpu(), own_cpu());
     let started = Instant::now();
     let next = Arc::new(AtomicUsize::new(0));
-    let clients: Vec<_> = (0..CLIENTS)
+    let clients: Vec<_> = (0..load.clients)
         .map(|c| {
             let base = load.bases[c % load.bases.len()].clone();
             let (http, next, labels) = (load.http.clone(), next.clone(), load.labels);
@@ -299,7 +567,8 @@ async fn closed_loop(load: &Load<'_>, hosts: &[Host], engine: Engine, batch: usi
     let cpu_us = (host_cpu() - cpu_before) * 1e6 / throughput_events as f64;
     let events_per_s = throughput_events as f64 / end_to_end.as_secs_f64();
     println!(
-        "throughput ({CLIENTS} clients, {throughput_events} events): accepted {:.0} events/s, delivered end to end {events_per_s:.0} events/s",
+        "throughput ({} clients, {throughput_events} events): accepted {:.0} events/s, delivered end to end {events_per_s:.0} events/s",
+        load.clients,
         throughput_events as f64 / accepted.as_secs_f64(),
     );
     println!("host CPU per delivered event: {cpu_us:.0} µs");
@@ -307,18 +576,18 @@ async fn closed_loop(load: &Load<'_>, hosts: &[Host], engine: Engine, batch: usi
         "bench CPU per delivered event (clients and receiver): {:.0} µs",
         (own_cpu() - own_before) * 1e6 / throughput_events as f64
     );
-    let db_us = match (db_before, db_cpu()) {
+    let db_cpu_us = match (db_before, db_cpu()) {
         (Some(before), Some(after)) => {
             let us = (after - before) * 1e6 / throughput_events as f64;
             println!("PostgreSQL CPU per delivered event: {us:.0} µs");
-            format!(", {us:.0} µs database CPU per event")
+            Some(us)
         }
-        _ => String::new(),
+        _ => None,
     };
     Closed {
         events_per_s,
         cpu_us,
-        db_us,
+        db_cpu_us,
     }
 }
 

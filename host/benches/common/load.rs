@@ -4,7 +4,7 @@
 //! event API, one or many per request.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -27,9 +27,18 @@ pub struct Arrivals {
 
 /// A receiver on loopback that counts into `arrivals`; its base URL.
 pub async fn receiver(arrivals: Arrivals) -> String {
+    gated_receiver(arrivals, Arc::new(AtomicBool::new(true))).await
+}
+
+/// [`receiver`], which answers 410 Gone (counting nothing) while `up` is
+/// false: a receiver that is down, whose webhook the first answer disables.
+pub async fn gated_receiver(arrivals: Arrivals, up: Arc<AtomicBool>) -> String {
     let app = axum::Router::new().fallback(move |headers: axum::http::HeaderMap, body: Bytes| {
-        let arrivals = arrivals.clone();
+        let (arrivals, up) = (arrivals.clone(), up.clone());
         async move {
+            if !up.load(Ordering::SeqCst) {
+                return axum::http::StatusCode::GONE;
+            }
             let now = Instant::now();
             let tag = serde_json::from_slice::<Value>(&body)
                 .ok()
@@ -44,7 +53,7 @@ pub async fn receiver(arrivals: Arrivals) -> String {
                 arrivals.at.lock().unwrap().insert(tag, now);
                 arrivals.count.fetch_add(1, Ordering::SeqCst);
             }
-            "ok"
+            axum::http::StatusCode::OK
         }
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -135,6 +144,52 @@ pub async fn setup(http: &reqwest::Client, base: &str, receiver: &str) {
         )
         .await;
     }
+}
+
+/// The backlog's project: one version, and a tag automation calling
+/// webhook `down` (at `receiver`), made beside [`setup`]'s.
+pub const BACKLOG_PROJECT: &str = "/v1/teams/bench/projects/backlog";
+
+/// Webhook `down`, project `backlog` with one version, and its automation.
+pub async fn setup_backlog(http: &reqwest::Client, base: &str, receiver: &str) {
+    let mut down = webhook(receiver, false);
+    down["name"] = json!("down");
+    let steps = [
+        ("POST", "/v1/teams/bench/webhooks".to_string(), down),
+        (
+            "POST",
+            "/v1/teams/bench/projects".into(),
+            json!({"name": "backlog"}),
+        ),
+        (
+            "POST",
+            format!("{BACKLOG_PROJECT}/collections"),
+            json!({"name": "model"}),
+        ),
+        (
+            "POST",
+            format!("{BACKLOG_PROJECT}/collections/model/versions"),
+            json!({"metadata": {"accuracy": 0.5}}),
+        ),
+        (
+            "POST",
+            format!("{BACKLOG_PROJECT}/automations"),
+            json!({"name": "on-tag",
+            "event": {"type": "ADD_ARTIFACT_TAG"}, "webhook": {"team": "bench", "name": "down"},
+            "action": "Webhooks",
+            "payload": r#"{"tag": "${tag}", "version": "${artifact_version_string}"}"#}),
+        ),
+    ];
+    for (method, path, body) in steps {
+        call(http, base, method, &path, body).await;
+    }
+}
+
+/// Adds tags `b{first}..b{first + n}` to the backlog's version in one request.
+pub async fn tag_backlog(http: &reqwest::Client, base: &str, first: usize, n: usize) {
+    let path = format!("{BACKLOG_PROJECT}/collections/model/versions/v0/tags");
+    let tags: Vec<String> = (first..first + n).map(|i| format!("b{i}")).collect();
+    call(http, base, "POST", &path, json!({ "tags": tags })).await;
 }
 
 /// Which versions the tags go to.

@@ -53,8 +53,14 @@ pub fn start_host(config: &str) -> Host {
 /// [`start_host`] with extra environment variables (a store URL, a master
 /// key).
 pub fn start_host_with(config: &str, env: &[(&str, &str)]) -> Host {
+    start_host_from(None, config, env)
+}
+
+/// [`start_host_with`] from `binary`, if given, rather than this build (or
+/// BENCH_SWITCHYARD's).
+pub fn start_host_from(binary: Option<&str>, config: &str, env: &[(&str, &str)]) -> Host {
     let dir = tempfile::tempdir().unwrap();
-    let mut host = start_host_in(dir.path(), config, env);
+    let mut host = start_host_of(binary, dir.path(), config, env);
     host._dir = Some(dir);
     host
 }
@@ -62,12 +68,18 @@ pub fn start_host_with(config: &str, env: &[(&str, &str)]) -> Host {
 /// [`start_host_with`] in `dir`, the caller's, which keeps the config
 /// and the data directory (`dir/data`) between hosts.
 pub fn start_host_in(dir: &Path, config: &str, env: &[(&str, &str)]) -> Host {
+    start_host_of(None, dir, config, env)
+}
+
+fn start_host_of(binary: Option<&str>, dir: &Path, config: &str, env: &[(&str, &str)]) -> Host {
     use std::io::{BufRead, BufReader};
     let path = dir.join("switchyard.toml");
     std::fs::write(&path, config.replace("{dir}", &dir.display().to_string())).unwrap();
     // BENCH_SWITCHYARD runs another build, to compare two in one session.
-    let binary = std::env::var_os("BENCH_SWITCHYARD")
-        .unwrap_or_else(|| env!("CARGO_BIN_EXE_switchyard").into());
+    let binary = binary.map(std::ffi::OsString::from).unwrap_or_else(|| {
+        std::env::var_os("BENCH_SWITCHYARD")
+            .unwrap_or_else(|| env!("CARGO_BIN_EXE_switchyard").into())
+    });
     let mut child = Command::new(binary)
         .args(["serve", "--listen", "127.0.0.1:0", "--config"])
         .arg(&path)
@@ -161,6 +173,38 @@ impl Database {
             admin,
             name,
             url: url.to_string(),
+        }
+    }
+
+    /// Waits until every delivery in its outbox is held (none due within
+    /// ten minutes) and their number holds still for half a second; how
+    /// many, or a panic after `limit`.
+    pub async fn wait_held(&self, limit: std::time::Duration) -> usize {
+        use sqlx::Connection;
+        let mut conn = sqlx::PgConnection::connect(&self.url).await.unwrap();
+        let deadline = std::time::Instant::now() + limit;
+        let mut last = 0;
+        loop {
+            let soon = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis() as i64
+                + 600_000;
+            let (held, all): (i64, i64) =
+                sqlx::query_as("SELECT count(*) FILTER (WHERE due_ms > $1), count(*) FROM outbox")
+                    .bind(soon)
+                    .fetch_one(&mut conn)
+                    .await
+                    .unwrap();
+            if held > 0 && held == all && held == last {
+                return held as usize;
+            }
+            last = if held == all { held } else { 0 };
+            assert!(
+                std::time::Instant::now() < deadline,
+                "deliveries still not all held after {limit:?}: {held} of {all}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
         }
     }
 
