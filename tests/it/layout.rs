@@ -210,6 +210,10 @@ const SPAWNS_OWNED_ELSEWHERE: &[(&str, &str)] = &[
         "store/postgres/mod.rs",
         "the store's NOTIFY listener: it ends with the store",
     ),
+    (
+        "store/postgres/tagging.rs",
+        "the store's tag writer: it ends when the store drops its sender",
+    ),
 ];
 
 /// Every `tokio::spawn(` in the non-test code under `src`, by file.

@@ -170,6 +170,31 @@ async fn three_hosts_keep_one_fifo_line() {
         .await;
 }
 
+/// `host` accepts `events` tags (`{prefix}0`…) and holds their deliveries,
+/// in flight to a receiver that answers slowly, when it dies (kill -9);
+/// then the receiver answers 200 at once.
+async fn dies_holding(
+    host: &mut Host,
+    receiver: &Receiver,
+    key: &str,
+    prefix: &str,
+    events: usize,
+) {
+    receiver.delay(10_000);
+    receiver.answer(503);
+    for i in 0..events {
+        tag(host, key, &format!("{prefix}{i}")).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while receiver.arrived() < events {
+        assert!(Instant::now() < deadline, "the sends never arrived");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    host.kill9();
+    receiver.delay(0);
+    receiver.answer(200);
+}
+
 #[tokio::test]
 async fn a_dead_hosts_deliveries_are_taken_over() {
     Engine::Postgres
@@ -177,23 +202,9 @@ async fn a_dead_hosts_deliveries_are_taken_over() {
             let receiver = Receiver::start().await;
             let mut hosts = hosts(3).await;
             let (_, bob) = world(&hosts, &receiver).await;
-            // Host 2 accepts the events and holds their deliveries, in
-            // flight to a receiver that answers slowly, when it dies.
-            receiver.delay(10_000);
-            receiver.answer(503);
             let events = 5;
-            for i in 0..events {
-                tag(&hosts[2], &bob, &format!("t{i}")).await;
-            }
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while receiver.arrived() < events {
-                assert!(Instant::now() < deadline, "the sends never arrived");
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            hosts[2].kill9();
+            dies_holding(&mut hosts[2], &receiver, &bob, "t", events).await;
             let killed = Instant::now();
-            receiver.delay(0);
-            receiver.answer(200);
             let attempts = finished(&hosts[0], &bob, events, 30).await;
             let took = killed.elapsed();
             eprintln!(
@@ -816,6 +827,159 @@ async fn a_pace_holds_across_hosts() {
             let measured = 44.0 / span;
             eprintln!("three hosts paced at 20/s, measured {measured:.1}/s at the receiver");
             assert!(measured <= 22.0, "{measured:.1}/s");
+        })
+        .await;
+}
+
+/// What migrations 22 and 23 changed, undone: the outbox and history as
+/// schema 21 (the build before them) kept them, leases as lease_until_ms,
+/// bodies as hex in both tables, attempts inside their execution's row,
+/// and the configuration announced by table.
+const AS_SCHEMA_21: &str = "\
+    ALTER TABLE outbox ADD COLUMN lease_until_ms bigint; \
+    UPDATE outbox SET lease_until_ms = CASE WHEN lease_owner IS NOT NULL THEN visible_at END, \
+        due_ms = least(due_ms, visible_at); \
+    ALTER TABLE outbox DROP COLUMN visible_at; \
+    CREATE INDEX outbox_by_due ON outbox (due_ms); \
+    UPDATE outbox o SET body_sealed = e.body_sealed FROM executions e WHERE o.body_sealed IS NULL \
+        AND e.scope = o.scope AND e.automation = o.automation AND e.id = o.execution_id; \
+    ALTER TABLE outbox ALTER COLUMN body_sealed TYPE text USING encode(body_sealed, 'hex'); \
+    ALTER TABLE outbox ALTER COLUMN body_sealed SET NOT NULL; \
+    ALTER TABLE executions ALTER COLUMN body_sealed TYPE text USING encode(body_sealed, 'hex'); \
+    ALTER TABLE executions ADD COLUMN attempts jsonb NOT NULL DEFAULT '[]'; \
+    UPDATE executions e SET attempts = coalesce((SELECT jsonb_agg(a.attempt ORDER BY a.seq) \
+        FROM attempts a WHERE a.scope = e.scope AND a.automation = e.automation \
+        AND a.execution_id = e.id), '[]'); \
+    ALTER TABLE executions ALTER COLUMN attempts DROP DEFAULT; \
+    DROP TABLE attempts; DROP INDEX executions_by_time; \
+    DROP TRIGGER secrets_changed ON secrets; DROP TRIGGER webhooks_changed ON webhooks; \
+    DROP TRIGGER automations_changed ON automations; DROP TRIGGER api_keys_changed ON api_keys; \
+    DROP TRIGGER members_changed ON members; DROP TRIGGER projects_changed ON projects; \
+    DROP FUNCTION switchyard_record_changed(); DROP FUNCTION switchyard_announce(text, jsonb, text[]); \
+    CREATE TRIGGER secrets_changed AFTER INSERT OR UPDATE OR DELETE ON secrets \
+        FOR EACH STATEMENT EXECUTE FUNCTION switchyard_config_changed(); \
+    CREATE TRIGGER webhooks_changed AFTER INSERT OR UPDATE OR DELETE ON webhooks \
+        FOR EACH STATEMENT EXECUTE FUNCTION switchyard_config_changed(); \
+    CREATE TRIGGER automations_changed AFTER INSERT OR UPDATE OR DELETE ON automations \
+        FOR EACH STATEMENT EXECUTE FUNCTION switchyard_config_changed(); \
+    CREATE TRIGGER api_keys_changed AFTER INSERT OR UPDATE OR DELETE ON api_keys \
+        FOR EACH STATEMENT EXECUTE FUNCTION switchyard_config_changed(); \
+    CREATE TRIGGER members_changed AFTER INSERT OR UPDATE OR DELETE ON members \
+        FOR EACH STATEMENT EXECUTE FUNCTION switchyard_config_changed(); \
+    CREATE TRIGGER projects_changed AFTER INSERT OR UPDATE OR DELETE ON projects \
+        FOR EACH STATEMENT EXECUTE FUNCTION switchyard_config_changed(); \
+    DELETE FROM _sqlx_migrations WHERE version > 21;";
+
+#[tokio::test]
+async fn a_database_from_before_the_queue_delivers_what_it_held() {
+    Engine::Postgres
+        .run(async {
+            use sqlx::Connection;
+            let receiver = Receiver::start().await;
+            let mut hosts = hosts(1).await;
+            let (_, bob) = world(&hosts, &receiver).await;
+            // The outbox holds the dead host's deliveries with live leases
+            // and their sealed bodies.
+            let events = 4;
+            dies_holding(&mut hosts[0], &receiver, &bob, "old", events).await;
+            let url = hosts[0].database.as_ref().unwrap().url.clone();
+            let mut db = sqlx::PgConnection::connect(&url).await.unwrap();
+            sqlx::raw_sql(AS_SCHEMA_21).execute(&mut db).await.unwrap();
+            let hex: String = sqlx::query_scalar("SELECT body_sealed FROM outbox LIMIT 1")
+                .fetch_one(&mut db)
+                .await
+                .unwrap();
+            assert!(hex.chars().all(|c| c.is_ascii_hexdigit()), "{hex}");
+            // A host of this build migrates it and, once the dead host's
+            // leases run out, sends what it held.
+            let next = Host::builder()
+                .config(CONFIG)
+                .env("SWITCHYARD_MASTER_KEY", MASTER_KEY)
+                .same_database(&hosts[0])
+                .start()
+                .await;
+            // (The dead host's own attempts died with it, unrecorded.)
+            let attempts = finished(&next, &bob, events, 30).await;
+            assert!(attempts.iter().all(|a| *a >= 1), "{attempts:?}");
+            let acked = acknowledged(&receiver);
+            assert_eq!(acked.len(), events, "every event delivered: {acked:?}");
+            assert!(acked.values().all(|n| *n == 1), "{acked:?}");
+            let bodies: Vec<String> = receiver
+                .received()
+                .iter()
+                .filter(|r| r.answered == 200)
+                .map(|r| String::from_utf8_lossy(&r.body).into_owned())
+                .collect();
+            for i in 0..events {
+                let sent = format!(r#"{{"tag": "old{i}"}}"#);
+                assert!(bodies.contains(&sent), "{sent} not in {bodies:?}");
+            }
+            let version: i64 = sqlx::query_scalar("SELECT max(version) FROM _sqlx_migrations")
+                .fetch_one(&mut db)
+                .await
+                .unwrap();
+            assert!(version >= 23, "migrated forward: {version}");
+        })
+        .await;
+}
+
+/// Each write to what hosts keep is announced as that record's path, the
+/// one hosts read it under (`store::changes`), so that every host drops
+/// that entry only: a secret as its team's, a webhook, a project's
+/// automations, a member, a project.
+#[tokio::test]
+async fn the_database_announces_each_kept_record_by_its_path() {
+    Engine::Postgres
+        .run(async {
+            let receiver = Receiver::start().await;
+            let hosts = hosts(1).await;
+            let (alice, _) = world(&hosts, &receiver).await;
+            let url = hosts[0].database.as_ref().unwrap().url.clone();
+            let mut listener = sqlx::postgres::PgListener::connect(&url).await.unwrap();
+            listener.listen("switchyard_config").await.unwrap();
+            let put_secret = json!({"value": "another"});
+            ok(
+                &hosts[0],
+                &alice,
+                "PUT",
+                "/v1/teams/ml/secrets/SIGN",
+                put_secret,
+            )
+            .await;
+            let hook = json!({"url": format!("{}/hook", receiver.base), "signing_secret": "SIGN"});
+            ok(&hosts[0], &alice, "PUT", "/v1/teams/ml/webhooks/ci", hook).await;
+            let automation = json!({"name": "again", "event": {"type": "ADD_ARTIFACT_TAG"},
+                "webhook": {"team": "ml", "name": "ci"}, "action": "Webhooks"});
+            let automations = format!("{PROJECT}/automations");
+            ok(&hosts[0], &alice, "POST", &automations, automation).await;
+            let (status, body) = hosts[0]
+                .call("DELETE", "/v1/teams/ml/members/bob", &alice, None)
+                .await;
+            assert_eq!(status, 204, "{body}");
+            let mut heard: Vec<String> = Vec::new();
+            let deadline = Instant::now() + Duration::from_secs(5);
+            let bob = |heard: &[String]| heard.iter().any(|p| p.starts_with("members/team/ml/"));
+            while !bob(&heard) && Instant::now() < deadline {
+                let next = tokio::time::timeout(Duration::from_secs(1), listener.recv()).await;
+                if let Ok(Ok(n)) = next {
+                    heard.push(n.payload().to_string());
+                }
+            }
+            let project = PROJECT
+                .trim_start_matches("/v1/teams/")
+                .replace("/projects/", "/");
+            for path in [
+                "secrets/ml".to_string(),
+                "webhooks/ml/ci".to_string(),
+                format!("automations/p/{project}"),
+            ] {
+                assert!(heard.contains(&path), "{path} not announced: {heard:?}");
+            }
+            assert!(bob(&heard), "the member removed: {heard:?}");
+            assert!(
+                heard.iter().all(|p| p.contains('/')),
+                "every announcement names its record: {heard:?}"
+            );
         })
         .await;
 }

@@ -1,10 +1,9 @@
 //! What the delivery path reads of the configuration for every event, kept
 //! in memory: the automations an event type triggers in a scope, a webhook
 //! with its secrets opened, and an automation's template with its secret
-//! references resolved. An entry serves while the store's
-//! configuration epoch is the one it was read at (the store moves it on
-//! every write to secrets, webhooks or automations, from any host), and a
-//! few seconds at most, in case a change went unheard.
+//! references resolved. An entry serves while the records it was read from
+//! stay unchanged (`store::Changes`: the automations of its scope, its
+//! webhook, its team's secrets), whichever host writes them.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -15,7 +14,16 @@ use super::webhooks::{self, Revealed, Webhook};
 use crate::domain::seal::Sealer;
 use crate::error::Result;
 use crate::model::{EventType, Scope};
-use crate::store::{Kept, Store};
+use crate::store::{Kept, Store, changes};
+
+/// What a webhook with its secrets opened is read from: the webhook, and
+/// its team's secrets.
+fn webhook_paths(team: &str, name: &str) -> [String; 2] {
+    [
+        changes::path("webhooks", &[team, name]),
+        changes::path("secrets", &[team]),
+    ]
+}
 
 /// A webhook as a send needs it.
 pub struct Opened {
@@ -57,7 +65,11 @@ impl ConfigCache {
 
     /// The active automations of `scope` that listen for `event`.
     pub async fn triggered(&self, scope: &Scope, event: EventType) -> Result<Triggered> {
-        let (key, epoch) = ((scope.clone(), event), self.store.config_epoch());
+        let scope_path = changes::path("automations", &[&scope.parts().join("/")]);
+        let (key, epoch) = (
+            (scope.clone(), event),
+            self.store.changes().stamp(&[&scope_path]),
+        );
         if let Some(hit) = self.triggered.get(&key, epoch) {
             return Ok(hit);
         }
@@ -71,7 +83,7 @@ impl ConfigCache {
     pub async fn webhook(&self, team: &str, name: &str) -> Result<Arc<Opened>> {
         let (key, epoch) = (
             (team.to_string(), name.to_string()),
-            self.store.config_epoch(),
+            self.store.changes().stamp(&webhook_paths(team, name)),
         );
         if let Some(hit) = self.webhooks.get(&key, epoch) {
             return Ok(hit);
@@ -86,8 +98,7 @@ impl ConfigCache {
     /// `automation`'s payload template, if it has one, with its secret
     /// references resolved against what its webhook carries (`carried`)
     /// and the team's secrets (see `secret_refs`): the same for every event
-    /// until the automation, its webhook or a secret changes, which moves
-    /// the epoch.
+    /// until the automation, its webhook or a secret of its team changes.
     pub async fn template(
         &self,
         automation: &Automation,
@@ -97,7 +108,9 @@ impl ConfigCache {
             return Ok(None);
         };
         let key = (automation.scope.clone(), automation.name.clone());
-        let epoch = self.store.config_epoch();
+        let scope_path = changes::path("automations", &[&automation.scope.parts().join("/")]);
+        let [hook, secrets] = webhook_paths(&automation.webhook.team, &automation.webhook.name);
+        let epoch = self.store.changes().stamp(&[&scope_path, &hook, &secrets]);
         if let Some(hit) = self.templates.get(&key, epoch) {
             return Ok(Some(hit));
         }

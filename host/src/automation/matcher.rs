@@ -133,6 +133,10 @@ async fn write_loop(
 /// The batch's rows go in set-wise: one statement each for the events taken,
 /// the executions and the deliveries, whatever the batch's size.
 async fn write_matched(store: &Store, matched: Vec<Matched>) -> Result<Vec<Vec<Delivery>>> {
+    let decided = |f: &Fired| f.run.is_some() || (f.delivery.is_some() && f.throttle.is_set());
+    if !matched.iter().any(|m| m.fired.iter().any(decided)) {
+        return write_undecided(store, matched).await;
+    }
     let tx = store.begin().await?;
     let ids: Vec<&str> = matched.iter().map(|m| m.event.as_str()).collect();
     let taken = tx.take_events(&ids).await?;
@@ -170,6 +174,30 @@ async fn write_matched(store: &Store, matched: Vec<Matched>) -> Result<Vec<Vec<D
         crate::telemetry::skipped(skipped.reason.as_str());
     }
     Ok(out)
+}
+
+/// [`write_matched`] when no firing waits on a decision at write time (a
+/// run's once per window, a throttle): one write of the engine's
+/// ([`crate::store::Engine::write_fired`]), one statement on PostgreSQL.
+async fn write_undecided(store: &Store, matched: Vec<Matched>) -> Result<Vec<Vec<Delivery>>> {
+    let ids: Vec<&str> = matched.iter().map(|m| m.event.as_str()).collect();
+    let mut fired = Vec::new();
+    let mut queued = Vec::with_capacity(matched.len());
+    for (n, m) in matched.iter().enumerate() {
+        let deliveries: Vec<Delivery> = m.fired.iter().filter_map(|f| f.delivery.clone()).collect();
+        fired.extend(
+            m.fired
+                .iter()
+                .map(|f| (n, f.execution.clone(), f.delivery.clone())),
+        );
+        queued.push(deliveries);
+    }
+    let taken = store.write_fired(&ids, &fired).await?;
+    Ok(queued
+        .into_iter()
+        .zip(taken)
+        .map(|(deliveries, taken)| if taken { deliveries } else { Vec::new() })
+        .collect())
 }
 
 impl Matcher {

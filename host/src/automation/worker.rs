@@ -366,8 +366,8 @@ async fn record_loop(
     }
 }
 
-/// The executions' history, and each delivery removed or rescheduled, in
-/// one transaction of two set-wise writes.
+/// The executions' history, and each delivery removed or rescheduled, at
+/// once (`Engine::write_outcomes`: one statement on PostgreSQL).
 async fn write_outcomes(store: &Store, batch: &[Outcome]) -> Result<()> {
     let finished: Vec<_> = batch
         .iter()
@@ -386,12 +386,7 @@ async fn write_outcomes(store: &Store, batch: &[Outcome]) -> Result<()> {
         })
         .collect();
     let caused: Vec<Event> = batch.iter().filter_map(|o| o.caused.clone()).collect();
-    let tx = store.begin().await?;
-    tx.finish_deliveries(&finished).await?;
-    tx.record_attempts(&attempts).await?;
-    tx.insert_events(&caused).await?;
-    tx.commit().await?;
-    Ok(())
+    Ok(store.write_outcomes(&finished, &attempts, &caused).await?)
 }
 
 impl Inner {

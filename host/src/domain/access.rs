@@ -1,16 +1,17 @@
 //! The reads every request makes to let its caller in (the key and its
 //! user, the caller's role in the group, the project), kept while the
-//! store's configuration epoch stands (`store::Kept`): on PostgreSQL they
+//! record they were read from stands (`store::Changes`): on PostgreSQL they
 //! were four round trips per request. Only what lets a caller in is kept,
 //! never a refusal, so what is created works at once; what takes access
-//! away (a key revoked, a member removed or demoted) moves the epoch when
-//! it commits, and on other hosts when PostgreSQL's notice arrives.
+//! away (a key revoked, a member removed or demoted) drops that one entry
+//! when it commits, and on other hosts when PostgreSQL's notice arrives.
 
 use crate::domain::auth::{self, ApiKey, User};
 use crate::domain::groups::{self, Role};
 use crate::domain::projects;
 use crate::error::Result;
 use crate::model::{GroupKind, Scope};
+use crate::store::changes::path;
 use crate::store::{Kept, Store};
 
 /// The cache. One per host, shared by its requests.
@@ -34,7 +35,8 @@ impl Access {
 
     /// [`auth::authenticate_key`], kept by the key's hash.
     pub async fn authenticate_key(&self, key: &str) -> Result<(User, ApiKey)> {
-        let (hash, epoch) = (auth::hash_key(key), self.store.config_epoch());
+        let hash = auth::hash_key(key);
+        let epoch = self.store.changes().stamp(&[&path("api_keys", &[&hash])]);
         if let Some(hit) = self.keys.get(&hash, epoch) {
             auth::check_expiry(&hit.1)?;
             return Ok(hit);
@@ -75,7 +77,9 @@ impl Access {
     pub async fn project(&self, team: &str, name: &str) -> Result<projects::Project> {
         let (key, epoch) = (
             (team.to_string(), name.to_string()),
-            self.store.config_epoch(),
+            self.store
+                .changes()
+                .stamp(&[&path("projects", &[team, name])]),
         );
         if let Some(hit) = self.projects.get(&key, epoch) {
             return Ok(hit);
@@ -99,8 +103,9 @@ impl Access {
         name: &str,
         need: Role,
     ) -> Result<Role> {
+        let member = path("members", &[kind.noun(), name, user.id.as_str()]);
+        let epoch = self.store.changes().stamp(&[&member]);
         let key = (kind, name.to_string(), user.id.clone());
-        let epoch = self.store.config_epoch();
         if let Some(role) = self.roles.get(&key, epoch)
             && role >= need
         {

@@ -107,7 +107,8 @@ contract!(
     nothing_is_due_before_its_commit,
     executions_and_attempts,
     batches_write_set_wise,
-    config_writes_move_the_epoch,
+    joined_writes_land_as_their_parts,
+    config_writes_move_their_records_stamps,
     usage_adds_up,
     cached_answers_expire_and_are_trimmed,
     rate_limit_claims,
@@ -1123,7 +1124,10 @@ async fn executions_and_attempts(store: &Store) {
 }
 
 /// An automation's firing times: what `admit` leaves is kept, what it
-/// refuses changes nothing, and a transaction sees its own admissions.
+/// refuses changes nothing, a transaction sees its own admissions, and
+/// they hold once it commits. (PostgreSQL's hold at once, outside the
+/// batch's transaction, so that hosts firing one automation do not wait
+/// on each other's batches; the embedded store's commit with it.)
 async fn firings_are_admitted_one_at_a_time(store: &Store) {
     let automation = handle();
     let once_only = |fires: &mut Vec<u64>| match fires.len() {
@@ -1141,11 +1145,6 @@ async fn firings_are_admitted_one_at_a_time(store: &Store) {
     assert_eq!(tx.admit_fire(&automation, &once_only).await.unwrap(), None);
     let held = tx.admit_fire(&automation, &once_only).await.unwrap();
     assert_eq!(held.unwrap().message, "1 already");
-    assert_eq!(
-        store.fires(&automation).await.unwrap(),
-        Vec::<u64>::new(),
-        "not yet committed"
-    );
     tx.commit().await.unwrap();
     assert_eq!(store.fires(&automation).await.unwrap(), [7]);
     let held = store.admit_fire(&automation, &once_only).await.unwrap();
@@ -1236,10 +1235,101 @@ async fn batches_write_set_wise(store: &Store) {
     assert_eq!(x2.attempts, vec![busy]);
 }
 
-/// Every write to what the delivery path caches moves the configuration
-/// epoch by the time it returns, or its transaction commits.
-async fn config_writes_move_the_epoch(store: &Store) {
-    let epoch = || store.config_epoch();
+/// `write_fired` writes what the events it took fired and nothing for an
+/// event already taken; `write_outcomes` lands as its three writes would.
+async fn joined_writes_land_as_their_parts(store: &Store) {
+    store
+        .insert_events(&[event("f1", 1), event("f2", 2)])
+        .await
+        .unwrap();
+    assert!(store.take_event("f2").await.unwrap(), "taken elsewhere");
+    let far = crate::ids::now_ms() + 3_600_000;
+    let fired = |id: &str, n: usize| {
+        let d = Delivery {
+            execution_id: format!("fx_{id}").into(),
+            ..delivery(&format!("fd_{id}"), far)
+        };
+        (n, execution(&format!("fx_{id}"), 5), Some(d))
+    };
+    let taken = store
+        .write_fired(
+            &["f1", "f2", "f9"],
+            &[fired("a", 0), fired("b", 1), fired("c", 0)],
+        )
+        .await
+        .unwrap();
+    assert_eq!(taken, [true, false, false]);
+    let automation = handle();
+    let found = |id: &str| {
+        let id = ExecutionId::from(id);
+        let automation = automation.clone();
+        async move { store.execution(&automation, &id).await.unwrap() }
+    };
+    assert!(found("fx_a").await.is_some() && found("fx_c").await.is_some());
+    assert!(
+        found("fx_b").await.is_none(),
+        "its event was taken elsewhere"
+    );
+    let waiting = |d: &str| Delivery {
+        execution_id: format!("fx_{}", &d[3..]).into(),
+        ..delivery(d, far)
+    };
+    assert!(store.delivery_waits(&waiting("fd_a")).await.unwrap());
+    assert!(!store.delivery_waits(&waiting("fd_b")).await.unwrap());
+    assert_eq!(
+        store.write_fired(&[], &[]).await.unwrap(),
+        Vec::<bool>::new()
+    );
+
+    let (a, c) = (waiting("fd_a"), waiting("fd_c"));
+    let again = Delivery {
+        attempts: 1,
+        due_ms: far + 1_000,
+        ..c.clone()
+    };
+    let ok = Attempt {
+        at_ms: 6,
+        status: Some(200),
+        latency_ms: 1.0,
+        error: None,
+        next_attempt_at_ms: None,
+    };
+    let (xa, xc) = (ExecutionId::from("fx_a"), ExecutionId::from("fx_c"));
+    let done = AttemptFor {
+        status: Status::Finished,
+        ..failed(&automation, &xa, None, &ok)
+    };
+    let busy = failed(&automation, &xc, Some("busy"), &ok);
+    store
+        .write_outcomes(&[(&a, None), (&c, Some(&again))], &[done, busy], &[])
+        .await
+        .unwrap();
+    assert!(!store.delivery_waits(&a).await.unwrap(), "sent for good");
+    assert!(store.delivery_waits(&again).await.unwrap(), "rescheduled");
+    let xa = found("fx_a").await.unwrap();
+    assert_eq!(
+        (xa.status, xa.attempts),
+        (Status::Finished, vec![ok.clone()])
+    );
+    assert_eq!(found("fx_c").await.unwrap().error.as_deref(), Some("busy"));
+    let caused = [event("f3", 3)];
+    store
+        .write_outcomes(&[(&again, None)], &[], &caused)
+        .await
+        .unwrap();
+    assert!(!store.delivery_waits(&again).await.unwrap());
+    assert_eq!(store.inbox().await.unwrap().len(), 1, "the event it caused");
+    assert!(store.take_event("f3").await.unwrap());
+}
+
+/// Every write to what hosts keep moves the stamp of what was read from
+/// it by the time it returns, or its transaction commits; a write to one
+/// record leaves what was read from others kept.
+async fn config_writes_move_their_records_stamps(store: &Store) {
+    let stamp = |paths: &[&str]| store.changes().stamp(paths);
+    let hook = ["webhooks/ml/ci", "secrets/ml"];
+    let scope_path = format!("automations/{}", project_scope().parts().join("/"));
+    let scope = scope_path.as_str();
     let secret = Secret {
         name: "SIGN".into(),
         sealed: "aa".into(),
@@ -1248,23 +1338,57 @@ async fn config_writes_move_the_epoch(store: &Store) {
     };
     let webhook = webhook("ci", "http://a/");
     let on_tag = automation("on-tag", tag_event(), "ci");
-    let before = epoch();
+    let before = stamp(&hook);
     store.put_secret("ml", &secret).await.unwrap();
-    let after_secret = epoch();
-    assert_ne!(after_secret, before, "a secret written");
+    let after_secret = stamp(&hook);
+    assert_ne!(after_secret, before, "a secret of its team written");
     store.put_webhook("ml", &webhook).await.unwrap();
-    let after_webhook = epoch();
-    assert_ne!(after_webhook, after_secret, "a webhook written");
+    assert_ne!(stamp(&hook), after_secret, "the webhook written");
+    let automations = stamp(&[scope]);
     store.save_automation(None, &on_tag).await.unwrap();
-    let after_automation = epoch();
-    assert_ne!(after_automation, after_webhook, "an automation saved");
+    let after_automation = stamp(&[scope]);
+    assert_ne!(after_automation, automations, "an automation saved");
     assert!(
         store
             .delete_automation(&project_scope(), "on-tag")
             .await
             .unwrap()
     );
-    assert_ne!(epoch(), after_automation, "an automation deleted");
+    assert_ne!(stamp(&[scope]), after_automation, "an automation deleted");
+
+    // Access changing leaves the delivery path's records kept. (On a
+    // shared store this host hears its own writes again from the database
+    // a moment later: let those arrive first, and the access writes' too.)
+    let settle = || tokio::time::sleep(std::time::Duration::from_millis(300));
+    settle().await;
+    let (hook_now, scope_now) = (stamp(&hook), stamp(&[scope]));
+    store.insert_user(&user("u9", "carol", 9)).await.unwrap();
+    let carol = |role| Member {
+        user_id: "u9".into(),
+        user: "carol".into(),
+        role,
+        added_at: 1,
+    };
+    let team = Group {
+        name: "access-only".into(),
+        description: String::new(),
+        created_at: 1,
+    };
+    let admin = carol(Role::Admin);
+    assert!(
+        store
+            .insert_group(GroupKind::Team, &team, &admin)
+            .await
+            .unwrap()
+    );
+    let demoted = carol(Role::Member);
+    store
+        .put_member(GroupKind::Team, "access-only", &demoted)
+        .await
+        .unwrap();
+    settle().await;
+    assert_eq!(stamp(&hook), hook_now, "a membership leaves webhooks kept");
+    assert_eq!(stamp(&[scope]), scope_now, "and automations");
 
     let tx = store.begin().await.unwrap();
     tx.put_webhook(
@@ -1276,9 +1400,13 @@ async fn config_writes_move_the_epoch(store: &Store) {
     )
     .await
     .unwrap();
-    let uncommitted = epoch();
+    let uncommitted = stamp(&hook);
     tx.commit().await.unwrap();
-    assert_ne!(epoch(), uncommitted, "moved when the transaction committed");
+    assert_ne!(
+        stamp(&hook),
+        uncommitted,
+        "moved when the transaction committed"
+    );
 }
 
 fn failed<'a>(

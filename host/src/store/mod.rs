@@ -20,6 +20,7 @@
 //! atomic together: nothing is visible to others until
 //! [`Transaction::commit`], and dropping it uncommitted discards it.
 
+pub mod changes;
 #[cfg(test)]
 pub(crate) mod contract;
 pub mod copy;
@@ -36,6 +37,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
+pub use changes::Changes;
 pub use error::{Result, StoreError};
 pub use kept::Kept;
 /// The simulated disk crash tests run the embedded store on.
@@ -43,9 +45,28 @@ pub use kept::Kept;
 pub use sled::Sim as SimulatedDisk;
 
 use crate::cfg::StoreConfig;
+use crate::model::{Delivery, Event, Execution};
 
 /// The meta key of the value that checks the master key (see `seal.rs`).
 pub const MASTER_KEY_CHECK: &str = "master_key_check";
+
+/// [`Engine::write_outcomes`] as a transaction of three writes.
+pub async fn outcomes_in_transaction<E: Engine + ?Sized>(
+    engine: &E,
+    finished: &[Finished<'_>],
+    attempts: &[AttemptFor<'_>],
+    caused: &[Event],
+) -> Result<()> {
+    let tx = engine.begin().await?;
+    tx.finish_deliveries(finished).await?;
+    tx.record_attempts(attempts).await?;
+    tx.insert_events(caused).await?;
+    tx.commit().await
+}
+
+/// An execution a matched event fired, with its delivery if it has one, by
+/// the index of its event among those being taken ([`Engine::write_fired`]).
+pub type Fired = (usize, Execution, Option<Delivery>);
 
 /// One stored record as bytes: its kind (a tree or table), key and value.
 pub type RawRecord = (String, Vec<u8>, Vec<u8>);
@@ -64,6 +85,33 @@ pub trait Transaction: Records {
 pub trait Engine: Records {
     /// Starts a transaction.
     async fn begin(&self) -> Result<Box<dyn Transaction>>;
+    /// Takes the events `taken_from` out of the inbox and writes what they
+    /// fired for those it took (`fired`: each execution, with its delivery
+    /// if any, by the index of its event in `taken_from`), at once; which
+    /// of the events it took. An engine may do it in one statement.
+    async fn write_fired(&self, taken_from: &[&str], fired: &[Fired]) -> Result<Vec<bool>> {
+        let tx = self.begin().await?;
+        let taken = tx.take_events(taken_from).await?;
+        let went = |f: &&Fired| taken.get(f.0).copied().unwrap_or(false);
+        let fired: Vec<&Fired> = fired.iter().filter(went).collect();
+        let executions: Vec<Execution> = fired.iter().map(|f| f.1.clone()).collect();
+        let deliveries: Vec<Delivery> = fired.iter().filter_map(|f| f.2.clone()).collect();
+        tx.put_executions(&executions).await?;
+        tx.insert_deliveries(&deliveries).await?;
+        tx.commit().await?;
+        Ok(taken)
+    }
+    /// Writes what a batch of sends settled, at once: the deliveries
+    /// finished or rescheduled, the attempts made, and the events they
+    /// caused. An engine may do it in one statement.
+    async fn write_outcomes(
+        &self,
+        finished: &[Finished<'_>],
+        attempts: &[AttemptFor<'_>],
+        caused: &[Event],
+    ) -> Result<()> {
+        outcomes_in_transaction(self, finished, attempts, caused).await
+    }
     /// Returns once every write committed before the call is on disk.
     async fn durable(&self) -> Result<()>;
     /// A mark of the writes committed so far, for [`Engine::durable_to`].
@@ -93,11 +141,11 @@ pub trait Engine: Records {
     /// their attempts, once settled), in bulk; returns how many executions
     /// went.
     async fn expire_history(&self, keep: std::time::Duration) -> Result<usize>;
-    /// A number that changes whenever what hosts keep in memory
-    /// (`store::Kept`: secrets, webhooks, automations, API keys, members)
-    /// may have changed, on this host or another sharing the store: a
-    /// value read at one epoch serves while the epoch stays the same.
-    fn config_epoch(&self) -> u64;
+    /// What changed among the records hosts keep in memory
+    /// (`store::Kept`: secrets, webhooks, automations, API keys, members,
+    /// projects), on this host or another sharing the store, record by
+    /// record: a value read under a stamp serves while it stands.
+    fn changes(&self) -> &Changes;
     /// Resolves when another host sharing the store may have changed the
     /// uploaded plugins (this host's own changes may wake it too); never on
     /// a store with one host, whose uploads are all this host's.

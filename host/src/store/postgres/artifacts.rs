@@ -8,9 +8,10 @@ use super::shared::{
     LABELLED_VERSION_COLUMNS, VERSION_COLUMNS, collection, i, labelled_version, q, scope_key,
     to_json, u, version,
 };
+use super::tagging::{self, Tagged};
 use crate::model::{Collection, Event, LabelledVersion, Scope, Version};
-use crate::store::Result;
 use crate::store::records::*;
+use crate::store::{Result, StoreError};
 
 #[async_trait]
 impl ArtifactRecords for Postgres {
@@ -158,31 +159,31 @@ impl ArtifactRecords for Postgres {
         tags: &[String],
         events: &[Event],
     ) -> Result<bool> {
-        let ids: Vec<&str> = events.iter().map(|e| e.id.as_str()).collect();
-        let bodies = events.iter().map(to_json).collect::<Result<Vec<_>>>()?;
-        // No tag or event without the version. Versions are never deleted,
-        // so the check needs no lock (a row lock writes the version's page);
-        // deleting collections would need `FOR KEY SHARE` here.
-        let found: i64 = sqlx::query_scalar(
-            "WITH v AS (SELECT 1 FROM versions WHERE scope = $1 AND collection = $2 \
-             AND idx = $3), \
-             t AS (INSERT INTO tags (scope, collection, idx, tag) \
-             SELECT $1, $2, $3, tag FROM v, unnest($4::text[]) WITH ORDINALITY AS x (tag, n) \
-             ORDER BY n ON CONFLICT DO NOTHING), \
-             e AS (INSERT INTO event_inbox (id, event) \
-             SELECT id, event::jsonb FROM v, unnest($5::text[], $6::text[]) AS x (id, event)) \
-             SELECT count(*) FROM v",
-        )
-        .bind(scope_key(version.scope))
-        .bind(version.collection)
-        .bind(i(version.index))
-        .bind(tags)
-        .bind(&ids)
-        .bind(&bodies)
-        .fetch_one(&mut *self.conn().await?)
-        .await
-        .db(self)?;
-        Ok(found > 0)
+        let tagged = Tagged {
+            scope: scope_key(version.scope),
+            collection: version.collection.to_string(),
+            index: version.index,
+            tags: tags.to_vec(),
+            ids: events.iter().map(|e| e.id.to_string()).collect(),
+            bodies: events.iter().map(to_json).collect::<Result<Vec<_>>>()?,
+        };
+        // In a transaction, on its connection; otherwise with whatever
+        // other requests are waiting, in one statement (`tagging.rs`).
+        if self.tx.is_some() {
+            let found = tagging::query(std::slice::from_ref(&tagged))
+                .fetch_all(&mut *self.conn().await?)
+                .await
+                .db(self)?;
+            return Ok(!found.is_empty());
+        }
+        let (answer, found) = tokio::sync::oneshot::channel();
+        if self.shared.tagging.send((tagged, answer)).is_err() {
+            return Err(StoreError::Unavailable);
+        }
+        match found.await {
+            Ok(found) => found.db(self),
+            Err(_) => Err(StoreError::Unavailable),
+        }
     }
 
     async fn add_tag(&self, version: VersionAt<'_>, tag: &str) -> Result<()> {

@@ -6,8 +6,8 @@ use super::Postgres;
 use super::shared::Db;
 use super::shared::{automation, get, i, parse_scope, q, scope_key, to_json, u};
 use crate::model::{Automation, EventType, Handle, Scope, Skipped};
-use crate::store::Result;
 use crate::store::records::*;
+use crate::store::{Result, changes};
 use sqlx::postgres::PgRow;
 
 #[async_trait]
@@ -46,7 +46,7 @@ impl AutomationRecords for Postgres {
             return Ok(false);
         }
         t.commit().await.db(self)?;
-        self.touched("automations");
+        self.changed(changes::path("automations", &[&scope]));
         Ok(true)
     }
 
@@ -108,7 +108,7 @@ impl AutomationRecords for Postgres {
         let scope = scope_key(scope);
         let sql = "DELETE FROM automations WHERE scope = $1 AND name = $2";
         let deleted = self.execute(q(sql, &[&scope, name])).await? > 0;
-        self.touched("automations");
+        self.changed(changes::path("automations", &[&scope]));
         Ok(deleted)
     }
 
@@ -126,40 +126,47 @@ impl AutomationRecords for Postgres {
     }
 
     async fn admit_fire(&self, automation: &Handle, admit: Admit<'_>) -> Result<Option<Skipped>> {
+        // On a connection of its own, outside the batch's transaction: the
+        // row is locked for one statement, not until the batch commits, so
+        // hosts firing one automation do not wait for each other's batches.
         let scope = scope_key(&automation.scope);
-        let mut c = self.conn().await?;
-        let mut t = sqlx::Connection::begin(&mut *c).await.db(self)?;
-        // The row first, so that the lock below always has one to take.
-        sqlx::query(
-            "INSERT INTO automation_fires (scope, automation, fires) VALUES ($1, $2, '{}') \
-             ON CONFLICT DO NOTHING",
-        )
-        .bind(&scope)
-        .bind(&automation.name)
-        .execute(&mut *t)
-        .await
-        .db(self)?;
-        let fires: Vec<i64> = sqlx::query_scalar(
-            "SELECT fires FROM automation_fires WHERE scope = $1 AND automation = $2 FOR UPDATE",
-        )
-        .bind(&scope)
-        .bind(&automation.name)
-        .fetch_one(&mut *t)
-        .await
-        .db(self)?;
-        let mut fires: Vec<u64> = fires.into_iter().map(u).collect();
-        if let Err(skipped) = admit(&mut fires) {
-            return Ok(Some(skipped));
-        }
-        let fires: Vec<i64> = fires.into_iter().map(i).collect();
-        sqlx::query("UPDATE automation_fires SET fires = $3 WHERE scope = $1 AND automation = $2")
+        let mut c = self
+            .shared
+            .pool
+            .acquire()
+            .await
+            .map_err(|e| self.shared.unavailable(e))?;
+        loop {
+            let fires: Option<Vec<i64>> = sqlx::query_scalar(
+                "SELECT fires FROM automation_fires WHERE scope = $1 AND automation = $2",
+            )
             .bind(&scope)
             .bind(&automation.name)
-            .bind(fires)
-            .execute(&mut *t)
+            .fetch_optional(&mut *c)
             .await
             .db(self)?;
-        t.commit().await.db(self)?;
-        Ok(None)
+            let mut next: Vec<u64> = fires.iter().flatten().map(|f| u(*f)).collect();
+            if let Err(skipped) = admit(&mut next) {
+                return Ok(Some(skipped));
+            }
+            let next: Vec<i64> = next.into_iter().map(i).collect();
+            // Written only if no host admitted a firing since the read;
+            // otherwise decided again on what that host wrote.
+            let written = sqlx::query(
+                "INSERT INTO automation_fires AS f (scope, automation, fires) VALUES ($1, $2, $3) \
+                 ON CONFLICT (scope, automation) DO UPDATE SET fires = excluded.fires \
+                 WHERE f.fires = $4",
+            )
+            .bind(&scope)
+            .bind(&automation.name)
+            .bind(&next)
+            .bind(fires.unwrap_or_else(|| vec![i64::MIN]))
+            .execute(&mut *c)
+            .await
+            .db(self)?;
+            if written.rows_affected() == 1 {
+                return Ok(None);
+            }
+        }
     }
 }

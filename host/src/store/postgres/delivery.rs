@@ -3,18 +3,17 @@
 use async_trait::async_trait;
 
 use super::Postgres;
+use super::rows;
 use super::shared::Db;
-use super::shared::{
-    EXECUTION_COLUMNS, delivery, execution, get, i, scope_key, status_text, to_json, u,
-};
+use super::shared::{EXECUTION_SELECT, delivery, execution, get, i, scope_key, to_json, u};
 use crate::model::{Delivery, Event, Execution, ExecutionId, Handle, WebhookRef};
 use crate::store::Result;
 use crate::store::records::*;
 
 /// The first place in each FIFO webhook's line, one index probe a line (a
-/// skip scan of `outbox_fifo_line`): a claim then costs the same however
-/// long the lines are. (A subquery per waiting row made a claim cost the
-/// line's length, dead rows included: 31 ms with 2,000 waiting.)
+/// skip scan of `outbox_fifo_line`, which holds FIFO deliveries only): a
+/// claim then costs the same however long the lines are, and one probe
+/// when no webhook is FIFO.
 const FIFO_HEADS: &str = "WITH RECURSIVE heads AS ( \
      (SELECT webhook_team, webhook_name, fifo FROM outbox WHERE fifo IS NOT NULL \
       ORDER BY webhook_team, webhook_name, fifo LIMIT 1) \
@@ -24,11 +23,47 @@ const FIFO_HEADS: &str = "WITH RECURSIVE heads AS ( \
       AND (webhook_team, webhook_name) > (h.webhook_team, h.webhook_name) \
       ORDER BY webhook_team, webhook_name, fifo LIMIT 1) n)";
 
-/// Row `o` may go: not in a FIFO line, or first in its line. (The one in
-/// flight stays first until its attempt takes it out, so nothing behind it
-/// goes meanwhile.)
-const FIRST_IN_LINE: &str =
-    "(o.fifo IS NULL OR (o.webhook_team, o.webhook_name, o.fifo) IN (SELECT * FROM heads))";
+/// Row `o` is the FIFO delivery first in line `h` (one of `heads`): one
+/// index probe a line. (The one in flight stays first until its attempt
+/// takes it out, invisible while leased, so nothing behind it goes
+/// meanwhile.)
+const FIRST_IN_LINE: &str = "o.fifo IS NOT NULL AND o.webhook_team = h.webhook_team \
+     AND o.webhook_name = h.webhook_name AND o.fifo = h.fifo";
+
+/// Claims up to $4 deliveries visible at $2 for host $1, for $3 ms: those
+/// first in a FIFO line (a few: one a line), then the parallel ones from
+/// the start of `outbox_visible` (what is in flight is further on,
+/// invisible until its lease ends). A body written with its execution is
+/// read from there.
+fn claim_sql() -> String {
+    format!(
+        "{FIFO_HEADS}, \
+         fifo AS (SELECT f.id FROM heads h, LATERAL (SELECT o.id FROM outbox o \
+          WHERE {FIRST_IN_LINE} AND o.visible_at <= $2 FOR UPDATE SKIP LOCKED) f LIMIT $4), \
+         parallel AS (SELECT id FROM outbox WHERE fifo IS NULL AND visible_at <= $2 \
+          ORDER BY visible_at LIMIT $4 FOR UPDATE SKIP LOCKED), \
+         claimed AS (UPDATE outbox SET lease_owner = $1, visible_at = $2 + $3 \
+          WHERE id IN (SELECT id FROM fifo UNION ALL SELECT id FROM parallel LIMIT $4) \
+          RETURNING *) \
+         SELECT c.id, c.scope, c.automation, c.execution_id, c.webhook_team, c.webhook_name, \
+          coalesce(c.body_sealed, e.body_sealed, ''::bytea) AS body_sealed, c.attempts, \
+          c.due_ms, c.event_at_ms, c.fifo, c.trace \
+         FROM claimed c LEFT JOIN executions e ON e.scope = c.scope \
+          AND e.automation = c.automation AND e.id = c.execution_id"
+    )
+}
+
+/// When the next delivery becomes visible: the first entry of
+/// `outbox_visible`, or a FIFO line's first. (`LIMIT 1` keeps the probe
+/// per line, where the planner would otherwise hash every FIFO row.)
+fn next_visible_sql() -> String {
+    format!(
+        "{FIFO_HEADS} SELECT least( \
+         (SELECT visible_at FROM outbox WHERE fifo IS NULL ORDER BY visible_at LIMIT 1), \
+         (SELECT min(f.visible_at) FROM heads h, LATERAL (SELECT o.visible_at FROM outbox o \
+          WHERE {FIRST_IN_LINE} LIMIT 1) f))"
+    )
+}
 
 #[async_trait]
 impl DeliveryRecords for Postgres {
@@ -89,93 +124,32 @@ impl DeliveryRecords for Postgres {
         if deliveries.is_empty() {
             return Ok(());
         }
-        // Held by this host from the start: it sends them at once. Not a
-        // FIFO webhook's, which wait for their turn in the scan's claim.
         let lease_until = crate::ids::now_ms().saturating_add(self.shared.lease_ms);
-        let column = |f: fn(&Delivery) -> String| deliveries.iter().map(f).collect::<Vec<_>>();
-        let number =
-            |f: fn(&Delivery) -> u64| deliveries.iter().map(|d| i(f(d))).collect::<Vec<_>>();
-        let attempts: Vec<i32> = deliveries
-            .iter()
-            .map(|d| i32::try_from(d.attempts).unwrap_or(i32::MAX))
-            .collect();
-        self.execute(
-            sqlx::query(
-                "INSERT INTO outbox (id, scope, automation, execution_id, webhook_team, \
-                 webhook_name, body_sealed, attempts, due_ms, lease_owner, lease_until_ms, \
-                 event_at_ms, fifo, trace) \
-                 SELECT d.id, d.scope, d.automation, d.execution_id, d.webhook_team, \
-                 d.webhook_name, d.body_sealed, d.attempts, d.due_ms, \
-                 CASE WHEN d.fifo IS NULL THEN $10 END, CASE WHEN d.fifo IS NULL THEN $11 END, \
-                 d.event_at_ms, d.fifo, d.trace \
-                 FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], \
-                 $6::text[], $7::text[], $8::int[], $9::bigint[], $12::bigint[], $13::text[], \
-                 $14::text[]) \
-                 AS d (id, scope, automation, execution_id, webhook_team, webhook_name, \
-                 body_sealed, attempts, due_ms, event_at_ms, fifo, trace) \
-                 ON CONFLICT (id) DO UPDATE SET attempts = excluded.attempts, \
-                 due_ms = excluded.due_ms, lease_owner = excluded.lease_owner, \
-                 lease_until_ms = excluded.lease_until_ms, fifo = excluded.fifo",
-            )
-            .bind(column(|d| d.id.to_string()))
-            .bind(column(|d| scope_key(&d.automation.scope)))
-            .bind(column(|d| d.automation.name.clone()))
-            .bind(column(|d| d.execution_id.to_string()))
-            .bind(column(|d| d.webhook.team.clone()))
-            .bind(column(|d| d.webhook.name.clone()))
-            .bind(column(|d| d.body_sealed.to_hex()))
-            .bind(attempts)
-            .bind(number(|d| d.due_ms))
-            .bind(&self.shared.host_id)
-            .bind(i(lease_until))
-            .bind(number(|d| d.event_at_ms))
-            .bind(
-                deliveries
-                    .iter()
-                    .map(|d| d.fifo.clone())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                deliveries
-                    .iter()
-                    .map(|d| d.trace.clone())
-                    .collect::<Vec<_>>(),
-            ),
-        )
-        .await?;
+        let sql = rows::outbox_insert(1, "");
+        let lease = (self.shared.host_id.as_str(), lease_until);
+        let with = (deliveries, rows::Body::Here);
+        let insert = rows::bind_deliveries(sqlx::query(&sql), with, Vec::new(), lease);
+        self.execute(insert).await?;
         Ok(())
     }
 
     async fn due_deliveries(&self, now_ms: u64, limit: usize, _skip: Skip<'_>) -> Result<Due> {
-        // This host's deliveries in flight hold live leases, so the claim
-        // below never returns them.
+        // This host's deliveries in flight hold live leases, invisible to
+        // the claim; a host that died holding deliveries lets them go when
+        // its leases run out.
         let mut c = self.conn().await?;
-        // Claims what is due and not held by a live lease; a host that died
-        // holding deliveries lets them go when its leases run out.
-        let rows = sqlx::query(&format!(
-            "{FIFO_HEADS} UPDATE outbox SET lease_owner = $1, lease_until_ms = $2 + $3 \
-                 WHERE id IN (SELECT id FROM outbox o WHERE due_ms <= $2 \
-                 AND (lease_until_ms IS NULL OR lease_until_ms < $2) AND {FIRST_IN_LINE} \
-                 ORDER BY due_ms LIMIT $4 FOR UPDATE SKIP LOCKED) \
-                 RETURNING *"
-        ))
-        .bind(&self.shared.host_id)
-        .bind(i(now_ms))
-        .bind(i(self.shared.lease_ms))
-        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .fetch_all(&mut *c)
-        .await
-        .db(self)?;
-        let next: Option<i64> = sqlx::query_scalar(&format!(
-            "{FIFO_HEADS} SELECT min(greatest(due_ms, coalesce(lease_until_ms, 0))) \
-                 FROM outbox o WHERE (lease_owner IS DISTINCT FROM $1 OR lease_until_ms < $2) \
-                 AND {FIRST_IN_LINE}"
-        ))
-        .bind(&self.shared.host_id)
-        .bind(i(now_ms))
-        .fetch_one(&mut *c)
-        .await
-        .db(self)?;
+        let rows = sqlx::query(&claim_sql())
+            .bind(&self.shared.host_id)
+            .bind(i(now_ms))
+            .bind(i(self.shared.lease_ms))
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(&mut *c)
+            .await
+            .db(self)?;
+        let next: Option<i64> = sqlx::query_scalar(&next_visible_sql())
+            .fetch_one(&mut *c)
+            .await
+            .db(self)?;
         drop(c);
         let mut due = Vec::with_capacity(rows.len());
         for row in &rows {
@@ -207,7 +181,7 @@ impl DeliveryRecords for Postgres {
     async fn renew_lease(&self, d: &Delivery) -> Result<()> {
         let until = crate::ids::now_ms().saturating_add(self.shared.lease_ms);
         self.execute(
-            sqlx::query("UPDATE outbox SET lease_until_ms = $3 WHERE id = $1 AND lease_owner = $2")
+            sqlx::query("UPDATE outbox SET visible_at = $3 WHERE id = $1 AND lease_owner = $2")
                 .bind(d.id.as_str())
                 .bind(&self.shared.host_id)
                 .bind(i(until)),
@@ -217,37 +191,21 @@ impl DeliveryRecords for Postgres {
     }
 
     async fn finish_deliveries(&self, finished: &[Finished<'_>]) -> Result<()> {
-        let done: Vec<&str> = finished
-            .iter()
-            .filter(|(_, next)| next.is_none())
-            .map(|(d, _)| d.id.as_str())
-            .collect();
-        let retried: Vec<&Delivery> = finished.iter().filter_map(|(_, next)| *next).collect();
-        if !done.is_empty() {
-            self.execute(sqlx::query("DELETE FROM outbox WHERE id = ANY($1)").bind(done))
-                .await?;
+        if finished.is_empty() {
+            return Ok(());
         }
-        if !retried.is_empty() {
-            let ids: Vec<&str> = retried.iter().map(|d| d.id.as_str()).collect();
-            let attempts: Vec<i32> = retried
-                .iter()
-                .map(|d| i32::try_from(d.attempts).unwrap_or(i32::MAX))
-                .collect();
-            let due: Vec<i64> = retried.iter().map(|d| i(d.due_ms)).collect();
-            let sql = "UPDATE outbox o SET attempts = r.attempts, due_ms = r.due_ms, \
-                       lease_owner = NULL, lease_until_ms = NULL \
-                       FROM unnest($1::text[], $2::int[], $3::bigint[]) AS r (id, attempts, due_ms) \
-                       WHERE o.id = r.id";
-            let retry = sqlx::query(sql).bind(ids).bind(attempts).bind(due);
-            self.execute(retry).await?;
-        }
+        let (done, retried) = rows::finish(1);
+        let sql = format!("WITH done AS ({done}) {retried}");
+        self.execute(rows::bind_finish(sqlx::query(&sql), finished))
+            .await?;
         Ok(())
     }
 
     async fn release_deliveries(&self, webhook: &WebhookRef, now_ms: u64) -> Result<usize> {
-        let sql = "UPDATE outbox SET due_ms = $3 \
+        // Not what a host holds: its lease is live (owned, not yet visible).
+        let sql = "UPDATE outbox SET due_ms = $3, visible_at = $3 \
                    WHERE webhook_team = $1 AND webhook_name = $2 AND due_ms > $3 \
-                   AND (lease_until_ms IS NULL OR lease_until_ms < $3)";
+                   AND (lease_owner IS NULL OR visible_at < $3)";
         let release = sqlx::query(sql)
             .bind(&webhook.team)
             .bind(&webhook.name)
@@ -272,38 +230,21 @@ impl DeliveryRecords for Postgres {
         if executions.is_empty() {
             return Ok(());
         }
-        let rows: Vec<serde_json::Value> = executions
-            .iter()
-            .map(|e| {
-                serde_json::json!({
-                    "scope": scope_key(&e.automation.scope), "automation": e.automation.name,
-                    "id": e.id, "delivery_id": e.delivery_id, "webhook_team": e.webhook.team,
-                    "webhook_name": e.webhook.name, "status": status_text(e.status),
-                    "error": e.error, "skipped": e.skipped, "event": e.event, "payload": e.payload,
-                    "attempts": e.attempts, "body_sealed": e.body_sealed,
-                    "created_at_ms": e.created_at_ms, "updated_at_ms": e.updated_at_ms,
-                })
-            })
-            .collect();
-        self.execute(
-            sqlx::query(
-                "INSERT INTO executions SELECT * FROM json_populate_recordset(NULL::executions, $1::json) \
-                 ON CONFLICT (scope, automation, id) DO UPDATE SET \
-                 status = excluded.status, error = excluded.error, skipped = excluded.skipped, payload = excluded.payload, \
-                 attempts = excluded.attempts, body_sealed = excluded.body_sealed, \
-                 updated_at_ms = excluded.updated_at_ms",
-            )
-            .bind(serde_json::Value::Array(rows).to_string()),
-        )
-        .await?;
+        let sql = format!(
+            "WITH ex AS ({}) {}",
+            rows::executions_insert(1, ""),
+            rows::carried_attempts_insert(1 + rows::EXECUTION_PARAMS)
+        );
+        let insert = rows::bind_executions(sqlx::query(&sql), executions, Vec::new())?;
+        self.execute(rows::bind_carried(insert, executions)?)
+            .await?;
         Ok(())
     }
 
     async fn execution(&self, automation: &Handle, id: &ExecutionId) -> Result<Option<Execution>> {
         self.optional(
             sqlx::query(&format!(
-                "SELECT {EXECUTION_COLUMNS} FROM executions \
-                 WHERE scope = $1 AND automation = $2 AND id = $3"
+                "{EXECUTION_SELECT} WHERE e.scope = $1 AND e.automation = $2 AND e.id = $3"
             ))
             .bind(scope_key(&automation.scope))
             .bind(&automation.name)
@@ -317,8 +258,8 @@ impl DeliveryRecords for Postgres {
         let rows = {
             let mut c = self.conn().await?;
             sqlx::query(&format!(
-                "SELECT {EXECUTION_COLUMNS} FROM executions \
-                 WHERE scope = $1 AND automation = $2 ORDER BY id DESC LIMIT $3"
+                "{EXECUTION_SELECT} WHERE e.scope = $1 AND e.automation = $2 \
+                 ORDER BY e.id DESC LIMIT $3"
             ))
             .bind(scope_key(&automation.scope))
             .bind(&automation.name)
@@ -338,7 +279,9 @@ impl DeliveryRecords for Postgres {
                         .await?;
                     let mut c = self.conn().await?;
                     sqlx::query(
-                        "DELETE FROM executions WHERE scope = $1 AND automation = $2 AND id = $3",
+                        "WITH gone AS (DELETE FROM attempts \
+                         WHERE scope = $1 AND automation = $2 AND execution_id = $3) \
+                         DELETE FROM executions WHERE scope = $1 AND automation = $2 AND id = $3",
                     )
                     .bind(scope_key(&automation.scope))
                     .bind(&automation.name)
@@ -356,41 +299,20 @@ impl DeliveryRecords for Postgres {
         if attempts.is_empty() {
             return Ok(Vec::new());
         }
-        let scopes: Vec<String> = attempts
-            .iter()
-            .map(|a| scope_key(&a.automation.scope))
-            .collect();
-        let names: Vec<&str> = attempts
-            .iter()
-            .map(|a| a.automation.name.as_str())
-            .collect();
-        let ids: Vec<&str> = attempts.iter().map(|a| a.execution_id.as_str()).collect();
-        let statuses: Vec<&str> = attempts.iter().map(|a| status_text(a.status)).collect();
-        let errors: Vec<Option<&str>> = attempts.iter().map(|a| a.error).collect();
-        let added = attempts
-            .iter()
-            .map(|a| to_json(a.attempt))
-            .collect::<Result<Vec<_>>>()?;
+        let sql = rows::attempts_insert(1);
+        let update = rows::bind_attempts(sqlx::query(&sql), attempts, crate::ids::now_ms())?;
         let mut c = self.conn().await?;
-        let updated: Vec<String> = sqlx::query_scalar(
-            "UPDATE executions e SET status = a.status, error = a.error, \
-             attempts = e.attempts || jsonb_build_array(a.attempt::jsonb), updated_at_ms = $7 \
-             FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[]) \
-             AS a (scope, automation, id, status, error, attempt) \
-             WHERE e.scope = a.scope AND e.automation = a.automation AND e.id = a.id \
-             RETURNING e.id",
-        )
-        .bind(scopes)
-        .bind(names)
-        .bind(&ids)
-        .bind(statuses)
-        .bind(errors)
-        .bind(added)
-        .bind(i(crate::ids::now_ms()))
-        .fetch_all(&mut *c)
-        .await
-        .db(self)?;
+        let updated: Vec<String> = update
+            .fetch_all(&mut *c)
+            .await
+            .db(self)?
+            .iter()
+            .map(|row| get(row, "id"))
+            .collect::<Result<_>>()?;
         let updated: std::collections::HashSet<&str> = updated.iter().map(String::as_str).collect();
-        Ok(ids.iter().map(|id| updated.contains(id)).collect())
+        Ok(attempts
+            .iter()
+            .map(|a| updated.contains(a.execution_id.as_str()))
+            .collect())
     }
 }

@@ -6,8 +6,8 @@ use super::Postgres;
 use super::shared::Db;
 use super::shared::{group, i, kind_text, member, project, q, to_json};
 use crate::model::{Group, GroupKind, Member, Project, RateLimits};
-use crate::store::Result;
 use crate::store::records::*;
+use crate::store::{Result, changes};
 
 #[async_trait]
 impl GroupRecords for Postgres {
@@ -86,7 +86,10 @@ impl GroupRecords for Postgres {
             .bind(i(member.added_at)),
         )
         .await?;
-        self.touched("members");
+        self.changed(changes::path(
+            "members",
+            &[kind_text(kind), group, member.user_id.as_str()],
+        ));
         Ok(())
     }
 
@@ -100,7 +103,7 @@ impl GroupRecords for Postgres {
                 .execute(&mut *c)
                 .await
                 .db(self)?;
-        self.touched("members");
+        self.changed(changes::path("members", &[kind_text(kind), group, user_id]));
         Ok(done.rows_affected() > 0)
     }
 
@@ -131,7 +134,7 @@ impl GroupRecords for Postgres {
                     .bind(to_json(limits)?),
             )
             .await?;
-        self.touched("projects");
+        self.changed(changes::path("projects", &[team, name]));
         Ok(changed > 0)
     }
 

@@ -23,17 +23,19 @@ mod limits;
 mod meta;
 mod plugins;
 mod receivers;
+mod rows;
 mod runs;
 mod sessions;
 mod shared;
 mod shown;
+mod tagging;
 mod usage;
 mod users;
 mod webhooks;
 
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -44,6 +46,7 @@ use tokio::sync::{Mutex, MutexGuard};
 
 use super::{Engine, RawRecord, Result, StoreError, Transaction};
 use crate::cfg::StoreConfig;
+use shared::Db;
 
 /// The migrations, embedded: one file per schema version, listed here (a
 /// test checks the list against the directory). Listed rather than read by
@@ -131,6 +134,12 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "gateway second round",
         include_str!("migrations/0021_gateway_second_round.sql"),
     ),
+    (22, "queue", include_str!("migrations/0022_queue.sql")),
+    (
+        23,
+        "record changes",
+        include_str!("migrations/0023_record_changes.sql"),
+    ),
 ];
 
 /// [`MIGRATIONS`] as sqlx runs them (the checksums `migrate!` would give).
@@ -160,9 +169,8 @@ impl<'s> sqlx::migrate::MigrationSource<'s> for Embedded {
     }
 }
 
-/// Where the database announces writes to what hosts keep: secrets,
-/// webhooks, automations, API keys and members, and uploaded plugins. The
-/// payload names the table.
+/// Where the database announces writes to what hosts keep: each record's
+/// path (`store::changes`), or `plugins` for the uploaded plugins.
 const CONFIG_CHANNEL: &str = "switchyard_config";
 
 /// The payload of a change to the uploaded plugins.
@@ -181,21 +189,31 @@ struct Shared {
     /// When unavailability was last logged (ms), so an outage logs a line a
     /// second, not one per request.
     last_warned: std::sync::atomic::AtomicU64,
-    /// See [`Engine::config_epoch`]: bumped by this host's own writes to
-    /// what hosts keep as they commit, and by every notification the
-    /// database sends when any host writes it (see
-    /// `migrations/0005_config_notify.sql` and `0006_access_notify.sql`).
-    config_epoch: AtomicU64,
+    /// See [`Engine::changes`]: counted for this host's own writes to what
+    /// hosts keep as they commit, and for every notification the database
+    /// sends when any host writes it (`migrations/0023_record_changes.sql`).
+    changes: crate::store::Changes,
     /// Told of every notification that the plugins table changed
     /// (`migrations/0008_plugins_notify.sql`); see [`Engine::plugins_changed`].
     plugins_changed: tokio::sync::Notify,
     /// The task that listens for them, stopped with the last handle.
     listener: std::sync::OnceLock<Stop>,
+    /// Where tag requests wait to be written together (`tagging.rs`); its
+    /// task ends when this goes.
+    tagging: tagging::Jobs,
     /// Versions read outside a transaction: a version never changes once
     /// committed, nor goes, so a kept one serves until `Kept` ages it out
     /// (a tag request reads its version first).
     versions: crate::store::Kept<(String, String, u64), crate::model::Version>,
 }
+
+/// The advisory lock whoever expires history holds (any number; this one
+/// spells "sy-expiry" in ASCII, roughly).
+const EXPIRY_LOCK: i64 = 0x7379_6578_7069_7279;
+
+/// Executions deleted per statement when history expires: each statement
+/// short, so it neither holds locks long nor writes a long transaction.
+const EXPIRY_BATCH: i64 = 5_000;
 
 /// Aborts a task when dropped.
 struct Stop(tokio::task::AbortHandle);
@@ -210,8 +228,9 @@ impl Drop for Stop {
 pub struct Postgres {
     shared: Arc<Shared>,
     tx: Option<Mutex<Option<sqlx::Transaction<'static, Pg>>>>,
-    /// The transaction wrote configuration: its commit bumps the epoch.
-    config_written: AtomicBool,
+    /// The kept records the transaction wrote (their paths), counted as
+    /// changed when it commits.
+    written: std::sync::Mutex<Vec<String>>,
 }
 
 /// A connection to run statements on: a pooled one, or the transaction's.
@@ -296,6 +315,7 @@ impl Postgres {
         migrate(&pool)
             .await
             .map_err(|e| anyhow::anyhow!("{}", shown::scrub(&format!("{e:#}"), url)))?;
+        let tagging = tagging::start(pool.clone());
         let engine = Postgres {
             shared: Arc::new(Shared {
                 pool,
@@ -304,13 +324,14 @@ impl Postgres {
                 url: url.to_string(),
                 location,
                 last_warned: Default::default(),
-                config_epoch: AtomicU64::new(0),
+                changes: Default::default(),
                 plugins_changed: tokio::sync::Notify::new(),
                 listener: std::sync::OnceLock::new(),
+                tagging,
                 versions: Default::default(),
             }),
             tx: None,
-            config_written: AtomicBool::new(false),
+            written: Default::default(),
         };
         Ok(engine.listening())
     }
@@ -326,7 +347,7 @@ impl Postgres {
                 let heard = match listener.as_mut() {
                     Some(l) => sqlx::postgres::PgListener::recv(l)
                         .await
-                        .map(|n| Some(n.payload() == PLUGINS_TABLE)),
+                        .map(|n| Some(n.payload().to_string())),
                     None => match sqlx::postgres::PgListener::connect_with(&pool).await {
                         Ok(mut l) => l.listen(CONFIG_CHANNEL).await.map(|()| {
                             listener = Some(l);
@@ -338,14 +359,12 @@ impl Postgres {
                 let Some(shared) = shared.upgrade() else {
                     return;
                 };
-                match heard {
-                    Ok(Some(true)) => shared.plugins_changed.notify_one(),
-                    Ok(Some(false)) => {
-                        shared.config_epoch.fetch_add(1, Ordering::SeqCst);
-                    }
+                match &heard {
+                    Ok(Some(p)) if p == PLUGINS_TABLE => shared.plugins_changed.notify_one(),
+                    Ok(Some(path)) => shared.changes.changed(path),
                     // (Re)connected or lost: anything may have been missed.
                     Ok(None) | Err(_) => {
-                        shared.config_epoch.fetch_add(1, Ordering::SeqCst);
+                        shared.changes.everything();
                         shared.plugins_changed.notify_one();
                     }
                 }
@@ -360,14 +379,16 @@ impl Postgres {
         self
     }
 
-    /// Marks a write to secrets, webhooks or automations: the epoch moves
-    /// now, or when the transaction commits.
-    pub(super) fn config_written(&self) {
+    /// Marks a write to the kept record at `path`: counted as changed now,
+    /// or when the transaction commits.
+    pub(super) fn changed(&self, path: String) {
         match &self.tx {
-            Some(_) => self.config_written.store(true, Ordering::SeqCst),
-            None => {
-                self.shared.config_epoch.fetch_add(1, Ordering::SeqCst);
-            }
+            Some(_) => self
+                .written
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(path),
+            None => self.shared.changes.changed(&path),
         }
     }
 
@@ -392,6 +413,41 @@ impl Postgres {
                 "PostgreSQL: {}",
                 shown::scrub(&e.to_string(), &self.shared.url)
             ))
+        }
+    }
+}
+
+impl Postgres {
+    /// Deletes settled executions last changed before `before`, in
+    /// batches read from `executions_by_update`; how many.
+    async fn expire_in_batches(&self, c: &mut PgConnection, before: u64) -> Result<usize> {
+        let mut expired = 0;
+        loop {
+            // Settled (by its last attempt, or its own status) and last
+            // changed before `before`; found from when it fired, which is
+            // earlier still.
+            let done: i64 = sqlx::query_scalar(
+                "WITH gone AS (DELETE FROM executions WHERE ctid = ANY(ARRAY( \
+                 SELECT e.ctid FROM executions e LEFT JOIN LATERAL (SELECT a.status, a.at_ms \
+                  FROM attempts a WHERE a.scope = e.scope AND a.automation = e.automation \
+                  AND a.execution_id = e.id ORDER BY a.seq DESC LIMIT 1) l \
+                  ON l.at_ms >= e.updated_at_ms \
+                 WHERE e.created_at_ms < $1 AND greatest(e.updated_at_ms, l.at_ms) < $1 \
+                 AND coalesce(l.status, e.status) <> 'Pending' LIMIT $2)) \
+                 RETURNING scope, automation, id), \
+                 attempts_gone AS (DELETE FROM attempts a USING gone g WHERE a.scope = g.scope \
+                  AND a.automation = g.automation AND a.execution_id = g.id) \
+                 SELECT count(*) FROM gone",
+            )
+            .bind(i64::try_from(before).unwrap_or(i64::MAX))
+            .bind(EXPIRY_BATCH)
+            .fetch_one(&mut *c)
+            .await
+            .map_err(|e| self.err(e))?;
+            expired += done as usize;
+            if done < EXPIRY_BATCH {
+                return Ok(expired);
+            }
         }
     }
 }
@@ -433,8 +489,9 @@ impl Transaction for Postgres {
             return Ok(());
         };
         tx.commit().await.map_err(|e| self.err(e))?;
-        if self.config_written.load(Ordering::SeqCst) {
-            self.shared.config_epoch.fetch_add(1, Ordering::SeqCst);
+        let written = std::mem::take(&mut *self.written.lock().unwrap_or_else(|p| p.into_inner()));
+        for path in written {
+            self.shared.changes.changed(&path);
         }
         Ok(())
     }
@@ -442,6 +499,63 @@ impl Transaction for Postgres {
 
 #[async_trait]
 impl Engine for Postgres {
+    /// One statement: the events taken, and what they fired written for
+    /// those it took (the rest were taken by another host or the sweep).
+    async fn write_fired(&self, taken_from: &[&str], fired: &[super::Fired]) -> Result<Vec<bool>> {
+        let executions: Vec<crate::model::Execution> = fired.iter().map(|f| f.1.clone()).collect();
+        let deliveries: Vec<crate::model::Delivery> =
+            fired.iter().filter_map(|f| f.2.clone()).collect();
+        let by = |f: &super::Fired| taken_from.get(f.0).copied().unwrap_or_default();
+        let executions_by: Vec<&str> = fired.iter().map(by).collect();
+        let deliveries_by: Vec<&str> = fired.iter().filter(|f| f.2.is_some()).map(by).collect();
+        let (e, d) = (2, 2 + rows::EXECUTION_PARAMS);
+        let sql = format!(
+            "WITH taken AS (DELETE FROM event_inbox WHERE id = ANY($1) RETURNING id), \
+             executions AS ({}), deliveries AS ({}) SELECT id FROM taken",
+            rows::executions_insert(e, "WHERE e.taken_by IN (SELECT id FROM taken)"),
+            rows::outbox_insert(d, "WHERE d.taken_by IN (SELECT id FROM taken)"),
+        );
+        let lease_until = crate::ids::now_ms().saturating_add(self.shared.lease_ms);
+        let lease = (self.shared.host_id.as_str(), lease_until);
+        let q = sqlx::query(&sql).bind(taken_from);
+        let q = rows::bind_executions(q, &executions, executions_by)?;
+        let with = (deliveries.as_slice(), rows::Body::WithExecution);
+        let q = rows::bind_deliveries(q, with, deliveries_by, lease);
+        let mut c = self.conn().await?;
+        let taken: Vec<String> = q
+            .fetch_all(&mut *c)
+            .await
+            .db(self)?
+            .iter()
+            .map(|row| shared::get(row, "id"))
+            .collect::<Result<_>>()?;
+        let taken: std::collections::HashSet<&str> = taken.iter().map(String::as_str).collect();
+        Ok(taken_from.iter().map(|id| taken.contains(id)).collect())
+    }
+
+    /// One statement, unless the sends caused events (rare: a webhook
+    /// disabled, a delivery exhausted), which take a transaction.
+    async fn write_outcomes(
+        &self,
+        finished: &[super::Finished<'_>],
+        attempts: &[super::AttemptFor<'_>],
+        caused: &[crate::model::Event],
+    ) -> Result<()> {
+        if !caused.is_empty() {
+            return super::outcomes_in_transaction(self, finished, attempts, caused).await;
+        }
+        let (done, retried) = rows::finish(1);
+        let recorded = rows::attempts_insert(1 + rows::FINISH_PARAMS);
+        let sql = format!(
+            "WITH done AS ({done}), retried AS ({retried}), recorded AS ({recorded}) \
+             SELECT count(*) FROM recorded"
+        );
+        let q = rows::bind_finish(sqlx::query(&sql), finished);
+        let q = rows::bind_attempts(q, attempts, crate::ids::now_ms())?;
+        self.execute(q).await?;
+        Ok(())
+    }
+
     async fn begin(&self) -> Result<Box<dyn Transaction>> {
         let tx = self
             .shared
@@ -452,7 +566,7 @@ impl Engine for Postgres {
         Ok(Box::new(Postgres {
             shared: self.shared.clone(),
             tx: Some(Mutex::new(Some(tx))),
-            config_written: AtomicBool::new(false),
+            written: Default::default(),
         }))
     }
 
@@ -514,7 +628,7 @@ impl Engine for Postgres {
 
     async fn flush(&self) -> Result<()> {
         let release =
-            "UPDATE outbox SET lease_owner = NULL, lease_until_ms = NULL WHERE lease_owner = $1";
+            "UPDATE outbox SET lease_owner = NULL, visible_at = due_ms WHERE lease_owner = $1";
         self.execute(sqlx::query(release).bind(&self.shared.host_id))
             .await?;
         Ok(())
@@ -522,18 +636,29 @@ impl Engine for Postgres {
 
     async fn expire_history(&self, keep: Duration) -> Result<usize> {
         let before = crate::ids::now_ms().saturating_sub(keep.as_millis() as u64);
+        // One host at a time: whoever holds the lock does it for all, and
+        // the others go back to their work.
         let mut c = self.conn().await?;
-        let done =
-            sqlx::query("DELETE FROM executions WHERE updated_at_ms < $1 AND status <> 'Pending'")
-                .bind(before as i64)
-                .execute(&mut *c)
-                .await
-                .map_err(|e| self.err(e))?;
-        Ok(done.rows_affected() as usize)
+        let mine: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
+            .bind(EXPIRY_LOCK)
+            .fetch_one(&mut *c)
+            .await
+            .map_err(|e| self.err(e))?;
+        if !mine {
+            return Ok(0);
+        }
+        let expired = self.expire_in_batches(&mut c, before).await;
+        let unlocked = sqlx::query("SELECT pg_advisory_unlock($1)")
+            .bind(EXPIRY_LOCK)
+            .execute(&mut *c)
+            .await;
+        let expired = expired?;
+        unlocked.map_err(|e| self.err(e))?;
+        Ok(expired)
     }
 
-    fn config_epoch(&self) -> u64 {
-        self.shared.config_epoch.load(Ordering::SeqCst)
+    fn changes(&self) -> &crate::store::Changes {
+        &self.shared.changes
     }
 
     async fn plugins_changed(&self) {

@@ -13,7 +13,7 @@ use crate::model::{
     Member, Project, RateLimits, Role, Run, RunState, Scope, SealedBody, Secret, Session, Status,
     User, Version, Webhook, WebhookRef,
 };
-use crate::store::{Result, StoreError};
+use crate::store::{Result, StoreError, changes};
 
 /// Maps a driver error through [`Postgres::err`].
 pub(super) trait Db<T> {
@@ -83,6 +83,14 @@ pub(super) fn status_of(text: &str) -> Status {
     }
 }
 
+/// The path (`store::changes`) of the record of `table` whose naming
+/// columns `column` reads, if hosts keep `table`.
+pub(super) fn kept_path(table: &str, column: impl Fn(&str) -> Option<String>) -> Option<String> {
+    let (_, columns) = changes::KEPT.iter().find(|(t, _)| *t == table)?;
+    let parts: Vec<String> = columns.iter().map(|c| column(c)).collect::<Option<_>>()?;
+    Some(changes::path(table, &parts))
+}
+
 /// Unsigned counts and times as PostgreSQL's signed integers.
 pub(super) fn i(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
@@ -106,17 +114,6 @@ pub(super) fn get<'r, T: sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Pos
 ) -> Result<T> {
     row.try_get(column)
         .map_err(|e| StoreError::Other(anyhow::anyhow!("reading column {column}: {e}")))
-}
-
-/// A sealed body from its hex column. Text that is not hex (a row edited
-/// by hand) reads as a body that will not open: its delivery fails with
-/// "the stored payload could not be opened" and the rest go, rather than
-/// every read of the outbox failing.
-fn sealed(text: &str) -> SealedBody {
-    SealedBody::from_hex(text).unwrap_or_else(|_| {
-        tracing::warn!("a sealed body in the store is not hex; its delivery will fail");
-        SealedBody::default()
-    })
 }
 
 /// Builds a record from a row whose columns are named as its fields; a field
@@ -287,7 +284,7 @@ pub(super) fn delivery(row: &PgRow) -> Result<Delivery> {
             team: get(row, "webhook_team")?,
             name: get(row, "webhook_name")?,
         },
-        body_sealed: sealed(&get::<String>(row, "body_sealed")?),
+        body_sealed: SealedBody::new(get(row, "body_sealed")?),
         attempts: u32::try_from(get::<i32>(row, "attempts")?).unwrap_or(0),
         due_ms: u(get(row, "due_ms")?),
         event_at_ms: u(get(row, "event_at_ms")?),
@@ -296,9 +293,20 @@ pub(super) fn delivery(row: &PgRow) -> Result<Delivery> {
     })
 }
 
-pub(super) const EXECUTION_COLUMNS: &str = "scope, automation, id, delivery_id, webhook_team, webhook_name, \
-                                            status, error, skipped::text AS skipped, event::text AS event, payload, attempts::text AS attempts, \
-                                            body_sealed, created_at_ms, updated_at_ms";
+/// An execution as read, for a `WHERE` on `e` to follow: its status and
+/// error are its last attempt's when that came at or after its own last
+/// write (a replay's), and its attempts come from their table, in order.
+pub(super) const EXECUTION_SELECT: &str = "SELECT e.scope, e.automation, e.id, e.delivery_id, \
+     e.webhook_team, e.webhook_name, coalesce(l.status, e.status) AS status, \
+     CASE WHEN l.status IS NULL THEN e.error ELSE l.error END AS error, \
+     e.skipped::text AS skipped, e.event::text AS event, e.payload, \
+     coalesce((SELECT jsonb_agg(a.attempt ORDER BY a.seq) FROM attempts a \
+      WHERE a.scope = e.scope AND a.automation = e.automation AND a.execution_id = e.id), \
+      '[]')::text AS attempts, \
+     e.body_sealed, e.created_at_ms, greatest(e.updated_at_ms, l.at_ms) AS updated_at_ms \
+     FROM executions e LEFT JOIN LATERAL (SELECT a.status, a.error, a.at_ms FROM attempts a \
+      WHERE a.scope = e.scope AND a.automation = e.automation AND a.execution_id = e.id \
+      ORDER BY a.seq DESC LIMIT 1) l ON l.at_ms >= e.updated_at_ms";
 
 pub(super) fn execution(row: &PgRow) -> Result<Execution> {
     Ok(Execution {
@@ -320,7 +328,7 @@ pub(super) fn execution(row: &PgRow) -> Result<Execution> {
         event: from_json(&get::<String>(row, "event")?)?,
         payload: get(row, "payload")?,
         attempts: from_json(&get::<String>(row, "attempts")?)?,
-        body_sealed: get::<Option<String>>(row, "body_sealed")?.map(|text| sealed(&text)),
+        body_sealed: get::<Option<Vec<u8>>>(row, "body_sealed")?.map(SealedBody::new),
         created_at_ms: u(get(row, "created_at_ms")?),
         updated_at_ms: u(get(row, "updated_at_ms")?),
     })
@@ -383,7 +391,7 @@ impl Postgres {
         let changed = self
             .execute(sqlx::query(&sql).bind(row.to_string()))
             .await?;
-        self.touched(table);
+        self.touched(table, |c| row.get(c)?.as_str().map(str::to_string));
         Ok(changed)
     }
 
@@ -431,23 +439,19 @@ impl Postgres {
     ) -> Result<bool> {
         let sql = format!("DELETE FROM {table} WHERE team = $1 AND name = $2");
         let deleted = self.execute(q(&sql, &[team, name])).await? > 0;
-        self.touched(table);
+        self.touched(table, |c| match c {
+            "team" => Some(team.to_string()),
+            "name" => Some(name.to_string()),
+            _ => None,
+        });
         Ok(deleted)
     }
 
-    /// Notes a write to `table`: the configuration's epoch moves if the
-    /// delivery path caches what it holds.
-    pub(super) fn touched(&self, table: &str) {
-        let kept = [
-            "secrets",
-            "webhooks",
-            "automations",
-            "api_keys",
-            "members",
-            "projects",
-        ];
-        if kept.contains(&table) {
-            self.config_written();
+    /// Notes a write to the record of `table` whose naming columns
+    /// `column` reads (see `store::changes::KEPT`), if hosts keep it.
+    pub(super) fn touched(&self, table: &str, column: impl Fn(&str) -> Option<String>) {
+        if let Some(path) = kept_path(table, column) {
+            self.changed(path);
         }
     }
 
@@ -535,22 +539,5 @@ impl Postgres {
         .fetch_optional(&mut *c)
         .await
         .db(self)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_body_that_is_not_hex_reads_as_one_that_will_not_open() {
-        assert_eq!(sealed("00ff").bytes(), [0x00, 0xff]);
-        // Not an error that would fail the whole read of the outbox: a
-        // body the sealer cannot open, so its own delivery fails, saying so.
-        assert!(sealed("not hex").bytes().is_empty());
-        let dir = tempfile::tempdir().unwrap();
-        let key = "ab".repeat(32);
-        let sealer = crate::domain::seal::Sealer::load(dir.path(), Some(&key)).unwrap();
-        assert!(sealer.open(b"dlv_1", sealed("not hex").bytes()).is_err());
     }
 }

@@ -6,8 +6,8 @@ use super::Postgres;
 use super::shared::Db;
 use super::shared::{api_key, q, user};
 use crate::model::{ApiKey, User};
-use crate::store::Result;
 use crate::store::records::*;
+use crate::store::{Result, changes};
 
 #[async_trait]
 impl UserRecords for Postgres {
@@ -61,14 +61,18 @@ impl UserRecords for Postgres {
     }
 
     async fn delete_key(&self, user_id: &str, key_id: &str) -> Result<bool> {
-        let deleted = self
-            .execute(
-                sqlx::query("DELETE FROM api_keys WHERE user_id = $1 AND id = $2")
-                    .bind(user_id)
-                    .bind(key_id),
-            )
-            .await?;
-        self.touched("api_keys");
-        Ok(deleted > 0)
+        let deleted: Option<String> = sqlx::query_scalar(
+            "DELETE FROM api_keys WHERE user_id = $1 AND id = $2 RETURNING hash",
+        )
+        .bind(user_id)
+        .bind(key_id)
+        .fetch_optional(&mut *self.conn().await?)
+        .await
+        .db(self)?;
+        let Some(hash) = deleted else {
+            return Ok(false);
+        };
+        self.changed(changes::path("api_keys", &[&hash]));
+        Ok(true)
     }
 }

@@ -54,7 +54,6 @@ mod webhooks;
 use std::collections::BTreeMap;
 use std::ops::Deref;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, bail};
@@ -270,23 +269,19 @@ enum T {
 }
 
 impl T {
-    /// Whether what this tree holds is kept in memory (`store::Kept`): the
-    /// delivery path's configuration, and what lets a caller in.
-    fn is_config(self) -> bool {
-        matches!(
-            self,
-            T::Secrets
-                | T::Webhooks
-                | T::Automations
-                | T::AutomationTriggers
-                | T::ApiKeys
-                | T::UserKeys
-                | T::Projects
-                | T::Members
-                | T::Memberships
-                | T::RegistryMembers
-                | T::RegistryMemberships
-        )
+    /// The table whose records this tree holds, if hosts keep them in
+    /// memory (`store::Kept`: the delivery path's configuration, and what
+    /// lets a caller in), as `store::changes::KEPT` names it.
+    fn kept_as(self) -> Option<&'static str> {
+        Some(match self {
+            T::Secrets => "secrets",
+            T::Webhooks => "webhooks",
+            T::Automations | T::AutomationTriggers => "automations",
+            T::ApiKeys | T::UserKeys => "api_keys",
+            T::Projects => "projects",
+            T::Members | T::Memberships | T::RegistryMembers | T::RegistryMemberships => "members",
+            _ => return None,
+        })
     }
 
     const ALL: [T; 37] = [
@@ -390,9 +385,9 @@ struct Shared {
     /// Held by a checkpoint, from its sync to its snapshot written (`wal.rs`).
     checkpointing: Mutex<()>,
     commits: GroupCommit,
-    /// See [`Engine::config_epoch`]: bumped by every commit that writes a
-    /// tree [`T::is_config`] names.
-    config_epoch: AtomicU64,
+    /// See [`Engine::changes`]: counted by table for every commit that
+    /// writes a tree [`T::kept_as`] names.
+    changes: crate::store::Changes,
     /// Each paced webhook's next free send slot (unix µs): one host's, so
     /// memory is enough.
     pace: std::sync::Mutex<std::collections::HashMap<String, u64>>,
@@ -569,7 +564,7 @@ impl Sled {
             writer: Arc::default(),
             checkpointing: Mutex::default(),
             commits: GroupCommit::default(),
-            config_epoch: AtomicU64::new(0),
+            changes: Default::default(),
             pace: Default::default(),
             reserve,
             dir: dir.join("db"),
@@ -767,10 +762,12 @@ impl Sled {
         if overlay.is_empty() {
             return Ok(());
         }
-        let config = overlay.keys().any(|(t, _)| t.is_config());
+        let kept: std::collections::BTreeSet<&str> =
+            overlay.keys().filter_map(|(t, _)| t.kept_as()).collect();
         self.shared.unapplied.push(mark, overlay);
-        if config {
-            self.shared.config_epoch.fetch_add(1, Ordering::SeqCst);
+        // By table: one host is all there is to tell, and it keeps little.
+        for table in kept {
+            self.shared.changes.changed(table);
         }
         Ok(())
     }
@@ -981,8 +978,8 @@ impl Engine for Sled {
         None
     }
 
-    fn config_epoch(&self) -> u64 {
-        self.shared.config_epoch.load(Ordering::SeqCst)
+    fn changes(&self) -> &crate::store::Changes {
+        &self.shared.changes
     }
 
     async fn failed(&self) -> String {
