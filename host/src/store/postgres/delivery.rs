@@ -1,11 +1,15 @@
 //! The delivery path: the event inbox, the outbox, executions and their attempts.
 
+use std::sync::LazyLock;
+
 use async_trait::async_trait;
 
 use super::Postgres;
 use super::rows;
 use super::shared::Db;
-use super::shared::{EXECUTION_SELECT, delivery, execution, get, i, scope_key, to_json, u};
+use super::shared::{
+    EXECUTION_SELECT, answered, delivery, execution, get, i, scope_key, to_json, u,
+};
 use crate::model::{Delivery, Event, Execution, ExecutionId, Handle, WebhookRef};
 use crate::store::Result;
 use crate::store::records::*;
@@ -35,7 +39,7 @@ const FIRST_IN_LINE: &str = "o.fifo IS NOT NULL AND o.webhook_team = h.webhook_t
 /// the start of `outbox_visible` (what is in flight is further on,
 /// invisible until its lease ends). A body written with its execution is
 /// read from there.
-fn claim_sql() -> String {
+static CLAIM: LazyLock<String> = LazyLock::new(|| {
     format!(
         "{FIFO_HEADS}, \
          fifo AS (SELECT f.id FROM heads h, LATERAL (SELECT o.id FROM outbox o \
@@ -51,19 +55,19 @@ fn claim_sql() -> String {
          FROM claimed c LEFT JOIN executions e ON e.scope = c.scope \
           AND e.automation = c.automation AND e.id = c.execution_id"
     )
-}
+});
 
 /// When the next delivery becomes visible: the first entry of
 /// `outbox_visible`, or a FIFO line's first. (`LIMIT 1` keeps the probe
 /// per line, where the planner would otherwise hash every FIFO row.)
-fn next_visible_sql() -> String {
+static NEXT_VISIBLE: LazyLock<String> = LazyLock::new(|| {
     format!(
         "{FIFO_HEADS} SELECT least( \
          (SELECT visible_at FROM outbox WHERE fifo IS NULL ORDER BY visible_at LIMIT 1), \
          (SELECT min(f.visible_at) FROM heads h, LATERAL (SELECT o.visible_at FROM outbox o \
           WHERE {FIRST_IN_LINE} LIMIT 1) f))"
     )
-}
+});
 
 #[async_trait]
 impl DeliveryRecords for Postgres {
@@ -125,10 +129,10 @@ impl DeliveryRecords for Postgres {
             return Ok(());
         }
         let lease_until = crate::ids::now_ms().saturating_add(self.shared.lease_ms);
-        let sql = rows::outbox_insert(1, "");
+        static SQL: LazyLock<String> = LazyLock::new(|| rows::outbox_insert(1, ""));
         let lease = (self.shared.host_id.as_str(), lease_until);
         let with = (deliveries, rows::Body::Here);
-        let insert = rows::bind_deliveries(sqlx::query(&sql), with, Vec::new(), lease);
+        let insert = rows::bind_deliveries(sqlx::query(&SQL), with, Vec::new(), lease);
         self.execute(insert).await?;
         Ok(())
     }
@@ -138,7 +142,7 @@ impl DeliveryRecords for Postgres {
         // the claim; a host that died holding deliveries lets them go when
         // its leases run out.
         let mut c = self.conn().await?;
-        let rows = sqlx::query(&claim_sql())
+        let rows = sqlx::query(&CLAIM)
             .bind(&self.shared.host_id)
             .bind(i(now_ms))
             .bind(i(self.shared.lease_ms))
@@ -146,7 +150,7 @@ impl DeliveryRecords for Postgres {
             .fetch_all(&mut *c)
             .await
             .db(self)?;
-        let next: Option<i64> = sqlx::query_scalar(&next_visible_sql())
+        let next: Option<i64> = sqlx::query_scalar(&NEXT_VISIBLE)
             .fetch_one(&mut *c)
             .await
             .db(self)?;
@@ -194,9 +198,11 @@ impl DeliveryRecords for Postgres {
         if finished.is_empty() {
             return Ok(());
         }
-        let (done, retried) = rows::finish(1);
-        let sql = format!("WITH done AS ({done}) {retried}");
-        self.execute(rows::bind_finish(sqlx::query(&sql), finished))
+        static SQL: LazyLock<String> = LazyLock::new(|| {
+            let (done, retried) = rows::finish(1);
+            format!("WITH done AS ({done}) {retried}")
+        });
+        self.execute(rows::bind_finish(sqlx::query(&SQL), finished))
             .await?;
         Ok(())
     }
@@ -230,12 +236,14 @@ impl DeliveryRecords for Postgres {
         if executions.is_empty() {
             return Ok(());
         }
-        let sql = format!(
-            "WITH ex AS ({}) {}",
-            rows::executions_insert(1, ""),
-            rows::carried_attempts_insert(1 + rows::EXECUTION_PARAMS)
-        );
-        let insert = rows::bind_executions(sqlx::query(&sql), executions, Vec::new())?;
+        static SQL: LazyLock<String> = LazyLock::new(|| {
+            format!(
+                "WITH ex AS ({}) {}",
+                rows::executions_insert(1, ""),
+                rows::carried_attempts_insert(1 + rows::EXECUTION_PARAMS)
+            )
+        });
+        let insert = rows::bind_executions(sqlx::query(&SQL), executions, Vec::new())?;
         self.execute(rows::bind_carried(insert, executions)?)
             .await?;
         Ok(())
@@ -299,20 +307,10 @@ impl DeliveryRecords for Postgres {
         if attempts.is_empty() {
             return Ok(Vec::new());
         }
-        let sql = rows::attempts_insert(1);
-        let update = rows::bind_attempts(sqlx::query(&sql), attempts, crate::ids::now_ms())?;
+        static SQL: LazyLock<String> = LazyLock::new(|| rows::attempts_insert(1));
+        let update = rows::bind_attempts(sqlx::query(&SQL), attempts, crate::ids::now_ms())?;
         let mut c = self.conn().await?;
-        let updated: Vec<String> = update
-            .fetch_all(&mut *c)
-            .await
-            .db(self)?
-            .iter()
-            .map(|row| get(row, "id"))
-            .collect::<Result<_>>()?;
-        let updated: std::collections::HashSet<&str> = updated.iter().map(String::as_str).collect();
-        Ok(attempts
-            .iter()
-            .map(|a| updated.contains(a.execution_id.as_str()))
-            .collect())
+        let found = update.fetch_all(&mut *c).await.db(self)?;
+        answered(&found, attempts.iter().map(|a| a.execution_id.as_str()))
     }
 }

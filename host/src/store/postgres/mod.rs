@@ -508,29 +508,24 @@ impl Engine for Postgres {
         let by = |f: &super::Fired| taken_from.get(f.0).copied().unwrap_or_default();
         let executions_by: Vec<&str> = fired.iter().map(by).collect();
         let deliveries_by: Vec<&str> = fired.iter().filter(|f| f.2.is_some()).map(by).collect();
-        let (e, d) = (2, 2 + rows::EXECUTION_PARAMS);
-        let sql = format!(
-            "WITH taken AS (DELETE FROM event_inbox WHERE id = ANY($1) RETURNING id), \
-             executions AS ({}), deliveries AS ({}) SELECT id FROM taken",
-            rows::executions_insert(e, "WHERE e.taken_by IN (SELECT id FROM taken)"),
-            rows::outbox_insert(d, "WHERE d.taken_by IN (SELECT id FROM taken)"),
-        );
+        static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+            let (e, d) = (2, 2 + rows::EXECUTION_PARAMS);
+            format!(
+                "WITH taken AS (DELETE FROM event_inbox WHERE id = ANY($1) RETURNING id), \
+                 executions AS ({}), deliveries AS ({}) SELECT id FROM taken",
+                rows::executions_insert(e, "WHERE e.taken_by IN (SELECT id FROM taken)"),
+                rows::outbox_insert(d, "WHERE d.taken_by IN (SELECT id FROM taken)"),
+            )
+        });
         let lease_until = crate::ids::now_ms().saturating_add(self.shared.lease_ms);
         let lease = (self.shared.host_id.as_str(), lease_until);
-        let q = sqlx::query(&sql).bind(taken_from);
+        let q = sqlx::query(&SQL).bind(taken_from);
         let q = rows::bind_executions(q, &executions, executions_by)?;
         let with = (deliveries.as_slice(), rows::Body::WithExecution);
         let q = rows::bind_deliveries(q, with, deliveries_by, lease);
         let mut c = self.conn().await?;
-        let taken: Vec<String> = q
-            .fetch_all(&mut *c)
-            .await
-            .db(self)?
-            .iter()
-            .map(|row| shared::get(row, "id"))
-            .collect::<Result<_>>()?;
-        let taken: std::collections::HashSet<&str> = taken.iter().map(String::as_str).collect();
-        Ok(taken_from.iter().map(|id| taken.contains(id)).collect())
+        let taken = q.fetch_all(&mut *c).await.db(self)?;
+        shared::answered(&taken, taken_from.iter().copied())
     }
 
     /// One statement, unless the sends caused events (rare: a webhook
@@ -544,13 +539,15 @@ impl Engine for Postgres {
         if !caused.is_empty() {
             return super::outcomes_in_transaction(self, finished, attempts, caused).await;
         }
-        let (done, retried) = rows::finish(1);
-        let recorded = rows::attempts_insert(1 + rows::FINISH_PARAMS);
-        let sql = format!(
-            "WITH done AS ({done}), retried AS ({retried}), recorded AS ({recorded}) \
-             SELECT count(*) FROM recorded"
-        );
-        let q = rows::bind_finish(sqlx::query(&sql), finished);
+        static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+            let (done, retried) = rows::finish(1);
+            let recorded = rows::attempts_insert(1 + rows::FINISH_PARAMS);
+            format!(
+                "WITH done AS ({done}), retried AS ({retried}), recorded AS ({recorded}) \
+                 SELECT count(*) FROM recorded"
+            )
+        });
+        let q = rows::bind_finish(sqlx::query(&SQL), finished);
         let q = rows::bind_attempts(q, attempts, crate::ids::now_ms())?;
         self.execute(q).await?;
         Ok(())

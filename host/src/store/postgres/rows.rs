@@ -10,25 +10,31 @@ use crate::store::records::AttemptFor;
 use crate::store::{Finished, Result};
 
 /// `unnest($first::type[], …) AS alias (column, …)`, `jsonb` columns sent
-/// as text; and the select list, casting those.
-fn unnest(columns: &[(&str, &str)], first: usize, alias: &str) -> (String, String) {
-    let mut arrays = Vec::new();
-    let mut select = Vec::new();
-    for (k, (column, ty)) in columns.iter().enumerate() {
-        let sent = if *ty == "jsonb" { "text" } else { ty };
-        arrays.push(format!("${}::{sent}[]", first + k));
-        select.push(match *ty {
-            "jsonb" => format!("{alias}.{column}::jsonb"),
-            _ => format!("{alias}.{column}"),
-        });
-    }
+/// as text.
+fn unnest(columns: &[(&str, &str)], first: usize, alias: &str) -> String {
+    let arrays: Vec<String> = (columns.iter().enumerate())
+        .map(|(k, (_, ty))| {
+            let sent = if *ty == "jsonb" { "text" } else { ty };
+            format!("${}::{sent}[]", first + k)
+        })
+        .collect();
     let names: Vec<&str> = columns.iter().map(|(c, _)| *c).collect();
-    let from = format!(
+    format!(
         "unnest({}) AS {alias} ({})",
         arrays.join(", "),
         names.join(", ")
-    );
-    (from, select.join(", "))
+    )
+}
+
+/// The select list for `columns` of [`unnest`]'s rows, casting `jsonb` ones.
+fn select(columns: &[(&str, &str)], alias: &str) -> String {
+    let each: Vec<String> = (columns.iter())
+        .map(|(column, ty)| match *ty {
+            "jsonb" => format!("{alias}.{column}::jsonb"),
+            _ => format!("{alias}.{column}"),
+        })
+        .collect();
+    each.join(", ")
 }
 
 /// An execution's columns as written, with their types; then the event it
@@ -58,8 +64,7 @@ const EXECUTION: &[(&str, &str)] = &[
 pub(super) fn executions_insert(first: usize, filter: &str) -> String {
     let stored = &EXECUTION[..EXECUTION.len() - 1];
     let names: Vec<&str> = stored.iter().map(|(c, _)| *c).collect();
-    let (from, select) = unnest(EXECUTION, first, "e");
-    let select = select.rsplit_once(", ").map_or(select.as_str(), |(s, _)| s);
+    let (from, select) = (unnest(EXECUTION, first, "e"), select(stored, "e"));
     format!(
         "INSERT INTO executions ({}) SELECT {select} FROM {from} {filter} \
          ON CONFLICT (scope, automation, id) DO UPDATE SET \
@@ -143,7 +148,7 @@ const DELIVERY: &[(&str, &str)] = &[
 /// them until the lease runs out. Not a FIFO webhook's, which wait for
 /// their turn in the scan's claim, nor one due later, which waits for it.
 pub(super) fn outbox_insert(first: usize, filter: &str) -> String {
-    let (from, _) = unnest(DELIVERY, first, "d");
+    let from = unnest(DELIVERY, first, "d");
     let (host, until) = (first + DELIVERY.len(), first + DELIVERY.len() + 1);
     format!(
         "INSERT INTO outbox (id, scope, automation, execution_id, webhook_team, \

@@ -91,6 +91,16 @@ pub(super) fn kept_path(table: &str, column: impl Fn(&str) -> Option<String>) ->
     Some(changes::path(table, &parts))
 }
 
+/// Whether each of `asked` is among the `id`s a statement returned (`rows`).
+pub(super) fn answered<'a>(
+    rows: &[PgRow],
+    asked: impl Iterator<Item = &'a str>,
+) -> Result<Vec<bool>> {
+    let found = (rows.iter().map(|row| get::<String>(row, "id"))).collect::<Result<Vec<_>>>()?;
+    let found: std::collections::HashSet<&str> = found.iter().map(String::as_str).collect();
+    Ok(asked.map(|id| found.contains(id)).collect())
+}
+
 /// Unsigned counts and times as PostgreSQL's signed integers.
 pub(super) fn i(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
