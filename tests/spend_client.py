@@ -1,8 +1,8 @@
 """The stock `openai` client against Switchyard's USD budgets.
 
 Usage: python3 spend_client.py BASE_URL KEY MODEL
-KEY has a budget of $0.06 a day; MODEL costs about $0.021 an answer and is
-admitted against $0.03 (its prompt and max_tokens). Exits non-zero on the
+KEY has a budget of $0.08 a day; MODEL costs about $0.021 an answer and is
+admitted against $0.043 (its prompt at one token a byte, and max_tokens). Exits non-zero on the
 first failed check.
 """
 
@@ -17,9 +17,9 @@ messages = [{"role": "user", "content": "hi"}]
 
 for _ in range(2):
     raw = client.chat.completions.with_raw_response.create(model=model, messages=messages, max_tokens=5)
-    assert raw.headers["x-ratelimit-limit-usd"] == "0.06", raw.headers
+    assert raw.headers["x-ratelimit-limit-usd"] == "0.08", raw.headers
     left = float(raw.headers["x-ratelimit-remaining-usd"])
-    assert 0 <= left < 0.06, raw.headers
+    assert 0 <= left < 0.08, raw.headers
     assert raw.parse().choices[0].message.content == "Hello"
     # Settled costs are written each second.
     time.sleep(1.3)
@@ -31,7 +31,7 @@ except openai.RateLimitError as e:
     assert e.status_code == 429
     assert e.body["type"] == "insufficient_quota", e.body
     assert e.body["code"] == "insufficient_quota", e.body
-    assert "$0.06 per day (UTC)" in e.body["message"], e.body
+    assert "$0.08 per day (UTC)" in e.body["message"], e.body
     assert "renews at 00:00 UTC" in e.body["message"], e.body
     assert int(e.response.headers["retry-after"]) >= 1
 

@@ -241,7 +241,19 @@ pub struct PriceConfig {
     /// `input_per_mtok` if unset.
     #[serde(default)]
     pub cached_input_per_mtok: Option<f64>,
+    /// Prompt tokens the upstream reports it wrote to its own cache
+    /// (Anthropic's cache writes); `input_per_mtok` if unset.
+    #[serde(default)]
+    pub cache_write_per_mtok: Option<f64>,
+    /// The most one choice of an answer may generate: what a request that
+    /// sets no `max_tokens` is sent with and admitted against
+    /// ([`DEFAULT_MAX_OUTPUT_TOKENS`] if unset).
+    #[serde(default)]
+    pub max_output_tokens: Option<std::num::NonZeroU32>,
 }
+
+/// The output cap of a model that sets none.
+pub const DEFAULT_MAX_OUTPUT_TOKENS: u32 = 4_096;
 
 /// `[inference.cache]`: exact-match answers kept for a while.
 #[derive(Debug, Clone, Deserialize)]
@@ -293,6 +305,9 @@ pub struct RouteConfig {
     /// Whether its answers may be cached (when the cache is on).
     #[serde(default = "yes")]
     pub cache: bool,
+    /// Its output cap, over its model's `[[inference.prices]]` entry's.
+    #[serde(default)]
+    pub max_output_tokens: Option<std::num::NonZeroU32>,
 }
 
 fn yes() -> bool {
@@ -333,6 +348,9 @@ pub struct DeploymentConfig {
     /// Its own price of cached prompt tokens.
     #[serde(default)]
     pub cached_input_per_mtok: Option<f64>,
+    /// Its own price of prompt tokens written to the upstream's cache.
+    #[serde(default)]
+    pub cache_write_per_mtok: Option<f64>,
 }
 
 impl DeploymentConfig {
@@ -716,6 +734,7 @@ impl InferenceConfig {
                 (&p.model, "input_per_mtok", Some(p.input_per_mtok)),
                 (&p.model, "output_per_mtok", Some(p.output_per_mtok)),
                 (&p.model, "cached_input_per_mtok", p.cached_input_per_mtok),
+                (&p.model, "cache_write_per_mtok", p.cache_write_per_mtok),
             ]
         });
         let deployed = self
@@ -727,6 +746,7 @@ impl InferenceConfig {
                     (&d.model, "input_per_mtok", d.input_per_mtok),
                     (&d.model, "output_per_mtok", d.output_per_mtok),
                     (&d.model, "cached_input_per_mtok", d.cached_input_per_mtok),
+                    (&d.model, "cache_write_per_mtok", d.cache_write_per_mtok),
                 ]
             });
         for (model, field, value) in named.chain(deployed) {

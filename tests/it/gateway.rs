@@ -240,14 +240,14 @@ async fn key_limits_answer_openai_headers_and_429s() {
     assert_eq!(status, 200);
 
     // A daily budget: each answer uses 13 tokens (the upstream's usage),
-    // admitted against about 10 (the prompt and max_tokens) and settled
-    // with the real count: after two, 26 of 33 are used, too few left for
-    // a third (counted by estimates alone, 20 would be).
-    let budget = scoped_key(&host, &alice, json!({"tokens_per_day": 33})).await;
+    // admitted against 23 (the prompt at one token a byte, 18, and
+    // max_tokens) and settled with the real count: after two, 26 of 40 are
+    // used, too few left for a third.
+    let budget = scoped_key(&host, &alice, json!({"tokens_per_day": 40})).await;
     for _ in 0..2 {
         let (status, headers, body) = ask(&host, &budget, "fake-1", None).await;
         assert_eq!(status, 200, "{body}");
-        assert_eq!(header(&headers, "x-ratelimit-limit-tokens"), "33");
+        assert_eq!(header(&headers, "x-ratelimit-limit-tokens"), "40");
         // Settled corrections are written each second.
         tokio::time::sleep(Duration::from_millis(1_300)).await;
     }
@@ -259,7 +259,7 @@ async fn key_limits_answer_openai_headers_and_429s() {
         body["error"]["message"]
             .as_str()
             .unwrap()
-            .contains("33 tokens per day (UTC)"),
+            .contains("40 tokens per day (UTC)"),
         "{body}"
     );
     let retry: u64 = header(&headers, "retry-after").parse().unwrap();

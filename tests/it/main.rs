@@ -10,6 +10,7 @@ mod world;
 
 mod api_keys;
 mod automations;
+mod budgets;
 mod cache;
 mod cli;
 mod console;

@@ -11,8 +11,9 @@ use crate::harness::expect_invalid;
 use crate::upstream::{fake_upstream, upstream_host};
 
 /// `fake-1` answers with 11 prompt and 2 completion tokens: $0.021 at this
-/// price. A request of "hi" with `max_tokens` 5 is admitted against 5
-/// prompt and 5 completion tokens: $0.03.
+/// price. A request of "hi" with `max_tokens` 5 is admitted against 18
+/// prompt tokens (one a byte, and 16 for the message) and 5 completion
+/// tokens: $0.043.
 pub(crate) const FAKE_1_PRICE: &str = r#"
 [[inference.prices]]
 model = "fake-1"
@@ -45,7 +46,7 @@ async fn answers_are_priced_and_usd_budgets_hold() {
     let (alice, _) = team(&host).await;
 
     // A key's daily budget, through the stock client.
-    let key = scoped_key(&host, &alice, json!({"usd_per_day": 0.06})).await;
+    let key = scoped_key(&host, &alice, json!({"usd_per_day": 0.08})).await;
     let python = crate::harness::python_venv("openai-venv", &["openai==2.*"]);
     let base = format!("{}/v1", host.base);
     crate::harness::run_client_script(python, "spend_client.py", &[&base, &key, "fake-1"]).await;
@@ -78,26 +79,26 @@ async fn answers_are_priced_and_usd_budgets_hold() {
     let (status, _, body) = ask(&host, &small, "fake-1", None).await;
     assert_eq!(status, 429, "{body}");
     let message = body["error"]["message"].as_str().unwrap();
-    assert!(message.contains("it may cost up to $0.03"), "{message}");
+    assert!(message.contains("it may cost up to $0.043"), "{message}");
 
     // A project's monthly budget, whichever key spends it.
     for bad in [json!({"usd_per_day": 0}), json!({"usd_per_day": -1.5})] {
         let got = call!(host, alice, PUT "/v1/teams/ml/projects/vision/limits", bad);
         expect_invalid(&got, "usd_per_day");
     }
-    let set = ok!(host, alice, PUT "/v1/teams/ml/projects/vision/limits", {"usd_per_month": 0.04});
-    assert_eq!(set["usd_per_month"], 0.04, "{set}");
+    let set = ok!(host, alice, PUT "/v1/teams/ml/projects/vision/limits", {"usd_per_month": 0.06});
+    assert_eq!(set["usd_per_month"], 0.06, "{set}");
     let (status, headers, body) = ask(&host, &alice, "fake-1", Some("ml/vision")).await;
     assert_eq!(status, 200, "{body}");
-    assert_eq!(header(&headers, "x-ratelimit-limit-usd"), "0.04");
-    assert_eq!(header(&headers, "x-ratelimit-remaining-usd"), "0.01");
+    assert_eq!(header(&headers, "x-ratelimit-limit-usd"), "0.06");
+    assert_eq!(header(&headers, "x-ratelimit-remaining-usd"), "0.017");
     tokio::time::sleep(Duration::from_millis(1_300)).await;
     let (status, headers, body) = ask(&host, &alice, "fake-1", Some("ml/vision")).await;
     assert_eq!(status, 429, "{body}");
     assert_eq!(body["error"]["type"], "insufficient_quota", "{body}");
     let message = body["error"]["message"].as_str().unwrap();
     assert!(
-        message.contains("project 'ml/vision' has used its $0.04 per month (UTC)")
+        message.contains("project 'ml/vision' has used its $0.06 per month (UTC)")
             && message.contains("renews on the 1st at 00:00 UTC"),
         "{message}"
     );

@@ -342,8 +342,8 @@ pub async fn create(
     answer
 }
 
-/// `POST /v1/messages/count_tokens`: the prompt's tokens as limits count
-/// them (about four bytes a token).
+/// `POST /v1/messages/count_tokens`: about how many tokens the prompt
+/// holds (four bytes a token; limits reserve more, see `limits::estimate`).
 pub async fn count_tokens(
     State(app): State<App>,
     KeyedCaller { user, key }: KeyedCaller,
@@ -352,8 +352,8 @@ pub async fn count_tokens(
 ) -> Result<axum::Json<Value>> {
     account(&app, &user, &key, &headers, &body.model).await?;
     let request = body.to_chat()?.to_backend(0)?;
-    let estimate = crate::inference::limits::estimate(&request);
-    Ok(axum::Json(json!({"input_tokens": estimate.prompt})))
+    let tokens = crate::inference::limits::likely_prompt_tokens(&request);
+    Ok(axum::Json(json!({"input_tokens": tokens})))
 }
 
 /// A whole chat completion as a Messages message.
@@ -375,10 +375,21 @@ fn message(chat: &Value) -> Value {
         "content": content,
         "stop_reason": stop_reason(&choice["finish_reason"]),
         "stop_sequence": null,
-        "usage": {
-            "input_tokens": chat["usage"]["prompt_tokens"],
-            "output_tokens": chat["usage"]["completion_tokens"],
-        },
+        "usage": anthropic_usage(&chat["usage"]),
+    })
+}
+
+/// Chat's usage as Anthropic counts it: `input_tokens` leaves out the
+/// prompt tokens read from the cache, which it reports apart.
+fn anthropic_usage(usage: &Value) -> Value {
+    let prompt = usage["prompt_tokens"].as_u64().unwrap_or(0);
+    let cached = usage["prompt_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .unwrap_or(0);
+    json!({
+        "input_tokens": prompt.saturating_sub(cached),
+        "cache_read_input_tokens": cached,
+        "output_tokens": usage["completion_tokens"].as_u64().unwrap_or(0),
     })
 }
 
@@ -491,7 +502,7 @@ impl Events {
                 self.close();
                 let delta = json!({"type": "message_delta",
                     "delta": {"stop_reason": stop_reason(&self.finish), "stop_sequence": null},
-                    "usage": {"input_tokens": self.usage["prompt_tokens"], "output_tokens": self.usage["completion_tokens"]}});
+                    "usage": anthropic_usage(&self.usage)});
                 self.send("message_delta", delta);
                 self.send("message_stop", json!({"type": "message_stop"}));
                 self.ended = true;

@@ -32,11 +32,9 @@ pub trait Ask: Clone + Send + Sync + 'static {
     /// The tokens an answer used: prompt, completion.
     fn tokens(answer: &Self::Answer) -> (u32, u32);
 
-    /// Of its prompt tokens, how many the upstream says it served from its
-    /// own cache.
-    fn cached_tokens(_answer: &Self::Answer) -> u32 {
-        0
-    }
+    /// Of its prompt tokens, how many the upstream says it read from its
+    /// own cache, and how many it wrote there.
+    fn cached_tokens(answer: &Self::Answer) -> (u32, u32);
 
     /// Asks `backend` on `team`'s behalf, sending what comes to `output`.
     async fn ask(
@@ -61,6 +59,10 @@ impl Ask for ChatRequest {
 
     fn tokens(answer: &ChatResult) -> (u32, u32) {
         (answer.prompt_tokens, answer.completion_tokens)
+    }
+
+    fn cached_tokens(answer: &ChatResult) -> (u32, u32) {
+        (answer.cached_tokens, answer.cache_write_tokens)
     }
 
     async fn ask(
@@ -89,18 +91,25 @@ impl Ask for ForwardRequest {
         (answer.prompt_tokens, answer.completion_tokens)
     }
 
-    /// Read from the body's usage: `prompt_tokens_details` for
-    /// completions, `input_tokens_details` for responses.
-    fn cached_tokens(answer: &ForwardResult) -> u32 {
-        let Some(body) = &answer.body else { return 0 };
+    /// As the backend says (0.4.0), or else read from a whole body's
+    /// usage: `prompt_tokens_details` for completions,
+    /// `input_tokens_details` for responses.
+    fn cached_tokens(answer: &ForwardResult) -> (u32, u32) {
+        if answer.cached_tokens > 0 || answer.cache_write_tokens > 0 {
+            return (answer.cached_tokens, answer.cache_write_tokens);
+        }
+        let Some(body) = &answer.body else {
+            return (0, 0);
+        };
         let Ok(body) = serde_json::from_str::<serde_json::Value>(body) else {
-            return 0;
+            return (0, 0);
         };
         let usage = &body["usage"];
-        ["prompt_tokens_details", "input_tokens_details"]
+        let cached = ["prompt_tokens_details", "input_tokens_details"]
             .iter()
             .find_map(|d| usage[*d]["cached_tokens"].as_u64())
-            .map_or(0, |n| u32::try_from(n).unwrap_or(u32::MAX))
+            .map_or(0, |n| u32::try_from(n).unwrap_or(u32::MAX));
+        (cached, 0)
     }
 
     /// A backend without `forward` (one built before 0.3.0, the embedded

@@ -565,32 +565,72 @@ fn signed(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
-/// What a chat request may use at most: its prompt (about four bytes a
-/// token, as counting needs no tokenizer) and its `max_tokens`.
-pub fn estimate(request: &crate::plugin::ChatRequest) -> Estimate {
-    let bytes: usize = request
-        .messages
-        .iter()
-        .map(|m| m.content.len() + m.extra.as_ref().map_or(0, String::len) + 16)
+/// Tokens counted for each message beyond its text: its role and the
+/// tokens that frame it (OpenAI's format spends three or four).
+const PER_MESSAGE: u64 = 16;
+
+/// The bytes of a chat's prompt, each message's text and other fields, and
+/// how many messages it has.
+fn prompt_bytes(request: &crate::plugin::ChatRequest) -> (u64, u64) {
+    let bytes: usize = (request.messages.iter())
+        .map(|m| m.content.len() + m.extra.as_ref().map_or(0, String::len))
         .sum();
+    (bytes as u64, request.messages.len() as u64)
+}
+
+/// What a chat request may use at most: its prompt at one token a byte
+/// (byte-level tokenizers never make more; typical text makes about a
+/// quarter of that) plus [`PER_MESSAGE`] a message, and `max_tokens` for
+/// each of its `n` choices. Inference sets `max_tokens` to the model's
+/// output cap when the client gave none.
+pub fn estimate(request: &crate::plugin::ChatRequest) -> Estimate {
+    let (bytes, messages) = prompt_bytes(request);
+    let choices = request
+        .extra
+        .as_deref()
+        .and_then(|extra| serde_json::from_str::<Choices>(extra).ok())
+        .map_or(1, |c| c.most());
     Estimate {
-        prompt: (bytes as u64).div_ceil(4),
-        output: u64::from(request.max_tokens.unwrap_or(0)),
+        prompt: bytes + PER_MESSAGE * messages,
+        output: u64::from(request.max_tokens.unwrap_or(0)) * choices,
     }
 }
 
-/// The most a request may use: prompt tokens (estimated) and output
-/// tokens (asked for).
+/// About how many tokens a chat's prompt holds (four bytes a token), for
+/// clients that ask (`count_tokens`); admission counts [`estimate`]'s.
+pub fn likely_prompt_tokens(request: &crate::plugin::ChatRequest) -> u64 {
+    let (bytes, messages) = prompt_bytes(request);
+    bytes.div_ceil(4) + 4 * messages
+}
+
+/// The fields that multiply what a request generates: `n` choices, or
+/// `best_of` completions made to pick from (all billed).
+#[derive(serde::Deserialize)]
+struct Choices {
+    n: Option<u64>,
+    best_of: Option<u64>,
+}
+
+impl Choices {
+    fn most(&self) -> u64 {
+        self.n.unwrap_or(1).max(self.best_of.unwrap_or(1)).max(1)
+    }
+}
+
+/// The most a request may use: prompt tokens (at most) and output tokens
+/// (asked for, times the choices asked for).
 #[derive(Debug, Clone, Copy)]
 pub struct Estimate {
-    /// Prompt tokens, about four bytes each.
+    /// Prompt tokens, one a byte.
     pub prompt: u64,
-    /// `max_tokens` (or `max_output_tokens`), 0 when not given.
+    /// The output cap times the choices.
     pub output: u64,
 }
 
-/// The same for a request to another endpoint: its body, and the most it
-/// asks to generate (`max_tokens`, or `max_output_tokens` for a response).
+/// The same for a request to another endpoint: its body at one token a
+/// byte, and the most it asks to generate (`max_tokens`, or
+/// `max_output_tokens` for a response) times `n` or `best_of`. Inference
+/// sets the cap when the client gave none.
 pub fn estimate_body(request: &crate::plugin::ForwardRequest) -> Estimate {
     // Counted as it would be written, without writing it anywhere.
     struct Count(usize);
@@ -606,15 +646,44 @@ pub fn estimate_body(request: &crate::plugin::ForwardRequest) -> Estimate {
     let mut bytes = Count(0);
     let _ = serde_json::to_writer(&mut bytes, &request.body);
     let bytes = bytes.0;
-    let most = ["max_tokens", "max_output_tokens"]
+    let most = OUTPUT_CAPS
         .iter()
         .find_map(|f| request.body.get(*f).and_then(serde_json::Value::as_u64))
         .unwrap_or(0);
+    let count = |f: &str| request.body.get(f).and_then(serde_json::Value::as_u64);
+    let choices = Choices {
+        n: count("n"),
+        best_of: count("best_of"),
+    };
     Estimate {
-        prompt: (bytes as u64).div_ceil(4),
-        output: most,
+        prompt: bytes as u64,
+        output: most * choices.most(),
     }
 }
+
+/// The fields that cap what a request to an endpoint besides chat
+/// generates.
+const OUTPUT_CAPS: [&str; 2] = ["max_tokens", "max_output_tokens"];
+
+/// Makes sure a request to an endpoint besides chat says how much it may
+/// generate: a text completion OpenAI's default of 16 tokens, a response
+/// `cap`. (Embeddings generate nothing.)
+pub fn cap_output(request: &mut crate::plugin::ForwardRequest, cap: u32) {
+    use crate::plugin::Endpoint;
+    if OUTPUT_CAPS.iter().any(|f| request.body.contains_key(*f)) {
+        return;
+    }
+    let (field, most) = match request.endpoint {
+        Endpoint::Embeddings => return,
+        Endpoint::Completions => ("max_tokens", COMPLETION_DEFAULT),
+        Endpoint::Responses => ("max_output_tokens", cap),
+    };
+    request.body.insert(field.into(), most.into());
+}
+
+/// What a text completion generates when it does not say (OpenAI's
+/// documented default).
+pub const COMPLETION_DEFAULT: u32 = 16;
 
 /// The 429 for a request that needs more than a limit allows at all.
 fn too_large(check: &Check, need: u64) -> Error {

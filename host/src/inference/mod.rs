@@ -299,18 +299,23 @@ impl Inference {
     /// holds what was `asked`); refuses at once when a rate limit or
     /// budget is spent, the project is at its concurrency limit or the
     /// queue is full.
+    ///
+    /// A request without `max_tokens` is sent with the model's output cap,
+    /// so that what it is admitted against bounds what it may spend.
     pub async fn chat(
         &self,
         account: Account,
-        request: ChatRequest,
+        mut request: ChatRequest,
         asked: Option<cache::Asked>,
     ) -> Result<Running> {
         let attempts = self.attempts(&request.model)?;
         if !attempts[0].backend.passes_through() {
             wire::refuse_passthrough(&request)?;
         }
-        let need = self.need(&request.model, limits::estimate(&request));
-        self.run(account, attempts, request, need, asked).await
+        let cap = self.prices.output_cap(&request.model);
+        request.max_tokens.get_or_insert(cap);
+        let most = limits::estimate(&request);
+        self.run(account, attempts, request, most, asked).await
     }
 
     /// Starts a request to an endpoint besides chat, as [`Self::chat`]
@@ -320,24 +325,29 @@ impl Inference {
     pub async fn forward(
         &self,
         account: Account,
-        request: ForwardRequest,
+        mut request: ForwardRequest,
         asked: Option<cache::Asked>,
     ) -> Result<Running<ForwardResult>> {
         let attempts = self.attempts(&request.model)?;
         if !attempts[0].backend.forwards() {
             text::check(&request)?;
         }
-        let need = self.need(&request.model, limits::estimate_body(&request));
-        self.run(account, attempts, request, need, asked).await
+        let cap = self.prices.output_cap(&request.model);
+        limits::cap_output(&mut request, cap);
+        let most = limits::estimate_body(&request);
+        self.run(account, attempts, request, most, asked).await
     }
 
     /// What a request to `model` may use at most: the estimate's tokens,
     /// at the highest price any of its deployments charges.
     fn need(&self, model: &str, most: limits::Estimate) -> limits::Need {
-        let cost = self
-            .prices
-            .most(model)
-            .map_or(0.0, |p| p.usd(most.prompt, 0, most.output));
+        let cost = self.prices.most(model).map_or(0.0, |p| {
+            p.usd(prices::Tokens {
+                prompt: most.prompt,
+                completion: most.output,
+                ..prices::Tokens::default()
+            })
+        });
         limits::Need {
             tokens: most.prompt + most.output,
             nanos: prices::nanos(cost),
@@ -351,9 +361,10 @@ impl Inference {
         account: Account,
         attempts: Vec<Attempt>,
         request: A,
-        need: limits::Need,
+        most: limits::Estimate,
         asked: Option<cache::Asked>,
     ) -> Result<Running<A::Answer>> {
+        let need = self.need(request.model(), most);
         traces::annotate(|| {
             vec![
                 KeyValue::new("switchyard.team", account.team().to_string()),
@@ -435,10 +446,14 @@ impl Inference {
                 Some(cx) => serving.with_context(cx.clone()).await,
                 None => serving.await,
             };
-            let used = result.as_ref().map_or(usage::Used::default(), |answer| {
-                let served = served_by.get().map_or("", String::as_str);
-                usage::Used::of::<A>(answer, prices.of(&model, served))
-            });
+            let price = prices.of(&model, served_by.get().map_or("", String::as_str));
+            let used = match &result {
+                Ok(answer) => usage::Used::of::<A>(answer, price, most),
+                Err(CallError::Left { pieces, .. }) => usage::Used::left(most, *pieces, price),
+                Err(_) => usage::Used::default(),
+            };
+            // What was generated is billed, whether or not the client stayed.
+            let billed = matches!(&result, Ok(_) | Err(CallError::Left { .. }));
             limiter.settle(&admitted, used.need());
             if let Some(cx) = &routing {
                 let served = served_by.get().cloned().unwrap_or_default();
@@ -451,7 +466,7 @@ impl Inference {
                 let failed = result.as_ref().err().map(ToString::to_string);
                 traces::end(cx, attrs, failed.as_deref());
             }
-            if result.is_ok() {
+            if billed {
                 let tokens = (used.prompt, used.completion);
                 crate::telemetry::inference_used(&model, &account.scope, tokens, used.cost_usd);
                 let served = served_by.get().map_or("", String::as_str);
@@ -709,7 +724,7 @@ fn call_error(e: CallError) -> Error {
             param: (code == "unsupported-endpoint").then(|| "model".into()),
             message,
         },
-        CallError::Failed(m) => Error::PluginFailed(m),
+        CallError::Failed(m) | CallError::Left { message: m, .. } => Error::PluginFailed(m),
         CallError::TimedOut(m) => Error::GatewayTimeout(m),
     }
 }

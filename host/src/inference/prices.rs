@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use crate::cfg::{InferenceConfig, PriceConfig};
+use crate::cfg::{DEFAULT_MAX_OUTPUT_TOKENS, InferenceConfig, PriceConfig};
 
 /// Nano-USD in one USD.
 pub const NANOS: f64 = 1e9;
@@ -20,6 +20,21 @@ pub struct Price {
     pub output: f64,
     /// Prompt tokens served from the upstream's cache.
     pub cached_input: f64,
+    /// Prompt tokens written to the upstream's cache.
+    pub cache_write: f64,
+}
+
+/// What an answer used, as it is priced.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tokens {
+    /// Prompt tokens, all of them.
+    pub prompt: u64,
+    /// Of those, read from the upstream's cache.
+    pub cached: u64,
+    /// Of those, written to the upstream's cache.
+    pub written: u64,
+    /// Generated tokens.
+    pub completion: u64,
 }
 
 impl Price {
@@ -28,16 +43,20 @@ impl Price {
             input: entry.input_per_mtok,
             output: entry.output_per_mtok,
             cached_input: entry.cached_input_per_mtok.unwrap_or(entry.input_per_mtok),
+            cache_write: entry.cache_write_per_mtok.unwrap_or(entry.input_per_mtok),
         }
     }
 
-    /// The cost of `prompt` tokens (`cached` of them from the upstream's
-    /// cache) and `completion` tokens, in USD.
-    pub fn usd(&self, prompt: u64, cached: u64, completion: u64) -> f64 {
-        let cached = cached.min(prompt);
-        ((prompt - cached) as f64 * self.input
+    /// The cost of `used`, in USD: the prompt's tokens read from or written
+    /// to the upstream's cache at their own prices, the rest at the input
+    /// price.
+    pub fn usd(&self, used: Tokens) -> f64 {
+        let cached = used.cached.min(used.prompt);
+        let written = used.written.min(used.prompt - cached);
+        ((used.prompt - cached - written) as f64 * self.input
             + cached as f64 * self.cached_input
-            + completion as f64 * self.output)
+            + written as f64 * self.cache_write
+            + used.completion as f64 * self.output)
             / 1e6
     }
 
@@ -47,6 +66,7 @@ impl Price {
             input: self.input.max(other.input),
             output: self.output.max(other.output),
             cached_input: self.cached_input.max(other.cached_input),
+            cache_write: self.cache_write.max(other.cache_write),
         }
     }
 }
@@ -67,6 +87,8 @@ pub struct Prices {
     /// Model id → the most any way of serving it charges (see
     /// [`Prices::most`]), made once rather than per request.
     most: HashMap<String, Price>,
+    /// Model or route id → its output cap, where one is set.
+    caps: HashMap<String, u32>,
 }
 
 impl Prices {
@@ -81,7 +103,12 @@ impl Prices {
         for route in &cfg.routes {
             for d in &route.deployments {
                 let base = models.get(&d.model).copied();
-                let own = [d.input_per_mtok, d.output_per_mtok, d.cached_input_per_mtok];
+                let own = [
+                    d.input_per_mtok,
+                    d.output_per_mtok,
+                    d.cached_input_per_mtok,
+                    d.cache_write_per_mtok,
+                ];
                 if base.is_none() && own.iter().all(Option::is_none) {
                     continue;
                 }
@@ -97,6 +124,13 @@ impl Prices {
                             base.cached_input
                         },
                     ),
+                    cache_write: d
+                        .cache_write_per_mtok
+                        .unwrap_or(if d.input_per_mtok.is_some() {
+                            input
+                        } else {
+                            base.cache_write
+                        }),
                 };
                 (deployments.entry(route.model.clone()))
                     .or_insert_with(HashMap::new)
@@ -110,11 +144,28 @@ impl Prices {
                 most.insert(route.clone(), price);
             }
         }
+        let priced = (cfg.prices.iter()).filter_map(|p| Some((&p.model, p.max_output_tokens?)));
+        let routed = (cfg.routes.iter()).filter_map(|r| Some((&r.model, r.max_output_tokens?)));
+        let caps = priced
+            .chain(routed)
+            .map(|(model, cap)| (model.clone(), cap.get()))
+            .collect();
         Prices {
             models,
             deployments,
             most,
+            caps,
         }
+    }
+
+    /// The most one choice of an answer from `model` may generate: its
+    /// route's `max_output_tokens`, its price entry's, or
+    /// [`DEFAULT_MAX_OUTPUT_TOKENS`].
+    pub fn output_cap(&self, model: &str) -> u32 {
+        self.caps
+            .get(model)
+            .copied()
+            .unwrap_or(DEFAULT_MAX_OUTPUT_TOKENS)
     }
 
     /// The price of an answer to `model` from the route's `deployment`
@@ -163,8 +214,19 @@ deployments = [{ model = "mini", name = "east" }, { model = "mini", name = "west
 "#,
         );
         let east = p.of("chat", "east").unwrap();
-        assert_eq!(east.usd(1_000_000, 0, 1_000_000), 0.75);
-        assert_eq!(east.usd(1_000_000, 500_000, 0), 0.1125);
+        let used = |prompt, cached, written, completion| Tokens {
+            prompt,
+            cached,
+            written,
+            completion,
+        };
+        assert_eq!(east.usd(used(1_000_000, 0, 0, 1_000_000)), 0.75);
+        assert_eq!(east.usd(used(1_000_000, 500_000, 0, 0)), 0.1125);
+        // Writes default to the input price; a read and a write never
+        // count more tokens than the prompt had.
+        assert_eq!(east.usd(used(1_000_000, 0, 1_000_000, 0)), 0.15);
+        let both = east.usd(used(1_000, 800, 800, 0));
+        assert!((both - 0.000_09).abs() < 1e-15, "{both}");
         let west = p.of("chat", "west").unwrap();
         assert_eq!(west.output, 2.0);
         assert_eq!(p.most("chat").unwrap().output, 2.0);
@@ -173,6 +235,32 @@ deployments = [{ model = "mini", name = "east" }, { model = "mini", name = "west
         assert_eq!(p.unpriced(["mini", "chat", "other"].into_iter()), ["other"]);
         assert_eq!(nanos(0.000_000_001_5), 2);
         assert_eq!(nanos(5.0 * 1000.0 / 1e6 + 5.0 * 5000.0 / 1e6), 30_000_000);
+    }
+
+    #[test]
+    fn a_route_caps_output_over_its_model_and_others_get_the_default() {
+        let p = prices(
+            r#"
+[[inference.prices]]
+model = "mini"
+input_per_mtok = 0.15
+output_per_mtok = 0.60
+max_output_tokens = 16384
+[[inference.routes]]
+model = "chat"
+max_output_tokens = 1000
+deployments = [{ model = "mini" }]
+"#,
+        );
+        assert_eq!(p.output_cap("mini"), 16_384);
+        assert_eq!(p.output_cap("chat"), 1_000);
+        assert_eq!(p.output_cap("other"), DEFAULT_MAX_OUTPUT_TOKENS);
+        let zero = "[[inference.prices]]\nmodel = \"m\"\ninput_per_mtok = 1.0\noutput_per_mtok = 1.0\nmax_output_tokens = 0";
+        let e = format!("{:#}", crate::cfg::Config::parse(zero).unwrap_err());
+        assert!(
+            e.contains("max_output_tokens") && e.contains("nonzero"),
+            "{e}"
+        );
     }
 
     #[test]

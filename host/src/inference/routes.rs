@@ -167,7 +167,8 @@ pub fn retryable(error: &CallError) -> bool {
             // No status: the upstream was not reached.
             status.is_none_or(|s| s == 429 || s >= 500)
         }
-        CallError::Reported { .. } => false,
+        // Nobody waits for another deployment's answer.
+        CallError::Reported { .. } | CallError::Left { .. } => false,
     }
 }
 
@@ -184,6 +185,7 @@ mod tests {
             input_per_mtok: None,
             output_per_mtok: None,
             cached_input_per_mtok: None,
+            cache_write_per_mtok: None,
         };
         RouteConfig {
             model: "chat".into(),
@@ -194,6 +196,7 @@ mod tests {
             cooldown_s: 60,
             fallbacks: vec!["backup".into()],
             cache: true,
+            max_output_tokens: None,
         }
     }
 

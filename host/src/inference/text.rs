@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::ids;
 
 /// OpenAI's default `max_tokens` for a legacy completion.
-const COMPLETION_MAX_TOKENS: u32 = 16;
+use super::limits::COMPLETION_DEFAULT as COMPLETION_MAX_TOKENS;
 
 /// Refuses, before anything is spent, what a chat-only backend cannot
 /// serve: embeddings, and any field of the request it cannot honour.
@@ -443,6 +443,8 @@ impl Render {
             body,
             prompt_tokens: result.prompt_tokens,
             completion_tokens: result.completion_tokens,
+            cached_tokens: result.cached_tokens,
+            cache_write_tokens: result.cache_write_tokens,
         }
     }
 
@@ -518,7 +520,7 @@ impl Render {
             "truncation": "disabled",
             "usage": result.map(|r| json!({
                 "input_tokens": r.prompt_tokens,
-                "input_tokens_details": {"cached_tokens": 0},
+                "input_tokens_details": {"cached_tokens": r.cached_tokens},
                 "output_tokens": r.completion_tokens,
                 "output_tokens_details": {"reasoning_tokens": 0},
                 "total_tokens": r.prompt_tokens + r.completion_tokens,
@@ -765,6 +767,8 @@ mod tests {
             finish_reason,
             prompt_tokens: 7,
             completion_tokens: 3,
+            cached_tokens: 0,
+            cache_write_tokens: 0,
             choices: None,
         }
     }

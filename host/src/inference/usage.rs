@@ -51,17 +51,61 @@ pub struct Used {
 }
 
 impl Used {
-    /// What `answer` used, at `price`.
-    pub fn of<A: super::ask::Ask>(answer: &A::Answer, price: Option<super::prices::Price>) -> Used {
-        let (prompt, completion) = A::tokens(answer);
-        let cached = A::cached_tokens(answer);
-        let cost_usd = price.map_or(0.0, |p| {
-            p.usd(prompt.into(), cached.into(), completion.into())
-        });
+    /// What `answer` used, at `price`. A backend that reports no prompt
+    /// tokens did not learn them (every prompt has some: an upstream that
+    /// sends no usage, a stream the client left before its usage came), so
+    /// the prompt is counted as admission estimated it, at most `most`; and
+    /// if it reports nothing generated either, `most`'s output too. An
+    /// answer never costs less than it may have.
+    pub fn of<A: super::ask::Ask>(
+        answer: &A::Answer,
+        price: Option<super::prices::Price>,
+        most: super::limits::Estimate,
+    ) -> Used {
+        let clamp = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
+        let (mut prompt, mut completion) = A::tokens(answer);
+        let (mut cached, mut written) = A::cached_tokens(answer);
+        if prompt == 0 {
+            prompt = clamp(most.prompt);
+            (cached, written) = (0, 0);
+            if completion == 0 {
+                completion = clamp(most.output);
+            }
+        }
+        let tokens = super::prices::Tokens {
+            prompt: prompt.into(),
+            cached: cached.into(),
+            written: written.into(),
+            completion: completion.into(),
+        };
         Used {
             prompt,
             completion,
-            cost_usd,
+            cost_usd: price.map_or(0.0, |p| p.usd(tokens)),
+            cache_hit: false,
+        }
+    }
+
+    /// What a call stopped when its client left used: its prompt as
+    /// admission estimated it (the upstream's count comes at the end, which
+    /// never came), and a token for each of the `pieces` it had streamed,
+    /// at most what it was admitted to generate.
+    pub fn left(
+        most: super::limits::Estimate,
+        pieces: u32,
+        price: Option<super::prices::Price>,
+    ) -> Used {
+        let clamp = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
+        let (prompt, completion) = (most.prompt, most.output.min(pieces.into()));
+        let tokens = super::prices::Tokens {
+            prompt,
+            completion,
+            ..super::prices::Tokens::default()
+        };
+        Used {
+            prompt: clamp(prompt),
+            completion: clamp(completion),
+            cost_usd: price.map_or(0.0, |p| p.usd(tokens)),
             cache_hit: false,
         }
     }

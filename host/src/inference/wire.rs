@@ -346,13 +346,18 @@ pub fn finish_reason(reason: FinishReason) -> &'static str {
     }
 }
 
-/// The `usage` object.
+/// The `usage` object, with the prompt tokens read from the upstream's
+/// cache when it reported any.
 pub fn usage(result: &ChatResult) -> Value {
-    json!({
+    let mut usage = json!({
         "prompt_tokens": result.prompt_tokens,
         "completion_tokens": result.completion_tokens,
         "total_tokens": result.prompt_tokens + result.completion_tokens,
-    })
+    });
+    if result.cached_tokens > 0 {
+        usage["prompt_tokens_details"] = json!({"cached_tokens": result.cached_tokens});
+    }
+    usage
 }
 
 /// Identifies one completion across its chunks.

@@ -1,7 +1,7 @@
 //! `model-openai`: forwards chat requests to an OpenAI-compatible upstream
 //! through `wasi:http`, streaming the reply back through `output`.
 //!
-//! Built against `switchyard:plugin@0.3.0`: the request fields the host
+//! Built against `switchyard:plugin@0.4.0`: the request fields the host
 //! passes through (tools, response formats, log probabilities, `n`) and the
 //! messages' tool fields go upstream as they came, and the upstream's tool
 //! calls, log probabilities and other choices come back as they are. Plain
@@ -9,14 +9,17 @@
 //! Embeddings, text completions and responses go upstream whole
 //! (`forward`), their streams relayed event by event, with usage read on
 //! the way. Errors carry the upstream's status, so the host can tell one
-//! worth another deployment from the client's own mistake.
+//! worth another deployment from the client's own mistake. Answers say how
+//! many prompt tokens the upstream read from its cache. When the client
+//! leaves a stream, the upstream is hung up on, and what was streamed
+//! until then is counted (a chunk a token) for the host to bill.
 //!
 //! The host tells it the upstream's base URL (`UPSTREAM_URL`) and the models
 //! it serves (`MODELS`: `id` or `id=upstream-id`, comma-separated). The host
 //! enforces the egress allow-list and adds the upstream's credential to each
 //! request itself, so this component never sees the key.
 
-wit_bindgen::generate!({ path: "../../wit/v0.3.0", world: "model-backend" });
+wit_bindgen::generate!({ path: "../../wit/v0.4.0", world: "model-backend" });
 
 use exports::switchyard::plugin::backend::{
     ChatRequest, ChatResult, Endpoint, FinishReason, ForwardRequest, ForwardResult, Guest,
@@ -212,15 +215,32 @@ fn read_all(response: &Response) -> Result<Vec<u8>, PluginError> {
     }
 }
 
-/// Tokens as the three endpoints count them: `prompt_tokens` and
+/// Tokens as the endpoints count them: `prompt_tokens` and
 /// `completion_tokens` (an embedding has only the first), or a response's
-/// `input_tokens` and `output_tokens`.
+/// `input_tokens` and `output_tokens`; with the prompt tokens read from the
+/// upstream's cache in their details.
 #[derive(Deserialize, Default)]
 struct AnyUsage {
     #[serde(default, alias = "input_tokens")]
     prompt_tokens: u32,
     #[serde(default, alias = "output_tokens")]
     completion_tokens: u32,
+    #[serde(default, alias = "input_tokens_details")]
+    prompt_tokens_details: Option<Details>,
+}
+
+#[derive(Deserialize, Default)]
+struct Details {
+    #[serde(default)]
+    cached_tokens: u32,
+}
+
+impl AnyUsage {
+    fn cached(&self) -> u32 {
+        self.prompt_tokens_details
+            .as_ref()
+            .map_or(0, |d| d.cached_tokens)
+    }
 }
 
 /// The usage a body (or a response event's `response`) holds.
@@ -252,6 +272,8 @@ fn pass_whole(response: Response) -> Result<ForwardResult, PluginError> {
         .usage()
         .unwrap_or_default();
     Ok(ForwardResult {
+        cached_tokens: usage.cached(),
+        cache_write_tokens: 0,
         body: Some(body),
         prompt_tokens: usage.prompt_tokens,
         completion_tokens: usage.completion_tokens,
@@ -277,6 +299,8 @@ fn relay_events(response: Response, drop_usage_chunk: bool) -> Result<ForwardRes
         body: None,
         prompt_tokens: 0,
         completion_tokens: 0,
+        cached_tokens: 0,
+        cache_write_tokens: 0,
     };
     let (mut buffer, mut name, mut data) = (Vec::new(), None::<String>, String::new());
     loop {
@@ -319,7 +343,8 @@ fn relay_events(response: Response, drop_usage_chunk: bool) -> Result<ForwardRes
 }
 
 /// Sends one event on, reading usage from it; false when the client has
-/// gone away.
+/// gone away. Until usage comes, each event counts as a token generated,
+/// so that a stream the client leaves is billed for what it was sent.
 fn pass_event(
     (name, data): (Option<String>, String),
     drop_usage_chunk: bool,
@@ -331,12 +356,15 @@ fn pass_event(
     {
         result.prompt_tokens = usage.prompt_tokens;
         result.completion_tokens = usage.completion_tokens;
+        result.cached_tokens = usage.cached();
         let only_usage = serde_json::from_str::<Value>(&data)
             .ok()
             .is_some_and(|v| v["choices"].as_array().is_some_and(Vec::is_empty));
         if drop_usage_chunk && only_usage {
             return true;
         }
+    } else if result.prompt_tokens == 0 {
+        result.completion_tokens += 1;
     }
     output::emit_event(name.as_deref(), &data)
 }
@@ -392,7 +420,7 @@ struct StreamOptions {
 struct Chunk<'a> {
     #[serde(borrow)]
     choices: Option<Vec<&'a RawValue>>,
-    usage: Option<Usage>,
+    usage: Option<AnyUsage>,
 }
 
 #[derive(Deserialize)]
@@ -440,15 +468,7 @@ impl Choice<'_> {
 struct Completion<'a> {
     #[serde(borrow)]
     choices: &'a RawValue,
-    usage: Option<Usage>,
-}
-
-#[derive(Deserialize)]
-struct Usage {
-    #[serde(default)]
-    prompt_tokens: u32,
-    #[serde(default)]
-    completion_tokens: u32,
+    usage: Option<AnyUsage>,
 }
 
 /// The upstream's answer: its status and its body stream.
@@ -544,6 +564,8 @@ fn relay(response: Response) -> Result<ChatResult, PluginError> {
         finish_reason: FinishReason::Stop,
         prompt_tokens: 0,
         completion_tokens: 0,
+        cached_tokens: 0,
+        cache_write_tokens: 0,
         choices: None,
     };
     let mut error_body = Vec::new();
@@ -596,8 +618,14 @@ fn handle_line(line: &str, result: &mut ChatResult) -> Result<bool, PluginError>
     if let Some(usage) = chunk.usage {
         result.prompt_tokens = usage.prompt_tokens;
         result.completion_tokens = usage.completion_tokens;
+        result.cached_tokens = usage.cached();
     }
     for raw in chunk.choices.into_iter().flatten() {
+        // Until usage comes, a chunk a token: what a stream the client
+        // leaves is billed for.
+        if result.prompt_tokens == 0 {
+            result.completion_tokens += 1;
+        }
         let choice: Choice = serde_json::from_str(raw.get()).map_err(|e| {
             err(
                 "upstream-failed",
@@ -653,10 +681,7 @@ fn whole(response: Response) -> Result<ChatResult, PluginError> {
     let first: Option<Value> = serde_json::from_str::<Vec<Value>>(completion.choices.get())
         .ok()
         .and_then(|c| c.into_iter().next());
-    let usage = completion.usage.unwrap_or(Usage {
-        prompt_tokens: 0,
-        completion_tokens: 0,
-    });
+    let usage = completion.usage.unwrap_or_default();
     Ok(ChatResult {
         finish_reason: finish_reason(
             first
@@ -666,6 +691,8 @@ fn whole(response: Response) -> Result<ChatResult, PluginError> {
         ),
         prompt_tokens: usage.prompt_tokens,
         completion_tokens: usage.completion_tokens,
+        cached_tokens: usage.cached(),
+        cache_write_tokens: 0,
         choices: Some(completion.choices.get().to_string()),
     })
 }

@@ -5,6 +5,7 @@
 use crate::plugin::bindings::since_v0_1_0::model::exports::switchyard::plugin::backend as v1;
 use crate::plugin::bindings::since_v0_2_0::model::exports::switchyard::plugin::backend as v2;
 use crate::plugin::bindings::since_v0_3_0::model::exports::switchyard::plugin::backend as v3;
+use crate::plugin::bindings::since_v0_4_0::model::exports::switchyard::plugin::backend as v4;
 
 /// A model a backend serves.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,6 +75,13 @@ pub struct ChatResult {
     pub prompt_tokens: u32,
     /// Tokens generated.
     pub completion_tokens: u32,
+    /// Of the prompt's tokens, those read from the upstream's prompt cache
+    /// (0.4.0 backends say; older ones count none).
+    #[serde(default)]
+    pub cached_tokens: u32,
+    /// Of the prompt's tokens, those written to the upstream's prompt cache.
+    #[serde(default)]
+    pub cache_write_tokens: u32,
     /// Whole choices as JSON, when the backend gave them.
     pub choices: Option<String>,
 }
@@ -122,36 +130,56 @@ pub struct ForwardResult {
     pub prompt_tokens: u32,
     /// Output tokens.
     pub completion_tokens: u32,
+    /// Of the input's tokens, those read from the upstream's prompt cache
+    /// (0.4.0 backends say; for older ones the body's usage is read).
+    #[serde(default)]
+    pub cached_tokens: u32,
+    /// Of the input's tokens, those written to the upstream's prompt cache.
+    #[serde(default)]
+    pub cache_write_tokens: u32,
 }
 
-/// Taken by value: the body (an embeddings batch may be large) is moved,
-/// not copied.
-impl From<ForwardRequest> for v3::ForwardRequest {
-    fn from(r: ForwardRequest) -> Self {
-        let mut body = r.body;
-        body.insert("model".into(), r.model.clone().into());
-        v3::ForwardRequest {
-            endpoint: match r.endpoint {
-                Endpoint::Embeddings => v3::Endpoint::Embeddings,
-                Endpoint::Completions => v3::Endpoint::Completions,
-                Endpoint::Responses => v3::Endpoint::Responses,
-            },
-            model: r.model,
-            body: serde_json::Value::Object(body).to_string(),
-            streamed: r.streamed,
+/// A forwarded request and its result, alike from 0.3.0 on but for the
+/// prompt-cache tokens 0.4.0 adds; `$cache` reads them from a result `$r`.
+macro_rules! forward_from {
+    ($($v:ident: |$r:ident| $cache:expr),*) => {$(
+        /// Taken by value: the body (an embeddings batch may be large) is
+        /// moved, not copied.
+        impl From<ForwardRequest> for $v::ForwardRequest {
+            fn from(r: ForwardRequest) -> Self {
+                let mut body = r.body;
+                body.insert("model".into(), r.model.clone().into());
+                $v::ForwardRequest {
+                    endpoint: match r.endpoint {
+                        Endpoint::Embeddings => $v::Endpoint::Embeddings,
+                        Endpoint::Completions => $v::Endpoint::Completions,
+                        Endpoint::Responses => $v::Endpoint::Responses,
+                    },
+                    model: r.model,
+                    body: serde_json::Value::Object(body).to_string(),
+                    streamed: r.streamed,
+                }
+            }
         }
-    }
-}
 
-impl From<v3::ForwardResult> for ForwardResult {
-    fn from(r: v3::ForwardResult) -> Self {
-        ForwardResult {
-            body: r.body,
-            prompt_tokens: r.prompt_tokens,
-            completion_tokens: r.completion_tokens,
+        impl From<$v::ForwardResult> for ForwardResult {
+            fn from($r: $v::ForwardResult) -> Self {
+                let (cached_tokens, cache_write_tokens) = $cache;
+                ForwardResult {
+                    body: $r.body,
+                    prompt_tokens: $r.prompt_tokens,
+                    completion_tokens: $r.completion_tokens,
+                    cached_tokens,
+                    cache_write_tokens,
+                }
+            }
         }
-    }
+    )*};
 }
+forward_from!(
+    v3: |r| (0, 0),
+    v4: |r| (r.cached_tokens, r.cache_write_tokens)
+);
 
 /// 0.1.0 carries no `extra`: the host refuses requests that use it before
 /// they reach such a backend.
@@ -185,6 +213,8 @@ impl From<v1::ChatResult> for ChatResult {
             },
             prompt_tokens: r.prompt_tokens,
             completion_tokens: r.completion_tokens,
+            cached_tokens: 0,
+            cache_write_tokens: 0,
             choices: None,
         }
     }
@@ -204,12 +234,14 @@ macro_rules! model_info_from {
         }
     )*};
 }
-model_info_from!(v1, v2, v3);
+model_info_from!(v1, v2, v3, v4);
 
 /// A chat's request and result in the versions where they have the same
-/// shape (0.2.0 on; 0.1.0 lacks `extra` and two finish reasons).
+/// shape (0.2.0 on; 0.1.0 lacks `extra` and two finish reasons), but for
+/// the prompt-cache tokens 0.4.0 adds: `$cache` reads them from a result
+/// `$r`.
 macro_rules! chat_from {
-    ($($v:ident),*) => {$(
+    ($($v:ident: |$r:ident| $cache:expr),*) => {$(
         impl From<ChatRequest> for $v::ChatRequest {
             fn from(r: ChatRequest) -> Self {
                 let message = |m: Message| $v::Message {
@@ -232,20 +264,27 @@ macro_rules! chat_from {
         }
 
         impl From<$v::ChatResult> for ChatResult {
-            fn from(r: $v::ChatResult) -> Self {
+            fn from($r: $v::ChatResult) -> Self {
+                let (cached_tokens, cache_write_tokens) = $cache;
                 ChatResult {
-                    finish_reason: match r.finish_reason {
+                    finish_reason: match $r.finish_reason {
                         $v::FinishReason::Stop => FinishReason::Stop,
                         $v::FinishReason::Length => FinishReason::Length,
                         $v::FinishReason::ToolCalls => FinishReason::ToolCalls,
                         $v::FinishReason::ContentFilter => FinishReason::ContentFilter,
                     },
-                    prompt_tokens: r.prompt_tokens,
-                    completion_tokens: r.completion_tokens,
-                    choices: r.choices,
+                    prompt_tokens: $r.prompt_tokens,
+                    completion_tokens: $r.completion_tokens,
+                    cached_tokens,
+                    cache_write_tokens,
+                    choices: $r.choices,
                 }
             }
         }
     )*};
 }
-chat_from!(v2, v3);
+chat_from!(
+    v2: |r| (0, 0),
+    v3: |r| (0, 0),
+    v4: |r| (r.cached_tokens, r.cache_write_tokens)
+);

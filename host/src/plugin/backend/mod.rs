@@ -20,6 +20,7 @@ use crate::plugin::bindings::since_v0_1_0::model_parallel::{
 };
 use crate::plugin::bindings::since_v0_2_0::model as v2;
 use crate::plugin::bindings::since_v0_3_0::model as v3;
+use crate::plugin::bindings::since_v0_4_0::model as v4;
 use crate::plugin::engine::{Runtime, compile_cached, model_engine};
 use crate::plugin::failure::{failure, log_output};
 use crate::plugin::manifest::BackendGrant;
@@ -46,7 +47,7 @@ pub use self::chat::{
 struct Reported {
     code: String,
     message: String,
-    /// The upstream's HTTP status (0.3.0 backends only).
+    /// The upstream's HTTP status (0.3.0 backends on).
     status: Option<u16>,
 }
 
@@ -66,15 +67,21 @@ impl From<v2::switchyard::plugin::types::PluginError> for Reported {
     }
 }
 
-impl From<v3::switchyard::plugin::types::PluginError> for Reported {
-    fn from(e: v3::switchyard::plugin::types::PluginError) -> Self {
-        Reported {
-            code: e.code,
-            message: e.message,
-            status: e.status,
+/// From 0.3.0 on, an error carries the upstream's status.
+macro_rules! reported_from {
+    ($($v:ident),*) => {$(
+        impl From<$v::switchyard::plugin::types::PluginError> for Reported {
+            fn from(e: $v::switchyard::plugin::types::PluginError) -> Self {
+                Reported {
+                    code: e.code,
+                    message: e.message,
+                    status: e.status,
+                }
+            }
         }
-    }
+    )*};
 }
+reported_from!(v3, v4);
 
 /// What a backend sends while it generates (kept as JSON in the response
 /// cache).
@@ -230,6 +237,8 @@ pub struct BackendState {
     egress: Egress,
     /// Where `output` sends what is generated during a chat call.
     output: Option<mpsc::UnboundedSender<Piece>>,
+    /// Pieces sent during this call.
+    sent: u32,
     /// The second instance, for `parallel` calls.
     parallel: Option<Parallel>,
     /// In a second instance, during a task: where `parallel.send` goes.
@@ -265,6 +274,7 @@ impl crate::plugin::bindings::since_v0_1_0::template::switchyard::plugin::types:
 
 impl BackendState {
     fn send(&mut self, piece: Piece) -> bool {
+        self.sent = self.sent.saturating_add(1);
         self.output
             .as_ref()
             .is_some_and(|tx| tx.send(piece).is_ok())
@@ -279,21 +289,27 @@ impl v1::switchyard::plugin::output::Host for BackendState {
 
 impl v2::switchyard::plugin::types::Host for BackendState {}
 
-impl v3::switchyard::plugin::types::Host for BackendState {}
+/// From 0.3.0 on, `output` streams text, whole choices and events.
+macro_rules! output_host {
+    ($($v:ident),*) => {$(
+        impl $v::switchyard::plugin::types::Host for BackendState {}
 
-impl v3::switchyard::plugin::output::Host for BackendState {
-    fn emit(&mut self, text: String) -> bool {
-        self.send(Piece::Text(text))
-    }
+        impl $v::switchyard::plugin::output::Host for BackendState {
+            fn emit(&mut self, text: String) -> bool {
+                self.send(Piece::Text(text))
+            }
 
-    fn emit_choice(&mut self, choice: String) -> bool {
-        self.send(Piece::Choice(choice))
-    }
+            fn emit_choice(&mut self, choice: String) -> bool {
+                self.send(Piece::Choice(choice))
+            }
 
-    fn emit_event(&mut self, event: Option<String>, data: String) -> bool {
-        self.send(Piece::Event(event, data))
-    }
+            fn emit_event(&mut self, event: Option<String>, data: String) -> bool {
+                self.send(Piece::Event(event, data))
+            }
+        }
+    )*};
 }
+output_host!(v3, v4);
 
 impl v2::switchyard::plugin::output::Host for BackendState {
     fn emit(&mut self, text: String) -> bool {
@@ -408,6 +424,16 @@ pub enum CallError {
     /// hangs, a model that takes too long).
     #[error("{0}")]
     TimedOut(String),
+    /// Nobody read the reply any more (a client that hung up, a stopped
+    /// chat), so the call was stopped after it had sent `pieces`.
+    #[error("{message}")]
+    Left {
+        /// What happened.
+        message: String,
+        /// Pieces (text, choices, events) sent before it stopped: what was
+        /// generated, for billing.
+        pieces: u32,
+    },
 }
 
 impl Backend {
@@ -429,7 +455,7 @@ impl Backend {
         let linker = linker(&engine, setup.egress.is_some()).map_err(host)?;
         let not_a_backend = |e: wasmtime::Error| LoadError::WrongWorld {
             kind: Kind::ModelBackend,
-            versions: "0.3.0, @0.2.0 or @0.1.0",
+            versions: "0.4.0, @0.3.0, @0.2.0 or @0.1.0",
             detail: format!("{e:#}"),
         };
         let instance_pre = linker.instantiate_pre(&component).map_err(not_a_backend)?;
@@ -437,7 +463,11 @@ impl Backend {
             let name = format!("switchyard:plugin/backend@{version}");
             component.get_export_index(None, &name).is_some()
         };
-        let pre = if exports("0.3.0") {
+        let pre = if exports("0.4.0") {
+            BackendPre::V0_4_0(
+                v4::ModelBackendPre::new(instance_pre.clone()).map_err(not_a_backend)?,
+            )
+        } else if exports("0.3.0") {
             BackendPre::V0_3_0(
                 v3::ModelBackendPre::new(instance_pre.clone()).map_err(not_a_backend)?,
             )
@@ -487,9 +517,9 @@ impl Backend {
     }
 
     /// Whether it has `forward`, for the endpoints besides chat: built
-    /// against 0.3.0.
+    /// against 0.3.0 or later.
     pub fn forwards(&self) -> bool {
-        matches!(self.pre, BackendPre::V0_3_0(_))
+        matches!(self.pre, BackendPre::V0_3_0(_) | BackendPre::V0_4_0(_))
     }
 
     /// The models the backend serves.
@@ -504,6 +534,10 @@ impl Backend {
                 Ok(Ok(models.into_iter().map(ModelInfo::from).collect()))
             }
             Bindings::V0_3_0(b) => {
+                let models = b.switchyard_plugin_backend().call_list_models(s).await?;
+                Ok(Ok(models.into_iter().map(ModelInfo::from).collect()))
+            }
+            Bindings::V0_4_0(b) => {
                 let models = b.switchyard_plugin_backend().call_list_models(s).await?;
                 Ok(Ok(models.into_iter().map(ModelInfo::from).collect()))
             }
@@ -532,6 +566,11 @@ impl Backend {
                 .call_health(s)
                 .await?
                 .map_err(Reported::from)),
+            Bindings::V0_4_0(b) => Ok(b
+                .switchyard_plugin_backend()
+                .call_health(s)
+                .await?
+                .map_err(Reported::from)),
         })
         .await
     }
@@ -545,6 +584,12 @@ impl Backend {
         output: mpsc::UnboundedSender<Piece>,
     ) -> Result<ChatResult, CallError> {
         self.call(team, Some(output), async move |b, s| match b {
+            Bindings::V0_4_0(b) => Ok(b
+                .switchyard_plugin_backend()
+                .call_chat(s, &request.into())
+                .await?
+                .map(ChatResult::from)
+                .map_err(Reported::from)),
             Bindings::V0_3_0(b) => Ok(b
                 .switchyard_plugin_backend()
                 .call_chat(s, &request.into())
@@ -588,11 +633,16 @@ impl Backend {
             ),
             status: None,
         };
-        let request = v3::exports::switchyard::plugin::backend::ForwardRequest::from(request);
         self.call(team, Some(output), async move |b, s| match b {
+            Bindings::V0_4_0(b) => Ok(b
+                .switchyard_plugin_backend()
+                .call_forward(s, &request.into())
+                .await?
+                .map(ForwardResult::from)
+                .map_err(Reported::from)),
             Bindings::V0_3_0(b) => Ok(b
                 .switchyard_plugin_backend()
-                .call_forward(s, &request)
+                .call_forward(s, &request.into())
                 .await?
                 .map(ForwardResult::from)
                 .map_err(Reported::from)),
@@ -664,6 +714,7 @@ impl Backend {
             .clone()
             .filter(|_| self.setup.instances != Instances::Single);
         live.store.data_mut().output = output;
+        live.store.data_mut().sent = 0;
         arm(&mut live.store, Pace::Unbounded);
         let ticking = crate::plugin::engine::Ticking::start();
         let call = tokio::time::timeout(self.setup.timeout, f(&live.bindings, &mut live.store));
@@ -679,8 +730,9 @@ impl Backend {
         let name = &self.setup.name;
         let stderr = log_output(name, &live.store.data().base);
         let Some(outcome) = outcome else {
-            let stopped = format!("{name}: stopped, as nobody reads the reply any more");
-            return (Err(CallError::Failed(stopped)), true);
+            let message = format!("{name}: stopped, as nobody reads the reply any more");
+            let pieces = live.store.data().sent;
+            return (Err(CallError::Left { message, pieces }), true);
         };
         self.judge(outcome, live, &stderr)
     }
@@ -754,6 +806,7 @@ impl Backend {
             http: WasiHttpCtx::new(),
             egress: setup.egress.clone().unwrap_or_default(),
             output: None,
+            sent: 0,
             parallel: None,
             parts: None,
         };
@@ -772,6 +825,7 @@ fn linker(engine: &Engine, http: bool) -> anyhow::Result<Linker<BackendState>> {
     v1::ModelBackend::add_to_linker::<_, HasSelf<BackendState>>(&mut linker, |s| s)?;
     v2::ModelBackend::add_to_linker::<_, HasSelf<BackendState>>(&mut linker, |s| s)?;
     v3::ModelBackend::add_to_linker::<_, HasSelf<BackendState>>(&mut linker, |s| s)?;
+    v4::ModelBackend::add_to_linker::<_, HasSelf<BackendState>>(&mut linker, |s| s)?;
     crate::plugin::bindings::since_v0_1_0::model_parallel::switchyard::plugin::parallel::add_to_linker::<
         _,
         HasSelf<BackendState>,

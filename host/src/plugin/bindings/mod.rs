@@ -8,6 +8,7 @@
 pub mod since_v0_1_0;
 pub mod since_v0_2_0;
 pub mod since_v0_3_0;
+pub mod since_v0_4_0;
 
 use wasmtime::AsContextMut;
 use wasmtime::component::InstancePre;
@@ -68,6 +69,8 @@ pub enum BackendPre<T: 'static> {
     V0_2_0(since_v0_2_0::model::ModelBackendPre<T>),
     /// Built against 0.3.0: embeddings, completions and responses too.
     V0_3_0(since_v0_3_0::model::ModelBackendPre<T>),
+    /// Built against 0.4.0: prompt-cache tokens in every answer.
+    V0_4_0(since_v0_4_0::model::ModelBackendPre<T>),
 }
 
 /// A `model-backend` instance's exports, by version.
@@ -78,6 +81,8 @@ pub enum Backend {
     V0_2_0(since_v0_2_0::model::ModelBackend),
     /// At 0.3.0.
     V0_3_0(since_v0_3_0::model::ModelBackend),
+    /// At 0.4.0.
+    V0_4_0(since_v0_4_0::model::ModelBackend),
 }
 
 impl<T: Send + 'static> BackendPre<T> {
@@ -90,6 +95,7 @@ impl<T: Send + 'static> BackendPre<T> {
             BackendPre::V0_1_0(pre) => Backend::V0_1_0(pre.instantiate_async(store).await?),
             BackendPre::V0_2_0(pre) => Backend::V0_2_0(pre.instantiate_async(store).await?),
             BackendPre::V0_3_0(pre) => Backend::V0_3_0(pre.instantiate_async(store).await?),
+            BackendPre::V0_4_0(pre) => Backend::V0_4_0(pre.instantiate_async(store).await?),
         })
     }
 }
