@@ -32,6 +32,11 @@
 //!   answered by the upstream) or the same one again (a hit), at
 //!   [`CACHE_RATE`]: p50 of each, and hit / miss.
 //!
+//! With `BENCH_TENSORZERO=path/to/gateway` (TensorZero's, e.g. the one in
+//! `../shared/bench/tensorzero/`), the same rounds also measure it beside
+//! us on the same mock at 200, 1,000 and 3,000 requests a second
+//! (`gateway/tensorzero.rs`).
+//!
 //! `BENCH_ROUNDS=N` sets the rounds (default 5).
 //! `BENCH_INFERENCE_WORKERS=N` sets the host's inference queue workers
 //! (default: the host's own default); `BENCH_SWITCHYARD=FILE` runs another
@@ -46,6 +51,9 @@ use serde_json::{Value, json};
 
 mod common;
 use common::{Host, KEY, NO_MODEL, cpu_seconds, percentile, start_host};
+
+#[path = "gateway/tensorzero.rs"]
+mod tensorzero;
 
 const RATES: [u64; 3] = [500, 2_000, 5_000];
 const SECONDS_PER_RATE: u64 = 4;
@@ -118,8 +126,22 @@ fn start_gateway(upstream: &str, extra: &str) -> Host {
 /// every path is measured under the same conditions of the machine. Returns
 /// each url's sorted latencies of the successes (ms) and its failures.
 async fn load(http: &reqwest::Client, urls: &[(&str, &str)], rate: u64) -> Vec<(Vec<f64>, usize)> {
-    let body =
-        json!({"model": "mock", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2});
+    let body = chat();
+    let paths: Vec<(&str, &str, &Value)> = urls.iter().map(|(u, k)| (*u, *k, &body)).collect();
+    load_bodies(http, &paths, rate).await
+}
+
+/// The chat every path is sent.
+fn chat() -> Value {
+    json!({"model": "mock", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+}
+
+/// [`load`] with a body of each path's own.
+async fn load_bodies(
+    http: &reqwest::Client,
+    urls: &[(&str, &str, &Value)],
+    rate: u64,
+) -> Vec<(Vec<f64>, usize)> {
     let total = rate * SECONDS_PER_RATE;
     let interval = Duration::from_secs_f64(1.0 / rate as f64);
     let started = Instant::now();
@@ -130,7 +152,7 @@ async fn load(http: &reqwest::Client, urls: &[(&str, &str)], rate: u64) -> Vec<(
         // Alternate which path goes first within a tick.
         for k in 0..urls.len() {
             let which = (k + i as usize) % urls.len();
-            let (url, key) = urls[which];
+            let (url, key, body) = urls[which];
             let (http, body) = (http.clone(), body.clone());
             let call = call(http, url.to_string(), key.to_string(), body, due);
             calls.push((which, tokio::spawn(call)));
@@ -257,6 +279,43 @@ async fn run() {
     report(rounds, added);
     report_tracing(&tracing);
     report_cache(&caching);
+    if let Some(binary) = std::env::var_os("BENCH_TENSORZERO") {
+        let theirs = tensorzero::start(&binary.to_string_lossy(), &upstream).await;
+        let them = (&*theirs.url, KEY, &tensorzero::body());
+        let ours = (&*proxied, KEY, &chat());
+        let both = |r| beside_tensorzero(&http, &direct, (&host, ours), (&theirs, them), r);
+        let mut compared = Vec::new();
+        for round in 0..rounds {
+            let mut pairs = Vec::new();
+            for rate in tensorzero::RATES {
+                pairs.push(both((round, rate)).await);
+            }
+            compared.push(pairs);
+        }
+        tensorzero::report(&compared, theirs.nodelay);
+    }
+}
+
+/// One round of one rate with TensorZero: ours and theirs, in an order
+/// that alternates by round.
+async fn beside_tensorzero(
+    http: &reqwest::Client,
+    direct: &str,
+    (host, ours): (&Host, (&str, &str, &Value)),
+    (theirs, them): (&tensorzero::TensorZero, (&str, &str, &Value)),
+    (round, rate): (usize, u64),
+) -> tensorzero::Pair {
+    let mut got = [[0.0; 3]; 2];
+    for which in [round % 2, 1 - round % 2] {
+        let (pid, path, label) =
+            [(host.child.id(), ours, "ours"), (theirs.pid(), them, "tz")][which];
+        let m = measure_of(http, pid, direct, path, rate, label).await;
+        got[which] = [m.p50, m.p99, m.cpu_us];
+    }
+    tensorzero::Pair {
+        ours: got[0],
+        theirs: got[1],
+    }
 }
 
 /// One round of the cache comparison, misses and hits in turn: their p50s
@@ -438,15 +497,29 @@ async fn measure(
     http: &reqwest::Client,
     host: &Host,
     direct: &str,
-    proxied: (&str, &str),
+    (url, key): (&str, &str),
     rate: u64,
     label: &str,
 ) -> Measured {
-    let cpu_before = cpu_seconds(host.child.id());
-    let mut paths = load(http, &[(direct, KEY), proxied], rate)
+    let path = (url, key, &chat());
+    measure_of(http, host.child.id(), direct, path, rate, label).await
+}
+
+/// [`measure`] of any gateway: the process `pid` serving `proxied`.
+async fn measure_of(
+    http: &reqwest::Client,
+    pid: u32,
+    direct: &str,
+    proxied: (&str, &str, &Value),
+    rate: u64,
+    label: &str,
+) -> Measured {
+    let cpu_before = cpu_seconds(pid);
+    let body = chat();
+    let mut paths = load_bodies(http, &[(direct, KEY, &body), proxied], rate)
         .await
         .into_iter();
-    let cpu = cpu_seconds(host.child.id())
+    let cpu = cpu_seconds(pid)
         .zip(cpu_before)
         .map(|(after, before)| (after - before) * 1e6 / (rate * SECONDS_PER_RATE) as f64);
     let ((d, d_failed), (p, p_failed)) = (paths.next().unwrap(), paths.next().unwrap());
