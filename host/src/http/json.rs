@@ -148,22 +148,13 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
             param: None,
         });
     }
+    // Read plainly first: tracking the path costs about as much as the
+    // reading, and only a failure needs it, so a failure is read again.
     let mut de = serde_json::Deserializer::from_slice(bytes);
-    let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = e.into_inner();
-        if inner.is_data() && path != "." {
-            Error::InvalidJson {
-                message: format!("invalid value for field '{path}': {inner}"),
-                param: Some(path),
-            }
-        } else {
-            Error::InvalidJson {
-                message: format!("the request body is not valid JSON for this endpoint: {inner}"),
-                param: None,
-            }
-        }
-    })?;
+    let value = match serde::Deserialize::deserialize(&mut de) {
+        Ok(value) => value,
+        Err(_) => return Err(explained::<T>(bytes)),
+    };
     de.end().map_err(|e| Error::InvalidJson {
         message: format!("the request body has data after the JSON value: {e}"),
         param: None,
@@ -171,6 +162,31 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
     match super::nul::in_json(bytes) {
         Some(refused) => Err(refused),
         None => Ok(value),
+    }
+}
+
+/// Why `bytes` is not a `T`, naming the field that failed.
+fn explained<T: DeserializeOwned>(bytes: &[u8]) -> Error {
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let Err(e) = serde_path_to_error::deserialize::<_, T>(&mut de) else {
+        // Reading is deterministic: these bytes failed a moment ago.
+        return Error::InvalidJson {
+            message: "the request body is not valid JSON for this endpoint".into(),
+            param: None,
+        };
+    };
+    let path = e.path().to_string();
+    let inner = e.into_inner();
+    if inner.is_data() && path != "." {
+        Error::InvalidJson {
+            message: format!("invalid value for field '{path}': {inner}"),
+            param: Some(path),
+        }
+    } else {
+        Error::InvalidJson {
+            message: format!("the request body is not valid JSON for this endpoint: {inner}"),
+            param: None,
+        }
     }
 }
 
