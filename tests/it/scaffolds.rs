@@ -50,8 +50,12 @@ impl Built {
             readme.contains(&build),
             "the README gives {build}:\n{readme}"
         );
-        for file in ["types.wit", "template.wit", "filter.wit"] {
-            let ours = format!("{}/../wit/v0.1.0/{file}", env!("CARGO_MANIFEST_DIR"));
+        let (version, files): (&str, &[&str]) = match kind {
+            "model-backend" => ("0.4.0", &["types.wit", "model.wit"]),
+            _ => ("0.1.0", &["types.wit", "template.wit", "filter.wit"]),
+        };
+        for file in files {
+            let ours = format!("{}/../wit/v{version}/{file}", env!("CARGO_MANIFEST_DIR"));
             assert_eq!(
                 std::fs::read_to_string(project.join("wit").join(file)).unwrap(),
                 std::fs::read_to_string(ours).unwrap(),
@@ -210,6 +214,47 @@ async fn a_rust_plugin_from_plugin_new_builds_on_its_own_and_loads() {
     filter_from_scaffold(&host, "rust", "rust-filter").await;
 }
 
+/// A model backend from `plugin new`, built by cargo on its own, serves its
+/// model: listed, chatted with whole and streamed, its usage counted.
+#[tokio::test]
+async fn a_rust_model_backend_from_plugin_new_builds_and_answers_a_chat() {
+    let host = Host::start().await;
+    let built = Built::new("echo-model", "rust", "model-backend", |_| {}).await;
+    let query = "kind=model-backend&version=0.1.0";
+    let (status, body) = host.upload_plugin("echo-model", query, built.bytes()).await;
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(body["models"], json!(["echo-model"]), "{body}");
+    let key = host.create_user("alice").await;
+    let ask = |stream: bool| {
+        json!({"model": "echo-model", "stream": stream,
+               "messages": [{"role": "user", "content": "Hello there, model"}]})
+    };
+    let (status, reply) = call!(host, key, POST "/v1/chat/completions", (ask(false)));
+    assert_eq!(status, 200, "{reply}");
+    let message = &reply["choices"][0]["message"]["content"];
+    assert_eq!(message, "Hello there, model", "{reply}");
+    assert_eq!(reply["usage"]["completion_tokens"], 3, "{reply}");
+    let response = (host.http.post(host.url("/v1/chat/completions")))
+        .bearer_auth(&key)
+        .json(&ask(true))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let text = response.text().await.unwrap();
+    let streamed: String = crate::harness::sse_chunks(&text)
+        .iter()
+        .filter_map(|c| {
+            c["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_string)
+        })
+        .collect();
+    assert_eq!(streamed, "Hello there, model", "{text}");
+    let (_, usage) = call!(host, key, GET "/v1/me/usage");
+    assert_eq!(usage["by_model"]["echo-model"]["requests"], 2, "{usage}");
+}
+
 #[tokio::test]
 async fn a_python_plugin_built_by_componentize_py_loads_and_speaks_to_its_author() {
     let host = Host::with_config(LOOPBACK_HOOKS).await;
@@ -292,7 +337,7 @@ async fn plugin_new_refuses_a_bad_name_and_a_directory_in_use() {
         "model-backend",
     ])
     .await;
-    assert!(!ok && err.contains("model-openai"), "{err}");
+    assert!(!ok && err.contains("--lang rust"), "{err}");
 }
 
 /// `examples/discord-adapter`, built on its own with its README's command;

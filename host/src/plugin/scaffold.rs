@@ -22,7 +22,8 @@ pub enum Lang {
     Js,
 }
 
-/// The interface every scaffold implements, as its `wit/` directory.
+/// The interface a template or filter scaffold implements, as its `wit/`
+/// directory.
 const WIT: [(&str, &str); 3] = [
     ("types.wit", include_str!("../../../wit/v0.1.0/types.wit")),
     (
@@ -31,6 +32,20 @@ const WIT: [(&str, &str); 3] = [
     ),
     ("filter.wit", include_str!("../../../wit/v0.1.0/filter.wit")),
 ];
+
+/// The interface a model-backend scaffold implements: the newest.
+const BACKEND_WIT: [(&str, &str); 2] = [
+    ("types.wit", include_str!("../../../wit/v0.4.0/types.wit")),
+    ("model.wit", include_str!("../../../wit/v0.4.0/model.wit")),
+];
+
+/// The package version of each kind's `wit/`.
+fn wit_version(kind: Kind) -> &'static str {
+    match kind {
+        Kind::ModelBackend => "0.4.0",
+        Kind::PayloadTemplate | Kind::EventFilter => "0.1.0",
+    }
+}
 
 /// The componentize-py release the Python scaffold is built and tested with.
 pub const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";
@@ -75,20 +90,19 @@ impl Lang {
     fn files(self, name: &str, kind: Kind) -> Vec<(String, String)> {
         let template = kind == Kind::PayloadTemplate;
         let pick = |t: &str, f: &str| if template { t } else { f }.to_string();
+        let rust = match kind {
+            Kind::PayloadTemplate => include_str!("../../scaffold/rust/template.rs"),
+            Kind::EventFilter => include_str!("../../scaffold/rust/filter.rs"),
+            Kind::ModelBackend => include_str!("../../scaffold/rust/backend.rs"),
+        };
         match self {
             Lang::Rust => vec![
-                ("Cargo.toml".into(), cargo_toml(name, template)),
+                ("Cargo.toml".into(), cargo_toml(name, kind)),
                 (
                     ".cargo/config.toml".into(),
                     "[build]\ntarget = \"wasm32-wasip2\"\n".into(),
                 ),
-                (
-                    "src/lib.rs".into(),
-                    pick(
-                        include_str!("../../scaffold/rust/template.rs"),
-                        include_str!("../../scaffold/rust/filter.rs"),
-                    ),
-                ),
+                ("src/lib.rs".into(), rust.to_string()),
                 (".gitignore".into(), "/target\n".into()),
             ],
             Lang::Python => vec![
@@ -119,11 +133,13 @@ impl Lang {
     }
 }
 
-fn cargo_toml(name: &str, template: bool) -> String {
-    let dependency = if template {
-        "serde_json = \"1\""
-    } else {
-        "regex = { version = \"1\", default-features = false, features = [\"std\", \"unicode-perl\"] }"
+fn cargo_toml(name: &str, kind: Kind) -> String {
+    let dependency = match kind {
+        Kind::PayloadTemplate => "serde_json = \"1\"\n",
+        Kind::EventFilter => {
+            "regex = { version = \"1\", default-features = false, features = [\"std\", \"unicode-perl\"] }\n"
+        }
+        Kind::ModelBackend => "",
     };
     format!(
         r#"[package]
@@ -135,8 +151,7 @@ edition = "2024"
 crate-type = ["cdylib"]
 
 [dependencies]
-{dependency}
-wit-bindgen = "0.61"
+{dependency}wit-bindgen = "0.61"
 
 [profile.release]
 lto = true
@@ -193,6 +208,10 @@ fn readme(name: &str, lang: Lang, kind: Kind) -> String {
     let (setup, build) = (lang.setup(), lang.build_command(name, kind));
     let wasm = lang.output(name);
     let wasm = wasm.display();
+    let version = wit_version(kind);
+    if kind == Kind::ModelBackend {
+        return backend_readme(name, &setup, &build, &wasm.to_string());
+    }
     format!(
         r#"# {name}
 
@@ -217,7 +236,39 @@ The component is `{wasm}`.
 or copy it into the host's plugins directory as `{name}.wasm`, beside a
 `{name}.toml` that says `kind = "{kind}"`.
 
-`wit/` holds the `switchyard:plugin@0.1.0` interface the plugin implements.
+`wit/` holds the `switchyard:plugin@{version}` interface the plugin implements.
+"#
+    )
+}
+
+fn backend_readme(name: &str, setup: &str, build: &str, wasm: &str) -> String {
+    format!(
+        r#"# {name}
+
+A Switchyard `model-backend` plugin, started by `switchyard plugin new`.
+It serves the model `{name}`, which answers a chat with its last user
+message; put your engine in `reply`.
+
+## Build
+
+Once: {setup}
+
+    {build}
+
+The component is `{wasm}`.
+
+## Load it and chat
+
+    switchyard plugin upload {name} {wasm} --kind model-backend --url http://127.0.0.1:8080 --key "$SWITCHYARD_KEY"
+    curl -s http://127.0.0.1:8080/v1/chat/completions -H "authorization: Bearer $SWITCHYARD_KEY" \
+      -d '{{"model": "{name}", "messages": [{{"role": "user", "content": "Hello there"}}]}}'
+
+`switchyard plugin check {wasm} --kind model-backend` lists its models.
+A backend that calls an upstream over `wasi:http` is granted its hosts by
+the operator, and the host adds the upstream's key to each request, so
+the plugin never holds it.
+
+`wit/` holds the `switchyard:plugin@0.4.0` interface the plugin implements.
 "#
     )
 }
@@ -226,9 +277,9 @@ or copy it into the host's plugins directory as `{name}.wasm`, beside a
 /// be empty. Returns the files written, relative to `dir`.
 pub fn write(dir: &Path, name: &str, lang: Lang, kind: Kind) -> anyhow::Result<Vec<PathBuf>> {
     super::manifest::validate_name(name).map_err(anyhow::Error::msg)?;
-    if kind == Kind::ModelBackend {
+    if kind == Kind::ModelBackend && lang != Lang::Rust {
         anyhow::bail!(
-            "plugin new makes payload-template and event-filter plugins; for a model backend start from plugins/model-openai"
+            "plugin new makes model-backend plugins in Rust for now (--lang rust); Python and JavaScript backends are to follow"
         );
     }
     if dir
@@ -240,12 +291,18 @@ pub fn write(dir: &Path, name: &str, lang: Lang, kind: Kind) -> anyhow::Result<V
             dir.display()
         );
     }
-    let mut files: Vec<(String, String)> = WIT
+    let wit: &[(&str, &str)] = match kind {
+        Kind::ModelBackend => &BACKEND_WIT,
+        Kind::PayloadTemplate | Kind::EventFilter => &WIT,
+    };
+    let mut files: Vec<(String, String)> = wit
         .iter()
         .map(|(file, text)| (format!("wit/{file}"), text.to_string()))
         .collect();
     files.extend(lang.files(name, kind));
-    files.push(("sample-input.json".into(), sample_input(kind)));
+    if kind != Kind::ModelBackend {
+        files.push(("sample-input.json".into(), sample_input(kind)));
+    }
     files.push(("README.md".into(), readme(name, lang, kind)));
     let mut written = Vec::new();
     for (file, text) in files {
