@@ -37,11 +37,13 @@ fn extra(kind: Kind) -> &'static [&'static str] {
         // (see `state.rs`).
         Kind::PayloadTemplate | Kind::EventFilter => &["wasi:sockets/*"],
         // The network only as `wasi:http`, and only to hosts its grant lists
-        // (see `backend::egress`); never raw sockets.
+        // (see `backend::egress`). Sockets are linked for the toolchains'
+        // sake, as above, and every use is denied.
         Kind::ModelBackend => &[
             "switchyard:plugin/output",
             "switchyard:plugin/parallel",
             "wasi:http/*",
+            "wasi:sockets/*",
         ],
     }
 }
@@ -174,16 +176,17 @@ mod tests {
     }
 
     #[test]
-    fn model_backends_may_emit_split_work_and_use_http_but_not_sockets() {
+    fn model_backends_may_emit_split_work_and_use_http_and_denied_sockets() {
         let imports = [
             "switchyard:plugin/output@0.1.0",
             "switchyard:plugin/parallel@0.1.0",
             "wasi:http/outgoing-handler@0.2.4",
             "wasi:sockets/tcp@0.2.4",
+            "switchyard:plugin/template@0.1.0",
         ];
         assert_eq!(
             disallowed_imports(Kind::ModelBackend, imports),
-            ["wasi:sockets/tcp@0.2.4"]
+            ["switchyard:plugin/template@0.1.0"]
         );
     }
 

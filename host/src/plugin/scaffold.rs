@@ -88,13 +88,7 @@ impl Lang {
 
     /// The project's files besides `wit/`: name and contents.
     fn files(self, name: &str, kind: Kind) -> Vec<(String, String)> {
-        let template = kind == Kind::PayloadTemplate;
-        let pick = |t: &str, f: &str| if template { t } else { f }.to_string();
-        let rust = match kind {
-            Kind::PayloadTemplate => include_str!("../../scaffold/rust/template.rs"),
-            Kind::EventFilter => include_str!("../../scaffold/rust/filter.rs"),
-            Kind::ModelBackend => include_str!("../../scaffold/rust/backend.rs"),
-        };
+        let code = code(self, kind).replace(NAME, name);
         match self {
             Lang::Rust => vec![
                 ("Cargo.toml".into(), cargo_toml(name, kind)),
@@ -102,17 +96,11 @@ impl Lang {
                     ".cargo/config.toml".into(),
                     "[build]\ntarget = \"wasm32-wasip2\"\n".into(),
                 ),
-                ("src/lib.rs".into(), rust.to_string()),
+                ("src/lib.rs".into(), code),
                 (".gitignore".into(), "/target\n".into()),
             ],
             Lang::Python => vec![
-                (
-                    "app.py".into(),
-                    pick(
-                        include_str!("../../scaffold/python/template.py"),
-                        include_str!("../../scaffold/python/filter.py"),
-                    ),
-                ),
+                ("app.py".into(), code),
                 (
                     ".gitignore".into(),
                     "*.wasm\n__pycache__/\nwit_world/\ncomponentize_py_*\n".into(),
@@ -120,16 +108,28 @@ impl Lang {
             ],
             Lang::Js => vec![
                 ("package.json".into(), package_json(name, kind)),
-                (
-                    "plugin.js".into(),
-                    pick(
-                        include_str!("../../scaffold/js/template.js"),
-                        include_str!("../../scaffold/js/filter.js"),
-                    ),
-                ),
+                ("plugin.js".into(), code),
                 (".gitignore".into(), "*.wasm\nnode_modules/\n".into()),
             ],
         }
+    }
+}
+
+/// What stands for the plugin's name in [`code`].
+const NAME: &str = "__PLUGIN_NAME__";
+
+/// The minimal working plugin of `kind` in `lang`.
+fn code(lang: Lang, kind: Kind) -> &'static str {
+    match (lang, kind) {
+        (Lang::Rust, Kind::PayloadTemplate) => include_str!("../../scaffold/rust/template.rs"),
+        (Lang::Rust, Kind::EventFilter) => include_str!("../../scaffold/rust/filter.rs"),
+        (Lang::Rust, Kind::ModelBackend) => include_str!("../../scaffold/rust/backend.rs"),
+        (Lang::Python, Kind::PayloadTemplate) => include_str!("../../scaffold/python/template.py"),
+        (Lang::Python, Kind::EventFilter) => include_str!("../../scaffold/python/filter.py"),
+        (Lang::Python, Kind::ModelBackend) => include_str!("../../scaffold/python/backend.py"),
+        (Lang::Js, Kind::PayloadTemplate) => include_str!("../../scaffold/js/template.js"),
+        (Lang::Js, Kind::EventFilter) => include_str!("../../scaffold/js/filter.js"),
+        (Lang::Js, Kind::ModelBackend) => include_str!("../../scaffold/js/backend.js"),
     }
 }
 
@@ -277,11 +277,6 @@ the plugin never holds it.
 /// be empty. Returns the files written, relative to `dir`.
 pub fn write(dir: &Path, name: &str, lang: Lang, kind: Kind) -> anyhow::Result<Vec<PathBuf>> {
     super::manifest::validate_name(name).map_err(anyhow::Error::msg)?;
-    if kind == Kind::ModelBackend && lang != Lang::Rust {
-        anyhow::bail!(
-            "plugin new makes model-backend plugins in Rust for now (--lang rust); Python and JavaScript backends are to follow"
-        );
-    }
     if dir
         .read_dir()
         .is_ok_and(|mut entries| entries.next().is_some())
