@@ -274,7 +274,30 @@ async fn usd_budgets_hold_for_every_request_shape() {
                 "{usage}"
             );
         }
-        let spent = recorded(&hosts[0], &user, admitted).await;
+        let mut spent = recorded(&hosts[0], &user, admitted).await;
+        if shape == "cached" {
+            // Messages reports the cache as Anthropic does, and is priced
+            // alike, once the burst's reservations are settled (each second).
+            tokio::time::sleep(Duration::from_millis(1_300)).await;
+            let mut messages = body.clone();
+            messages["max_tokens"] = json!(1000);
+            let response = (hosts[0].http.post(hosts[0].url("/v1/messages")))
+                .header("x-api-key", &key)
+                .json(&messages)
+                .send()
+                .await
+                .unwrap();
+            let status = response.status().as_u16();
+            let reply: Value = response.json().await.unwrap();
+            assert_eq!(status, 200, "{reply}");
+            let usage = &reply["usage"];
+            assert_eq!(
+                (&usage["input_tokens"], &usage["cache_read_input_tokens"]),
+                (&json!(200), &json!(800)),
+                "{reply}"
+            );
+            spent = recorded(&hosts[0], &user, admitted + 1).await;
+        }
         // The upstream bills a stream it was hung up on when it notices.
         tokio::time::sleep(Duration::from_millis(300)).await;
         let billed = ledger.lock().unwrap().get(shape).copied().unwrap_or(0.0);
