@@ -297,6 +297,9 @@ async fn usd_budgets_hold_for_every_request_shape() {
                 "{reply}"
             );
             spent = recorded(&hosts[0], &user, admitted + 1).await;
+            let (_, usage) = hosts[0].call("GET", "/v1/me/usage", &user, None).await;
+            let cached = 800 * (admitted + 1);
+            assert_eq!(usage["total"]["cached_tokens"], cached, "{usage}");
         }
         // The upstream bills a stream it was hung up on when it notices.
         tokio::time::sleep(Duration::from_millis(300)).await;

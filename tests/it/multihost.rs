@@ -868,6 +868,7 @@ const AS_SCHEMA_21: &str = "\
         FOR EACH STATEMENT EXECUTE FUNCTION switchyard_config_changed(); \
     CREATE TRIGGER projects_changed AFTER INSERT OR UPDATE OR DELETE ON projects \
         FOR EACH STATEMENT EXECUTE FUNCTION switchyard_config_changed(); \
+    ALTER TABLE usage DROP COLUMN cached_tokens; \
     DELETE FROM _sqlx_migrations WHERE version > 21;";
 
 #[tokio::test]

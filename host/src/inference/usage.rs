@@ -44,6 +44,8 @@ pub struct Used {
     pub prompt: u32,
     /// Generated tokens.
     pub completion: u32,
+    /// Of the prompt tokens, those the upstream read from its cache.
+    pub cached: u32,
     /// Its cost in USD at the price table (0 for a model without a price).
     pub cost_usd: f64,
     /// Whether it was answered from the response cache (at no cost).
@@ -81,6 +83,7 @@ impl Used {
         Used {
             prompt,
             completion,
+            cached: cached.min(prompt),
             cost_usd: price.map_or(0.0, |p| p.usd(tokens)),
             cache_hit: false,
         }
@@ -105,6 +108,7 @@ impl Used {
         Used {
             prompt: clamp(prompt),
             completion: clamp(completion),
+            cached: 0,
             cost_usd: price.map_or(0.0, |p| p.usd(tokens)),
             cache_hit: false,
         }
@@ -137,6 +141,7 @@ pub async fn record(
         total_tokens: u64::from(prompt) + u64::from(completion),
         cost_usd: used.cost_usd,
         cache_hits: u64::from(used.cache_hit),
+        cached_tokens: used.cached.into(),
     };
     let (day, model) = (day(crate::ids::now_ms() / 1000), model.to_string());
     let add = Row {

@@ -20,6 +20,10 @@ pub struct Totals {
     /// Requests answered from the response cache.
     #[serde(default)]
     pub cache_hits: u64,
+    /// Of the prompt tokens, those the upstream read from its own prompt
+    /// cache (priced at `cached_input_per_mtok`).
+    #[serde(default)]
+    pub cached_tokens: u64,
 }
 
 impl Totals {
@@ -31,6 +35,7 @@ impl Totals {
         self.total_tokens += other.total_tokens;
         self.cost_usd += other.cost_usd;
         self.cache_hits += other.cache_hits;
+        self.cached_tokens += other.cached_tokens;
     }
 }
 

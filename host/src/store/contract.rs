@@ -1466,6 +1466,7 @@ async fn usage_adds_up(store: &Store) {
         total_tokens: 11 * n,
         cost_usd: 0.25 * n as f64,
         cache_hits: n,
+        cached_tokens: 4 * n,
     };
     for (day, n) in [("2026-01-02", 1), ("2026-01-01", 2), ("2026-01-02", 3)] {
         let row = usage_row(day, totals(n));

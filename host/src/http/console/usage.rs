@@ -119,6 +119,7 @@ mod tests {
                 total_tokens: tokens,
                 cost_usd: tokens as f64 / 100.0,
                 cache_hits: 0,
+                cached_tokens: 0,
             },
         }
     }

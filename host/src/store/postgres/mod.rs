@@ -140,6 +140,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "record changes",
         include_str!("migrations/0023_record_changes.sql"),
     ),
+    (
+        24,
+        "usage cached tokens",
+        include_str!("migrations/0024_usage_cached_tokens.sql"),
+    ),
 ];
 
 /// [`MIGRATIONS`] as sqlx runs them (the checksums `migrate!` would give).

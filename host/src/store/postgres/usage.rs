@@ -18,7 +18,8 @@ impl UsageRecords for Postgres {
                    completion_tokens = usage.completion_tokens + excluded.completion_tokens, \
                    total_tokens = usage.total_tokens + excluded.total_tokens, \
                    cost_usd = usage.cost_usd + excluded.cost_usd, \
-                   cache_hits = usage.cache_hits + excluded.cache_hits";
+                   cache_hits = usage.cache_hits + excluded.cache_hits, \
+                   cached_tokens = usage.cached_tokens + excluded.cached_tokens";
         // The deployment is named even when empty: the row's JSON leaves
         // an empty one out, and the column is part of the key.
         let keys = [("scope", scope), ("deployment", add.deployment.as_str())];
@@ -27,7 +28,7 @@ impl UsageRecords for Postgres {
 
     async fn usage(&self, scope: &str) -> Result<Vec<UsageRow>> {
         let sql = "SELECT day::text AS day, model, key_id, deployment, requests, prompt_tokens, \
-                   completion_tokens, total_tokens, cost_usd, cache_hits FROM usage WHERE scope = $1 \
+                   completion_tokens, total_tokens, cost_usd, cache_hits, cached_tokens FROM usage WHERE scope = $1 \
                    ORDER BY day, model, key_id, deployment";
         self.all(q(sql, &[scope]), usage_row).await
     }
@@ -44,6 +45,7 @@ fn usage_row(r: &PgRow) -> Result<UsageRow> {
         total_tokens,
         cost_usd: get(r, "cost_usd")?,
         cache_hits: u(get(r, "cache_hits")?),
+        cached_tokens: u(get(r, "cached_tokens")?),
     };
     Ok(UsageRow {
         day: get(r, "day")?,
