@@ -461,14 +461,7 @@ deployments = [{{ model = "fake-slow", name = "slow" }}, {{ model = "fake-1", na
         "west"
     );
     let text = response.text().await.unwrap();
-    let streamed: String = crate::harness::sse_chunks(&text)
-        .iter()
-        .filter_map(|c| {
-            c["choices"][0]["delta"]["content"]
-                .as_str()
-                .map(str::to_string)
-        })
-        .collect();
+    let streamed = crate::harness::streamed_text(&text);
     assert_eq!(streamed, "Hello");
 
     // Every deployment down: the fallback model answers.

@@ -559,6 +559,14 @@ pub fn sse_chunks(text: &str) -> Vec<Value> {
         .collect()
 }
 
+/// The first choice's text a chat stream carried, its chunks joined.
+pub fn streamed_text(text: &str) -> String {
+    sse_chunks(text)
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect()
+}
+
 /// One stored record, as the store engine gives it (`admin dump-records`).
 pub struct Record {
     /// What kind of record (a sled tree, a table).

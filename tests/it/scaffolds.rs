@@ -242,14 +242,7 @@ async fn backend_from_scaffold(host: &Host, lang: &str) {
         .unwrap();
     assert_eq!(response.status(), 200, "{lang}");
     let text = response.text().await.unwrap();
-    let streamed: String = crate::harness::sse_chunks(&text)
-        .iter()
-        .filter_map(|c| {
-            c["choices"][0]["delta"]["content"]
-                .as_str()
-                .map(str::to_string)
-        })
-        .collect();
+    let streamed = crate::harness::streamed_text(&text);
     assert_eq!(streamed, "Hello there, model", "{lang}: {text}");
     let (_, usage) = call!(host, key, GET "/v1/me/usage");
     assert_eq!(usage["by_model"][&name]["requests"], 2, "{lang}: {usage}");

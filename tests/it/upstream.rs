@@ -314,14 +314,7 @@ async fn the_proxy_forwards_whole_and_streamed_completions_with_the_host_held_ke
 
     let (status, text) = chat(&host, &alice, "fake-1", true).await;
     assert_eq!(status, 200, "{text}");
-    let streamed: String = sse_chunks(&text)
-        .iter()
-        .filter_map(|c| {
-            c["choices"][0]["delta"]["content"]
-                .as_str()
-                .map(str::to_string)
-        })
-        .collect();
+    let streamed = crate::harness::streamed_text(&text);
     assert_eq!(streamed, "Hello");
     assert!(
         !host.log().contains("up-key"),
