@@ -41,14 +41,13 @@ fn bill(ledger: &Ledger, model: &str, prompt: u64, cached: u64, completion: u64)
 }
 
 /// The prompt's tokens as the upstream's tokenizer counts them: four bytes
-/// a token, but one a byte for the `dense` model (the most a byte-level
-/// tokenizer makes).
+/// a token, but one a byte for CJK (the most a byte-level tokenizer makes).
 fn prompt_tokens(body: &Value) -> u64 {
     let bytes: usize = (body["messages"].as_array().unwrap().iter())
         .map(|m| m["content"].as_str().unwrap_or_default().len())
         .sum();
     match body["model"].as_str() {
-        Some("dense") => bytes as u64,
+        Some("dense" | "uncapped") => bytes as u64,
         _ => (bytes as u64).div_ceil(4),
     }
 }
@@ -148,7 +147,7 @@ async fn billing_upstream() -> (String, Ledger) {
 }
 
 /// The shapes, by the model each is sent to.
-const SHAPES: [&str; 5] = ["plain", "n4", "dense", "left", "cached"];
+const SHAPES: [&str; 5] = ["uncapped", "n4", "dense", "left", "cached"];
 
 fn config(upstream: &str) -> String {
     let models: Vec<String> = SHAPES.iter().map(|m| format!("\"b-{m}={m}\"")).collect();
@@ -165,16 +164,18 @@ fn config(upstream: &str) -> String {
 }
 
 /// The request of each shape: a prompt of 4,000 bytes of English (1,000
-/// tokens to the upstream), or of 1,000 bytes of CJK for `dense` (1,000
-/// tokens too, at one a byte).
+/// tokens to the upstream), or of 1,000 bytes of CJK (1,000 tokens too, at
+/// one a byte), which the prompt's bound counts exactly, so that the
+/// request without `max_tokens` is held by its output cap alone.
 fn request(shape: &str) -> Value {
     let english = "word ".repeat(800);
     let cjk = format!("{}a", "漢".repeat(333));
-    let prompt = if shape == "dense" { cjk } else { english };
+    let dense = matches!(shape, "dense" | "uncapped");
+    let prompt = if dense { cjk } else { english };
     let mut body =
         json!({"model": format!("b-{shape}"), "messages": [{"role": "user", "content": prompt}]});
     match shape {
-        "plain" => {}
+        "uncapped" => {}
         "n4" => {
             body["max_tokens"] = json!(1000);
             body["n"] = json!(4);

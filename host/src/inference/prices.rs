@@ -114,23 +114,20 @@ impl Prices {
                 }
                 let base = base.unwrap_or_default();
                 let input = d.input_per_mtok.unwrap_or(base.input);
+                // A prompt-cache price not set follows the deployment's own
+                // input price, if it sets one, else the model's.
+                let cache_price = |own: Option<f64>, model: f64| {
+                    own.unwrap_or(if d.input_per_mtok.is_some() {
+                        input
+                    } else {
+                        model
+                    })
+                };
                 let price = Price {
                     input,
                     output: d.output_per_mtok.unwrap_or(base.output),
-                    cached_input: d.cached_input_per_mtok.unwrap_or(
-                        if d.input_per_mtok.is_some() {
-                            input
-                        } else {
-                            base.cached_input
-                        },
-                    ),
-                    cache_write: d
-                        .cache_write_per_mtok
-                        .unwrap_or(if d.input_per_mtok.is_some() {
-                            input
-                        } else {
-                            base.cache_write
-                        }),
+                    cached_input: cache_price(d.cached_input_per_mtok, base.cached_input),
+                    cache_write: cache_price(d.cache_write_per_mtok, base.cache_write),
                 };
                 (deployments.entry(route.model.clone()))
                     .or_insert_with(HashMap::new)

@@ -64,29 +64,27 @@ impl Used {
         price: Option<super::prices::Price>,
         most: super::limits::Estimate,
     ) -> Used {
-        let clamp = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
-        let (mut prompt, mut completion) = A::tokens(answer);
-        let (mut cached, mut written) = A::cached_tokens(answer);
-        if prompt == 0 {
-            prompt = clamp(most.prompt);
-            (cached, written) = (0, 0);
-            if completion == 0 {
-                completion = clamp(most.output);
-            }
-        }
-        let tokens = super::prices::Tokens {
-            prompt: prompt.into(),
-            cached: cached.into(),
-            written: written.into(),
-            completion: completion.into(),
+        let (prompt, completion) = A::tokens(answer);
+        let (cached, written) = A::cached_tokens(answer);
+        let tokens = match (prompt, completion) {
+            (0, 0) => super::prices::Tokens {
+                prompt: most.prompt,
+                completion: most.output,
+                ..Default::default()
+            },
+            (0, completion) => super::prices::Tokens {
+                prompt: most.prompt,
+                completion: completion.into(),
+                ..Default::default()
+            },
+            _ => super::prices::Tokens {
+                prompt: prompt.into(),
+                cached: cached.into(),
+                written: written.into(),
+                completion: completion.into(),
+            },
         };
-        Used {
-            prompt,
-            completion,
-            cached: cached.min(prompt),
-            cost_usd: price.map_or(0.0, |p| p.usd(tokens)),
-            cache_hit: false,
-        }
+        Used::priced(tokens, price)
     }
 
     /// What a call stopped when its client left used: its prompt as
@@ -98,17 +96,21 @@ impl Used {
         pieces: u32,
         price: Option<super::prices::Price>,
     ) -> Used {
-        let clamp = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
-        let (prompt, completion) = (most.prompt, most.output.min(pieces.into()));
         let tokens = super::prices::Tokens {
-            prompt,
-            completion,
-            ..super::prices::Tokens::default()
+            prompt: most.prompt,
+            completion: most.output.min(pieces.into()),
+            ..Default::default()
         };
+        Used::priced(tokens, price)
+    }
+
+    /// `tokens` as used, at `price`.
+    fn priced(tokens: super::prices::Tokens, price: Option<super::prices::Price>) -> Used {
+        let clamp = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
         Used {
-            prompt: clamp(prompt),
-            completion: clamp(completion),
-            cached: 0,
+            prompt: clamp(tokens.prompt),
+            completion: clamp(tokens.completion),
+            cached: clamp(tokens.cached.min(tokens.prompt)),
             cost_usd: price.map_or(0.0, |p| p.usd(tokens)),
             cache_hit: false,
         }

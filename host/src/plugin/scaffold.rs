@@ -39,11 +39,11 @@ const BACKEND_WIT: [(&str, &str); 2] = [
     ("model.wit", include_str!("../../../wit/v0.4.0/model.wit")),
 ];
 
-/// The package version of each kind's `wit/`.
-fn wit_version(kind: Kind) -> &'static str {
+/// The package version of each kind's `wit/`, and its files.
+fn wit(kind: Kind) -> (&'static str, &'static [(&'static str, &'static str)]) {
     match kind {
-        Kind::ModelBackend => "0.4.0",
-        Kind::PayloadTemplate | Kind::EventFilter => "0.1.0",
+        Kind::ModelBackend => ("0.4.0", &BACKEND_WIT),
+        Kind::PayloadTemplate | Kind::EventFilter => ("0.1.0", &WIT),
     }
 }
 
@@ -208,7 +208,7 @@ fn readme(name: &str, lang: Lang, kind: Kind) -> String {
     let (setup, build) = (lang.setup(), lang.build_command(name, kind));
     let wasm = lang.output(name);
     let wasm = wasm.display();
-    let version = wit_version(kind);
+    let (version, _) = wit(kind);
     if kind == Kind::ModelBackend {
         return backend_readme(name, &setup, &build, &wasm.to_string());
     }
@@ -242,6 +242,7 @@ or copy it into the host's plugins directory as `{name}.wasm`, beside a
 }
 
 fn backend_readme(name: &str, setup: &str, build: &str, wasm: &str) -> String {
+    let (version, _) = wit(Kind::ModelBackend);
     format!(
         r#"# {name}
 
@@ -268,7 +269,7 @@ A backend that calls an upstream over `wasi:http` is granted its hosts by
 the operator, and the host adds the upstream's key to each request, so
 the plugin never holds it.
 
-`wit/` holds the `switchyard:plugin@0.4.0` interface the plugin implements.
+`wit/` holds the `switchyard:plugin@{version}` interface the plugin implements.
 "#
     )
 }
@@ -286,10 +287,7 @@ pub fn write(dir: &Path, name: &str, lang: Lang, kind: Kind) -> anyhow::Result<V
             dir.display()
         );
     }
-    let wit: &[(&str, &str)] = match kind {
-        Kind::ModelBackend => &BACKEND_WIT,
-        Kind::PayloadTemplate | Kind::EventFilter => &WIT,
-    };
+    let (_, wit) = wit(kind);
     let mut files: Vec<(String, String)> = wit
         .iter()
         .map(|(file, text)| (format!("wit/{file}"), text.to_string()))
